@@ -1,0 +1,15 @@
+"""gcompile: trace numeric Python, differentiate it symbolically to any order, export standard ONNX."""
+__version__ = "0.1.0"
+
+from . import functions  # noqa: E402  (registers every op)
+from .errors import GcompileError, InputError, LoweringError, ShapeError, TraceError, UnsupportedError  # noqa: E402
+from .frontend import methods as _methods  # noqa: E402
+from .frontend.spec import Spec, spec  # noqa: E402
+from .frontend.tensor import Tensor  # noqa: E402
+from .gradients import grad  # noqa: E402
+from .runtime import CompiledFunction, compile  # noqa: E402
+
+_methods.install()
+
+__all__ = ["functions", "spec", "Spec", "Tensor", "grad", "compile", "CompiledFunction", "GcompileError",
+           "InputError", "LoweringError", "ShapeError", "TraceError", "UnsupportedError", "__version__"]

@@ -1,0 +1,52 @@
+"""Nested outputs (tuples, lists, dicts of Tensors) flattened to a list and rebuilt."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def flatten(obj, is_leaf: Callable[[Any], bool]) -> tuple[list, Any]:
+    """(leaves, treedef) for nested tuples/lists/dicts; `is_leaf` decides what a leaf is."""
+    leaves: list = []
+
+    def walk(o):
+        if isinstance(o, (tuple, list)):
+            return (type(o), [walk(c) for c in o])
+        if isinstance(o, dict):
+            return (dict, list(o.keys()), [walk(o[k]) for k in o])
+        if not is_leaf(o):
+            raise TypeError(f"unsupported output of type {type(o).__name__}")
+        leaves.append(o)
+        return None
+
+    return leaves, walk(obj)
+
+
+def unflatten(treedef, leaves) -> Any:
+    it = iter(leaves)
+
+    def build(d):
+        if d is None:
+            return next(it)
+        if d[0] is dict:
+            return {k: build(c) for k, c in zip(d[1], d[2])}
+        return d[0](build(c) for c in d[1])
+
+    return build(treedef)
+
+
+def leaf_paths(treedef, prefix: str = "output") -> list[str]:
+    """Readable names for the leaves: 'output', 'output_0', 'output_1_2', dict keys."""
+    names: list[str] = []
+
+    def walk(d, path):
+        if d is None:
+            names.append(path)
+        elif d[0] is dict:
+            for k, c in zip(d[1], d[2]):
+                walk(c, str(k) if path == prefix else f"{path}_{k}")
+        else:
+            for i, c in enumerate(d[1]):
+                walk(c, f"{path}_{i}")
+
+    walk(treedef, prefix)
+    return names

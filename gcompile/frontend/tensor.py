@@ -1,0 +1,174 @@
+"""The tracing core: Tensor proxies and `apply`, which records one op into the current graph.
+
+While a function is traced, its arguments are Tensors; every operation on them goes
+through `apply`, which checks shapes with the op's rule and adds a node. Nothing is
+computed: a Tensor has a type, never a value.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import GcompileError, ShapeError, TraceError
+from ..ir.dims import format_shape
+from ..ir.graph import Graph, TensorType, ValueRef, tensor_type
+from ..ops.registry import get_op
+from .source import user_location
+
+
+@dataclass
+class _Frame:
+    graph: Graph
+    order: int = 0                      # gradient order of the nodes being recorded
+    constants: dict | None = None       # id(array) -> (array, Tensor): one node per closed-over array
+
+
+_STACK: list[_Frame] = []
+
+
+def current_frame() -> _Frame:
+    if not _STACK:
+        raise TraceError("gcompile ops can only be used on Tensors inside a function being traced "
+                         "(gc.compile, gc.export or gcompile build)")
+    return _STACK[-1]
+
+
+@contextlib.contextmanager
+def tracing(graph: Graph):
+    _STACK.append(_Frame(graph, 0, {}))
+    try:
+        yield graph
+    finally:
+        _STACK.pop()
+
+
+@contextlib.contextmanager
+def recording_order(order: int):
+    """Nodes recorded inside are tagged with this gradient order."""
+    frame = current_frame()
+    previous, frame.order = frame.order, order
+    try:
+        yield
+    finally:
+        frame.order = previous
+
+
+class Tensor:
+    """A traced value: its graph, the producing node's output, and its type (dtype, shape)."""
+    __slots__ = ("graph", "ref", "type")
+    __array_priority__ = 1000
+
+    def __init__(self, graph: Graph, ref: ValueRef, type_: TensorType):
+        self.graph, self.ref, self.type = graph, ref, type_
+
+    @property
+    def shape(self) -> tuple:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.type.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.type.shape)
+
+    @property
+    def size(self):
+        from ..ir.dims import product
+        return product(self.shape)
+
+    @property
+    def node(self):
+        return self.graph.nodes[self.ref.node]
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.node.name}, {self.type})"
+
+    __hash__ = object.__hash__
+
+    def __bool__(self):
+        raise TraceError(f"data-dependent control flow is not traceable: the truth value of {self!r} "
+                         f"is only known at run time (at {user_location()}); use F.where(cond, a, b) "
+                         "instead of if/else on a Tensor")
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d Tensor")
+        if not isinstance(self.shape[0], int):
+            raise TraceError(f"len() of a Tensor whose first dim is symbolic ({self.shape[0]!r})")
+        return self.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __index__(self):
+        raise TraceError(f"a traced Tensor cannot be used as a Python index (at {user_location()})")
+
+    def __array__(self, *args, **kwargs):
+        raise TraceError(f"{self!r} has no value while tracing: it cannot be converted to a numpy array "
+                         f"(at {user_location()}); use gcompile.functions instead of numpy on Tensors")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from .numpy_dispatch import dispatch_ufunc
+        return dispatch_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        from .numpy_dispatch import dispatch_function
+        return dispatch_function(func, args, kwargs)
+
+
+def _lift_array(value, dtype=None) -> Tensor:
+    """A numpy array or Python scalar as a constant node (one node per distinct array object)."""
+    frame = current_frame()
+    if isinstance(value, np.ndarray) and dtype is None:
+        hit = frame.constants.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+    arr = np.asarray(value, dtype=dtype)
+    if arr.dtype == object or arr.dtype.kind not in "biuf":
+        raise TraceError(f"cannot use a value of type {type(value).__name__} (dtype {arr.dtype}) "
+                         f"as a tensor (at {user_location()})")
+    node = frame.graph.add_node("constant", [], {"value": arr}, [tensor_type(arr.dtype, arr.shape)],
+                                order=frame.order, source=user_location())
+    tensor = Tensor(frame.graph, node.out(0), node.outputs[0])
+    if isinstance(value, np.ndarray) and dtype is None:
+        frame.constants[id(value)] = (value, tensor)
+    return tensor
+
+
+def as_tensor(value, dtype=None) -> Tensor:
+    """A Tensor from a Tensor (unchanged), numpy array or Python scalar (a constant)."""
+    if isinstance(value, Tensor):
+        if value.graph is not current_frame().graph:
+            raise TraceError(f"{value!r} belongs to another traced function; Tensors cannot cross traces")
+        return value
+    return _lift_array(value, dtype)
+
+
+def apply_n(op_name: str, inputs: Sequence[Any], **attrs) -> list[Tensor]:
+    """Record one application of a registered op; returns its outputs as Tensors."""
+    frame = current_frame()
+    op = get_op(op_name)
+    tensors = [as_tensor(x) for x in inputs]
+    try:
+        out_types = op.infer([t.type for t in tensors], **attrs)
+    except ShapeError as err:
+        shapes = ", ".join(f"{t.dtype.name}{format_shape(t.shape)}" for t in tensors)
+        raise ShapeError(f"{op_name}: {err} (operands {shapes}; at {user_location()})") from None
+    except GcompileError:
+        raise
+    node = frame.graph.add_node(op_name, [t.ref for t in tensors], attrs, out_types,
+                                order=frame.order, source=user_location())
+    return [Tensor(frame.graph, node.out(i), t) for i, t in enumerate(out_types)]
+
+
+def apply(op_name: str, inputs: Sequence[Any], **attrs) -> Tensor:
+    """Record a single-output op; returns its output Tensor."""
+    outs = apply_n(op_name, inputs, **attrs)
+    assert len(outs) == 1, op_name
+    return outs[0]

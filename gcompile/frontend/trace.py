@@ -1,0 +1,59 @@
+"""trace(fn, specs): run a Python function on Tensor proxies and record its graph."""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import GcompileError, TraceError
+from ..ir.graph import Graph
+from . import pytree
+from .spec import Spec, as_spec
+from .tensor import Tensor, as_tensor, tracing
+
+
+@dataclass
+class Traced:
+    """A traced function: its graph, input names and specs, and how to rebuild its outputs."""
+    graph: Graph
+    input_names: list[str]
+    specs: list[Spec]
+    out_tree: Any
+    name: str
+
+
+def argument_names(fn, n: int) -> list[str]:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][:n]
+    return names + [f"arg{i}" for i in range(len(names), n)]
+
+
+def trace(fn, args, name: str | None = None, input_names: list[str] | None = None) -> Traced:
+    """Trace `fn` with one graph input per element of `args` (Specs or example arrays)."""
+    specs = [as_spec(a) for a in args]
+    names = input_names or argument_names(fn, len(specs))
+    graph = Graph()
+    with tracing(graph):
+        params = []
+        for arg_name, s in zip(names, specs):
+            node = graph.add_node("input", [], {"name": arg_name, "type": s.type}, [s.type], name=arg_name)
+            graph.inputs.append(node.out(0))
+            params.append(Tensor(graph, node.out(0), s.type))
+        result = fn(*params)
+        try:
+            leaves, tree = pytree.flatten(result, lambda o: isinstance(o, (Tensor, np.ndarray, int, float)))
+        except TypeError as err:
+            raise TraceError(f"{getattr(fn, '__name__', 'function')} must return Tensors (or tuples, lists, "
+                             f"dicts of them): {err}") from None
+        if not leaves:
+            raise GcompileError(f"{getattr(fn, '__name__', 'function')} returned no Tensor")
+        tensors = [as_tensor(leaf) for leaf in leaves]
+    graph.outputs = [t.ref for t in tensors]
+    out_names = pytree.leaf_paths(tree)
+    graph.output_names = [n if n not in names else f"{n}_out" for n in out_names]
+    return Traced(graph, names, specs, tree, name or getattr(fn, "__name__", "function"))

@@ -1,0 +1,4 @@
+"""Symbolic reverse mode: gc.grad and the transforms built on it."""
+from .engine import grad
+
+__all__ = ["grad"]

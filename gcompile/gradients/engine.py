@@ -1,0 +1,164 @@
+"""gc.grad: pruned reverse mode on the traced graph (DESIGN.md §2).
+
+Three steps, as in Chainer's `grad`:
+  1. backward enumeration: values the outputs depend on through differentiable ops;
+  2. forward enumeration: values that depend on the requested inputs, inside that set;
+  3. a sweep over the nodes in both, in reverse topological order (node ids are a
+     topological order of a traced graph), calling each op's VJP rule.
+Cotangents stay absent (None) until some rule produces one; a value reached along
+several paths gets one n-ary add_n of its contributions. Rules emit ordinary ops, so
+the gradient can itself be differentiated.
+"""
+from __future__ import annotations
+
+from ..errors import GcompileError
+from ..frontend.tensor import Tensor, as_tensor, current_frame, recording_order
+from ..ir.graph import Graph, ValueRef
+from ..ops.basic import add_n, cast, ones_like, zeros_like
+from ..ops.registry import get_op
+
+
+def _is_float(graph: Graph, ref: ValueRef) -> bool:
+    return graph.type_of(ref).dtype.kind == "f"
+
+
+def _backward_set(graph: Graph, outputs: list[ValueRef]) -> set[ValueRef]:
+    """Values that reach an output through differentiable ops and float values."""
+    seen: set[ValueRef] = set()
+    stack = [r for r in outputs if _is_float(graph, r)]
+    while stack:
+        ref = stack.pop()
+        if ref in seen:
+            continue
+        seen.add(ref)
+        node = graph.nodes[ref.node]
+        if get_op(node.op).differentiable:
+            stack.extend(r for r in node.inputs if _is_float(graph, r) and r not in seen)
+    return seen
+
+
+def _forward_set(graph: Graph, inputs: list[ValueRef], within: set[ValueRef]) -> set[ValueRef]:
+    """Values in `within` that depend on an input (walking consumers forward)."""
+    reached = {r for r in inputs if r in within}
+    within_nodes = {r.node for r in within}
+    frontier = sorted({r.node for r in reached})
+    visited: set[int] = set()
+    while frontier:
+        node_id = frontier.pop()
+        for consumer in graph.consumers(node_id):
+            if consumer.id not in within_nodes or not get_op(consumer.op).differentiable:
+                continue
+            if not any(r in reached for r in consumer.inputs):
+                continue
+            new = [consumer.out(i) for i in range(len(consumer.outputs)) if consumer.out(i) in within]
+            if any(r not in reached for r in new):
+                reached.update(new)
+                if consumer.id not in visited:
+                    visited.add(consumer.id)
+                    frontier.append(consumer.id)
+    return reached
+
+
+def grad(outputs, inputs, grad_outputs=None) -> list[Tensor]:
+    """Gradients of `outputs` (weighted by `grad_outputs`, default ones) w.r.t. each of `inputs`.
+
+    Each result has its input's shape and dtype. An input the outputs do not depend on
+    gets zeros (as JAX does), not an error. Integer inputs are an error.
+    """
+    single_output = isinstance(outputs, Tensor)
+    outputs = [outputs] if single_output else list(outputs)
+    if isinstance(inputs, Tensor):
+        raise GcompileError("gc.grad(outputs, inputs): `inputs` must be a list of Tensors, e.g. [x]")
+    inputs = list(inputs)
+    graph = current_frame().graph
+    for x in inputs + outputs:
+        if not isinstance(x, Tensor) or x.graph is not graph:
+            raise GcompileError(f"gc.grad takes Tensors of the function being traced, got {x!r}")
+    for x in inputs:
+        if x.dtype.kind != "f":
+            raise GcompileError(f"cannot take a gradient with respect to {x!r}: its dtype {x.dtype.name} "
+                                "is not floating point")
+    if grad_outputs is None:
+        grad_outputs = [None] * len(outputs)
+    elif isinstance(grad_outputs, Tensor) or not isinstance(grad_outputs, (list, tuple)):
+        grad_outputs = [grad_outputs]
+    if len(grad_outputs) != len(outputs):
+        raise GcompileError(f"gc.grad: {len(outputs)} outputs but {len(grad_outputs)} grad_outputs")
+
+    relevant = _forward_set(graph, [x.ref for x in inputs], _backward_set(graph, [y.ref for y in outputs]))
+    order = 1 + max([graph.nodes[r.node].order for r in relevant] or [0])
+    cotangents: dict[ValueRef, list[Tensor]] = {}
+    requested = {x.ref for x in inputs}
+
+    with recording_order(order):
+        for y, seed in zip(outputs, grad_outputs):
+            if y.ref not in relevant:
+                continue
+            seed = ones_like(y) if seed is None else cast(as_tensor(seed), y.dtype)
+            cotangents.setdefault(y.ref, []).append(seed)
+
+        for node_id in sorted({r.node for r in relevant}, reverse=True):
+            node = graph.nodes[node_id]
+            wanted = [i for i, r in enumerate(node.inputs) if r in relevant]
+            if not wanted or node.op == "input":
+                continue
+            gs = [_total(cotangents.pop(node.out(i), None)) for i in range(len(node.outputs))]
+            if all(g is None for g in gs):
+                continue
+            _run_rule(graph, node, gs, wanted, cotangents)
+            for i, g in enumerate(gs):   # a requested intermediate keeps its total cotangent
+                if g is not None and node.out(i) in requested:
+                    cotangents[node.out(i)] = [g]
+
+        results = []
+        for x in inputs:
+            total = _total(cotangents.get(x.ref))
+            if total is not None:
+                cotangents[x.ref] = [total]
+            results.append(zeros_like(x) if total is None else total)
+    return results
+
+
+def _total(terms):
+    return add_n(terms) if terms else None
+
+
+def _run_rule(graph: Graph, node, gs, wanted, cotangents) -> None:
+    """Apply the node's VJP rule; drop what it built only for inputs that need no gradient."""
+    op = get_op(node.op)
+    ins = [Tensor(graph, r, graph.type_of(r)) for r in node.inputs]
+    outs = [Tensor(graph, node.out(i), t) for i, t in enumerate(node.outputs)]
+    first_new = graph._next_id
+    results = op.vjp(gs, ins, outs, **node.attrs)
+    if len(results) != len(ins):
+        raise AssertionError(f"vjp of {node.op} returned {len(results)} gradients for {len(ins)} inputs")
+    keep_refs = []
+    for i in wanted:
+        g = results[i]
+        if g is None:
+            continue
+        if g.shape != ins[i].shape or g.dtype != ins[i].dtype:
+            raise AssertionError(f"vjp of {node.op}: gradient {g.type} for input of type {ins[i].type}")
+        cotangents.setdefault(node.inputs[i], []).append(g)
+        keep_refs.append(g.ref)
+    _prune_new_nodes(graph, first_new, keep_refs)
+
+
+def _prune_new_nodes(graph: Graph, first_new: int, keep_refs) -> None:
+    """Remove nodes created since `first_new` that none of `keep_refs` depends on."""
+    new_ids = [i for i in range(first_new, graph._next_id) if i in graph.nodes]
+    if not new_ids:
+        return
+    keep = set()
+    stack = [r.node for r in keep_refs if r.node >= first_new]
+    while stack:
+        i = stack.pop()
+        if i in keep:
+            continue
+        keep.add(i)
+        stack.extend(r.node for r in graph.nodes[i].inputs if r.node >= first_new)
+    frame = current_frame()
+    for i in sorted(set(new_ids) - keep, reverse=True):
+        graph.remove_node(i)
+    for key in [k for k, (_, t) in frame.constants.items() if t.ref.node not in graph.nodes]:
+        del frame.constants[key]

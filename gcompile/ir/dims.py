@@ -1,0 +1,77 @@
+"""Shape dimensions: an int, or a symbol name such as "batch".
+
+Products of dims (flatten, reshape with -1) are kept exact as monomials written
+"784*batch", so a reshape of a symbolic batch stays symbolic and can be undone.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable, Union
+
+Dim = Union[int, str]
+Shape = tuple  # tuple[Dim, ...]
+
+
+def _parse(dim: Dim) -> tuple[int, Counter]:
+    if isinstance(dim, int):
+        return dim, Counter()
+    coef, syms = 1, Counter()
+    for part in dim.split("*"):
+        if part.isdigit():
+            coef *= int(part)
+        else:
+            syms[part] += 1
+    return coef, syms
+
+
+def _format(coef: int, syms: Counter) -> Dim:
+    if not syms or coef == 0:
+        return coef
+    names = sorted(syms.elements())
+    if coef == 1 and len(names) == 1:
+        return names[0]
+    return "*".join(([str(coef)] if coef != 1 else []) + names)
+
+
+def product(dims: Iterable[Dim]) -> Dim:
+    """Exact product of dims; symbolic factors stay symbolic."""
+    coef, syms = 1, Counter()
+    for d in dims:
+        c, s = _parse(d)
+        coef *= c
+        syms += s
+    return _format(coef, syms)
+
+
+def divide(num: Dim, den: Dim) -> Dim | None:
+    """num / den when it is exact (as a monomial), else None."""
+    cn, sn = _parse(num)
+    cd, sd = _parse(den)
+    if cd == 0 or cn % cd or any(sn[k] < v for k, v in sd.items()):
+        return None
+    return _format(cn // cd, sn - sd)
+
+
+def symbols(dim: Dim) -> list[str]:
+    """The plain symbol names a dim is built from ("784*batch" -> ["batch"])."""
+    return sorted(_parse(dim)[1].elements())
+
+
+def resolve(dim: Dim, bindings: dict) -> int:
+    """The int value of a dim given values for its symbols."""
+    coef, syms = _parse(dim)
+    for name, power in syms.items():
+        coef *= bindings[name] ** power
+    return coef
+
+
+def resolve_shape(shape: Shape, bindings: dict) -> tuple[int, ...]:
+    return tuple(resolve(d, bindings) for d in shape)
+
+
+def is_static(shape: Shape) -> bool:
+    return all(isinstance(d, int) for d in shape)
+
+
+def format_shape(shape: Shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"

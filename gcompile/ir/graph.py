@@ -1,0 +1,124 @@
+"""The IR: a Graph of Nodes, each one op application, stored in a networkx DiGraph.
+
+A node keeps its operands as an ordered list of ValueRef(producer id, output index),
+so `x * x` has two operands even though the DiGraph holds a single edge; the DiGraph
+exists for topology queries (ancestors, descendants, topological order).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import networkx as nx
+import numpy as np
+
+from .dims import Shape, format_shape
+
+
+class ValueRef(NamedTuple):
+    """One output of one node."""
+    node: int
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class TensorType:
+    dtype: np.dtype
+    shape: Shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __str__(self) -> str:
+        return f"{self.dtype.name}{format_shape(self.shape)}"
+
+
+def tensor_type(dtype, shape) -> TensorType:
+    return TensorType(np.dtype(dtype), tuple(shape))
+
+
+@dataclass
+class Node:
+    id: int
+    name: str
+    op: str
+    inputs: list[ValueRef]
+    attrs: dict[str, Any]
+    outputs: list[TensorType]
+    order: int = 0          # 0 forward, 1 backward, 2 double backward, ...
+    source: str = ""        # "file.py:12" of the user code that created it
+
+    def out(self, index: int = 0) -> ValueRef:
+        return ValueRef(self.id, index)
+
+
+@dataclass
+class Graph:
+    """Owns the nodes; `inputs` and `outputs` are ValueRefs in the caller's order."""
+    dag: nx.DiGraph = field(default_factory=nx.DiGraph)
+    nodes: dict[int, Node] = field(default_factory=dict)
+    inputs: list[ValueRef] = field(default_factory=list)
+    outputs: list[ValueRef] = field(default_factory=list)
+    output_names: list[str] = field(default_factory=list)
+    _next_id: int = 0
+    _name_counts: dict[str, int] = field(default_factory=dict)
+
+    def add_node(self, op: str, inputs: list[ValueRef], attrs: dict, outputs: list[TensorType],
+                 order: int = 0, source: str = "", name: str | None = None) -> Node:
+        if name is None:
+            count = self._name_counts.get(op, 0)
+            self._name_counts[op] = count + 1
+            name = f"{op}_{count}"
+        node = Node(self._next_id, name, op, list(inputs), dict(attrs), list(outputs), order, source)
+        self._next_id += 1
+        self.nodes[node.id] = node
+        self.dag.add_node(node.id)
+        for ref in node.inputs:
+            self.dag.add_edge(ref.node, node.id)
+        return node
+
+    def type_of(self, ref: ValueRef) -> TensorType:
+        return self.nodes[ref.node].outputs[ref.index]
+
+    def topo_order(self) -> list[Node]:
+        """Nodes in a deterministic topological order (ties broken by creation id)."""
+        return [self.nodes[i] for i in nx.lexicographical_topological_sort(self.dag)]
+
+    def replace_inputs(self, node: Node, new_inputs: list[ValueRef]) -> None:
+        for ref in node.inputs:
+            if self.dag.has_edge(ref.node, node.id):
+                self.dag.remove_edge(ref.node, node.id)
+        node.inputs = list(new_inputs)
+        for ref in node.inputs:
+            self.dag.add_edge(ref.node, node.id)
+
+    def remove_node(self, node_id: int) -> None:
+        self.dag.remove_node(node_id)
+        del self.nodes[node_id]
+
+    def consumers(self, node_id: int) -> list[Node]:
+        return [self.nodes[i] for i in sorted(self.dag.successors(node_id))]
+
+    def input_nodes(self) -> list[Node]:
+        return [self.nodes[r.node] for r in self.inputs]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def count_by_order(self) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for node in self.nodes.values():
+            if node.op not in ("input", "constant"):
+                counts[node.order] = counts.get(node.order, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def __str__(self) -> str:
+        lines = []
+        for node in self.topo_order():
+            args = ", ".join(f"{self.nodes[r.node].name}" + (f"[{r.index}]" if r.index else "")
+                             for r in node.inputs)
+            outs = ", ".join(str(t) for t in node.outputs)
+            attrs = {k: v for k, v in node.attrs.items() if k != "value"}
+            lines.append(f"{node.name}: {outs} = {node.op}({args}){' ' + str(attrs) if attrs else ''}")
+        return "\n".join(lines)

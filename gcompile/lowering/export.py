@@ -1,0 +1,53 @@
+"""Graph -> onnx.ModelProto, walking nodes in a deterministic topological order."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..ir.graph import Graph, TensorType
+from ..ops.registry import get_op
+from .context import LowerContext
+from .versions import choose_opset, runtime_limits
+
+
+def value_info(name: str, t: TensorType):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype))
+    return helper.make_tensor_value_info(name, elem, [d for d in t.shape])
+
+
+def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
+            name: str = "gcompile") -> tuple[onnx.ModelProto, list[str]]:
+    """Lower `graph` to a standard ai.onnx model.
+
+    Returns the model and a list of ops that onnxruntime's CPU provider cannot run in
+    float64 (empty for most models); the runtime refuses those before loading.
+    """
+    opset = choose_opset(opset)
+    ctx = LowerContext(graph, opset, input_names, reserved=graph.output_names)
+    names: dict = {}
+    for ref, input_name in zip(graph.inputs, input_names):
+        names[ref] = input_name
+    for node in graph.topo_order():
+        if node.op == "input":
+            continue
+        ctx.begin(node)
+        if node.op == "constant":
+            names[node.out(0)] = ctx.const(node.attrs["value"])
+            continue
+        outs = get_op(node.op).lower(ctx, [names[r] for r in node.inputs], node)
+        outs = [outs] if isinstance(outs, str) else list(outs)
+        for i, out in enumerate(outs):
+            names[node.out(i)] = out
+    ctx.begin(None)
+    outputs = []
+    for ref, out_name in zip(graph.outputs, graph.output_names):
+        ctx.nodes.append(helper.make_node("Identity", [names[ref]], [out_name], name=out_name))
+        outputs.append(value_info(out_name, graph.type_of(ref)))
+    inputs = [value_info(n, graph.type_of(r)) for n, r in zip(input_names, graph.inputs)]
+    onnx_graph = helper.make_graph(ctx.nodes, name, inputs, outputs, initializer=ctx.initializers)
+    from .. import __version__
+    model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)],
+                              producer_name="gcompile", producer_version=__version__)
+    model.ir_version = runtime_limits()[0]
+    return model, ctx.float64_ops

@@ -1,0 +1,110 @@
+"""Graph inputs, constants, casts, identity, stop_gradient, fills and the n-ary sum."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from ..errors import ShapeError
+from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.graph import tensor_type
+from .registry import defop
+from .shape_rules import broadcast_shapes, same_dtype, unary_any
+
+
+def _not_lowered(ctx, names, node):  # inputs and constants are handled by the lowering driver itself
+    raise AssertionError(f"{node.op} is lowered by the driver")
+
+
+defop("input", infer=lambda types, **a: [a["type"]], reference=None, lower=_not_lowered, traits={"nondiff"})
+defop("constant", infer=lambda types, value: [tensor_type(value.dtype, value.shape)],
+      reference=lambda value: value, lower=_not_lowered, traits={"nondiff", "cheap"})
+
+
+# -- cast --------------------------------------------------------------------------------------
+def cast(x, dtype) -> Tensor:
+    """x converted to `dtype` (numpy casting; float -> int truncates toward zero)."""
+    x, dtype = as_tensor(x), np.dtype(dtype)
+    return x if x.dtype == dtype else apply("cast", [x], dtype=dtype)
+
+
+def _cast_vjp(g, ins, outs, dtype):
+    if ins[0].dtype.kind != "f":
+        return [None]
+    return [cast(g[0], ins[0].dtype)]
+
+
+defop("cast",
+      infer=lambda types, dtype: [tensor_type(dtype, types[0].shape)],
+      reference=lambda x, dtype: x.astype(dtype),
+      lower=lambda ctx, names, node: ctx.emit("Cast", names, to=helper.np_dtype_to_tensor_dtype(node.attrs["dtype"])),
+      vjp=_cast_vjp, traits={"elementwise", "cheap"})
+
+
+# -- identity and stop_gradient ----------------------------------------------------------------
+def identity(x) -> Tensor:
+    return apply("identity", [x])
+
+
+def stop_gradient(x) -> Tensor:
+    """x, with no gradient flowing through it (gc.grad treats it as a constant)."""
+    return apply("stop_gradient", [x])
+
+
+defop("identity", infer=unary_any, reference=lambda x: x.copy(),
+      lower=lambda ctx, names, node: ctx.emit("Identity", names),
+      vjp=lambda g, ins, outs: [g[0]], traits={"elementwise", "cheap"})
+defop("stop_gradient", infer=unary_any, reference=lambda x: x.copy(),
+      lower=lambda ctx, names, node: ctx.emit("Identity", names), traits={"nondiff", "cheap"})
+
+
+# -- fills ---------------------------------------------------------------------------------------
+def full(shape, value, dtype="float32") -> Tensor:
+    """A tensor of `shape` (ints and symbol names) filled with `value`."""
+    return apply("fill", [], shape=tuple(shape), value=float(value), dtype=np.dtype(dtype))
+
+
+def zeros_like(x) -> Tensor:
+    x = as_tensor(x)
+    return full(x.shape, 0, x.dtype)
+
+
+def ones_like(x) -> Tensor:
+    x = as_tensor(x)
+    return full(x.shape, 1, x.dtype)
+
+
+def _lower_fill(ctx, names, node):
+    a = node.attrs
+    value = helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(a["dtype"]), [1],
+                               [np.asarray(a["value"], a["dtype"]).item()])
+    return ctx.emit("ConstantOfShape", [ctx.shape_tensor(a["shape"])], value=value)
+
+
+defop("fill", infer=lambda types, shape, value, dtype: [tensor_type(dtype, shape)],
+      reference=lambda shape, value, dtype: np.full(shape, value, dtype=dtype), lower=_lower_fill, traits={"nondiff", "cheap"})
+
+
+def constant(value, dtype=None) -> Tensor:
+    """A constant tensor from a Python value or numpy array."""
+    return as_tensor(np.asarray(value, dtype=dtype))
+
+
+# -- n-ary sum (used to accumulate fan-out cotangents) --------------------------------------------
+def add_n(xs) -> Tensor:
+    xs = list(xs)
+    return xs[0] if len(xs) == 1 else apply("add_n", xs)
+
+
+def _add_n_infer(types):
+    if not types:
+        raise ShapeError("add_n needs at least one operand")
+    return [tensor_type(same_dtype(types), broadcast_shapes(*(t.shape for t in types)))]
+
+
+def _add_n_vjp(g, ins, outs):
+    from .reduce import sum_to_shape
+    return [sum_to_shape(g[0], x.shape) for x in ins]
+
+
+defop("add_n", infer=_add_n_infer, reference=lambda *xs: np.sum(np.broadcast_arrays(*xs), axis=0).astype(xs[0].dtype),
+      lower=lambda ctx, names, node: ctx.emit("Sum", names), vjp=_add_n_vjp, traits={"elementwise", "cheap"})

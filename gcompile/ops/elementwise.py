@@ -1,0 +1,376 @@
+"""Elementwise ops: arithmetic with numpy broadcasting and dtype promotion, comparisons,
+where, and the unary math and activation functions."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.graph import tensor_type
+from .basic import cast
+from .registry import defop
+from .shape_rules import binary_broadcast, compare_broadcast, require_float, unary_float
+
+
+def _onnx(op_type, **fixed):
+    """A lowering that emits one ONNX node of `op_type` over the node's inputs."""
+    return lambda ctx, names, node: ctx.emit(op_type, names, **fixed)
+
+
+def _promote(*values) -> list[Tensor]:
+    """numpy 2 promotion (NEP 50): Python scalars are weak and take the tensors' dtype."""
+    dtype = np.result_type(*[v.dtype if isinstance(v, Tensor) else
+                             v if isinstance(v, (bool, int, float, np.ndarray, np.generic)) else np.asarray(v)
+                             for v in values])
+    return [cast(v, dtype) if isinstance(v, Tensor) else as_tensor(np.asarray(v, dtype=dtype)) for v in values]
+
+
+# -- arithmetic ------------------------------------------------------------------------------
+def _binary(op):
+    def fn(a, b) -> Tensor:
+        return apply(op, _promote(a, b))
+    fn.__name__ = op
+    return fn
+
+
+add, subtract, multiply, divide = _binary("add"), _binary("sub"), _binary("mul"), _binary("div")
+power = _binary("pow")
+maximum, minimum = _binary("maximum"), _binary("minimum")
+
+
+def _sum_to(g, shape):
+    from .reduce import sum_to_shape
+    return sum_to_shape(g, shape)
+
+
+def _float_or_none(x, grad):
+    return grad if x.dtype.kind == "f" else None
+
+
+defop("add", infer=binary_broadcast, reference=np.add, lower=_onnx("Add"),
+      vjp=lambda g, ins, outs: [_sum_to(g[0], x.shape) for x in ins], traits={"elementwise", "cheap", "commutative"})
+defop("sub", infer=binary_broadcast, reference=np.subtract, lower=_onnx("Sub"),
+      vjp=lambda g, ins, outs: [_sum_to(g[0], ins[0].shape), _sum_to(-g[0], ins[1].shape)],
+      traits={"elementwise", "cheap"})
+defop("mul", infer=binary_broadcast, reference=np.multiply, lower=_onnx("Mul"),
+      vjp=lambda g, ins, outs: [_sum_to(g[0] * ins[1], ins[0].shape), _sum_to(g[0] * ins[0], ins[1].shape)],
+      traits={"elementwise", "cheap", "commutative"})
+
+
+def _div_vjp(g, ins, outs):
+    a, b = ins
+    ga = g[0] / b
+    return [_sum_to(ga, a.shape), _sum_to(-ga * outs[0], b.shape)]
+
+
+def _div_reference(a, b):
+    if np.result_type(a, b).kind in "iu":   # ONNX Div truncates toward zero on integers
+        return np.trunc(a / b).astype(np.result_type(a, b))
+    return np.divide(a, b)
+
+
+defop("div", infer=binary_broadcast, reference=_div_reference, lower=_onnx("Div"), vjp=_div_vjp,
+      traits={"elementwise", "cheap"})
+
+
+def _pow_vjp(g, ins, outs):
+    x, y = ins
+    gx = g[0] * y * power(x, y - 1)
+    gy = g[0] * outs[0] * log(x) if y.dtype.kind == "f" else None
+    return [_sum_to(gx, x.shape), None if gy is None else _sum_to(gy, y.shape)]
+
+
+defop("pow", infer=binary_broadcast, reference=np.power, lower=_onnx("Pow"), vjp=_pow_vjp,
+      traits={"elementwise"})
+
+
+def _minmax_vjp(pick_first):
+    def vjp(g, ins, outs):
+        a, b = ins
+        first = pick_first(a, b)          # where a wins (ties go to a)
+        zero = zeros_scalar(g[0])
+        return [_sum_to(where(first, g[0], zero), a.shape), _sum_to(where(first, zero, g[0]), b.shape)]
+    return vjp
+
+
+def zeros_scalar(like: Tensor) -> Tensor:
+    return as_tensor(np.zeros((), like.dtype))
+
+
+defop("maximum", infer=binary_broadcast, reference=np.maximum, lower=_onnx("Max"),
+      vjp=_minmax_vjp(lambda a, b: greater_equal(a, b)), traits={"elementwise", "cheap", "commutative"})
+defop("minimum", infer=binary_broadcast, reference=np.minimum, lower=_onnx("Min"),
+      vjp=_minmax_vjp(lambda a, b: less_equal(a, b)), traits={"elementwise", "cheap", "commutative"})
+
+
+# -- comparisons and logic (no gradient) ---------------------------------------------------------
+def _compare(op, onnx_op, reference, negate=False):
+    def lower(ctx, names, node):
+        out = ctx.emit(onnx_op, names)
+        return ctx.emit("Not", [out]) if negate else out
+    defop(op, infer=compare_broadcast, reference=reference, lower=lower, traits={"nondiff", "elementwise", "cheap"})
+    fn = _binary(op)
+    return fn
+
+
+less = _compare("less", "Less", np.less)
+less_equal = _compare("less_equal", "LessOrEqual", np.less_equal)
+greater = _compare("greater", "Greater", np.greater)
+greater_equal = _compare("greater_equal", "GreaterOrEqual", np.greater_equal)
+equal = _compare("equal", "Equal", np.equal)
+not_equal = _compare("not_equal", "Equal", np.not_equal, negate=True)
+
+
+def _bool_infer(types, **_):
+    for t in types:
+        if t.dtype != np.bool_:
+            from ..errors import ShapeError
+            raise ShapeError(f"logical ops need bool operands, got {t.dtype.name}")
+    return compare_broadcast(types)
+
+
+defop("logical_and", infer=_bool_infer, reference=np.logical_and, lower=_onnx("And"), traits={"nondiff", "elementwise"})
+defop("logical_or", infer=_bool_infer, reference=np.logical_or, lower=_onnx("Or"), traits={"nondiff", "elementwise"})
+defop("logical_not", infer=_bool_infer, reference=np.logical_not, lower=_onnx("Not"), traits={"nondiff", "elementwise"})
+
+
+def logical_and(a, b) -> Tensor:
+    return apply("logical_and", [a, b])
+
+
+def logical_or(a, b) -> Tensor:
+    return apply("logical_or", [a, b])
+
+
+def logical_not(a) -> Tensor:
+    return apply("logical_not", [a])
+
+
+# -- where -------------------------------------------------------------------------------------
+def where(cond, a, b) -> Tensor:
+    """Elementwise choice: a where cond is true, else b (broadcasting all three)."""
+    cond = as_tensor(cond)
+    if cond.dtype != np.bool_:
+        cond = cast(cond, np.bool_)
+    a, b = _promote(a, b)
+    return apply("where", [cond, a, b])
+
+
+def _where_infer(types):
+    from .shape_rules import broadcast_shapes, same_dtype
+    dtype = same_dtype(types[1:])
+    return [tensor_type(dtype, broadcast_shapes(*(t.shape for t in types)))]
+
+
+def _where_vjp(g, ins, outs):
+    cond, a, b = ins
+    zero = zeros_scalar(g[0])
+    return [None, _sum_to(where(cond, g[0], zero), a.shape), _sum_to(where(cond, zero, g[0]), b.shape)]
+
+
+defop("where", infer=_where_infer, reference=np.where, lower=_onnx("Where"), vjp=_where_vjp,
+      traits={"elementwise", "cheap"})
+
+
+# -- unary math ----------------------------------------------------------------------------------
+def _unary(op):
+    def fn(x) -> Tensor:
+        x = as_tensor(x)
+        if x.dtype.kind != "f" and op not in ("neg", "abs", "sign"):
+            x = cast(x, np.float32)
+        return apply(op, [x])
+    fn.__name__ = op
+    return fn
+
+
+def _unary_def(op, reference, lower, vjp, traits=("elementwise", "cheap"), infer=unary_float):
+    defop(op, infer=infer, reference=reference, lower=lower, vjp=vjp, traits=set(traits))
+    return _unary(op)
+
+
+def _numeric(types, **_):
+    return [types[0]]
+
+
+negative = _unary_def("neg", np.negative, _onnx("Neg"), lambda g, ins, outs: [-g[0]], infer=_numeric)
+exp = _unary_def("exp", np.exp, _onnx("Exp"), lambda g, ins, outs: [g[0] * outs[0]])
+log = _unary_def("log", np.log, _onnx("Log"), lambda g, ins, outs: [g[0] / ins[0]])
+sqrt = _unary_def("sqrt", np.sqrt, _onnx("Sqrt"), lambda g, ins, outs: [g[0] * 0.5 / outs[0]])
+rsqrt = _unary_def("rsqrt", lambda x: 1 / np.sqrt(x),
+                   lambda ctx, names, node: ctx.emit("Reciprocal", [ctx.emit("Sqrt", names)]),
+                   lambda g, ins, outs: [g[0] * -0.5 * outs[0] / ins[0]])
+abs = _unary_def("abs", np.abs, _onnx("Abs"), lambda g, ins, outs: [g[0] * sign(ins[0])], infer=_numeric)
+sin = _unary_def("sin", np.sin, _onnx("Sin"), lambda g, ins, outs: [g[0] * cos(ins[0])])
+cos = _unary_def("cos", np.cos, _onnx("Cos"), lambda g, ins, outs: [-(g[0] * sin(ins[0]))])
+tan = _unary_def("tan", np.tan, _onnx("Tan"), lambda g, ins, outs: [g[0] * (1 + outs[0] * outs[0])])
+tanh = _unary_def("tanh", np.tanh, _onnx("Tanh"), lambda g, ins, outs: [g[0] * (1 - outs[0] * outs[0])])
+sigmoid = _unary_def("sigmoid", lambda x: 0.5 * (1 + np.tanh(0.5 * x)), _onnx("Sigmoid"),
+                     lambda g, ins, outs: [g[0] * outs[0] * (1 - outs[0])])
+_erf_reference = np.vectorize(math.erf, otypes=[float])
+erf = _unary_def("erf", _erf_reference, _onnx("Erf"),
+                 lambda g, ins, outs: [g[0] * (2 / math.sqrt(math.pi)) * exp(-(ins[0] * ins[0]))])
+
+
+def _positive_mask(x: Tensor) -> Tensor:
+    return cast(greater(x, 0), x.dtype)
+
+
+relu = _unary_def("relu", lambda x: np.maximum(x, 0), _onnx("Relu"),
+                  lambda g, ins, outs: [g[0] * _positive_mask(ins[0])])
+
+
+def _lower_log1p(ctx, names, node):
+    # log(1+x) * x / ((1+x) - 1) is accurate where plain log(1+x) rounds away small x (Kahan).
+    x = names[0]
+    one = ctx.const(np.ones((), node.outputs[0].dtype))
+    u = ctx.emit("Add", [x, one])
+    d = ctx.emit("Sub", [u, one])
+    ratio = ctx.emit("Div", [ctx.emit("Mul", [ctx.emit("Log", [u]), x]), d])
+    return ctx.emit("Where", [ctx.emit("Equal", [d, ctx.const(np.zeros((), node.outputs[0].dtype))]), x, ratio])
+
+
+def _lower_expm1(ctx, names, node):
+    # (e^x - 1) * x / log(e^x) near 0; plain e^x - 1 for |x| > 1 (where it is already accurate).
+    x, dtype = names[0], node.outputs[0].dtype
+    one = ctx.const(np.ones((), dtype))
+    u = ctx.emit("Exp", [x])
+    d = ctx.emit("Sub", [u, one])
+    ratio = ctx.emit("Div", [ctx.emit("Mul", [d, x]), ctx.emit("Log", [u])])
+    small = ctx.emit("Where", [ctx.emit("Equal", [u, one]), x, ratio])
+    return ctx.emit("Where", [ctx.emit("Greater", [ctx.emit("Abs", [x]), one]), d, small])
+
+
+log1p = _unary_def("log1p", np.log1p, _lower_log1p, lambda g, ins, outs: [g[0] / (1 + ins[0])])
+expm1 = _unary_def("expm1", np.expm1, _lower_expm1, lambda g, ins, outs: [g[0] * (outs[0] + 1)])
+
+# Piecewise-constant ops: declared non-differentiable (zero gradient, never an error).
+sign = _unary_def("sign", np.sign, _onnx("Sign"), None, traits=("elementwise", "nondiff"), infer=_numeric)
+floor = _unary_def("floor", np.floor, _onnx("Floor"), None, traits=("elementwise", "nondiff"))
+ceil = _unary_def("ceil", np.ceil, _onnx("Ceil"), None, traits=("elementwise", "nondiff"))
+round = _unary_def("round", np.round, _onnx("Round"), None, traits=("elementwise", "nondiff"))
+
+
+def square(x) -> Tensor:
+    x = as_tensor(x)
+    return x * x
+
+
+# -- parametrised activations ------------------------------------------------------------------
+def leaky_relu(x, slope: float = 0.2) -> Tensor:
+    return apply("leaky_relu", [as_tensor(x)], slope=float(slope))
+
+
+defop("leaky_relu", infer=unary_float, reference=lambda x, slope: np.where(x > 0, x, slope * x),
+      lower=lambda ctx, names, node: ctx.emit("LeakyRelu", names, alpha=node.attrs["slope"]),
+      vjp=lambda g, ins, outs, slope: [g[0] * where(greater(ins[0], 0), 1.0, slope)],
+      traits={"elementwise", "cheap"})
+
+
+def elu(x, alpha: float = 1.0) -> Tensor:
+    return apply("elu", [as_tensor(x)], alpha=float(alpha))
+
+
+defop("elu", infer=unary_float, reference=lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))),
+      lower=lambda ctx, names, node: ctx.emit("Elu", names, alpha=node.attrs["alpha"]),
+      vjp=lambda g, ins, outs, alpha: [g[0] * where(greater(ins[0], 0), 1.0, outs[0] + alpha)],
+      traits={"elementwise", "cheap"})
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772, 1.0507009873554805
+
+
+def selu(x) -> Tensor:
+    return apply("selu", [as_tensor(x)])
+
+
+defop("selu", infer=unary_float,
+      reference=lambda x: _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(np.minimum(x, 0))),
+      lower=lambda ctx, names, node: ctx.emit("Selu", names, alpha=_SELU_ALPHA, gamma=_SELU_SCALE),
+      vjp=lambda g, ins, outs: [g[0] * where(greater(ins[0], 0), _SELU_SCALE, outs[0] + _SELU_ALPHA * _SELU_SCALE)],
+      traits={"elementwise", "cheap"})
+
+
+def softplus(x, beta: float = 1.0) -> Tensor:
+    """log(1 + exp(beta x)) / beta, computed stably."""
+    return apply("softplus", [as_tensor(x)], beta=float(beta))
+
+
+def _softplus_reference(x, beta):
+    bx = beta * x
+    return (np.maximum(bx, 0) + np.log1p(np.exp(-np.abs(bx)))) / beta
+
+
+def _lower_softplus(ctx, names, node):
+    beta = node.attrs["beta"]
+    if beta == 1.0:
+        return ctx.emit("Softplus", names)
+    b = ctx.const(np.asarray(beta, node.outputs[0].dtype))
+    return ctx.emit("Div", [ctx.emit("Softplus", [ctx.emit("Mul", [names[0], b])]), b])
+
+
+defop("softplus", infer=unary_float, reference=_softplus_reference, lower=_lower_softplus,
+      vjp=lambda g, ins, outs, beta: [g[0] * sigmoid(ins[0] * beta)], traits={"elementwise", "cheap"})
+
+
+def silu(x) -> Tensor:
+    x = as_tensor(x)
+    return x * sigmoid(x)
+
+
+def gelu(x, approximate: bool = False) -> Tensor:
+    """x·Φ(x); approximate=True uses the tanh form."""
+    return apply("gelu", [as_tensor(x)], approximate=bool(approximate))
+
+
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+
+
+def _gelu_reference(x, approximate):
+    if approximate:
+        return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + _erf_reference(x / math.sqrt(2)))
+
+
+def _lower_gelu(ctx, names, node):
+    approximate = node.attrs["approximate"]
+    if ctx.opset >= 20:
+        return ctx.emit("Gelu", names, approximate="tanh" if approximate else "none")
+    dtype = node.outputs[0].dtype
+    c = lambda v: ctx.const(np.asarray(v, dtype))  # noqa: E731
+    x = names[0]
+    if approximate:
+        inner = ctx.emit("Mul", [c(_SQRT_2_OVER_PI), ctx.emit("Add", [x, ctx.emit("Mul", [c(0.044715), ctx.emit("Mul", [x, ctx.emit("Mul", [x, x])])])])])
+        phi2 = ctx.emit("Add", [c(1.0), ctx.emit("Tanh", [inner])])
+    else:
+        phi2 = ctx.emit("Add", [c(1.0), ctx.emit("Erf", [ctx.emit("Mul", [x, c(1 / math.sqrt(2))])])])
+    return ctx.emit("Mul", [ctx.emit("Mul", [x, phi2]), c(0.5)])
+
+
+def _gelu_vjp(g, ins, outs, approximate):
+    x = ins[0]
+    if approximate:
+        inner = _SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
+        t = tanh(inner)
+        dinner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+        return [g[0] * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * dinner)]
+    cdf = 0.5 * (1 + erf(x * (1 / math.sqrt(2))))
+    pdf = exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))
+    return [g[0] * (cdf + x * pdf)]
+
+
+defop("gelu", infer=unary_float, reference=_gelu_reference, lower=_lower_gelu, vjp=_gelu_vjp,
+      traits={"elementwise"})
+
+
+def clip(x, lo=None, hi=None) -> Tensor:
+    """x limited to [lo, hi] (either bound may be None)."""
+    x = as_tensor(x)
+    if lo is not None:
+        x = maximum(x, lo)
+    if hi is not None:
+        x = minimum(x, hi)
+    return x
+
+
+def pow(x, y) -> Tensor:  # noqa: A001 - numpy's name
+    return power(x, y)

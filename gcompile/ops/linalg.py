@@ -1,0 +1,130 @@
+"""Matrix products: matmul (batched, broadcasting), linear, einsum."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError, UnsupportedError
+from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.graph import tensor_type
+from .elementwise import _promote
+from .reduce import sum_to_shape
+from .registry import defop
+from .shape import broadcast_to, expand_dims, reshape, squeeze, swapaxes
+from .shape_rules import broadcast_shapes, same_dtype
+
+
+def matmul(a, b) -> Tensor:
+    """numpy matmul: 1-D operands are promoted to matrices and the added axis removed after."""
+    a, b = _promote(a, b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError("matmul: operands must have at least one dimension; use * for scalars")
+    squeeze_axes = []
+    if a.ndim == 1:
+        a = expand_dims(a, 0)
+        squeeze_axes.append(-2)
+    if b.ndim == 1:
+        b = expand_dims(b, 1)
+        squeeze_axes.append(-1)
+    out = apply("matmul", [a, b])
+    return squeeze(out, tuple(out.ndim + s for s in squeeze_axes)) if squeeze_axes else out
+
+
+def _matmul_infer(types):
+    a, b = types
+    dtype = same_dtype(types)
+    if a.shape[-1] != b.shape[-2]:
+        raise ShapeError(f"contracting dims differ: {a.shape[-1]!r} vs {b.shape[-2]!r}")
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return [tensor_type(dtype, batch + (a.shape[-2], b.shape[-1]))]
+
+
+def _matmul_vjp(g, ins, outs):
+    a, b = ins
+    return [sum_to_shape(matmul(g[0], swapaxes(b, -1, -2)), a.shape),
+            sum_to_shape(matmul(swapaxes(a, -1, -2), g[0]), b.shape)]
+
+
+defop("matmul", infer=_matmul_infer, reference=np.matmul,
+      lower=lambda ctx, names, node: ctx.emit("MatMul", names), vjp=_matmul_vjp)
+
+
+def linear(x, w, b=None) -> Tensor:
+    """x @ w + b, with w of shape (in, out)."""
+    y = matmul(x, w)
+    return y if b is None else y + b
+
+
+# -- einsum --------------------------------------------------------------------------------------
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _canonical(equation: str, ndims) -> tuple[list[str], str]:
+    """Explicit form of an einsum equation: '...' replaced by letters, output written out."""
+    equation = equation.replace(" ", "")
+    lhs, arrow, rhs = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ndims):
+        raise ShapeError(f"einsum: equation {equation!r} names {len(terms)} operands, got {len(ndims)}")
+    used = set(equation) - set(".,->")
+    free = [c for c in _LETTERS if c not in used]
+    n_ell = max([nd - len(t.replace("...", "")) for t, nd in zip(terms, ndims) if "..." in t] or [0])
+    ell = "".join(free[:n_ell])
+    out_terms = []
+    for t, nd in zip(terms, ndims):
+        if "..." in t:
+            k = nd - len(t.replace("...", ""))
+            t = t.replace("...", ell[n_ell - k:] if k else "")
+        if len(t) != nd:
+            raise ShapeError(f"einsum: term {t!r} does not match an operand of rank {nd}")
+        out_terms.append(t)
+    if arrow:
+        out = rhs.replace("...", ell)
+    else:
+        counts = {c: lhs.count(c) for c in set(lhs) - set(".,")}
+        out = ell + "".join(sorted(c for c, n in counts.items() if n == 1))
+    return out_terms, out
+
+
+def einsum(equation: str, *xs) -> Tensor:
+    """Einstein summation (numpy's notation, '...' allowed)."""
+    xs = _promote(*xs)
+    terms, out = _canonical(equation, [x.ndim for x in xs])
+    return apply("einsum", list(xs), equation=",".join(terms) + "->" + out)
+
+
+def _einsum_infer(types, equation):
+    dtype = same_dtype(types)
+    lhs, out = equation.split("->")
+    sizes: dict = {}
+    for term, t in zip(lhs.split(","), types):
+        for c, d in zip(term, t.shape):
+            prev = sizes.get(c, 1)
+            if prev != 1 and d != 1 and prev != d:
+                raise ShapeError(f"einsum: index {c!r} has sizes {prev!r} and {d!r}")
+            if d != 1 or c not in sizes:
+                sizes[c] = d
+    return [tensor_type(dtype, tuple(sizes[c] for c in out))]
+
+
+def _einsum_vjp(g, ins, outs, equation):
+    lhs, out = equation.split("->")
+    terms = lhs.split(",")
+    grads = []
+    for i, (term, x) in enumerate(zip(terms, ins)):
+        if len(set(term)) != len(term):
+            raise UnsupportedError(f"einsum gradient: repeated index in {term!r} (a diagonal) is not supported")
+        others = [t for j, t in enumerate(terms) if j != i]
+        available = set(out).union(*others)
+        kept = "".join(c for c in term if c in available)
+        operands = [g[0]] + [y for j, y in enumerate(ins) if j != i]
+        gx = apply("einsum", operands, equation=",".join([out] + others) + "->" + kept)
+        if kept != term:   # indices summed only inside this operand: broadcast back over them
+            gx = reshape(gx, tuple(gx.shape[kept.index(c)] if c in kept else 1 for c in term))
+            gx = sum_to_shape(gx, tuple(d if c in kept else 1 for c, d in zip(term, x.shape)))
+        grads.append(broadcast_to(sum_to_shape(gx, x.shape) if kept == term else gx, x.shape))
+    return grads
+
+
+defop("einsum", infer=_einsum_infer, reference=lambda *xs, equation: np.einsum(equation, *xs),
+      lower=lambda ctx, names, node: ctx.emit("Einsum", names, equation=node.attrs["equation"]),
+      vjp=_einsum_vjp)

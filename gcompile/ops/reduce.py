@@ -1,0 +1,133 @@
+"""Reductions over axes, and sum_to_shape (the adjoint of broadcasting)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir import dims
+from ..ir.graph import tensor_type
+from .basic import cast, stop_gradient
+from .elementwise import equal, exp, log
+from .registry import defop
+from .shape import broadcast_to, reshape
+from .shape_rules import normalize_axes, reduced_shape
+
+
+def _reduce_infer(types, axes, keepdims):
+    t = types[0]
+    return [tensor_type(t.dtype, reduced_shape(t.shape, axes, keepdims))]
+
+
+def _lower_reduce(onnx_op):
+    def lower(ctx, names, node):
+        return ctx.emit(onnx_op, [names[0], ctx.int64s(node.attrs["axes"])], keepdims=int(node.attrs["keepdims"]))
+    return lower
+
+
+def _reduction(op):
+    def fn(x, axis=None, keepdims: bool = False) -> Tensor:
+        x = as_tensor(x)
+        if op in ("reduce_mean",) and x.dtype.kind != "f":
+            x = cast(x, np.float32)
+        axes = normalize_axes(axis, x.ndim)
+        if not axes:
+            return x
+        return apply(op, [x], axes=axes, keepdims=bool(keepdims))
+    fn.__name__ = op.replace("reduce_", "")
+    return fn
+
+
+def _kept(g: Tensor, x: Tensor, axes, keepdims) -> Tensor:
+    """g (reduced over `axes`) reshaped so it broadcasts against x."""
+    return g if keepdims else reshape(g, reduced_shape(x.shape, axes, True))
+
+
+def _sum_vjp(g, ins, outs, axes, keepdims):
+    return [broadcast_to(_kept(g[0], ins[0], axes, keepdims), ins[0].shape)]
+
+
+def _mean_vjp(g, ins, outs, axes, keepdims):
+    x = ins[0]
+    return [broadcast_to(_kept(g[0], x, axes, keepdims) / count(x, axes), x.shape)]
+
+
+def _extremum_vjp(g, ins, outs, axes, keepdims):
+    # The gradient goes to the positions holding the extremum, shared equally among ties.
+    x = ins[0]
+    y = _kept(outs[0], x, axes, keepdims)
+    mask = cast(equal(x, y), x.dtype)
+    share = mask / sum(mask, axes, keepdims=True)
+    return [_kept(g[0], x, axes, keepdims) * share]
+
+
+def _prod_vjp(g, ins, outs, axes, keepdims):
+    # y / x: exact away from zeros in x (documented; keep inputs nonzero for prod gradients).
+    x = ins[0]
+    return [_kept(g[0], x, axes, keepdims) * _kept(outs[0], x, axes, keepdims) / x]
+
+
+def _np_reduce(fn):
+    return lambda x, axes, keepdims: fn(x, axis=axes, keepdims=keepdims)
+
+
+defop("reduce_sum", infer=_reduce_infer, reference=_np_reduce(np.sum), lower=_lower_reduce("ReduceSum"),
+      vjp=_sum_vjp, traits={"reduction"})
+defop("reduce_mean", infer=_reduce_infer, reference=_np_reduce(np.mean), lower=_lower_reduce("ReduceMean"),
+      vjp=_mean_vjp, traits={"reduction"})
+defop("reduce_max", infer=_reduce_infer, reference=_np_reduce(np.max), lower=_lower_reduce("ReduceMax"),
+      vjp=_extremum_vjp, traits={"reduction"})
+defop("reduce_min", infer=_reduce_infer, reference=_np_reduce(np.min), lower=_lower_reduce("ReduceMin"),
+      vjp=_extremum_vjp, traits={"reduction"})
+defop("reduce_prod", infer=_reduce_infer, reference=_np_reduce(np.prod), lower=_lower_reduce("ReduceProd"),
+      vjp=_prod_vjp, traits={"reduction"})
+
+sum = _reduction("reduce_sum")
+mean = _reduction("reduce_mean")
+max = _reduction("reduce_max")
+min = _reduction("reduce_min")
+prod = _reduction("reduce_prod")
+
+
+def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
+    """log(sum(exp(x))) over axes, shifted by the (gradient-free) max for stability."""
+    x = as_tensor(x)
+    shift = stop_gradient(max(x, axis, keepdims=True))
+    out = log(sum(exp(x - shift), axis, keepdims=True)) + shift
+    return out if keepdims else reshape(out, reduced_shape(x.shape, normalize_axes(axis, x.ndim), False))
+
+
+# -- element counts (symbolic dims resolved at run time) -------------------------------------------
+def count(x, axes) -> Tensor:
+    """Number of elements of x over `axes`, as a scalar of x's dtype (run-time for symbolic dims)."""
+    x = as_tensor(x)
+    n = dims.product(x.shape[a] for a in axes)
+    if isinstance(n, int):
+        return as_tensor(np.asarray(n, x.dtype))
+    return apply("count", [x], axes=tuple(axes))
+
+
+def _lower_count(ctx, names, node):
+    from onnx import helper
+    dim = dims.product(ctx.graph.type_of(node.inputs[0]).shape[a] for a in node.attrs["axes"])
+    n = ctx.shape_tensor((dim,))
+    total = ctx.emit("Reshape", [n, ctx.int64s([])])
+    return ctx.emit("Cast", [total], to=helper.np_dtype_to_tensor_dtype(node.outputs[0].dtype))
+
+
+defop("count", infer=lambda types, axes: [tensor_type(types[0].dtype, ())],
+      reference=lambda x, axes: np.asarray(np.prod([x.shape[a] for a in axes]), x.dtype),
+      lower=_lower_count, traits={"nondiff", "cheap"})
+
+
+# -- the adjoint of broadcasting ---------------------------------------------------------------------
+def sum_to_shape(g, shape) -> Tensor:
+    """Sum g over the axes along which `shape` was broadcast to g's shape, giving `shape`."""
+    g, shape = as_tensor(g), tuple(shape)
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, d in enumerate(shape) if d == 1 and g.shape[lead + i] != 1)
+    if axes:
+        g = apply("reduce_sum", [g], axes=axes, keepdims=True)
+    return reshape(g, shape)
+

@@ -1,0 +1,23 @@
+"""Atomic artifact writes: a temporary file in the target folder, then a rename."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def atomic_write(path, data: bytes) -> None:
+    """Write `data` to `path` so readers see the old file or the new one, never a partial one."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,60 @@
+"""Execution provider choice and session creation for onnxruntime.
+
+onnxruntime-gpu lists the CUDA provider even where CUDA cannot load, and then prints a
+loud error and runs on CPU; so we probe once, with logging silenced, and report the
+provider that really runs (DESIGN.md §6).
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+from ..errors import GcompileError
+
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_available() -> bool:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    if PROVIDERS["cuda"] not in ort.get_available_providers():
+        return False
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in "xy"]
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe", io[:1], io[1:]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    ort.set_default_logger_severity(4)
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), options,
+                                       providers=[PROVIDERS["cuda"], PROVIDERS["cpu"]])
+        return session.get_providers()[0] == PROVIDERS["cuda"]
+    except Exception:
+        return False
+    finally:
+        ort.set_default_logger_severity(3)
+
+
+def resolve_provider(requested: str) -> str:
+    """'auto' -> 'cuda' where the CUDA provider really loads, else 'cpu'."""
+    requested = (requested or "auto").lower()
+    if requested == "auto":
+        return "cuda" if cuda_available() else "cpu"
+    if requested not in PROVIDERS:
+        raise GcompileError(f"unknown provider {requested!r}: use 'auto', 'cpu' or 'cuda'")
+    if requested == "cuda" and not cuda_available():
+        raise GcompileError("provider 'cuda' was requested but the CUDA execution provider does not load here "
+                            "(no GPU, or CUDA/cuDNN libraries missing); use provider='auto' or 'cpu'")
+    return requested
+
+
+def make_session(model_bytes: bytes, provider: str):
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = os.cpu_count() or 1
+    options.log_severity_level = 3
+    providers = [PROVIDERS[provider]] + ([PROVIDERS["cpu"]] if provider != "cpu" else [])
+    return ort.InferenceSession(model_bytes, options, providers=providers)
