@@ -2,24 +2,16 @@
 
 Every function takes Tensors, numpy arrays or Python scalars, follows numpy's
 broadcasting and axis conventions, and records nodes into the function being traced.
+Each family module under gcompile/ops/ lists its public functions in `__all__`.
 """
-from .ops.basic import add_n, cast, constant, full, identity, ones_like, stop_gradient, zeros_like
-from .ops.elementwise import (abs, add, ceil, clip, cos, divide, elu, equal, erf, exp, expm1, floor, gelu, greater,
-                              greater_equal, leaky_relu, less, less_equal, log, log1p, logical_and, logical_not,
-                              logical_or, maximum, minimum, multiply, negative, not_equal, pow, power, relu, round,
-                              rsqrt, selu, sigmoid, sign, silu, sin, softplus, sqrt, square, subtract, tan, tanh,
-                              where)
-from .ops.linalg import einsum, linear, matmul
-from .ops.reduce import logsumexp, max, mean, min, prod, sum, sum_to_shape
-from .ops.shape import broadcast_to, expand_dims, flatten, ravel, reshape, squeeze, swapaxes, transpose
+from .ops import basic, conv, elementwise, indexing, linalg, nn, reduce, shape
+from .ops.basic import *  # noqa: F401,F403
+from .ops.conv import *  # noqa: F401,F403
+from .ops.elementwise import *  # noqa: F401,F403
+from .ops.indexing import *  # noqa: F401,F403
+from .ops.linalg import *  # noqa: F401,F403
+from .ops.nn import *  # noqa: F401,F403
+from .ops.reduce import *  # noqa: F401,F403
+from .ops.shape import *  # noqa: F401,F403
 
-__all__ = [
-    "add_n", "cast", "constant", "full", "identity", "ones_like", "stop_gradient", "zeros_like",
-    "abs", "add", "ceil", "clip", "cos", "divide", "elu", "equal", "erf", "exp", "expm1", "floor", "gelu", "greater",
-    "greater_equal", "leaky_relu", "less", "less_equal", "log", "log1p", "logical_and", "logical_not", "logical_or",
-    "maximum", "minimum", "multiply", "negative", "not_equal", "pow", "power", "relu", "round", "rsqrt", "selu",
-    "sigmoid", "sign", "silu", "sin", "softplus", "sqrt", "square", "subtract", "tan", "tanh", "where",
-    "einsum", "linear", "matmul",
-    "logsumexp", "max", "mean", "min", "prod", "sum", "sum_to_shape",
-    "broadcast_to", "expand_dims", "flatten", "ravel", "reshape", "squeeze", "swapaxes", "transpose",
-]
+__all__ = [name for module in (basic, elementwise, reduce, linalg, shape, indexing, conv, nn) for name in module.__all__]

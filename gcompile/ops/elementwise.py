@@ -12,6 +12,12 @@ from .basic import cast
 from .registry import defop
 from .shape_rules import binary_broadcast, compare_broadcast, require_float, unary_float
 
+__all__ = ["abs", "add", "ceil", "clip", "cos", "divide", "elu", "equal", "erf", "exp", "expm1", "floor",
+           "gelu", "greater", "greater_equal", "leaky_relu", "less", "less_equal", "log", "log1p",
+           "logical_and", "logical_not", "logical_or", "maximum", "minimum", "multiply", "negative",
+           "not_equal", "pow", "power", "relu", "round", "rsqrt", "selu", "sigmoid", "sign", "silu", "sin",
+           "softplus", "sqrt", "square", "subtract", "tan", "tanh", "where"]
+
 
 def _onnx(op_type, **fixed):
     """A lowering that emits one ONNX node of `op_type` over the node's inputs."""

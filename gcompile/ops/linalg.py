@@ -12,6 +12,8 @@ from .registry import defop
 from .shape import broadcast_to, expand_dims, reshape, squeeze, swapaxes
 from .shape_rules import broadcast_shapes, same_dtype
 
+__all__ = ["einsum", "linear", "matmul"]
+
 
 def matmul(a, b) -> Tensor:
     """numpy matmul: 1-D operands are promoted to matrices and the added axis removed after."""

@@ -12,6 +12,8 @@ from .registry import defop
 from .shape import broadcast_to, reshape
 from .shape_rules import normalize_axes, reduced_shape
 
+__all__ = ["logsumexp", "max", "mean", "min", "prod", "sum", "sum_to_shape"]
+
 
 def _reduce_infer(types, axes, keepdims):
     t = types[0]

@@ -11,6 +11,8 @@ from ..ir.graph import tensor_type
 from .registry import defop
 from .shape_rules import broadcast_shapes, normalize_axes, normalize_axis
 
+__all__ = ["broadcast_to", "expand_dims", "flatten", "ravel", "reshape", "squeeze", "swapaxes", "transpose"]
+
 
 # -- reshape -----------------------------------------------------------------------------------
 def _resolve_target(shape, target) -> tuple:

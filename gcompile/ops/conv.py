@@ -1,0 +1,4 @@
+"""Convolution and pooling, NCHW, 1-D to 3-D."""
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,42 @@
+"""Shared checks for op tests: forward through onnxruntime against a numpy expectation,
+and float64 numeric gradient checks (first and second order) on the reference evaluator.
+
+Every op that appears in a graph checked by `check_grads` is recorded; tests/ops/conftest.py
+fails the run if a differentiable registry op was never gradient-checked.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import gcompile as gc
+from gcompile.frontend.trace import trace
+from gcompile.testing import check_grad
+
+GRAD_CHECKED_OPS: set[str] = set()
+
+
+def check_forward(fn, inputs, expected, *, rtol=1e-5, atol=1e-6, specs=None):
+    """Compile `fn` (inputs are example arrays, or `specs` when given), run it on onnxruntime
+    with `inputs`, compare each output leaf with `expected` (an array or a list of arrays)."""
+    import onnx
+    cf = gc.compile(fn, *(specs or inputs), provider="cpu")
+    onnx.checker.check_model(cf.model, full_check=True)
+    assert {n.domain for n in cf.model.graph.node} <= {"", "ai.onnx"}
+    got = cf.run_flat(*inputs)
+    expected = expected if isinstance(expected, (list, tuple)) else [expected]
+    assert len(got) == len(expected), (len(got), len(expected))
+    for g, e in zip(got, expected):
+        e = np.asarray(e)
+        assert g.shape == e.shape, f"shape {g.shape} vs expected {e.shape}"
+        assert g.dtype == e.dtype or e.dtype.kind == g.dtype.kind, f"dtype {g.dtype} vs expected {e.dtype}"
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol)
+    return got
+
+
+def check_grads(fn, inputs, *, order=2, **kwargs):
+    """check_grad for orders 1..order (float64, reference evaluator); records the ops checked."""
+    arrays = [np.asarray(a, np.float64) if np.asarray(a).dtype.kind == "f" else np.asarray(a) for a in inputs]
+    graph = trace(fn, arrays).graph
+    GRAD_CHECKED_OPS.update(n.op for n in graph.nodes.values())
+    for k in range(1, order + 1):
+        check_grad(fn, arrays, order=k, **kwargs)
