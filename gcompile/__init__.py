@@ -2,14 +2,19 @@
 __version__ = "0.1.0"
 
 from . import functions  # noqa: E402  (registers every op)
+from . import export as _export_module  # noqa: E402
 from .errors import GcompileError, InputError, LoweringError, ShapeError, TraceError, UnsupportedError  # noqa: E402
+from .export import *  # noqa: E402,F401,F403
 from .frontend import methods as _methods  # noqa: E402
 from .frontend.spec import Spec, spec  # noqa: E402
 from .frontend.tensor import Tensor  # noqa: E402
 from .gradients import grad  # noqa: E402
+from .gradients import transforms as _transforms  # noqa: E402
+from .gradients.transforms import *  # noqa: E402,F401,F403
 from .runtime import CompiledFunction, compile  # noqa: E402
 
 _methods.install()
 
 __all__ = ["functions", "spec", "Spec", "Tensor", "grad", "compile", "CompiledFunction", "GcompileError",
-           "InputError", "LoweringError", "ShapeError", "TraceError", "UnsupportedError", "__version__"]
+           "InputError", "LoweringError", "ShapeError", "TraceError", "UnsupportedError", "__version__",
+           *_export_module.__all__, *_transforms.__all__]

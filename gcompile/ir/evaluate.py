@@ -25,7 +25,6 @@ def bind_symbols(graph: Graph, arrays) -> dict:
 
 def evaluate(graph: Graph, arrays, outputs=None) -> list[np.ndarray]:
     """Values of `outputs` (default: the graph's outputs) given one array per graph input."""
-    from ..ops.registry import get_op
     arrays = list(arrays)
     if len(arrays) != len(graph.inputs):
         raise InputError(f"expected {len(graph.inputs)} inputs, got {len(arrays)}")
@@ -35,6 +34,13 @@ def evaluate(graph: Graph, arrays, outputs=None) -> list[np.ndarray]:
     needed = set()
     for ref in wanted:
         needed |= {ref.node} | set(_ancestors(graph, ref.node))
+    with np.errstate(all="ignore"):   # Inf/NaN propagate as they would at run time
+        _run(graph, values, needed, bindings)
+    return [values[r] for r in wanted]
+
+
+def _run(graph: Graph, values: dict, needed: set, bindings: dict) -> None:
+    from ..ops.registry import get_op
     for node in graph.topo_order():
         if node.id not in needed or node.op == "input":
             continue
@@ -45,7 +51,6 @@ def evaluate(graph: Graph, arrays, outputs=None) -> list[np.ndarray]:
         results = result if isinstance(result, tuple) else (result,)
         for i, (r, t) in enumerate(zip(results, node.outputs)):
             values[node.out(i)] = np.asarray(r, dtype=t.dtype)
-    return [values[r] for r in wanted]
 
 
 def _ancestors(graph: Graph, node_id: int):

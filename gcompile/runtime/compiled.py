@@ -68,13 +68,21 @@ class CompiledFunction:
         return pytree.unflatten(self.traced.out_tree, self.run_flat(*args))
 
 
-def compile(fn, *args, provider: str = "auto", opset: int | None = None, name: str | None = None) -> CompiledFunction:
-    """Trace `fn` with one graph input per argument (gc.spec or example array) and compile it."""
+def compile(fn, *args, provider: str = "auto", opset: int | None = None, optimize: int = 2,
+            name: str | None = None) -> CompiledFunction:
+    """Trace `fn` with one graph input per argument (gc.spec or example array) and compile it.
+
+    optimize: 0 runs no graph pass, 1 dead code and common subexpressions, 2 (default) also
+    constant folding and algebraic simplification.
+    """
     traced = trace(fn, args, name=name)
-    return compile_traced(traced, provider=provider, opset=opset)
+    return compile_traced(traced, provider=provider, opset=opset, optimize=optimize)
 
 
-def compile_traced(traced: Traced, provider: str = "auto", opset: int | None = None) -> CompiledFunction:
+def compile_traced(traced: Traced, provider: str = "auto", opset: int | None = None,
+                   optimize: int = 2) -> CompiledFunction:
+    from ..passes import optimize as run_passes
     resolved = resolve_provider(provider)
+    run_passes(traced.graph, optimize)
     model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=traced.name)
     return CompiledFunction(traced, model, resolved, float64_ops)

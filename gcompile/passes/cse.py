@@ -1,0 +1,43 @@
+"""Common-subexpression elimination: nodes with the same op, operands and attributes are
+merged into the first one (random ops never are). Small constants are merged by content."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import Graph
+from ..ops.registry import get_op
+from .base import PassResult, replace_uses
+
+_MAX_CONSTANT_BYTES = 1 << 16   # larger constants are compared by identity only
+
+
+def _attr_key(value):
+    if isinstance(value, np.ndarray):
+        if value.nbytes > _MAX_CONSTANT_BYTES:
+            return ("array-id", id(value))
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (list, tuple)):
+        return tuple(_attr_key(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _attr_key(v)) for k, v in value.items()))
+    if isinstance(value, np.dtype):
+        return ("dtype", value.str)
+    return value
+
+
+def eliminate_common_subexpressions(graph: Graph) -> PassResult:
+    seen: dict = {}
+    changed = False
+    for node in graph.topo_order():
+        if node.op == "input" or "random" in get_op(node.op).traits:
+            continue
+        key = (node.op, tuple(node.inputs), _attr_key(node.attrs), node.outputs[0].dtype.str if node.outputs else None)
+        first = seen.setdefault(key, node)
+        if first is node:
+            continue
+        for i in range(len(node.outputs)):
+            replace_uses(graph, node.out(i), first.out(i))
+        first.order = min(first.order, node.order)
+        graph.remove_node(node.id)
+        changed = True
+    return PassResult(graph, changed)

@@ -1,0 +1,151 @@
+"""Each pass keeps semantics on random inputs, reaches a fixed point (idempotent), and
+leaves a valid graph (every operand produced by a node still in the graph)."""
+import numpy as np
+import pytest
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile.frontend.trace import trace
+from gcompile.ir.evaluate import evaluate
+from gcompile.passes import (eliminate_common_subexpressions, eliminate_dead_code, fold_constants, optimize,
+                             simplify)
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((3, 4))
+W = RNG.standard_normal((4, 4))
+
+
+def _graph(fn, *arrays):
+    return trace(fn, list(arrays)).graph
+
+
+def _assert_valid(graph):
+    for node in graph.nodes.values():
+        for ref in node.inputs:
+            assert ref.node in graph.nodes, f"{node.name} reads a removed node"
+    for ref in graph.outputs:
+        assert ref.node in graph.nodes
+
+
+def _check(pass_fn, fn, arrays, expect_change=True):
+    graph = _graph(fn, *arrays)
+    before = evaluate(graph, arrays)
+    n_before = len(graph)
+    result = pass_fn(graph)
+    assert result.changed == expect_change
+    _assert_valid(graph)
+    for a, b in zip(before, evaluate(graph, arrays)):
+        np.testing.assert_array_equal(a, b)
+    again = pass_fn(graph)
+    assert not again.changed, "a second run must find nothing to do"
+    return n_before, len(graph)
+
+
+def _ops(graph):
+    return sorted(n.op for n in graph.nodes.values())
+
+
+def test_dce_removes_unused_nodes():
+    def fn(x):
+        F.exp(x)            # dead
+        return F.sin(x)
+    before, after = _check(eliminate_dead_code, fn, [X])
+    assert after == before - 1
+
+
+def test_cse_merges_repeated_subexpressions():
+    def fn(x, w):
+        return F.tanh(x @ w) + F.tanh(x @ w)
+    graph = _graph(fn, X, W)
+    assert _ops(graph).count("matmul") == 2
+    _check(eliminate_common_subexpressions, fn, [X, W])
+    eliminate_common_subexpressions(graph)
+    eliminate_dead_code(graph)
+    assert _ops(graph).count("matmul") == 1 and _ops(graph).count("tanh") == 1
+
+
+def test_cse_never_merges_random_ops():
+    def fn(x):
+        return F.dropout(x, 0.5, training=True, seed=1) + F.dropout(x, 0.5, training=True, seed=1)
+    graph = _graph(fn, X)
+    eliminate_common_subexpressions(graph)
+    assert _ops(graph).count("dropout") == 2
+
+
+def test_fold_computes_constant_subgraphs():
+    c = np.arange(4.0)
+
+    def fn(x):
+        return x * F.exp(F.constant(c) * 2)
+    graph = _graph(fn, X)
+    _check(fold_constants, fn, [X])
+    fold_constants(graph)
+    eliminate_dead_code(graph)
+    assert "exp" not in _ops(graph)
+
+
+def test_fold_is_bounded():
+    def fn(x):
+        return x + F.sum(F.full((100, 100), 1.0, "float64"))
+    graph = _graph(fn, X)
+    fold_constants(graph)
+    assert "fill" in _ops(graph), "a 10k-element fill is left to the runtime"
+
+
+@pytest.mark.parametrize("fn, gone", [
+    (lambda x: (x + 0) * 1 - 0, {"add", "mul", "sub"}),
+    (lambda x: x / 1.0, {"div"}),
+    (lambda x: -(-x), {"neg"}),
+    (lambda x: F.transpose(F.transpose(x, (1, 0)), (1, 0)), {"transpose"}),
+    (lambda x: F.reshape(F.reshape(x, (12,)), (2, 6)), set()),
+    (lambda x: F.identity(F.stop_gradient(x)), {"identity", "stop_gradient"}),
+])
+def test_simplify_identities(fn, gone):
+    graph = _graph(fn, X)
+    before = evaluate(graph, [X])
+    optimize(graph, 2)
+    _assert_valid(graph)
+    np.testing.assert_array_equal(before[0], evaluate(graph, [X])[0])
+    assert not gone & set(_ops(graph))
+
+
+def test_reshape_chain_becomes_one_reshape():
+    graph = _graph(lambda x: F.reshape(F.reshape(x, (12,)), (2, 6)), X)
+    optimize(graph, 2)
+    assert _ops(graph).count("reshape") == 1
+
+
+def test_simplify_keeps_broadcasting():
+    # x (3,4) + zeros (2,3,4) broadcasts: the add must stay.
+    z = np.zeros((2, 3, 4))
+    _check(simplify, lambda x: x + z, [X], expect_change=False)
+
+
+def test_simplify_does_not_touch_nan_unsafe_patterns():
+    graph = _graph(lambda x: x * 0 + (x - x), X)
+    optimize(graph, 2)
+    inf = np.full((3, 4), np.inf)
+    assert np.isnan(evaluate(graph, [inf])[0]).all()
+
+
+def test_optimize_shrinks_gradient_graphs_and_keeps_values():
+    def fn(x, w):
+        loss = F.sum(F.tanh(x @ w) ** 2)
+        return gc.grad(loss, [w])[0]
+    graph = _graph(fn, X, W)
+    before_values = evaluate(graph, [X, W])
+    before = len(graph)
+    optimize(graph, 2)
+    _assert_valid(graph)
+    assert len(graph) < before
+    np.testing.assert_allclose(evaluate(graph, [X, W])[0], before_values[0], rtol=1e-12)
+
+
+def test_compile_levels_agree():
+    def fn(x, w):
+        return gc.grad(F.mean(F.sigmoid(x @ w)), [x, w])
+    x, w = X.astype(np.float32), W.astype(np.float32)
+    results = [gc.compile(fn, x, w, optimize=level)(x, w) for level in (0, 1, 2)]
+    for r in results[1:]:
+        for a, b in zip(results[0], r):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
