@@ -66,7 +66,8 @@ class LowerContext:
 
     def const(self, value, dtype=None) -> str:
         """An initializer holding `value` (deduplicated by content)."""
-        arr = np.ascontiguousarray(np.asarray(value, dtype=dtype))
+        arr = np.asarray(value, dtype=dtype)
+        arr = np.ascontiguousarray(arr).reshape(arr.shape)   # ascontiguousarray makes 0-d arrays 1-d
         key = (arr.dtype.str, arr.shape, arr.tobytes())
         name = self._const_cache.get(key)
         if name is None:

@@ -1,4 +1,268 @@
-"""Neural-network functions: softmax family, losses, normalisation, dropout."""
+"""Neural-network functions: softmax family, losses, normalisation, dropout.
+
+softmax, log_softmax, layer_norm and dropout are primitive ops so they lower to ONNX's
+fused kernels; their VJP rules are written with gcompile ops, so they differentiate
+again. The losses and batch_norm are compositions: their gradients come from the rules
+of the ops they are built from, which keeps them stable and differentiable to any order
+(DESIGN.md §3: the cross-entropy gradient falls out as (softmax(x) - onehot(t))·dz).
+"""
 from __future__ import annotations
 
-__all__: list[str] = []
+import numpy as np
+
+from ..errors import GcompileError, ShapeError
+from ..frontend.source import user_location
+from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
+from ..ir.dims import format_shape
+from ..ir.graph import tensor_type
+from .basic import cast
+from .elementwise import _promote, equal, exp, log1p, minimum, relu, rsqrt
+from .reduce import mean, sum_to_shape
+from .reduce import sum as reduce_sum
+from .registry import defop
+from .shape import expand_dims, reshape
+from .shape_rules import normalize_axis, require_float, same_dtype, unary_float
+
+__all__ = ["batch_norm", "dropout", "layer_norm", "log_softmax", "mse", "one_hot", "sigmoid_cross_entropy",
+           "softmax", "softmax_cross_entropy"]
+
+
+def _float(x) -> Tensor:
+    x = as_tensor(x)
+    return x if x.dtype.kind == "f" else cast(x, np.float32)
+
+
+def _axis(axis, ndim: int, what: str) -> int:
+    """normalize_axis, with the function's name and the user's line in the error."""
+    try:
+        return normalize_axis(axis, ndim)
+    except ShapeError as err:
+        raise ShapeError(f"{what}: {err} (at {user_location()})") from None
+
+
+# -- softmax and log_softmax -------------------------------------------------------------------------
+def softmax(x, axis: int = -1) -> Tensor:
+    """exp(x) / sum(exp(x)) along one axis (ONNX Softmax)."""
+    x = _float(x)
+    return apply("softmax", [x], axis=_axis(axis, x.ndim, "softmax"))
+
+
+def log_softmax(x, axis: int = -1) -> Tensor:
+    """x - logsumexp(x) along one axis (ONNX LogSoftmax): stable where log(softmax(x)) underflows."""
+    x = _float(x)
+    return apply("log_softmax", [x], axis=_axis(axis, x.ndim, "log_softmax"))
+
+
+def _shifted(x, axis):
+    return x - x.max(axis, keepdims=True)
+
+
+def _softmax_reference(x, axis):
+    e = np.exp(_shifted(x, axis))
+    return e / e.sum(axis, keepdims=True)
+
+
+def _log_softmax_reference(x, axis):
+    s = _shifted(x, axis)
+    return s - np.log(np.exp(s).sum(axis, keepdims=True))
+
+
+def _softmax_vjp(g, ins, outs, axis):
+    y = outs[0]
+    return [y * (g[0] - reduce_sum(g[0] * y, axis, keepdims=True))]
+
+
+def _log_softmax_vjp(g, ins, outs, axis):
+    return [g[0] - exp(outs[0]) * reduce_sum(g[0], axis, keepdims=True)]
+
+
+def _onnx_axis_op(op_type):
+    return lambda ctx, names, node: ctx.emit(op_type, names, axis=node.attrs["axis"])
+
+
+defop("softmax", infer=unary_float, reference=_softmax_reference, lower=_onnx_axis_op("Softmax"), vjp=_softmax_vjp)
+defop("log_softmax", infer=unary_float, reference=_log_softmax_reference, lower=_onnx_axis_op("LogSoftmax"),
+      vjp=_log_softmax_vjp)
+
+
+# -- losses ------------------------------------------------------------------------------------------
+_REDUCTIONS = {"mean": mean, "sum": reduce_sum, "none": lambda loss: loss}
+
+
+def _reduce(loss: Tensor, reduce: str) -> Tensor:
+    if reduce not in _REDUCTIONS:
+        raise GcompileError(f"reduce must be 'mean', 'sum' or 'none', got {reduce!r} (at {user_location()})")
+    return _REDUCTIONS[reduce](loss)
+
+
+def one_hot(labels, n: int, axis: int = -1, dtype="float32") -> Tensor:
+    """1 where the index along the new axis `axis` equals the label, else 0 (labels outside [0, n) give 0s).
+
+    Built as a comparison with a constant arange, so it is free of gradients and of data-dependent shapes.
+    """
+    labels = as_tensor(labels)
+    if labels.dtype.kind not in "iu":
+        raise ShapeError(f"one_hot: labels must be integer class indices, got {labels.dtype.name} "
+                         f"(at {user_location()})")
+    ax = _axis(axis, labels.ndim + 1, "one_hot")
+    classes = np.arange(int(n), dtype=labels.dtype).reshape((int(n),) + (1,) * (labels.ndim - ax))
+    return cast(equal(expand_dims(labels, ax), classes), dtype)
+
+
+def softmax_cross_entropy(logits, labels, axis: int = -1, reduce: str = "mean") -> Tensor:
+    """-log softmax(logits)[label] with integer `labels` (class indices along `axis` of the logits).
+
+    `labels` has the logits' shape without `axis`. reduce="mean" averages over all those
+    positions (a symbolic batch is counted at run time), "sum" adds them, "none" keeps them.
+    Computed as -sum(onehot · log_softmax), so d/dlogits is (softmax - onehot)·dz exactly.
+    """
+    logits, labels = _float(logits), as_tensor(labels)
+    ax = _axis(axis, logits.ndim, "softmax_cross_entropy")
+    n = logits.shape[ax]
+    expected = logits.shape[:ax] + logits.shape[ax + 1:]
+    if labels.shape != expected:
+        raise ShapeError(f"softmax_cross_entropy: labels of shape {format_shape(labels.shape)} do not fit logits "
+                         f"{format_shape(logits.shape)} with classes on axis {ax}: expected {format_shape(expected)} "
+                         f"(at {user_location()})")
+    if not isinstance(n, int):
+        raise ShapeError(f"softmax_cross_entropy: the class axis {ax} must have a static size, got {n!r} "
+                         f"(at {user_location()})")
+    onehot = one_hot(labels, n, ax, logits.dtype)
+    return _reduce(-reduce_sum(onehot * log_softmax(logits, ax), ax), reduce)
+
+
+def sigmoid_cross_entropy(x, t, reduce: str = "mean") -> Tensor:
+    """Binary cross-entropy of logits x against float targets t in [0, 1], computed stably.
+
+    softplus(x) - x·t with softplus(x) = relu(x) + log1p(exp(min(x, -x))): min(x, -x) is -|x|
+    whose tie at 0 takes the first operand, which gives the exact gradient sigmoid(0) = 1/2
+    at x = 0 (with -|x| the two kinks there would give 0).
+    """
+    x, t = _promote(_float(x), t)
+    return _reduce(relu(x) - x * t + log1p(exp(minimum(x, -x))), reduce)
+
+
+def mse(a, b, reduce: str = "mean") -> Tensor:
+    """Squared error (a - b)², averaged by default (broadcasting a against b)."""
+    a, b = _promote(_float(a), b)
+    d = a - b
+    return _reduce(d * d, reduce)
+
+
+# -- normalisation -----------------------------------------------------------------------------------
+def _centred(x: Tensor, axes: tuple):
+    """Mean over `axes`, x minus it, and the biased variance (both statistics keep x's rank)."""
+    mu = mean(x, axes, keepdims=True)
+    xc = x - mu
+    return mu, xc, mean(xc * xc, axes, keepdims=True)
+
+
+def layer_norm(x, gamma, beta, axis: int = -1, eps: float = 1e-5) -> Tensor:
+    """(x - mean) / sqrt(var + eps) · gamma + beta over the axes from `axis` to the last.
+
+    gamma and beta have the normalised shape x.shape[axis:] (ONNX LayerNormalization).
+    """
+    x, gamma, beta = _promote(_float(x), gamma, beta)
+    return apply("layer_norm", [x, gamma, beta], axis=_axis(axis, x.ndim, "layer_norm"), eps=float(eps))
+
+
+def _layer_norm_infer(types, axis, eps):
+    x = types[0]
+    require_float(x)
+    same_dtype(types)
+    normalised = x.shape[axis:]
+    for name, t in zip(("gamma", "beta"), types[1:]):
+        if t.shape != normalised:
+            raise ShapeError(f"{name} must have the normalised shape {format_shape(normalised)} "
+                             f"(axes {axis}..{x.ndim - 1}), got {format_shape(t.shape)}")
+    return [x]
+
+
+def _layer_norm_reference(x, gamma, beta, axis, eps):
+    axes = tuple(range(axis, x.ndim))
+    xc = x - x.mean(axes, keepdims=True)
+    return xc / np.sqrt((xc * xc).mean(axes, keepdims=True) + eps) * gamma + beta
+
+
+def _layer_norm_vjp(g, ins, outs, axis, eps):
+    x, gamma, beta = ins
+    axes = tuple(range(axis, x.ndim))
+    _, xc, var = _centred(x, axes)
+    r = rsqrt(var + eps)
+    xhat = xc * r
+    gh = g[0] * gamma
+    gx = r * (gh - mean(gh, axes, keepdims=True) - xhat * mean(gh * xhat, axes, keepdims=True))
+    return [gx, sum_to_shape(g[0] * xhat, gamma.shape), sum_to_shape(g[0], beta.shape)]
+
+
+defop("layer_norm", infer=_layer_norm_infer, reference=_layer_norm_reference,
+      lower=lambda ctx, names, node: ctx.emit("LayerNormalization", names, axis=node.attrs["axis"],
+                                              epsilon=node.attrs["eps"]),
+      vjp=_layer_norm_vjp)
+
+
+def batch_norm(x, gamma, beta, running_mean=None, running_var=None, axis: int = 1, eps: float = 1e-5,
+               training: bool = True, return_stats: bool = False):
+    """Normalise each channel (index along `axis`) by its statistics, then scale and shift.
+
+    training=True uses the batch's mean and biased variance over every axis but `axis` (a
+    composition of ops, so gradients flow through the statistics); running_mean/running_var
+    are ignored then. training=False uses running_mean and running_var (required). The
+    running statistics are the caller's to update: return_stats=True also returns the
+    (mean, variance) used, each of shape (C,).
+    """
+    x = _float(x)
+    ax = _axis(axis, x.ndim, "batch_norm")
+    c = x.shape[ax]
+    if not training and (running_mean is None or running_var is None):
+        raise GcompileError(f"batch_norm(training=False) needs running_mean and running_var (at {user_location()})")
+    params = _promote(x, gamma, beta, *(() if training else (running_mean, running_var)))[1:]
+    for name, p in zip(("gamma", "beta", "running_mean", "running_var"), params):
+        if p.shape != (c,):
+            raise ShapeError(f"batch_norm: {name} must have shape ({c},) (the size of axis {ax} of x "
+                             f"{format_shape(x.shape)}), got {format_shape(p.shape)} (at {user_location()})")
+    per_channel = tuple(c if i == ax else 1 for i in range(x.ndim))
+    gamma, beta, *stats = [reshape(p, per_channel) for p in params]
+    if training:
+        mu, xc, var = _centred(x, tuple(i for i in range(x.ndim) if i != ax))
+    else:
+        mu, var = stats
+        xc = x - mu
+    y = xc * rsqrt(var + eps) * gamma + beta
+    return (y, reshape(mu, (c,)), reshape(var, (c,))) if return_stats else y
+
+
+# -- dropout -----------------------------------------------------------------------------------------
+def dropout(x, ratio: float = 0.5, training: bool = False, seed: int | None = None) -> Tensor:
+    """Zero each element with probability `ratio` and scale the rest by 1/(1 - ratio) (training only).
+
+    training=False returns x. In training the ONNX Dropout draws the mask at run time; `seed`
+    fixes its generator. The numpy reference evaluator draws its own mask from the seed (a
+    different stream from onnxruntime's), so numeric gradient checks need a seed.
+    """
+    x = _float(x)
+    if not 0 <= ratio < 1:
+        raise GcompileError(f"dropout ratio must be in [0, 1), got {ratio!r} (at {user_location()})")
+    if not training:
+        return x
+    return apply_n("dropout", [x], ratio=float(ratio), seed=None if seed is None else int(seed))[0]
+
+
+def _dropout_reference(x, ratio, seed):
+    mask = np.random.default_rng(seed).random(x.shape) >= ratio
+    return x * mask / (1 - ratio), mask
+
+
+def _lower_dropout(ctx, names, node):
+    ratio = ctx.const(np.asarray(node.attrs["ratio"], node.outputs[0].dtype))
+    return ctx.emit("Dropout", [names[0], ratio, ctx.const(np.asarray(True))], n_out=2, seed=node.attrs["seed"])
+
+
+def _dropout_vjp(g, ins, outs, ratio, seed):
+    if g[0] is None:
+        return [None]
+    return [g[0] * cast(outs[1], ins[0].dtype) * (1 / (1 - ratio))]
+
+
+defop("dropout", infer=lambda types, ratio, seed: [types[0], tensor_type(np.bool_, types[0].shape)],
+      reference=_dropout_reference, lower=_lower_dropout, vjp=_dropout_vjp, traits={"random"}, n_outputs=2)
