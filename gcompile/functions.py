@@ -4,7 +4,8 @@ Every function takes Tensors, numpy arrays or Python scalars, follows numpy's
 broadcasting and axis conventions, and records nodes into the function being traced.
 Each family module under gcompile/ops/ lists its public functions in `__all__`.
 """
-from .ops import basic, conv, elementwise, indexing, linalg, nn, reduce, shape
+from .ops import basic as _basic, conv as _conv, elementwise as _elementwise, indexing as _indexing  # noqa: I001
+from .ops import linalg as _linalg, nn as _nn, reduce as _reduce, shape as _shape
 from .ops.basic import *  # noqa: F401,F403
 from .ops.conv import *  # noqa: F401,F403
 from .ops.elementwise import *  # noqa: F401,F403
@@ -14,4 +15,5 @@ from .ops.nn import *  # noqa: F401,F403
 from .ops.reduce import *  # noqa: F401,F403
 from .ops.shape import *  # noqa: F401,F403
 
-__all__ = [name for module in (basic, elementwise, reduce, linalg, shape, indexing, conv, nn) for name in module.__all__]
+__all__ = [name for module in (_basic, _elementwise, _reduce, _linalg, _shape, _indexing, _conv, _nn)
+           for name in module.__all__]

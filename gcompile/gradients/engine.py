@@ -11,6 +11,8 @@ the gradient can itself be differentiated.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import GcompileError
 from ..frontend.tensor import Tensor, as_tensor, current_frame, recording_order
 from ..ir.graph import Graph, ValueRef
@@ -84,6 +86,11 @@ def grad(outputs, inputs, grad_outputs=None) -> list[Tensor]:
         grad_outputs = [grad_outputs]
     if len(grad_outputs) != len(outputs):
         raise GcompileError(f"gc.grad: {len(outputs)} outputs but {len(grad_outputs)} grad_outputs")
+    for y, seed in zip(outputs, grad_outputs):
+        shape = None if seed is None else seed.shape if isinstance(seed, Tensor) else np.shape(seed)
+        if shape is not None and tuple(shape) != y.shape:
+            raise GcompileError(f"gc.grad: a grad_outputs entry of shape {tuple(shape)} for an output {y.type}; "
+                                "each cotangent must have its output's shape")
 
     relevant = _forward_set(graph, [x.ref for x in inputs], _backward_set(graph, [y.ref for y in outputs]))
     order = 1 + max([graph.nodes[r.node].order for r in relevant] or [0])
@@ -141,10 +148,10 @@ def _run_rule(graph: Graph, node, gs, wanted, cotangents) -> None:
             raise AssertionError(f"vjp of {node.op}: gradient {g.type} for input of type {ins[i].type}")
         cotangents.setdefault(node.inputs[i], []).append(g)
         keep_refs.append(g.ref)
-    _prune_new_nodes(graph, first_new, keep_refs)
+    prune_new_nodes(graph, first_new, keep_refs)
 
 
-def _prune_new_nodes(graph: Graph, first_new: int, keep_refs) -> None:
+def prune_new_nodes(graph: Graph, first_new: int, keep_refs) -> None:
     """Remove nodes created since `first_new` that none of `keep_refs` depends on."""
     new_ids = [i for i in range(first_new, graph._next_id) if i in graph.nodes]
     if not new_ids:
@@ -157,8 +164,11 @@ def _prune_new_nodes(graph: Graph, first_new: int, keep_refs) -> None:
             continue
         keep.add(i)
         stack.extend(r.node for r in graph.nodes[i].inputs if r.node >= first_new)
-    frame = current_frame()
-    for i in sorted(set(new_ids) - keep, reverse=True):
+    dropped = sorted(set(new_ids) - keep, reverse=True)
+    dropped_constants = {i for i in dropped if graph.nodes[i].op == "constant"}
+    for i in dropped:
         graph.remove_node(i)
-    for key in [k for k, (_, t) in frame.constants.items() if t.ref.node not in graph.nodes]:
-        del frame.constants[key]
+    if dropped_constants:   # forget cached lifts of arrays whose constant node is gone
+        constants = current_frame().constants
+        for key in [k for k, (_, t) in constants.items() if t.ref.node in dropped_constants]:
+            del constants[key]

@@ -2,7 +2,9 @@
 
 A node keeps its operands as an ordered list of ValueRef(producer id, output index),
 so `x * x` has two operands even though the DiGraph holds a single edge; the DiGraph
-exists for topology queries (ancestors, descendants, topological order).
+exists for topology queries (ancestors, descendants, consumers). Node ids grow with
+creation and a node only reads values created before it, so id order is a topological
+order; passes keep that invariant (Graph.lint checks it).
 """
 from __future__ import annotations
 
@@ -82,8 +84,21 @@ class Graph:
         return self.nodes[ref.node].outputs[ref.index]
 
     def topo_order(self) -> list[Node]:
-        """Nodes in a deterministic topological order (ties broken by creation id)."""
-        return [self.nodes[i] for i in nx.lexicographical_topological_sort(self.dag)]
+        """Nodes in creation order, which is topological: see `lint`."""
+        return [self.nodes[i] for i in sorted(self.nodes)]
+
+    def lint(self) -> None:
+        """Check the invariants every pass keeps: operands exist and were created before their
+        consumer (so id order is a topological order), and the DiGraph mirrors the operand lists."""
+        for node in self.nodes.values():
+            for ref in node.inputs:
+                if ref.node not in self.nodes or ref.node >= node.id:
+                    raise AssertionError(f"{node.name} reads {ref}, which is missing or not created before it")
+                if not self.dag.has_edge(ref.node, node.id):
+                    raise AssertionError(f"edge {ref.node} -> {node.name} missing from the DiGraph")
+        for ref in self.outputs:
+            if ref.node not in self.nodes:
+                raise AssertionError(f"graph output {ref} was removed")
 
     def replace_inputs(self, node: Node, new_inputs: list[ValueRef]) -> None:
         for ref in node.inputs:

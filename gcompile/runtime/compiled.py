@@ -58,7 +58,7 @@ class CompiledFunction:
                     other_n, other = bindings[d]
                     raise InputError(f"symbolic dim {d!r} is {other_n} in input {other!r} but {n} in input {name!r} "
                                      f"(shape {format_shape(arr.shape)})")
-            feeds[name] = np.ascontiguousarray(arr)
+            feeds[name] = np.require(arr, requirements="C")  # keeps 0-d inputs 0-d
         return feeds
 
     def run_flat(self, *args) -> list[np.ndarray]:

@@ -20,6 +20,7 @@ def _graph(fn, *arrays):
 
 
 def _assert_valid(graph):
+    graph.lint()
     for node in graph.nodes.values():
         for ref in node.inputs:
             assert ref.node in graph.nodes, f"{node.name} reads a removed node"

@@ -1,0 +1,432 @@
+"""Benchmark: the six workloads of DESIGN.md §7 through gcompile on onnxruntime, and the
+same workloads in PyTorch (eager) and JAX (jit) when installed, timed in this process,
+alternating, median of --runs runs after warm-up. Also node counts per gradient order
+before and after passes, build latency, and compile-time scaling on deep MLPs.
+
+    python tools/bench.py [--runs 20] [--only W1,W4] [--json out.json] [--scaling 1000,10000,100000]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import gcompile as gc  # noqa: E402
+import gcompile.functions as F  # noqa: E402
+from gcompile.frontend.trace import trace  # noqa: E402
+from gcompile.passes import optimize  # noqa: E402
+
+RNG = np.random.default_rng(0)
+
+
+def _param(*shape, scale=None):
+    scale = scale if scale is not None else 1 / np.sqrt(shape[0])
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+# -- workloads in gcompile: each returns (fn, args, torch_fn or None, jax_fn or None) ----------------
+def _mlp_params(sizes):
+    ps = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        ps += [_param(a, b), np.zeros(b, np.float32)]
+    return ps
+
+
+def _mlp(x, ps, act=F.relu):
+    h = x
+    for i in range(0, len(ps), 2):
+        h = h @ ps[i] + ps[i + 1]
+        if i + 2 < len(ps):
+            h = act(h)
+    return h
+
+
+def w1_setup():
+    ps = _mlp_params([784, 1024, 1024, 10])
+    x = RNG.standard_normal((256, 784)).astype(np.float32)
+    t = RNG.integers(0, 10, 256).astype(np.int64)
+
+    def loss(x, t, *ps):
+        return F.softmax_cross_entropy(_mlp(x, ps), t)
+
+    def step(x, t, *ps):
+        value = loss(x, t, *ps)
+        return value, gc.grad(value, list(ps))
+
+    return step, loss, [x, t, *ps]
+
+
+def w2_setup():
+    ps = [_param(32, 3, 3, 3, scale=0.2), np.zeros(32, np.float32), _param(64, 32, 3, 3, scale=0.06),
+          np.zeros(64, np.float32), _param(64 * 8 * 8, 10), np.zeros(10, np.float32)]
+    x = RNG.standard_normal((32, 3, 32, 32)).astype(np.float32)
+    t = RNG.integers(0, 10, 32).astype(np.int64)
+
+    def step(x, t, w1, b1, w2, b2, w3, b3):
+        h = F.max_pool(F.relu(F.conv(x, w1, b1, pad=1)), 2)
+        h = F.max_pool(F.relu(F.conv(h, w2, b2, pad=1)), 2)
+        value = F.softmax_cross_entropy(F.linear(F.flatten(h), w3, b3), t)
+        return value, gc.grad(value, [w1, b1, w2, b2, w3, b3])
+
+    return step, None, [x, t, *ps]
+
+
+def w3_setup():
+    d, heads, ff, seq, batch = 256, 4, 1024, 128, 8
+    ps = [_param(d, 3 * d), np.zeros(3 * d, np.float32), _param(d, d), np.zeros(d, np.float32),
+          np.ones(d, np.float32), np.zeros(d, np.float32), _param(d, ff), np.zeros(ff, np.float32),
+          _param(ff, d), np.zeros(d, np.float32), np.ones(d, np.float32), np.zeros(d, np.float32)]
+    x = RNG.standard_normal((batch, seq, d)).astype(np.float32)
+    y = RNG.standard_normal((batch, seq, d)).astype(np.float32)
+
+    def block(x, wqkv, bqkv, wo, bo, g1, be1, w1, b1, w2, b2, g2, be2):
+        qkv = F.reshape(x @ wqkv + bqkv, (batch, seq, 3, heads, d // heads))
+        q, k, v = (F.transpose(qkv[:, :, i], (0, 2, 1, 3)) for i in range(3))
+        att = F.softmax(q @ F.swapaxes(k, -1, -2) * (1 / np.sqrt(d // heads)), axis=-1)
+        o = F.reshape(F.transpose(att @ v, (0, 2, 1, 3)), (batch, seq, d)) @ wo + bo
+        h = F.layer_norm(x + o, g1, be1)
+        return F.layer_norm(h + F.gelu(h @ w1 + b1) @ w2 + b2, g2, be2)
+
+    def step(x, y, *ps):
+        value = F.mse(block(x, *ps), y)
+        return value, gc.grad(value, list(ps))
+
+    return step, None, [x, y, *ps]
+
+
+def w4_setup():
+    ps = _mlp_params([128, 512, 512, 1])
+    x = RNG.standard_normal((256, 128)).astype(np.float32)
+
+    def step(x, *ps):
+        d = _mlp(x, ps)
+        gx, = gc.grad(F.sum(d), [x])
+        pen = F.mean((F.sqrt(F.sum(gx * gx, axis=1) + 1e-12) - 1) ** 2)
+        return pen, gc.grad(pen, list(ps))
+
+    return step, None, [x, *ps]
+
+
+def w5_setup():
+    ps = [_param(1, 64), _param(1, 64), np.zeros(64, np.float32)] + _mlp_params([64, 64, 64, 1])
+    x = RNG.uniform(-1, 1, (1024, 1)).astype(np.float32)
+    t = RNG.uniform(0, 1, (1024, 1)).astype(np.float32)
+
+    def step(x, t, wx, wt, b0, *ps):
+        u = _mlp(F.tanh(x @ wx + t @ wt + b0), ps, act=F.tanh)
+        u_x, u_t = gc.grad(F.sum(u), [x, t])
+        u_xx, = gc.grad(F.sum(u_x), [x])
+        value = F.mean((u_t - u_xx) ** 2)
+        return value, gc.grad(value, [wx, wt, b0, *ps])
+
+    return step, None, [x, t, *ps]
+
+
+def w6_setup():
+    _, loss, args = w1_setup()
+    vs = [RNG.standard_normal(a.shape).astype(np.float32) for a in args[2:]]
+
+    def hvp(x, t, *rest):
+        ps, vs_ = rest[:6], rest[6:]
+        grads = gc.grad(loss(x, t, *ps), list(ps))
+        return gc.grad(F.add_n([F.sum(g * v) for g, v in zip(grads, vs_)]), list(ps))
+
+    return hvp, None, args + vs
+
+
+def w1_forward_setup():
+    _, loss, args = w1_setup()
+    return loss, None, args
+
+
+WORKLOADS = {
+    "W1": ("mlp-step", w1_setup), "W2": ("cnn-step", w2_setup), "W3": ("transformer-step", w3_setup),
+    "W4": ("wgan-gp", w4_setup), "W5": ("pinn", w5_setup), "W6": ("mlp-hvp", w6_setup),
+    "W1f": ("mlp-forward", w1_forward_setup),
+}
+
+
+# -- reference implementations -----------------------------------------------------------------------
+def torch_workloads():
+    try:
+        import torch
+    except ImportError:
+        return {}
+    torch.set_num_threads(os.cpu_count() or 1)
+    T = lambda a: torch.tensor(a)  # noqa: E731
+
+    def mlp(x, ps, act=torch.relu):
+        h = x
+        for i in range(0, len(ps), 2):
+            h = h @ ps[i] + ps[i + 1]
+            if i + 2 < len(ps):
+                h = act(h)
+        return h
+
+    def params(args):
+        return [T(a).requires_grad_(True) for a in args]
+
+    def w1(args):
+        x, t, ps = T(args[0]), T(args[1]), params(args[2:])
+        return lambda: torch.autograd.grad(torch.nn.functional.cross_entropy(mlp(x, ps), t), ps)
+
+    def w1f(args):
+        x, t, ps = T(args[0]), T(args[1]), [T(a) for a in args[2:]]
+        return lambda: torch.nn.functional.cross_entropy(mlp(x, ps), t)
+
+    def w2(args):
+        x, t, ps = T(args[0]), T(args[1]), params(args[2:])
+        nnf = torch.nn.functional
+
+        def run():
+            h = nnf.max_pool2d(torch.relu(nnf.conv2d(x, ps[0], ps[1], padding=1)), 2)
+            h = nnf.max_pool2d(torch.relu(nnf.conv2d(h, ps[2], ps[3], padding=1)), 2)
+            return torch.autograd.grad(nnf.cross_entropy(h.flatten(1) @ ps[4] + ps[5], t), ps)
+        return run
+
+    def w3(args):
+        x, y, ps = T(args[0]), T(args[1]), params(args[2:])
+        nnf = torch.nn.functional
+        b, s, d = x.shape
+        heads = 4
+
+        def run():
+            wqkv, bqkv, wo, bo, g1, be1, w1_, b1, w2_, b2, g2, be2 = ps
+            qkv = (x @ wqkv + bqkv).reshape(b, s, 3, heads, d // heads)
+            q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+            att = torch.softmax(q @ k.transpose(-1, -2) / np.sqrt(d // heads), -1)
+            o = (att @ v).transpose(1, 2).reshape(b, s, d) @ wo + bo
+            h = nnf.layer_norm(x + o, (d,), g1, be1)
+            out = nnf.layer_norm(h + nnf.gelu(h @ w1_ + b1) @ w2_ + b2, (d,), g2, be2)
+            return torch.autograd.grad(((out - y) ** 2).mean(), ps)
+        return run
+
+    def w4(args):
+        ps = params(args[1:])
+
+        def run():
+            x = T(args[0]).requires_grad_(True)
+            gx, = torch.autograd.grad(mlp(x, ps).sum(), [x], create_graph=True)
+            pen = ((gx.pow(2).sum(1) + 1e-12).sqrt() - 1).pow(2).mean()
+            return torch.autograd.grad(pen, ps, allow_unused=True)
+        return run
+
+    def w5(args):
+        ps = params(args[2:])
+
+        def run():
+            x, t = T(args[0]).requires_grad_(True), T(args[1]).requires_grad_(True)
+            u = mlp(torch.tanh(x @ ps[0] + t @ ps[1] + ps[2]), ps[3:], act=torch.tanh)
+            u_x, u_t = torch.autograd.grad(u.sum(), [x, t], create_graph=True)
+            u_xx, = torch.autograd.grad(u_x.sum(), [x], create_graph=True)
+            return torch.autograd.grad(((u_t - u_xx) ** 2).mean(), ps, allow_unused=True)
+        return run
+
+    def w6(args):
+        x, t, ps, vs = T(args[0]), T(args[1]), params(args[2:8]), [T(a) for a in args[8:]]
+
+        def run():
+            gs = torch.autograd.grad(torch.nn.functional.cross_entropy(mlp(x, ps), t), ps, create_graph=True)
+            return torch.autograd.grad(sum((g * v).sum() for g, v in zip(gs, vs)), ps)
+        return run
+
+    return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f}
+
+
+def jax_workloads():
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return {}
+
+    def mlp(x, ps, act=jax.nn.relu):
+        h = x
+        for i in range(0, len(ps), 2):
+            h = h @ ps[i] + ps[i + 1]
+            if i + 2 < len(ps):
+                h = act(h)
+        return h
+
+    def ce(z, t):
+        return jnp.mean(jax.nn.logsumexp(z, axis=1) - jnp.take_along_axis(z, t[:, None], 1)[:, 0])
+
+    def w1_loss(ps, x, t):
+        return ce(mlp(x, ps), t)
+
+    def block(f, *args):
+        return lambda: jax.block_until_ready(f(*args))
+
+    def w1(args):
+        f = jax.jit(jax.grad(w1_loss))
+        return block(f, list(args[2:]), args[0], args[1])
+
+    def w1f(args):
+        return block(jax.jit(w1_loss), list(args[2:]), args[0], args[1])
+
+    def w4(args):
+        def pen(ps, x):
+            gx = jax.grad(lambda x: jnp.sum(mlp(x, ps)))(x)
+            return jnp.mean((jnp.sqrt(jnp.sum(gx * gx, axis=1) + 1e-12) - 1) ** 2)
+        return block(jax.jit(jax.grad(pen)), list(args[1:]), args[0])
+
+    def w5(args):
+        def loss(ps, x, t):
+            def u(x, t):
+                return mlp(jnp.tanh(x @ ps[0] + t @ ps[1] + ps[2]), ps[3:], act=jnp.tanh)
+            u_x = jax.grad(lambda x: jnp.sum(u(x, t)))
+            u_t = jax.grad(lambda t: jnp.sum(u(x, t)))(t)
+            u_xx = jax.grad(lambda x: jnp.sum(u_x(x)))(x)
+            return jnp.mean((u_t - u_xx) ** 2)
+        return block(jax.jit(jax.grad(loss)), list(args[2:]), args[0], args[1])
+
+    def w6(args):
+        def hvp(ps, vs, x, t):
+            return jax.jvp(lambda p: jax.grad(w1_loss)(p, x, t), (ps,), (vs,))[1]
+        return block(jax.jit(hvp), list(args[2:8]), list(args[8:]), args[0], args[1])
+
+    def w2(args):
+        x, t, ps = args[0], args[1], list(args[2:])
+
+        def loss(ps, x, t):
+            def conv(h, w, b):
+                y = jax.lax.conv_general_dilated(h, w, (1, 1), ((1, 1), (1, 1)))
+                return y + b[None, :, None, None]
+
+            def pool(h):
+                return jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+            h = pool(jax.nn.relu(conv(x, ps[0], ps[1])))
+            h = pool(jax.nn.relu(conv(h, ps[2], ps[3])))
+            return ce(h.reshape(h.shape[0], -1) @ ps[4] + ps[5], t)
+        return block(jax.jit(jax.grad(loss)), ps, x, t)
+
+    def w3(args):
+        x, y, ps = args[0], args[1], list(args[2:])
+        b, s, d = x.shape
+        heads = 4
+
+        def ln(h, g, be):
+            m = h.mean(-1, keepdims=True)
+            v = ((h - m) ** 2).mean(-1, keepdims=True)
+            return (h - m) / jnp.sqrt(v + 1e-5) * g + be
+
+        def loss(ps, x, y):
+            wqkv, bqkv, wo, bo, g1, be1, w1_, b1, w2_, b2, g2, be2 = ps
+            qkv = (x @ wqkv + bqkv).reshape(b, s, 3, heads, d // heads)
+            q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+            att = jax.nn.softmax(q @ k.transpose(0, 1, 3, 2) / np.sqrt(d // heads), -1)
+            o = (att @ v).transpose(0, 2, 1, 3).reshape(b, s, d) @ wo + bo
+            h = ln(x + o, g1, be1)
+            out = ln(h + jax.nn.gelu(h @ w1_ + b1, approximate=False) @ w2_ + b2, g2, be2)
+            return jnp.mean((out - y) ** 2)
+        return block(jax.jit(jax.grad(loss)), ps, x, y)
+
+    return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f}
+
+
+# -- measurement -------------------------------------------------------------------------------------
+def _median_ms(fns: dict, runs: int) -> dict:
+    for f in fns.values():
+        for _ in range(3):
+            f()
+    times = {k: [] for k in fns}
+    for _ in range(runs):
+        for k, f in fns.items():   # alternate, so drift hits every column alike
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    return {k: 1e3 * float(np.median(v)) for k, v in times.items()}
+
+
+def _node_counts(fn, args):
+    graph = trace(fn, args).graph
+    before = graph.count_by_order()
+    optimize(graph, 2)
+    return before, graph.count_by_order()
+
+
+def run_workloads(names, runs):
+    torch_w, jax_w = torch_workloads(), jax_workloads()
+    results = {}
+    for key in names:
+        label, setup = WORKLOADS[key]
+        fn, _, args = setup()
+        t0 = time.perf_counter()
+        cf = gc.compile(fn, *args, provider="cpu")
+        cf(*args)
+        build_ms = 1e3 * (time.perf_counter() - t0)
+        fns = {"gcompile": lambda cf=cf, args=args: cf(*args)}
+        if key in torch_w:
+            fns["torch"] = torch_w[key](args)
+        if key in jax_w:
+            t0 = time.perf_counter()
+            fns["jax"] = jax_w[key](args)
+            fns["jax"]()
+            jax_build = 1e3 * (time.perf_counter() - t0)
+        times = _median_ms(fns, runs)
+        before, after = _node_counts(fn, args)
+        row = {"label": label, "ms": times, "build_ms": build_ms, "nodes_before": before, "nodes_after": after,
+               "provider": cf.provider}
+        if "jax" in fns:
+            row["jax_build_ms"] = jax_build
+        line = f"{key:4s} {label:17s} gcompile {times['gcompile']:7.1f} ms"
+        for ref in ("torch", "jax"):
+            if ref in times:
+                line += f"  {ref} {times[ref]:7.1f} ms  ratio {times['gcompile'] / times[ref]:.2f}"
+        line += f"  | build {build_ms:.0f} ms" + (f" (jax {jax_build:.0f} ms)" if "jax" in fns else "")
+        line += f"  | nodes by order {dict(before)} -> {dict(after)}"
+        print(line, flush=True)
+        results[key] = row
+    if "W1" in results and "W1f" in results:
+        ratio = results["W1"]["ms"]["gcompile"] / results["W1f"]["ms"]["gcompile"]
+        print(f"W1 backward+forward / forward = {ratio:.2f} (target <= 2.3)")
+        results["W1_bwd_fwd_ratio"] = ratio
+    return results
+
+
+def compile_scaling(sizes):
+    """Trace + grad + passes + lowering of a deep narrow tanh MLP with about N nodes."""
+    from gcompile.lowering import to_onnx
+    rows = []
+    for n in sizes:
+        depth = max(1, n // 9)   # ~9 nodes per layer counting forward and backward
+        ws = [_param(8, 8) for _ in range(depth)]
+
+        def fn(x, ws=ws):
+            h = x
+            for w in ws:
+                h = F.tanh(h @ w)
+            return gc.grad(F.sum(h), [x])[0]
+        t0 = time.perf_counter()
+        traced = trace(fn, [gc.spec(("batch", 8))])
+        nodes = len(traced.graph)
+        optimize(traced.graph, 2)
+        to_onnx(traced.graph, traced.input_names)
+        seconds = time.perf_counter() - t0
+        rows.append({"nodes": nodes, "seconds": seconds, "nodes_per_s": nodes / seconds})
+        print(f"compile scaling: {nodes:7d} nodes  {seconds:7.2f} s  {nodes / seconds:9.0f} nodes/s", flush=True)
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--only", default=",".join(WORKLOADS))
+    parser.add_argument("--scaling", default="1000,10000,100000", help="node counts; empty to skip")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args(argv)
+    results = {"workloads": run_workloads([k for k in args.only.split(",") if k], args.runs)}
+    if args.scaling:
+        results["scaling"] = compile_scaling([int(s) for s in args.scaling.split(",")])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()
