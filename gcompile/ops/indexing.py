@@ -1,4 +1,534 @@
-"""Indexing and data movement: getitem, slice, take/gather, scatter-add, concat, stack, split, pad, tile, embedding."""
+"""Indexing and data movement: getitem, slice, take/gather, scatter-add, concat, stack, split, pad, tile, embedding.
+
+Three primitive pairs are each other's adjoints, which keeps everything closed under
+differentiation: slice ↔ slice_scatter, gather ↔ scatter_add (take) and gather_elements ↔
+scatter_add_elements (take_along_axis). concat's adjoint is slices; pad's is a slice (constant
+mode) or scatter_adds of static source indices (reflect/edge). The rest (getitem, stack, split,
+tile, embedding) are compositions of these and reshapes.
+"""
 from __future__ import annotations
 
-__all__: list[str] = []
+import numpy as np
+from onnx import TensorProto
+
+from ..errors import ShapeError, UnsupportedError
+from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir import dims
+from ..ir.dims import format_shape
+from ..ir.graph import tensor_type
+from .basic import full, zeros_like
+from .elementwise import _promote
+from .registry import defop
+from .shape import broadcast_to, expand_dims, ravel, reshape, transpose
+from .shape_rules import broadcast_shapes, normalize_axis
+
+__all__ = ["concat", "embedding", "getitem", "pad", "scatter_add", "scatter_add_along_axis", "split", "stack", "take",
+           "take_along_axis", "tile"]
+
+_INT64_MIN = -(2 ** 63)
+
+
+def _require_static(dim, what: str, axis: int) -> int:
+    if not isinstance(dim, int):
+        raise UnsupportedError(f"{what} on axis {axis}, whose size {dim!r} is symbolic, is not supported: "
+                               "its result size would depend on run-time values")
+    return dim
+
+
+def _span(start: int, end: int, step: int) -> int:
+    return len(range(start, end, step))
+
+
+# -- slice and its adjoint slice_scatter -----------------------------------------------------------
+# Attributes: per sliced axis, a normalised (start, end, step) as Python's slice.indices gives
+# them (end may be -1 for a negative step reaching index 0). Sliced axes are static.
+def slice_axes(x, axes, starts, ends, steps) -> Tensor:
+    """x[start:end:step] along each of `axes` (non-negative, static, normalised bounds)."""
+    x = as_tensor(x)
+    kept = [bounds for bounds in zip(axes, starts, ends, steps) if bounds[1:] != (0, x.shape[bounds[0]], 1)]
+    if not kept:
+        return x
+    axes, starts, ends, steps = (tuple(int(v) for v in column) for column in zip(*kept))
+    return apply("slice", [x], axes=axes, starts=starts, ends=ends, steps=steps)
+
+
+def slice_scatter(g, shape, axes, starts, ends, steps) -> Tensor:
+    """Zeros of `shape` with g placed at the positions slice_axes(·, axes, ...) reads."""
+    return apply("slice_scatter", [g], shape=tuple(shape), axes=tuple(axes), starts=tuple(starts),
+                 ends=tuple(ends), steps=tuple(steps))
+
+
+def _slices(ndim, axes, starts, ends, steps) -> tuple:
+    index = [slice(None)] * ndim
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        index[a] = slice(s, e if e >= 0 else None, st)
+    return tuple(index)
+
+
+def _slice_infer(types, axes, starts, ends, steps):
+    shape = list(types[0].shape)
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        shape[a] = _span(s, e, st)
+    return [tensor_type(types[0].dtype, shape)]
+
+
+def _lower_slice(ctx, names, node):
+    a = node.attrs
+    ends = [e if e >= 0 else _INT64_MIN for e in a["ends"]]
+    return ctx.emit("Slice", [names[0], ctx.int64s(a["starts"]), ctx.int64s(ends), ctx.int64s(a["axes"]),
+                              ctx.int64s(a["steps"])])
+
+
+def _slice_scatter_infer(types, shape, axes, starts, ends, steps):
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        if types[0].shape[a] != _span(s, e, st):
+            raise ShapeError(f"axis {a} holds {types[0].shape[a]!r} values for a slice of "
+                             f"{_span(s, e, st)}")
+    return [tensor_type(types[0].dtype, shape)]
+
+
+def _slice_scatter_reference(g, shape, axes, starts, ends, steps):
+    out = np.zeros(shape, g.dtype)
+    out[_slices(len(shape), axes, starts, ends, steps)] = g
+    return out
+
+
+def _lower_slice_scatter(ctx, names, node):
+    """Per sliced axis: reverse if the step is negative, interleave step-1 zeros after each value
+    (Unsqueeze, Pad, Reshape), trim or pad to the axis length, then pad before the start."""
+    a = node.attrs
+    out, shape = names[0], list(ctx.graph.type_of(node.inputs[0]).shape)
+
+    def pad(value, axis, before, after):
+        return ctx.emit("Pad", [value, ctx.int64s([before, after]), "", ctx.int64s([axis])])
+
+    for axis, start, end, step in zip(a["axes"], a["starts"], a["ends"], a["steps"]):
+        n, size = shape[axis], a["shape"][axis]
+        if step < 0:
+            out = ctx.emit("Slice", [out, ctx.int64s([-1]), ctx.int64s([_INT64_MIN]), ctx.int64s([axis]),
+                                     ctx.int64s([-1])])
+            start, step = start + (n - 1) * step, -step
+        if step > 1:
+            spread = pad(ctx.emit("Unsqueeze", [out, ctx.int64s([axis + 1])]), axis + 1, 0, step - 1)
+            shape[axis] = n = n * step
+            out = ctx.emit("Reshape", [spread, ctx.shape_tensor(shape)])
+            if n > size - start:
+                out = ctx.emit("Slice", [out, ctx.int64s([0]), ctx.int64s([size - start]), ctx.int64s([axis])])
+                n = size - start
+        out = pad(out, axis, start, size - start - n)
+        shape[axis] = size
+    return out
+
+
+defop("slice", infer=_slice_infer,
+      reference=lambda x, axes, starts, ends, steps: x[_slices(x.ndim, axes, starts, ends, steps)].copy(),
+      lower=_lower_slice,
+      vjp=lambda g, ins, outs, **a: [slice_scatter(g[0], ins[0].shape, **a)], traits={"cheap"})
+defop("slice_scatter", infer=_slice_scatter_infer, reference=_slice_scatter_reference, lower=_lower_slice_scatter,
+      vjp=lambda g, ins, outs, shape, **a: [slice_axes(g[0], **a)])
+
+
+def _axis_slice(x: Tensor, axis: int, start: int, end: int, step: int = 1) -> Tensor:
+    return slice_axes(x, (axis,), (start,), (end,), (step,))
+
+
+# -- gather and its adjoint scatter_add -------------------------------------------------------------
+def _require_int(t, what: str) -> None:
+    if t.dtype.kind not in "iu":
+        raise ShapeError(f"{what} must be an integer tensor, got {t.dtype.name}")
+
+
+def _gather_shape(x_shape, idx_shape, axis) -> tuple:
+    return tuple(x_shape[:axis]) + tuple(idx_shape) + tuple(x_shape[axis + 1:])
+
+
+def _gather_infer(types, axis):
+    x, idx = types
+    _require_int(idx, "gather indices")
+    return [tensor_type(x.dtype, _gather_shape(x.shape, idx.shape, axis))]
+
+
+def _scatter_add_infer(types, axis):
+    base, idx, updates = types
+    _require_int(idx, "scatter_add indices")
+    expected = _gather_shape(base.shape, idx.shape, axis)
+    if updates.shape != expected:
+        raise ShapeError(f"updates of shape {format_shape(updates.shape)} do not match "
+                         f"{format_shape(expected)} (base shape with axis {axis} replaced by the indices' shape)")
+    if updates.dtype != base.dtype:
+        raise ShapeError(f"updates are {updates.dtype.name} but base is {base.dtype.name}")
+    return [base]
+
+
+def _scatter_add_reference(base, idx, updates, axis):
+    out = base.copy()
+    np.add.at(out, (slice(None),) * axis + (idx,), updates)
+    return out
+
+
+def _lower_scatter_add(ctx, names, node):
+    """Move `axis` to the front of base and the index axes to the front of updates, then one
+    ScatterND(reduction=add) with the indices made non-negative (Mod by the axis size)."""
+    axis = node.attrs["axis"]
+    base_t, idx_t = (ctx.graph.type_of(r) for r in node.inputs[:2])
+    r, k = base_t.ndim, idx_t.ndim
+    base, idx, updates = names
+    base_perm = [axis] + [i for i in range(r) if i != axis]
+    upd_perm = list(range(axis, axis + k)) + list(range(axis)) + list(range(axis + k, r + k - 1))
+    if axis:
+        base = ctx.emit("Transpose", [base], perm=base_perm)
+        updates = ctx.emit("Transpose", [updates], perm=upd_perm)
+    if idx_t.dtype != np.int64:
+        idx = ctx.emit("Cast", [idx], to=TensorProto.INT64)
+    size = base_t.shape[axis]
+    size = (ctx.const(np.asarray(size, np.int64)) if isinstance(size, int)
+            else ctx.emit("Reshape", [ctx.shape_tensor((size,)), ctx.int64s([])]))
+    idx = ctx.emit("Mod", [idx, size])
+    idx = ctx.emit("Unsqueeze", [idx, ctx.int64s([-1])])
+    out = ctx.emit("ScatterND", [base, idx, updates], reduction="add")
+    return ctx.emit("Transpose", [out], perm=[int(p) for p in np.argsort(base_perm)]) if axis else out
+
+
+def _gather(x: Tensor, idx: Tensor, axis: int) -> Tensor:
+    return apply("gather", [x, idx], axis=axis)
+
+
+defop("gather", infer=_gather_infer, reference=lambda x, idx, axis: np.take(x, idx, axis=axis),
+      lower=lambda ctx, names, node: ctx.emit("Gather", names, axis=node.attrs["axis"]),
+      vjp=lambda g, ins, outs, axis: [scatter_add(zeros_like(ins[0]), ins[1], g[0], axis), None])
+defop("scatter_add", infer=_scatter_add_infer, reference=_scatter_add_reference, lower=_lower_scatter_add,
+      vjp=lambda g, ins, outs, axis: [g[0], None, _gather(g[0], ins[1], axis)])
+
+
+def _index_tensor(indices, size, what: str) -> Tensor:
+    """indices as an integer Tensor; a numpy/list index is bounds-checked against a static size."""
+    if not isinstance(indices, Tensor):
+        arr = np.asarray(indices)
+        if arr.dtype.kind not in "iu":
+            raise ShapeError(f"{what}: indices must be integers, got dtype {arr.dtype.name}")
+        if isinstance(size, int) and arr.size and not (-size <= arr.min() and arr.max() < size):
+            raise ShapeError(f"{what}: index {arr.max() if arr.max() >= size else arr.min()} is out of range "
+                             f"for an axis of size {size}")
+        indices = arr
+    idx = as_tensor(indices)
+    _require_int(idx.type, f"{what} indices")
+    return idx
+
+
+def scatter_add(base, indices, updates, axis: int = 0) -> Tensor:
+    """base with updates added at `indices` along `axis` (repeated indices accumulate), numpy's
+    np.add.at(base, (slice(None),) * axis + (indices,), updates) without mutation."""
+    base, updates = _promote(base, updates)
+    axis = normalize_axis(axis, base.ndim)
+    return apply("scatter_add", [base, _index_tensor(indices, base.shape[axis], "scatter_add"), updates],
+                 axis=axis)
+
+
+def take(x, indices, axis=None) -> Tensor:
+    """numpy take: elements of x at integer `indices` along `axis` (None: of the flattened x)."""
+    x = as_tensor(x)
+    if axis is None:
+        x, axis = ravel(x), 0
+    axis = normalize_axis(axis, x.ndim)
+    return _gather(x, _index_tensor(indices, x.shape[axis], "take"), axis)
+
+
+# -- gather_elements and its adjoint scatter_add_elements (take_along_axis) ------------------------------
+def _gather_elements_infer(types, axis):
+    x, idx = types
+    _require_int(idx, "take_along_axis indices")
+    if idx.ndim != x.ndim or any(a != b for i, (a, b) in enumerate(zip(x.shape, idx.shape)) if i != axis):
+        raise ShapeError(f"indices of shape {format_shape(idx.shape)} must match {format_shape(x.shape)} "
+                         f"off axis {axis}")
+    return [tensor_type(x.dtype, idx.shape)]
+
+
+def _scatter_add_elements_infer(types, axis):
+    base, idx, updates = types
+    _gather_elements_infer([base, idx], axis)
+    if updates.shape != idx.shape or updates.dtype != base.dtype:
+        raise ShapeError(f"updates {updates} must have the indices' shape {format_shape(idx.shape)} "
+                         f"and dtype {base.dtype.name}")
+    return [base]
+
+
+def _scatter_add_elements_reference(base, idx, updates, axis):
+    out = base.copy()
+    where = list(np.indices(idx.shape, sparse=True))
+    where[axis] = idx
+    np.add.at(out, tuple(where), updates)
+    return out
+
+
+def _gather_elements(x: Tensor, idx: Tensor, axis: int) -> Tensor:
+    return apply("gather_elements", [x, idx], axis=axis)
+
+
+defop("gather_elements", infer=_gather_elements_infer,
+      reference=lambda x, idx, axis: np.take_along_axis(x, idx, axis=axis),
+      lower=lambda ctx, names, node: ctx.emit("GatherElements", names, axis=node.attrs["axis"]),
+      vjp=lambda g, ins, outs, axis: [scatter_add_along_axis(zeros_like(ins[0]), ins[1], g[0], axis), None])
+defop("scatter_add_elements", infer=_scatter_add_elements_infer, reference=_scatter_add_elements_reference,
+      lower=lambda ctx, names, node: ctx.emit("ScatterElements", names, axis=node.attrs["axis"], reduction="add"),
+      vjp=lambda g, ins, outs, axis: [g[0], None, _gather_elements(g[0], ins[1], axis)])
+
+
+def _along_axis(x: Tensor, indices, axis, what: str):
+    """x and integer indices of the same rank, broadcast against each other off `axis`."""
+    axis = normalize_axis(axis, x.ndim)
+    idx = _index_tensor(indices, x.shape[axis], what)
+    if idx.ndim != x.ndim:
+        raise ShapeError(f"{what}: indices of rank {idx.ndim} for a tensor of rank {x.ndim}")
+    common = broadcast_shapes(*(t.shape[:axis] + (1,) + t.shape[axis + 1:] for t in (x, idx)))
+    x, idx = (broadcast_to(t, common[:axis] + (t.shape[axis],) + common[axis + 1:]) for t in (x, idx))
+    return x, idx, axis
+
+
+def take_along_axis(x, indices, axis) -> Tensor:
+    """numpy take_along_axis: out[..., j, ...] = x[..., indices[..., j, ...], ...] along `axis`
+    (None: of the flattened x); indices broadcast against x off that axis."""
+    x = as_tensor(x)
+    if axis is None:
+        x, axis = ravel(x), 0
+    x, idx, axis = _along_axis(x, indices, axis, "take_along_axis")
+    return _gather_elements(x, idx, axis)
+
+
+def scatter_add_along_axis(base, indices, updates, axis) -> Tensor:
+    """The adjoint of take_along_axis: base with updates added at `indices` along `axis`
+    (indices and updates of one shape, matching base off that axis; repeats accumulate)."""
+    base, updates = _promote(base, updates)
+    axis = normalize_axis(axis, base.ndim)
+    return apply("scatter_add_elements", [base, _index_tensor(indices, base.shape[axis], "scatter_add_along_axis"),
+                                          updates], axis=axis)
+
+
+def embedding(ids, w) -> Tensor:
+    """Rows of the table w (vocab, dim) for integer `ids` of any shape: shape ids.shape + (dim,)."""
+    return take(w, ids, axis=0)
+
+
+# -- getitem -------------------------------------------------------------------------------------------
+def _is_array_index(item) -> bool:
+    return isinstance(item, (Tensor, np.ndarray, list))
+
+
+def _is_bool_index(item) -> bool:
+    if isinstance(item, (bool, np.bool_)):
+        return True
+    return _is_array_index(item) and (item.dtype if isinstance(item, Tensor) else np.asarray(item).dtype) == np.bool_
+
+
+def _expand_ellipsis(index: tuple, ndim: int) -> tuple:
+    n_ell = sum(1 for i in index if i is Ellipsis)
+    if n_ell > 1:
+        raise ShapeError("an index can only have a single ellipsis ('...')")
+    used = sum(1 for i in index if i is not None and i is not Ellipsis)
+    if used > ndim:
+        raise ShapeError(f"too many indices: {used} for a tensor of rank {ndim}")
+    if not n_ell:
+        return index + (slice(None),) * (ndim - used)
+    k = next(pos for pos, i in enumerate(index) if i is Ellipsis)
+    return index[:k] + (slice(None),) * (ndim - used) + index[k + 1:]
+
+
+def getitem(x, index) -> Tensor:
+    """x[index] with numpy semantics for ints, slices (any step), None, Ellipsis and one integer
+    index array; boolean masks and several index arrays are refused (data-dependent or unsupported)."""
+    x = as_tensor(x)
+    index = index if isinstance(index, tuple) else (index,)
+    if any(_is_bool_index(i) for i in index):
+        raise UnsupportedError("boolean mask indexing is not supported: its result shape depends on the data; "
+                               "use F.where(mask, x, 0) to keep the shape")
+    if sum(1 for i in index if _is_array_index(i)) > 1:
+        raise UnsupportedError("indexing with more than one index array is not supported; "
+                               "index one axis at a time (F.take)")
+    index = _expand_ellipsis(index, x.ndim)
+    cuts = []                           # (axis, start, end, step) of every slice and int index
+    shape: list = []                    # result shape of the basic indexing
+    array_at, array_item = None, None  # position of the index array's axis in that result
+    advanced = []                       # positions in `index` of ints and the array (numpy's advanced indices)
+    axis = 0
+    for pos, item in enumerate(index):
+        if item is None:
+            shape.append(1)
+            continue
+        dim = x.shape[axis]
+        if _is_array_index(item):
+            array_at, array_item = len(shape), item
+            advanced.append(pos)
+            shape.append(dim)
+        elif isinstance(item, slice):
+            if item.start in (None, 0) and item.stop is None and item.step in (None, 1):
+                shape.append(dim)
+            else:
+                start, end, step = item.indices(_require_static(dim, "slicing", axis))
+                n = _span(start, end, step)
+                cuts.append((axis, start, start + n * step, step))
+                shape.append(n)
+        elif isinstance(item, (int, np.integer)):
+            size = _require_static(dim, "integer indexing", axis)
+            if not -size <= item < size:
+                raise ShapeError(f"index {int(item)} is out of range for axis {axis} of size {size}")
+            cuts.append((axis, int(item) % size, int(item) % size + 1, 1))
+            advanced.append(pos)
+        else:
+            raise UnsupportedError(f"unsupported index {item!r} of type {type(item).__name__}")
+        axis += 1
+    y = reshape(slice_axes(x, *(zip(*cuts) if cuts else ((),) * 4)), tuple(shape))
+    if array_item is None:
+        return y
+    idx = _index_tensor(array_item, shape[array_at], "getitem")
+    y = _gather(y, idx, array_at)
+    if advanced != list(range(advanced[0], advanced[0] + len(advanced))):
+        # numpy puts the index array's axes first when advanced indices are not adjacent
+        moved = list(range(array_at, array_at + idx.ndim))
+        y = transpose(y, moved + [i for i in range(y.ndim) if i not in moved])
+    return y
+
+
+# -- concat, stack, split ---------------------------------------------------------------------------
+def _concat_infer(types, axis):
+    first = types[0]
+    for t in types[1:]:
+        if t.dtype != first.dtype:
+            raise ShapeError(f"dtypes {first.dtype.name} and {t.dtype.name} differ")
+        if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis):
+            raise ShapeError(f"along axis {axis}: shapes {format_shape(first.shape)} and "
+                             f"{format_shape(t.shape)} differ off that axis")
+    for t in types:
+        _require_static(t.shape[axis], "concat", axis)
+    size = sum(t.shape[axis] for t in types)
+    return [tensor_type(first.dtype, first.shape[:axis] + (size,) + first.shape[axis + 1:])]
+
+
+def _concat_vjp(g, ins, outs, axis):
+    offsets = np.cumsum([0] + [x.shape[axis] for x in ins])
+    return [_axis_slice(g[0], axis, int(a), int(b)) for a, b in zip(offsets[:-1], offsets[1:])]
+
+
+defop("concat", infer=_concat_infer, reference=lambda *xs, axis: np.concatenate(xs, axis=axis),
+      lower=lambda ctx, names, node: ctx.emit("Concat", names, axis=node.attrs["axis"]), vjp=_concat_vjp)
+
+
+def concat(xs, axis: int = 0) -> Tensor:
+    """numpy concatenate: tensors of equal shape off `axis` (static sizes along it) joined along it."""
+    xs = _promote(*xs)
+    if not xs or xs[0].ndim == 0:
+        raise ShapeError("concat needs at least one tensor of rank >= 1")
+    axis = normalize_axis(axis, xs[0].ndim)
+    return xs[0] if len(xs) == 1 else apply("concat", xs, axis=axis)
+
+
+def stack(xs, axis: int = 0) -> Tensor:
+    """numpy stack: equal-shaped tensors joined along a new axis."""
+    xs = _promote(*xs)
+    axis = normalize_axis(axis, xs[0].ndim + 1)
+    return concat([expand_dims(x, axis) for x in xs], axis)
+
+
+def split(x, sections_or_indices, axis: int = 0) -> list[Tensor]:
+    """numpy split: an int that divides the axis (equal parts) or a list of split points."""
+    x = as_tensor(x)
+    axis = normalize_axis(axis, x.ndim)
+    size = _require_static(x.shape[axis], "split", axis)
+    if isinstance(sections_or_indices, (int, np.integer)):
+        n = int(sections_or_indices)
+        if n <= 0 or size % n:
+            raise ShapeError(f"split: {n} sections do not divide axis {axis} of size {size} equally")
+        points = [size // n * k for k in range(1, n)]
+    else:
+        points = [int(p) for p in sections_or_indices]
+    bounds = [0] + points + [size]
+    parts = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        start, end, _ = slice(a, b).indices(size)
+        parts.append(_axis_slice(x, axis, start, max(start, end)))
+    return parts
+
+
+# -- pad --------------------------------------------------------------------------------------------
+_PAD_MODES = ("constant", "reflect", "edge")
+
+
+def _pad_pairs(pads, ndim) -> tuple:
+    arr = np.asarray(pads)
+    if arr.dtype.kind not in "iu" or arr.shape not in ((), (2,), (1, 2), (ndim, 2)):
+        raise ShapeError(f"pad: pads {pads!r} must be an int, a (before, after) pair or one pair per axis "
+                         f"of a tensor of rank {ndim}")
+    arr = np.broadcast_to(arr.reshape(-1, 2) if arr.ndim else arr, (ndim, 2))
+    if (arr < 0).any():
+        raise ShapeError(f"pad: pads {pads!r} must be non-negative")
+    return tuple((int(b), int(a)) for b, a in arr)
+
+
+def _pad_infer(types, pads, mode, value):
+    shape = []
+    for axis, (d, (before, after)) in enumerate(zip(types[0].shape, pads)):
+        if before or after:
+            d = _require_static(d, "padding", axis)
+            if mode == "reflect" and max(before, after) >= d:
+                raise ShapeError(f"reflect padding of {max(before, after)} needs axis {axis} longer than "
+                                 f"that, its size is {d}")
+            if mode == "edge" and d == 0:
+                raise ShapeError(f"edge padding of an empty axis {axis}")
+            d = before + d + after
+        shape.append(d)
+    return [tensor_type(types[0].dtype, shape)]
+
+
+def _pad_reference(x, pads, mode, value):
+    return np.pad(x, pads, mode, constant_values=value) if mode == "constant" else np.pad(x, pads, mode)
+
+
+def _lower_pad(ctx, names, node):
+    a = node.attrs
+    amounts = ctx.int64s([b for b, _ in a["pads"]] + [e for _, e in a["pads"]])
+    fill = ctx.const(np.asarray(a["value"], node.outputs[0].dtype)) if a["mode"] == "constant" else ""
+    return ctx.emit("Pad", [names[0], amounts, fill], mode=a["mode"])
+
+
+def _pad_vjp(g, ins, outs, pads, mode, value):
+    x, g = ins[0], g[0]
+    padded = [(axis, b, e) for axis, (b, e) in enumerate(pads) if b or e]
+    if mode == "constant":
+        return [slice_axes(g, [a for a, _, _ in padded], [b for _, b, _ in padded],
+                           [b + x.shape[a] for a, b, _ in padded], [1] * len(padded))]
+    # reflect/edge: each padded axis is a gather of static source indices; apply the adjoints
+    for axis, before, after in padded:
+        source = np.pad(np.arange(x.shape[axis]), (before, after), mode)
+        g = scatter_add(full(g.shape[:axis] + (x.shape[axis],) + g.shape[axis + 1:], 0, g.dtype), source, g, axis)
+    return [g]
+
+
+defop("pad", infer=_pad_infer, reference=_pad_reference, lower=_lower_pad, vjp=_pad_vjp)
+
+
+def pad(x, pads, mode: str = "constant", value=0) -> Tensor:
+    """numpy pad: `pads` is an int, a (before, after) pair for every axis, or one pair per axis;
+    mode "constant" (filled with `value`), "reflect" (mirrored, edge not repeated) or "edge"."""
+    x = as_tensor(x)
+    if mode not in _PAD_MODES:
+        raise UnsupportedError(f"pad: mode {mode!r} is not supported (use one of {', '.join(_PAD_MODES)})")
+    pairs = _pad_pairs(pads, x.ndim)
+    if not any(b or e for b, e in pairs):
+        return x
+    return apply("pad", [x], pads=pairs, mode=mode, value=float(value))
+
+
+# -- tile ---------------------------------------------------------------------------------------------
+def tile(x, reps) -> Tensor:
+    """numpy tile, as reshape → broadcast → reshape: each tiled axis d becomes a (rep, d) pair, so the
+    gradient is broadcast's (a sum over the rep axes)."""
+    x = as_tensor(x)
+    reps = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(r) for r in reps)
+    if any(r < 0 for r in reps):
+        raise ShapeError(f"tile: negative repetitions {reps}")
+    n = max(len(reps), x.ndim)
+    reps, shape = (1,) * (n - len(reps)) + reps, (1,) * (n - x.ndim) + x.shape
+    paired, expanded = [], []
+    for r, d in zip(reps, shape):
+        paired += [1, d] if r != 1 else [d]
+        expanded += [r, d] if r != 1 else [d]
+    final = tuple(dims.product((r, d)) for r, d in zip(reps, shape))
+    return reshape(broadcast_to(reshape(x, tuple(paired)), tuple(expanded)), final)

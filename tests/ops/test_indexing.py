@@ -1,0 +1,282 @@
+"""Indexing and data movement: forward through onnxruntime against plain numpy indexing and
+np.take/concatenate/stack/split/pad/tile, float64 gradient checks (orders 1 and 2), backward
+graphs through onnxruntime against each op's numpy Jacobian, and the refused index forms."""
+import numpy as np
+import pytest
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile.frontend.trace import trace
+from gcompile.ops.indexing import slice_scatter
+
+from ..opcheck import check_forward, check_grads
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((4, 3, 5)).astype(np.float32)
+XI = np.arange(60, dtype=np.int64).reshape(4, 3, 5)
+IDX = np.array([[2, -1], [0, 2]])          # a 2-D index array with a negative entry (axis of size 3 or more)
+
+TAKE_ALONG = np.array([[[4, 4]], [[0, -1]], [[1, 1]], [[2, 0]]])   # (4, 1, 2), repeated entries
+
+# (id, index expression) pairs: the same lambda indexes a numpy array (expectation) and a Tensor
+GETITEMS = [
+    ("int", lambda t: t[1]),
+    ("negative_int", lambda t: t[-1, :, -2]),
+    ("mixed", lambda t: t[1:-1:2, None, ..., ::-1]),
+    ("negative_steps", lambda t: t[::-2, 2:0:-1, -1::-3]),
+    ("ellipsis_newaxis", lambda t: t[..., None, 1:4]),
+    ("array_first", lambda t: t[IDX, ..., ::-2]),
+    ("array_middle", lambda t: t[1:, IDX]),
+    ("array_after_int", lambda t: t[:, 0, IDX]),
+    ("array_apart_from_int", lambda t: t[0, :, IDX]),
+    ("list", lambda t: t[:, [2, 2, 0]]),
+]
+
+
+def _jacobian_vjp(np_fn, x, w):
+    """The vjp of a linear numpy function, built from its Jacobian on basis vectors."""
+    columns = []
+    for k in range(x.size):
+        e = np.zeros(x.size, np.float64)
+        e[k] = 1
+        columns.append(np.asarray(np_fn(e.reshape(x.shape))).ravel())
+    return (np.stack(columns, axis=1).T @ w.ravel()).reshape(x.shape)
+
+
+# -- forward through onnxruntime ------------------------------------------------------------------
+@pytest.mark.parametrize("index", [g for _, g in GETITEMS], ids=[n for n, _ in GETITEMS])
+def test_getitem_forward(index):
+    check_forward(index, [X], index(X))
+
+
+def test_getitem_int64_and_tensor_index():
+    check_forward(lambda x: x[1, ::-1, 1:4:2], [XI], XI[1, ::-1, 1:4:2])
+    idx = np.array([3, -4, 3], np.int64)
+    check_forward(lambda x, i: x[..., i], [X, idx], X[..., idx])
+
+
+def test_take_forward():
+    idx = np.array([[2, -1], [0, 0]], np.int64)
+    for axis in (0, 1, -1, 2):
+        check_forward(lambda x: F.take(x, idx, axis=axis), [X], np.take(X, idx, axis=axis))
+    check_forward(lambda x: F.take(x, idx * 29), [X], np.take(X, idx * 29))
+    check_forward(lambda x: F.take(x, 2, axis=1), [X], np.take(X, 2, axis=1))
+    check_forward(lambda x, i: F.take(x, i, axis=0), [XI, np.array([3, 1, 3], np.int32)],
+                  np.take(XI, [3, 1, 3], axis=0))
+
+
+def test_embedding_forward():
+    w = RNG.standard_normal((6, 3)).astype(np.float32)
+    ids = np.array([[5, 0, 5], [1, 2, 3]], np.int64)
+    check_forward(F.embedding, [ids, w], w[ids])
+
+
+def test_scatter_add_forward():
+    base = RNG.standard_normal((2, 4)).astype(np.float32)
+    updates = RNG.standard_normal((2, 5)).astype(np.float32)
+    idx = np.array([1, -1, 1, 0, 3])
+    expected = base.copy()
+    for j, i in enumerate(idx):
+        expected[:, i] += updates[:, j]
+    check_forward(lambda b, u: F.scatter_add(b, idx, u, axis=-1), [base, updates], expected)
+
+
+def test_take_along_axis_forward():
+    # (4, 1, 4): broadcasts against X on axis 1
+    idx = np.array([[[4, -1, 0, 4]], [[0, 1, 1, -5]], [[2, 2, 3, 3]], [[1, 0, 0, 1]]])
+    check_forward(lambda x: F.take_along_axis(x, idx, axis=-1), [X],
+                  np.take_along_axis(X, np.broadcast_to(idx, (4, 3, 4)), axis=-1))
+    check_forward(lambda x: F.take_along_axis(x, idx % 3, axis=1), [XI[:, :, :4]],
+                  np.take_along_axis(XI[:, :, :4], idx % 3, axis=1))
+    flat_idx = np.array([59, 0, 0])
+    check_forward(lambda x: F.take_along_axis(x, flat_idx, axis=None), [X], np.take_along_axis(X.ravel(), flat_idx, 0))
+
+
+def test_scatter_add_along_axis_forward():
+    base = RNG.standard_normal((2, 4)).astype(np.float32)
+    updates = RNG.standard_normal((2, 3)).astype(np.float32)
+    idx = np.array([[1, -1, 1], [0, 0, 2]])
+    expected = base.copy()
+    for i in range(2):
+        for j in range(3):
+            expected[i, idx[i, j]] += updates[i, j]
+    check_forward(lambda b, u: F.scatter_add_along_axis(b, idx, u, axis=-1), [base, updates], expected)
+
+
+def test_concat_stack_forward():
+    a, b = X[:, :2], X[:, 1:]
+    check_forward(lambda a, b: F.concat([a, b, a], axis=1), [a, b], np.concatenate([a, b, a], axis=1))
+    check_forward(lambda a, b: F.concat([a, b], axis=-2), [a, b], np.concatenate([a, b], axis=-2))
+    check_forward(lambda a, b: F.concat([a, b]), [XI, XI[:1]], np.concatenate([XI, XI[:1]]))
+    for axis in (0, 2, -1):
+        check_forward(lambda a, b: F.stack([a, b, a], axis=axis), [X, X * 2], np.stack([X, X * 2, X], axis=axis))
+
+
+def test_split_forward():
+    check_forward(lambda x: F.split(x, 5, axis=-1), [X], np.split(X, 5, axis=-1))
+    check_forward(lambda x: F.split(x, [1, 3, 9]), [X], np.split(X, [1, 3, 9]))
+    check_forward(lambda x: F.split(x, [2], axis=1), [X], np.split(X, [2], axis=1))
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad_forward(mode):
+    for pads in (1, (2, 0), ((0, 1), (2, 1), (3, 0))):
+        kwargs = {"constant_values": 1.5} if mode == "constant" else {}
+        extra = {"value": 1.5} if mode == "constant" else {}
+        check_forward(lambda x: F.pad(x, pads, mode, **extra), [X], np.pad(X, pads, mode, **kwargs))
+    check_forward(lambda x: F.pad(x, ((1, 0), (0, 2), (0, 0)), mode), [XI], np.pad(XI, ((1, 0), (0, 2), (0, 0)), mode))
+
+
+def test_tile_forward():
+    for reps in (2, (2, 1, 3), (3, 1), (2, 1, 1, 2)):
+        check_forward(lambda x: F.tile(x, reps), [X], np.tile(X, reps))
+
+
+@pytest.mark.parametrize("bounds", [
+    ((1,), (0,), (5,), (1,)),              # step 1: a pad
+    ((1,), (1,), (5,), (3,)),              # step 3: interleave, then pad to length
+    ((2,), (0,), (7,), (3,)),              # step 3 ending exactly at the end: interleave, then trim
+    ((0, 2), (3, 4), (-1, 0), (-2, -3)),   # negative steps on two axes
+])
+def test_slice_scatter_forward(bounds):
+    shape = (4, 5, 7)
+    index = [slice(None)] * 3
+    for axis, start, end, step in zip(*bounds):
+        index[axis] = slice(start, end if end >= 0 else None, step)
+    target = np.zeros(shape, np.float32)
+    g = RNG.standard_normal(target[tuple(index)].shape).astype(np.float32)
+    target[tuple(index)] = g
+    check_forward(lambda g: slice_scatter(g, shape, *bounds), [g], target)
+
+
+def test_symbolic_batch_forward():
+    def fn(x):
+        return (x[:, 1:], x[..., None], x[:, ::-2], x[:, 3], F.take(x, [0, 4, 4], axis=1),
+                F.pad(x, ((0, 0), (1, 2)), "reflect"), F.concat([x, x[:, :2]], axis=1), F.tile(x, (2, 1)))
+    for batch in (2, 3):
+        x = RNG.standard_normal((batch, 5)).astype(np.float32)
+        expected = [x[:, 1:], x[..., None], x[:, ::-2], x[:, 3], np.take(x, [0, 4, 4], axis=1),
+                    np.pad(x, ((0, 0), (1, 2)), "reflect"), np.concatenate([x, x[:, :2]], axis=1), np.tile(x, (2, 1))]
+        check_forward(fn, [x], expected, specs=[gc.spec(("batch", 5))])
+
+
+# -- backward graphs through onnxruntime (slice_scatter, scatter_add and the pad/tile adjoints) -----
+LINEAR = [
+    ("getitem", lambda t: t[1:, ::-2, None, 3], None),
+    ("getitem_array", lambda t: t[:, [2, 0, 2], 1::3], None),
+    ("take", lambda t: F.take(t, [4, -1, 0, 4], axis=-1), lambda a: np.take(a, [4, -1, 0, 4], axis=-1)),
+    ("concat", lambda t: F.concat([t, t[:, 1:]], axis=1), lambda a: np.concatenate([a, a[:, 1:]], axis=1)),
+    ("pad_constant", lambda t: F.pad(t, ((1, 0), (0, 0), (2, 1))), lambda a: np.pad(a, ((1, 0), (0, 0), (2, 1)))),
+    ("pad_reflect", lambda t: F.pad(t, ((0, 0), (2, 1), (1, 3)), "reflect"),
+     lambda a: np.pad(a, ((0, 0), (2, 1), (1, 3)), "reflect")),
+    ("pad_edge", lambda t: F.pad(t, ((1, 2), (0, 0), (3, 0)), "edge"),
+     lambda a: np.pad(a, ((1, 2), (0, 0), (3, 0)), "edge")),
+    ("tile", lambda t: F.tile(t, (2, 1, 2)), lambda a: np.tile(a, (2, 1, 2))),
+    ("take_along_axis", lambda t: F.take_along_axis(t, TAKE_ALONG, axis=2),
+     lambda a: np.take_along_axis(a, np.broadcast_to(TAKE_ALONG, (4, 3, 2)), axis=2)),
+]
+
+
+@pytest.mark.parametrize("fn,np_fn", [(f, n or f) for _, f, n in LINEAR], ids=[i for i, _, _ in LINEAR])
+def test_backward_forward(fn, np_fn):
+    w = RNG.standard_normal(np.shape(np_fn(X))).astype(np.float32)
+    check_forward(lambda x: gc.grad(F.sum(fn(x) * w), [x])[0], [X], _jacobian_vjp(np_fn, X, w), atol=1e-5)
+
+
+def test_symbolic_batch_backward():
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    w = RNG.standard_normal((1, 4)).astype(np.float32)
+
+    def fn(x):
+        y = [x[:, ::-2] * w[:, :3], F.take(x, [1, 1, -1, 0], axis=1) * w, F.pad(x, ((0, 0), (1, 0)), "edge")[:, :4]]
+        return gc.grad(F.add_n([F.sum(t) for t in y]), [x])[0]
+
+    # the gradient of sum(y) is the sum of each linear term's vjp of its weight
+    expected = (_jacobian_vjp(lambda a: a[:, ::-2], x, np.broadcast_to(w[:, :3], (3, 3)))
+                + _jacobian_vjp(lambda a: np.take(a, [1, 1, -1, 0], axis=1), x, np.broadcast_to(w, (3, 4)))
+                + _jacobian_vjp(lambda a: np.pad(a, ((0, 0), (1, 0)), "edge")[:, :4], x, np.ones((3, 4))))
+    check_forward(fn, [x], expected, specs=[gc.spec(("batch", 5))], atol=1e-5)
+
+
+# -- gradient checks (float64, reference evaluator) ------------------------------------------------
+@pytest.mark.parametrize("index", [g for _, g in GETITEMS], ids=[n for n, _ in GETITEMS])
+def test_getitem_grads(index):
+    check_grads(lambda x: index(x) * index(x), [X])
+
+
+def test_getitem_tensor_index_grads():
+    check_grads(lambda x, i: F.sin(x[:, i]), [X, np.array([2, -1, 2])])
+
+
+def test_slice_scatter_grads():
+    shape = (3, 7)
+    g = RNG.standard_normal((3, 4))
+    check_grads(lambda g: slice_scatter(g, shape, (0, 1), (2, 6), (-1, -1), (-1, -2)) ** 2, [g])
+
+
+def test_take_embedding_grads():
+    check_grads(lambda x: F.take(x, [[1, 1], [-1, 1]], axis=1) ** 2, [X])
+    check_grads(lambda x: F.sin(F.take(x, [0, 7, 7, 59])), [X])
+    check_grads(lambda w: F.embedding(np.array([[0, 2], [2, 2]]), w) ** 2, [X[0]])
+
+
+def test_scatter_add_grads():
+    base = RNG.standard_normal((2, 4))
+    check_grads(lambda b, u: F.scatter_add(b, [3, -1, 0, 3], u, axis=1) ** 2, [base, RNG.standard_normal((2, 4))])
+    idx = np.array([[3, -1, 0], [0, 0, 1]])
+    check_grads(lambda b, u: F.scatter_add(b, idx, u * u, axis=-1), [base, RNG.standard_normal((2, 2, 3))])
+    check_grads(lambda b, u: F.sin(F.scatter_add(b, idx.T, u, axis=0)), [base.T, RNG.standard_normal((3, 2, 2))])
+
+
+def test_take_along_axis_grads():
+    check_grads(lambda x: F.take_along_axis(x, TAKE_ALONG, axis=-1) ** 2, [X])
+    check_grads(lambda x: F.sin(F.take_along_axis(x, TAKE_ALONG.reshape(2, 4) % 3, axis=0)), [X[0, :, :4]])
+
+
+def test_scatter_add_along_axis_grads():
+    idx = np.array([[3, -1, 3], [0, 0, 1]])
+    check_grads(lambda b, u: F.scatter_add_along_axis(b, idx, u, axis=1) ** 2,
+                [RNG.standard_normal((2, 4)), RNG.standard_normal((2, 3))])
+
+
+def test_concat_stack_split_grads():
+    a, b = X[:, :2], X[:, 1:]
+    check_grads(lambda a, b: F.concat([a, b * b, a], axis=-2) ** 2, [a, b])
+    check_grads(lambda a, b: F.stack([a, b], axis=-1) ** 3, [a[:, :, :3], b[:, :, :3]])
+    check_grads(lambda x: [p * p for p in F.split(x, [1, 4], axis=2)] + [F.split(x, 3, axis=1)[2] ** 3], [X])
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad_grads(mode):
+    extra = {"value": 0.5} if mode == "constant" else {}
+    check_grads(lambda x: F.pad(x, ((1, 0), (2, 1), (0, 3)), mode, **extra) ** 2, [X])
+
+
+def test_tile_grads():
+    check_grads(lambda x: F.tile(x, (2, 1, 1, 3)) ** 2, [X])
+
+
+# -- refused index forms and shape errors ------------------------------------------------------------
+def test_errors():
+    with pytest.raises(gc.UnsupportedError, match="boolean mask"):
+        trace(lambda x: x[x > 0], [X])
+    with pytest.raises(gc.UnsupportedError, match="boolean mask"):
+        trace(lambda x: x[np.array([True, False, True, False])], [X])
+    with pytest.raises(gc.UnsupportedError, match="more than one index array"):
+        trace(lambda x: x[[0, 1], :, [1, 2]], [X])
+    with pytest.raises(gc.ShapeError, match="index 4 is out of range for axis 0 of size 4"):
+        trace(lambda x: x[4], [X])
+    with pytest.raises(gc.ShapeError, match="index -4 is out of range for axis 1 of size 3"):
+        trace(lambda x: x[:, -4], [X])
+    with pytest.raises(gc.ShapeError, match="too many indices"):
+        trace(lambda x: x[0, 0, 0, 0], [X])
+    with pytest.raises(gc.ShapeError, match=r"\(4, 3, 5\) and \(4, 2, 5\)"):
+        trace(lambda a, b: F.concat([a, b], axis=0), [X, X[:, 1:]])
+    with pytest.raises(gc.ShapeError, match="out of range"):
+        trace(lambda x: F.take(x, [0, 5], axis=0), [X])
+    with pytest.raises(gc.ShapeError, match="do not divide"):
+        trace(lambda x: F.split(x, 2, axis=2), [X])
+    with pytest.raises(gc.ShapeError, match="reflect padding"):
+        trace(lambda x: F.pad(x, 3, "reflect"), [X])
+    with pytest.raises(gc.UnsupportedError, match="symbolic"):
+        trace(lambda x: x[1:], [gc.spec(("batch", 5))])
