@@ -68,10 +68,11 @@ class Graph:
 
     def add_node(self, op: str, inputs: list[ValueRef], attrs: dict, outputs: list[TensorType],
                  order: int = 0, source: str = "", name: str | None = None) -> Node:
-        if name is None:
-            count = self._name_counts.get(op, 0)
-            self._name_counts[op] = count + 1
-            name = f"{op}_{count}"
+        if name is None:   # readable: "mul_3" forward, "grad1_mul_0" in a first-order backward
+            key = f"grad{order}_{op}" if order else op
+            count = self._name_counts.get(key, 0)
+            self._name_counts[key] = count + 1
+            name = f"{key}_{count}"
         node = Node(self._next_id, name, op, list(inputs), dict(attrs), list(outputs), order, source)
         self._next_id += 1
         self.nodes[node.id] = node
