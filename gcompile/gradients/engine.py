@@ -65,7 +65,8 @@ def grad(outputs, inputs, grad_outputs=None) -> list[Tensor]:
     """Gradients of `outputs` (weighted by `grad_outputs`, default ones) w.r.t. each of `inputs`.
 
     Each result has its input's shape and dtype. An input the outputs do not depend on
-    gets zeros (as JAX does), not an error. Integer inputs are an error.
+    gets zeros (as JAX does), not an error. Integer inputs are an error. A grad_outputs
+    entry (None for ones) must have its output's shape; it is cast to the output's dtype.
     """
     single_output = isinstance(outputs, Tensor)
     outputs = [outputs] if single_output else list(outputs)
