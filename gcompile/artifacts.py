@@ -1,0 +1,162 @@
+"""Reading, describing and running saved ONNX artifacts (what `gcompile build/run/inspect` share).
+
+Everything here works from the ONNX file alone, so `gcompile run` and `inspect` handle any
+model, and the build's manifest reports exactly what `inspect` shows for the same file.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import re
+import time
+
+import numpy as np
+
+from .errors import GcompileError, InputError
+from .ir.dims import format_shape
+from .runtime.providers import PROVIDERS
+
+_ORDER = re.compile(r"\border=(\d+)\b")
+
+
+def load(path):
+    """An onnx.ModelProto from `path`; a GcompileError for a missing, unreadable or corrupt file."""
+    import onnx
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise GcompileError(f"{path}: no such file")
+    try:
+        model = onnx.load(path)
+        onnx.checker.check_model(model)
+    except Exception as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise GcompileError(f"{path} is not a valid ONNX model ({reason})") from None
+    return model
+
+
+def _dims(value_info) -> tuple:
+    dims = value_info.type.tensor_type.shape.dim
+    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims)
+
+
+def _dtype(value_info) -> np.dtype:
+    from onnx import helper
+    return np.dtype(helper.tensor_dtype_to_np_dtype(value_info.type.tensor_type.elem_type))
+
+
+def signature(values) -> list[dict]:
+    """[{name, shape, dtype}] for ONNX graph inputs or outputs (symbolic dims as strings)."""
+    return [{"name": v.name, "shape": list(_dims(v)), "dtype": _dtype(v).name} for v in values]
+
+
+def graph_inputs(model) -> list:
+    """Inputs a caller must feed (initializers listed as inputs by old exporters are optional)."""
+    init = {t.name for t in model.graph.initializer}
+    return [v for v in model.graph.input if v.name not in init]
+
+
+def order_counts(model) -> tuple[dict[int, int], int]:
+    """(nodes per gradient order, untagged nodes) from the "order=N" gcompile writes in doc_strings.
+
+    Untagged nodes are glue that belongs to no single traced op: output Identities and the
+    run-time shape computations of symbolic dims.
+    """
+    counts: dict[int, int] = collections.Counter()
+    untagged = 0
+    for node in model.graph.node:
+        match = _ORDER.search(node.doc_string or "")
+        if match:
+            counts[int(match.group(1))] += 1
+        else:
+            untagged += 1
+    return dict(sorted(counts.items())), untagged
+
+
+def describe(model) -> dict:
+    """What the manifest and `inspect` report about a model."""
+    by_order, untagged = order_counts(model)
+    return {
+        "inputs": signature(graph_inputs(model)),
+        "outputs": signature(model.graph.output),
+        "opset": max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=None),
+        "ir_version": model.ir_version,
+        "nodes": len(model.graph.node),
+        "nodes_by_order": {str(k): v for k, v in by_order.items()},
+        "untagged_nodes": untagged,
+    }
+
+
+def op_histogram(model) -> list[tuple[str, int]]:
+    """(op type, count), most frequent first."""
+    counts = collections.Counter((f"{n.domain}." if n.domain not in ("", "ai.onnx") else "") + n.op_type
+                                 for n in model.graph.node)
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def order_label(order: int) -> str:
+    return {0: "fwd", 1: "bwd", 2: "2nd", 3: "3rd"}.get(order, f"{order}th")
+
+
+def format_sig(entry: dict) -> str:
+    return f"{entry['name']}: {entry['dtype']}{format_shape(tuple(entry['shape']))}"
+
+
+def random_feeds(model, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs fitting the model's declared inputs; symbols are bound to 2, 3, 4, ...
+    in order of first appearance; integers are 0 or 1 (valid labels and indices), bools random."""
+    rng = np.random.default_rng(seed)
+    sizes: dict[str, int] = {}
+    feeds = {}
+    for v in graph_inputs(model):
+        shape = tuple(d if isinstance(d, int) else sizes.setdefault(d, 2 + len(sizes)) for d in _dims(v))
+        dtype = _dtype(v)
+        if dtype.kind == "f":
+            feeds[v.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feeds[v.name] = rng.random(shape) < 0.5
+        else:
+            feeds[v.name] = rng.integers(0, 2, size=shape).astype(dtype)
+    return feeds
+
+
+def check_feeds(model, feeds: dict) -> dict[str, np.ndarray]:
+    """Feeds checked against the model's inputs: names, dtypes, ranks, fixed dims, and one
+    size per symbol across all inputs. Errors name the input and both shapes."""
+    inputs = graph_inputs(model)
+    names = [v.name for v in inputs]
+    missing = [n for n in names if n not in feeds]
+    extra = [n for n in feeds if n not in names]
+    if missing or extra:
+        parts = ([f"missing {', '.join(map(repr, missing))}"] if missing else []) + \
+                ([f"unexpected {', '.join(map(repr, extra))}"] if extra else [])
+        raise InputError(f"inputs do not match the model: {'; '.join(parts)} (the model takes "
+                         + ", ".join(format_sig(e) for e in signature(inputs)) + ")")
+    bound: dict[str, tuple[int, str]] = {}
+    checked = {}
+    for v in inputs:
+        arr, want, dtype = np.asarray(feeds[v.name]), _dims(v), _dtype(v)
+        expected = f"{dtype.name}{format_shape(want)}"
+        got = f"{arr.dtype.name}{format_shape(arr.shape)}"
+        if arr.dtype != dtype or arr.ndim != len(want) or any(
+                isinstance(d, int) and d != n for d, n in zip(want, arr.shape)):
+            raise InputError(f"input {v.name!r}: expected {expected}, got {got}")
+        for d, n in zip(want, arr.shape):
+            if isinstance(d, str) and d != "?":
+                first = bound.setdefault(d, (n, v.name))
+                if first[0] != n:
+                    raise InputError(f"symbolic dim {d!r} is {first[0]} in input {first[1]!r} but {n} in "
+                                     f"input {v.name!r} (expected {expected}, got {got})")
+        checked[v.name] = np.ascontiguousarray(arr)
+    return checked
+
+
+def run(session, model, feeds: dict) -> dict:
+    """Run a model's onnxruntime session once; returns outputs (name -> array), the provider
+    that ran and the run time in ms."""
+    names = [o.name for o in model.graph.output]
+    checked = check_feeds(model, feeds)
+    start = time.perf_counter()
+    values = session.run(names, checked)
+    elapsed = time.perf_counter() - start
+    used = {v: k for k, v in PROVIDERS.items()}.get(session.get_providers()[0], session.get_providers()[0])
+    return {"outputs": dict(zip(names, values)), "provider": used, "run_ms": 1e3 * elapsed}

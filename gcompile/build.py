@@ -1,0 +1,184 @@
+"""`gcompile build`: import a model file, trace and lower every @gc.export function, write
+DIR/<name>.onnx and DIR/manifest.json.
+
+All-or-nothing: every function is traced, lowered (and, with check=True, run) before the
+first byte is written, so a failing build leaves the previous artifacts as they were.
+The output depends only on the model file: node names, initializer order and the
+manifest are deterministic (no timestamps), so two builds give byte-identical files.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import itertools
+import json
+import os
+import sys
+import time
+import traceback
+import types
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import __version__, artifacts
+from .errors import GcompileError
+from .export import export_info, exported_functions
+from .frontend.trace import trace
+from .lowering import to_onnx
+from .passes import optimize as run_passes
+from .runtime.files import atomic_write
+from .runtime.providers import make_session, resolve_provider
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_module_ids = itertools.count()
+
+
+@dataclass
+class BuildResult:
+    out_dir: str
+    manifest: dict
+    checks: dict = field(default_factory=dict)   # artifact name -> artifacts.run() result
+
+
+def user_frame(err: BaseException) -> str:
+    """'file:line' of the innermost traceback frame outside gcompile and importlib, or ''."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__)
+              if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)
+              and not f.filename.startswith("<frozen")]
+    return f"{display_path(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+
+
+def display_path(path: str) -> str:
+    """`path` relative to the working directory when it lies below it, else absolute."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith(os.pardir) else rel
+
+
+def is_internal(err: BaseException) -> bool:
+    """A non-gcompile exception raised from inside the gcompile package is a gcompile bug."""
+    tb = traceback.extract_tb(err.__traceback__)
+    return bool(tb) and os.path.abspath(tb[-1].filename).startswith(_PACKAGE_DIR + os.sep)
+
+
+def _user_error(what: str, err: BaseException) -> GcompileError:
+    where = user_frame(err)
+    detail = str(err) if isinstance(err, GcompileError) else f"{type(err).__name__}: {err}"
+    return GcompileError(f"{what}: {detail}{f' (at {where})' if where else ''}")
+
+
+@contextlib.contextmanager
+def _on_path(folder: str):
+    """The model's folder on sys.path, so it can import its neighbours while imported and traced."""
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
+
+
+def load_module(path) -> types.ModuleType:
+    """Import a model file under a fresh module name; user errors become a GcompileError
+    that names the file and line."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise GcompileError(f"model file {path!r} not found")
+    stem = "".join(c if c.isalnum() else "_" for c in os.path.splitext(os.path.basename(path))[0])
+    name = f"gcompile_model_{stem}_{next(_module_ids)}"
+    spec = importlib.util.spec_from_file_location(name, os.path.abspath(path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as err:
+        sys.modules.pop(name, None)
+        line = f"\n    {err.text.strip()}" if err.text and err.text.strip() else ""
+        where = f"{display_path(err.filename or path)}:{err.lineno}"
+        raise GcompileError(f"{where}: syntax error: {err.msg}{line}") from None
+    except (Exception, SystemExit) as err:
+        sys.modules.pop(name, None)
+        if is_internal(err) and not isinstance(err, GcompileError):
+            raise
+        raise _user_error(f"importing {path} failed", err) from None
+    return module
+
+
+def _trace_one(fn, opset, optimize, model_path: str):
+    info = export_info(fn)
+    code = getattr(fn, "__code__", None)
+    where = f"{model_path}:{code.co_firstlineno}" if code else model_path
+    try:
+        traced = trace(fn, list(info.specs), name=info.name, input_names=list(info.input_names))
+        run_passes(traced.graph, optimize)
+        model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=info.name)
+    except GcompileError as err:
+        raise GcompileError(f"cannot build {info.name!r} ({where}): {err}") from None
+    except Exception as err:
+        if is_internal(err):
+            raise
+        raise _user_error(f"cannot build {info.name!r} ({where})", err) from None
+    return info, model, float64_ops
+
+
+def _trace_all(module, model_path: str, opset, optimize) -> list:
+    functions = exported_functions(module)
+    if not functions:
+        raise GcompileError(f"{model_path} has no exported function: mark the functions to build with "
+                            "@gc.export(x=gc.spec(shape, dtype), ...)")
+    names = [export_info(fn).name for fn in functions]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise GcompileError(f"{model_path}: two exported functions are named {duplicates[0]!r}; "
+                            "rename one with @gc.export(name=..., ...)")
+    return [_trace_one(fn, opset, optimize, model_path) for fn in functions]
+
+
+def _check(name: str, data: bytes, model, float64_ops, provider: str) -> dict:
+    if provider == "cpu" and float64_ops:
+        raise GcompileError(f"--check of {name!r}: onnxruntime's CPU provider has no float64 kernel for "
+                            + "; ".join(float64_ops) + ". Export this function in float32 to run it on CPU")
+    start = time.perf_counter()
+    session = make_session(data, provider)
+    load_ms = 1e3 * (time.perf_counter() - start)
+    result = {**artifacts.run(session, model, artifacts.random_feeds(model)), "load_ms": load_ms}
+    for out, value in result["outputs"].items():
+        if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+            raise GcompileError(f"--check of {name!r}: output {out!r} has non-finite values on random inputs")
+    return result
+
+
+def build(model, out_dir, opset: int | None = None, check: bool = False, provider: str = "auto",
+          optimize: int = 2) -> BuildResult:
+    """Build every @gc.export function of `model` (a path or an imported module) into `out_dir`.
+
+    opset and optimize mean what they mean for gc.compile; check runs every artifact on
+    random inputs of its specs (on `provider`) before anything is written.
+    """
+    if isinstance(model, types.ModuleType):
+        model_path = getattr(model, "__file__", None) or model.__name__
+        built = _trace_all(model, model_path, opset, optimize)
+    else:
+        model_path = os.fspath(model)
+        with _on_path(os.path.dirname(os.path.abspath(model_path))):
+            built = _trace_all(load_module(model_path), model_path, opset, optimize)
+    entries, blobs, checks = [], [], {}
+    resolved = resolve_provider(provider) if check else None
+    for info, onnx_model, float64_ops in built:
+        data = onnx_model.SerializeToString()
+        if check:
+            checks[info.name] = _check(info.name, data, onnx_model, float64_ops, resolved)
+        entry = {"name": info.name, "file": f"{info.name}.onnx", **artifacts.describe(onnx_model),
+                 "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        entries.append(entry)
+        blobs.append((entry["file"], data))
+    manifest = {"gcompile_version": __version__, "source": os.path.basename(model_path), "artifacts": entries}
+    out_dir = os.fspath(out_dir)
+    blobs.append(("manifest.json", (json.dumps(manifest, indent=2) + "\n").encode()))
+    try:
+        for file_name, data in blobs:
+            atomic_write(os.path.join(out_dir, file_name), data)
+    except OSError as err:
+        raise GcompileError(f"cannot write the build to {out_dir!r}: {err.strerror or err}") from None
+    return BuildResult(out_dir, manifest, checks)

@@ -1,0 +1,187 @@
+"""The `gcompile` command: build, run and inspect ONNX artifacts.
+
+Exit codes: 0 success; 2 a user error (bad model file, spec, input or artifact), printed
+as one paragraph without a traceback; 1 an unexpected internal error. `--debug` adds the
+traceback to either.
+"""
+from __future__ import annotations
+
+import functools
+import io
+import os
+import traceback
+
+import click
+import numpy as np
+
+from . import __version__, artifacts
+from .build import build as build_artifacts
+from .errors import GcompileError
+from .ir.dims import format_shape
+from .runtime.files import atomic_write
+from .runtime.providers import make_session, resolve_provider
+
+_PROVIDER = click.option("--provider", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+                         show_default=True, help="onnxruntime execution provider")
+
+
+def _print_traceback(err: BaseException) -> None:
+    """The traceback, including the user's original exception that a GcompileError replaced."""
+    if err.__suppress_context__ and err.__context__ is not None:
+        traceback.print_exception(err.__context__)
+    traceback.print_exception(err)
+
+
+def _guarded(command):
+    """Turn exceptions into the documented exit codes and one-paragraph messages."""
+    @click.option("--debug", is_flag=True, help="show the Python traceback of an error")
+    @functools.wraps(command)
+    def wrapper(*args, debug: bool, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except GcompileError as err:
+            if debug:
+                _print_traceback(err)
+            click.echo(f"error: {err}", err=True)
+            raise click.exceptions.Exit(2) from None
+        except Exception as err:
+            if debug:
+                _print_traceback(err)
+            click.echo(f"internal error: {type(err).__name__}: {err} -- this is a gcompile bug; "
+                       "rerun with --debug for the traceback and report it", err=True)
+            raise click.exceptions.Exit(1) from None
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gcompile")
+def main():
+    """gcompile: trace numeric Python, differentiate it to any order, export standard ONNX."""
+
+
+def _size(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.1f} MiB"
+
+
+def _orders(entry: dict) -> str:
+    parts = [f"{artifacts.order_label(int(k))} {v}" for k, v in entry["nodes_by_order"].items()]
+    if entry["untagged_nodes"]:
+        parts.append(f"glue {entry['untagged_nodes']}")
+    return f"{entry['nodes']} ({', '.join(parts)})"
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out_dir", default="build", show_default=True, type=click.Path(file_okay=False),
+              help="folder for the .onnx files and manifest.json")
+@click.option("--opset", type=int, default=None, help="ONNX opset (default: the newest the installed onnxruntime runs)")
+@click.option("-O", "--optimize", type=click.IntRange(0, 2), default=2, show_default=True,
+              help="graph passes: 0 none, 1 dead code + common subexpressions, 2 also folding and simplification")
+@click.option("--check", is_flag=True, help="run each artifact in onnxruntime on random inputs of its specs")
+@_PROVIDER
+@_guarded
+def build(model, out_dir, opset, optimize, check, provider):
+    """Build every @gc.export function of MODEL (a .py file) into OUT/<name>.onnx and OUT/manifest.json."""
+    result = build_artifacts(model, out_dir, opset=opset, check=check, provider=provider, optimize=optimize)
+    for entry in result.manifest["artifacts"]:
+        rows = [("inputs", ", ".join(map(artifacts.format_sig, entry["inputs"]))),
+                ("outputs", ", ".join(map(artifacts.format_sig, entry["outputs"]))),
+                ("nodes", _orders(entry)),
+                ("size", f"{_size(entry['bytes'])}, opset {entry['opset']}, ir_version {entry['ir_version']}")]
+        if entry["name"] in result.checks:
+            c = result.checks[entry["name"]]
+            rows.append(("check", f"ok on {c['provider']}: load {c['load_ms']:.1f} ms, run {c['run_ms']:.1f} ms"))
+        click.echo(os.path.join(result.out_dir, entry["file"]))
+        for key, value in rows:
+            click.echo(f"  {key:<8} {value}")
+    click.echo(f"wrote {len(result.manifest['artifacts'])} artifact(s) and "
+               f"{os.path.join(result.out_dir, 'manifest.json')}")
+
+
+def _parse_inputs(values) -> dict:
+    feeds = {}
+    for item in values:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise GcompileError(f"--input {item!r}: write it as NAME=path.npy")
+        if name in feeds:
+            raise GcompileError(f"--input {name!r} given twice")
+        if not os.path.isfile(path):
+            raise GcompileError(f"--input {name}: file {path!r} not found")
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except Exception as err:
+            raise GcompileError(f"--input {name}: cannot read {path!r} as a .npy array ({err})") from None
+    return feeds
+
+
+def _summary(value: np.ndarray) -> str:
+    if value.size == 0:
+        return "empty"
+    if value.size <= 6:
+        return np.array2string(value.reshape(-1), precision=4, separator=", ")
+    if value.dtype.kind in "biuf":
+        v = value.astype(np.float64)
+        return f"min {v.min():.4g}, max {v.max():.4g}, mean {v.mean():.4g}"
+    return ""
+
+
+@main.command()
+@click.argument("artifact", type=click.Path(dir_okay=False))
+@click.option("-i", "--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="one per model input")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="write each output to OUT/<name>.npy")
+@_PROVIDER
+@_guarded
+def run(artifact, inputs, out_dir, provider):
+    """Run ARTIFACT (.onnx) on .npy inputs with onnxruntime and print its outputs."""
+    model = artifacts.load(artifact)
+    feeds = _parse_inputs(inputs)
+    with open(artifact, "rb") as f:
+        data = f.read()
+    used = resolve_provider(provider)
+    try:
+        session = make_session(data, used)
+    except Exception as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise GcompileError(f"onnxruntime cannot load {artifact} on {used}: {reason}") from None
+    result = artifacts.run(session, model, feeds)
+    click.echo(f"ran {artifact} on {result['provider']} in {result['run_ms']:.1f} ms")
+    for name, value in result["outputs"].items():
+        click.echo(f"  {name}: {value.dtype.name}{format_shape(value.shape)}  {_summary(value)}")
+        if out_dir:
+            buffer = io.BytesIO()
+            np.save(buffer, value, allow_pickle=False)
+            try:
+                atomic_write(os.path.join(out_dir, f"{name}.npy"), buffer.getvalue())
+            except OSError as err:
+                raise GcompileError(f"cannot write {name}.npy to {out_dir!r}: {err.strerror or err}") from None
+    if out_dir:
+        click.echo(f"wrote {len(result['outputs'])} output(s) to {out_dir}")
+
+
+@main.command()
+@click.argument("artifact", type=click.Path(dir_okay=False))
+@_guarded
+def inspect(artifact):
+    """Show ARTIFACT's inputs, outputs, opset, op histogram and node counts per gradient order."""
+    model = artifacts.load(artifact)
+    info = artifacts.describe(model)
+    params = sum(int(np.prod(t.dims)) for t in model.graph.initializer)
+    click.echo(f"{artifact}: graph {model.graph.name!r}, producer {model.producer_name or '?'} "
+               f"{model.producer_version}, ir_version {info['ir_version']}, opset {info['opset']}")
+    for key in ("inputs", "outputs"):
+        click.echo(f"{key}:")
+        for entry in info[key]:
+            click.echo(f"  {artifacts.format_sig(entry)}")
+    click.echo(f"initializers: {len(model.graph.initializer)} ({params} values)")
+    click.echo(f"nodes: {_orders(info)}")
+    click.echo("op histogram:")
+    for op, count in artifacts.op_histogram(model):
+        click.echo(f"  {op:<24} {count}")
+
+
+if __name__ == "__main__":
+    main()
