@@ -1,4 +1,528 @@
-"""Convolution and pooling, NCHW, 1-D to 3-D."""
+"""Convolution and pooling, NCHW, 1-D to 3-D.
+
+Closed under differentiation through adjoint pairs. conv(x, w) is bilinear: its adjoint in x
+is conv_transpose and its adjoint in w is the internal op conv_weight_grad, and each of the
+three ops' VJPs is built from the other two. max_pool records the flat index of each
+maximum; its VJP scatters into zeros at those indices (pool_scatter), whose adjoint is a
+gather at the same indices (pool_gather), and back. avg_pool's adjoint is avg_pool_grad
+(a transposed window sum), whose adjoint is avg_pool.
+
+Attributes: stride and dilation are int tuples, one per spatial axis; pad is a tuple of
+(before, after) pairs. The channel and spatial dims must be static; the batch dim may be
+symbolic.
+"""
 from __future__ import annotations
 
-__all__: list[str] = []
+import itertools
+import math
+
+import numpy as np
+from onnx import helper
+
+from ..errors import ShapeError
+from ..frontend.source import user_location
+from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
+from ..ir import dims
+from ..ir.dims import format_shape
+from ..ir.graph import tensor_type
+from .elementwise import _promote
+from .reduce import mean
+from .reduce import sum as reduce_sum
+from .registry import defop
+from .shape_rules import require_float, same_dtype
+
+__all__ = ["avg_pool", "conv", "conv_transpose", "global_avg_pool", "max_pool"]
+
+
+# -- arguments -----------------------------------------------------------------------------------
+def _ints(value, n: int, what: str, minimum: int) -> tuple:
+    """An int or a sequence of n ints (each >= minimum) as a tuple of n ints."""
+    values = (value,) * n if isinstance(value, (int, np.integer)) else tuple(value)
+    if len(values) != n or not all(isinstance(v, (int, np.integer)) and v >= minimum for v in values):
+        raise ShapeError(f"{what} must be an int >= {minimum} or {n} of them (one per spatial axis), "
+                         f"got {value!r} (at {user_location()})")
+    return tuple(int(v) for v in values)
+
+
+def _pads(pad, n: int) -> tuple:
+    """An int, or per spatial axis an int or a (before, after) pair, as n (before, after) pairs."""
+    items = (pad,) * n if isinstance(pad, (int, np.integer)) else tuple(pad)
+    pairs = [(p, p) if isinstance(p, (int, np.integer)) else tuple(p) if isinstance(p, (tuple, list)) else ()
+             for p in items]
+    if len(pairs) != n or any(len(p) != 2 or not all(isinstance(v, (int, np.integer)) and v >= 0 for v in p)
+                              for p in pairs):
+        raise ShapeError(f"pad must be an int >= 0, or {n} of them or of (before, after) pairs, got {pad!r} "
+                         f"(at {user_location()})")
+    return tuple((int(a), int(b)) for a, b in pairs)
+
+
+def _spatial_rank(x: Tensor, what: str) -> int:
+    if x.ndim < 3:
+        raise ShapeError(f"{what} needs x of shape (N, C, *spatial) with at least one spatial dim, got "
+                         f"{format_shape(x.shape)} (at {user_location()})")
+    return x.ndim - 2
+
+
+def _conv_attrs(x, stride, pad, dilation, groups) -> dict:
+    n = _spatial_rank(x, "convolution")
+    if not isinstance(groups, (int, np.integer)) or groups < 1:
+        raise ShapeError(f"groups must be a positive int, got {groups!r} (at {user_location()})")
+    return dict(stride=_ints(stride, n, "stride", 1), pad=_pads(pad, n), dilation=_ints(dilation, n, "dilation", 1),
+                groups=int(groups))
+
+
+def _pool_attrs(x, kernel, stride, pad) -> dict:
+    n = _spatial_rank(x, "pooling")
+    kernel = _ints(kernel, n, "kernel", 1)
+    return dict(kernel=kernel, stride=kernel if stride is None else _ints(stride, n, "stride", 1), pad=_pads(pad, n))
+
+
+# -- shape rules ----------------------------------------------------------------------------------
+def _out_sizes(in_size, kernel, stride, pad, dilation) -> tuple:
+    """Output spatial size of a sliding window: floor((in + pads - dilation*(k-1) - 1) / stride) + 1."""
+    out = tuple((i + p0 + p1 - d * (k - 1) - 1) // s + 1
+                for i, k, s, (p0, p1), d in zip(in_size, kernel, stride, pad, dilation))
+    if any(o < 1 for o in out):
+        raise ShapeError(f"the window (kernel {tuple(kernel)}, dilation {tuple(dilation)}) is larger than the "
+                         f"padded input {tuple(i + sum(p) for i, p in zip(in_size, pad))}")
+    return out
+
+
+def _transpose_sizes(in_size, kernel, stride, pad, dilation, output_padding) -> tuple:
+    """Output spatial size of conv_transpose: (in-1)*stride - pads + dilation*(k-1) + output_padding + 1."""
+    return tuple((i - 1) * s - p0 - p1 + d * (k - 1) + op + 1
+                 for i, k, s, (p0, p1), d, op in zip(in_size, kernel, stride, pad, dilation, output_padding))
+
+
+def _output_padding(in_size, out_size, kernel, stride, pad, dilation) -> tuple:
+    """The output_padding that makes conv_transpose give back exactly `in_size` (the rows a strided
+    conv skipped at the end)."""
+    return tuple(i + p0 + p1 - d * (k - 1) - 1 - (o - 1) * s
+                 for i, o, k, s, (p0, p1), d in zip(in_size, out_size, kernel, stride, pad, dilation))
+
+
+def _check_nchw(t, nsp: int, what: str, layout: str = "(N, C, *spatial)") -> None:
+    require_float(t, what)
+    if t.ndim != nsp + 2:
+        raise ShapeError(f"{what} must have shape {layout} with {nsp} spatial dims, got {format_shape(t.shape)}")
+    if not dims.is_static(t.shape[1:]):
+        raise ShapeError(f"{what} {format_shape(t.shape)}: channel and spatial dims must be static "
+                         "(only the batch dim may be symbolic)")
+
+
+def _check_bias(types, channels: int) -> None:
+    if len(types) == 3 and types[2].shape != (channels,):
+        raise ShapeError(f"bias must have shape ({channels},) (one per output channel), got "
+                         f"{format_shape(types[2].shape)}")
+
+
+def _conv_infer(types, stride, pad, dilation, groups):
+    x, w = types[:2]
+    nsp = len(stride)
+    _check_nchw(x, nsp, "x")
+    _check_nchw(w, nsp, "w", "(C_out, C_in/groups, *kernel)")
+    if not dims.is_static(w.shape):
+        raise ShapeError(f"w {format_shape(w.shape)} must have a static shape")
+    co, ci = w.shape[:2]
+    if x.shape[1] != ci * groups:
+        raise ShapeError(f"x {format_shape(x.shape)} has {x.shape[1]} channels but w {format_shape(w.shape)} "
+                         f"takes {ci} per group x {groups} group(s) = {ci * groups}")
+    if co % groups:
+        raise ShapeError(f"w {format_shape(w.shape)} has {co} output channels, not divisible by groups={groups}")
+    _check_bias(types, co)
+    out = _out_sizes(x.shape[2:], w.shape[2:], stride, pad, dilation)
+    return [tensor_type(same_dtype(types), (x.shape[0], co) + out)]
+
+
+def _conv_transpose_infer(types, stride, pad, dilation, groups, output_padding):
+    x, w = types[:2]
+    nsp = len(stride)
+    _check_nchw(x, nsp, "x")
+    _check_nchw(w, nsp, "w", "(C_in, C_out/groups, *kernel)")
+    if not dims.is_static(w.shape):
+        raise ShapeError(f"w {format_shape(w.shape)} must have a static shape")
+    if x.shape[1] != w.shape[0]:
+        raise ShapeError(f"x {format_shape(x.shape)} has {x.shape[1]} channels but w {format_shape(w.shape)} "
+                         f"takes {w.shape[0]}")
+    if w.shape[0] % groups:
+        raise ShapeError(f"w {format_shape(w.shape)} has {w.shape[0]} input channels, not divisible by "
+                         f"groups={groups}")
+    if any(not 0 <= op < s for op, s in zip(output_padding, stride)):
+        raise ShapeError(f"output_padding {output_padding} must be >= 0 and smaller than the stride {stride}")
+    co = w.shape[1] * groups
+    _check_bias(types, co)
+    out = _transpose_sizes(x.shape[2:], w.shape[2:], stride, pad, dilation, output_padding)
+    if any(o < 1 for o in out):
+        raise ShapeError(f"the padding {pad} removes the whole output (size {out})")
+    return [tensor_type(same_dtype(types), (x.shape[0], co) + out)]
+
+
+def _conv_weight_grad_infer(types, kernel, stride, pad, dilation, groups):
+    x, g = types
+    nsp = len(kernel)
+    _check_nchw(x, nsp, "x")
+    _check_nchw(g, nsp, "the output cotangent")
+    if x.shape[0] != g.shape[0]:
+        raise ShapeError(f"x {format_shape(x.shape)} and the output cotangent {format_shape(g.shape)} "
+                         "have different batch sizes")
+    if x.shape[1] % groups or g.shape[1] % groups:
+        raise ShapeError(f"channels of x {format_shape(x.shape)} and of the output cotangent "
+                         f"{format_shape(g.shape)} must be divisible by groups={groups}")
+    out = _out_sizes(x.shape[2:], kernel, stride, pad, dilation)
+    if out != g.shape[2:]:
+        raise ShapeError(f"the output cotangent {format_shape(g.shape)} does not have the convolution's output "
+                         f"size {out}")
+    return [tensor_type(same_dtype(types), (g.shape[1], x.shape[1] // groups) + tuple(kernel))]
+
+
+# -- numpy references: one strided slice per kernel tap ----------------------------------------------
+def _taps(kernel):
+    return itertools.product(*(range(k) for k in kernel))
+
+
+def _tap_window(tap, stride, dilation, out) -> tuple:
+    """Index of the (padded) input positions i*stride + tap*dilation read by output positions i."""
+    return (Ellipsis,) + tuple(slice(t * d, t * d + s * (o - 1) + 1, s)
+                               for t, s, d, o in zip(tap, stride, dilation, out))
+
+
+def _zero_pad(x, pad):
+    return np.pad(x, ((0, 0), (0, 0)) + tuple(pad))
+
+
+def _with_bias(y, b):
+    return y + b[0].reshape((-1,) + (1,) * (y.ndim - 2)) if b else y
+
+
+def _conv_reference(x, w, *b, stride, pad, dilation, groups):
+    n, co, kernel = x.shape[0], w.shape[0], w.shape[2:]
+    out = _out_sizes(x.shape[2:], kernel, stride, pad, dilation)
+    xp = _zero_pad(x, pad)
+    xg = xp.reshape((n, groups, -1) + xp.shape[2:])
+    wg = w.reshape((groups, co // groups) + w.shape[1:])
+    y = np.zeros((n, groups, co // groups) + out, np.result_type(x, w))
+    for tap in _taps(kernel):
+        y += np.einsum("ngc...,goc->ngo...", xg[_tap_window(tap, stride, dilation, out)], wg[(Ellipsis,) + tap])
+    return _with_bias(y.reshape((n, co) + out), b)
+
+
+def _conv_transpose_reference(x, w, *b, stride, pad, dilation, groups, output_padding):
+    n, kernel, co = x.shape[0], w.shape[2:], w.shape[1] * groups
+    out = _transpose_sizes(x.shape[2:], kernel, stride, pad, dilation, output_padding)
+    full = tuple(max((i - 1) * s + d * (k - 1) + 1, p0 + o)
+                 for i, k, s, d, (p0, _), o in zip(x.shape[2:], kernel, stride, dilation, pad, out))
+    y = np.zeros((n, groups, w.shape[1]) + full, np.result_type(x, w))
+    xg = x.reshape((n, groups, -1) + x.shape[2:])
+    wg = w.reshape((groups, -1) + w.shape[1:])
+    for tap in _taps(kernel):
+        y[_tap_window(tap, stride, dilation, x.shape[2:])] += np.einsum("ngc...,gco->ngo...", xg,
+                                                                        wg[(Ellipsis,) + tap])
+    crop = (Ellipsis,) + tuple(slice(p0, p0 + o) for (p0, _), o in zip(pad, out))
+    return _with_bias(y[crop].reshape((n, co) + out), b)
+
+
+def _conv_weight_grad_reference(x, g, *, kernel, stride, pad, dilation, groups):
+    n, co, out = x.shape[0], g.shape[1], g.shape[2:]
+    xp = _zero_pad(x, pad)
+    xg = xp.reshape((n, groups, -1) + xp.shape[2:])
+    gg = g.reshape((n, groups, co // groups, -1))
+    gw = np.zeros((groups, co // groups, xg.shape[2]) + tuple(kernel), np.result_type(x, g))
+    for tap in _taps(kernel):
+        window = xg[_tap_window(tap, stride, dilation, out)].reshape(xg.shape[:3] + (-1,))
+        gw[(Ellipsis,) + tap] = np.einsum("ngcs,ngos->goc", window, gg)
+    return gw.reshape((co,) + gw.shape[2:])
+
+
+# -- ONNX lowerings -------------------------------------------------------------------------------------
+def _onnx_pads(pad) -> list:
+    return [p[0] for p in pad] + [p[1] for p in pad]
+
+
+def _window_attrs(kernel, stride, pad, dilation=None) -> dict:
+    return dict(kernel_shape=list(kernel), strides=list(stride), pads=_onnx_pads(pad),
+                dilations=None if dilation is None else list(dilation))
+
+
+def _lower_conv(ctx, names, node):
+    a = node.attrs
+    kernel = ctx.graph.type_of(node.inputs[1]).shape[2:]
+    return ctx.emit("Conv", names, group=a["groups"], **_window_attrs(kernel, a["stride"], a["pad"], a["dilation"]))
+
+
+def _lower_conv_transpose(ctx, names, node):
+    a = node.attrs
+    kernel = ctx.graph.type_of(node.inputs[1]).shape[2:]
+    return ctx.emit("ConvTranspose", names, group=a["groups"], output_padding=list(a["output_padding"]),
+                    **_window_attrs(kernel, a["stride"], a["pad"], a["dilation"]))
+
+
+def _lower_conv_weight_grad(ctx, names, node):
+    """gw[o, c, k] = sum over n, i of xpad[n, c, i*stride + k*dilation] * g[n, o, i]: slice each kernel
+    tap's strided window out of a padded, channels-last x (im2col), then one MatMul per group that
+    contracts batch and output positions at once. (A Conv with g as its kernel computes the same,
+    but onnxruntime runs such huge-kernel, tiny-output convolutions several times slower.)"""
+    a = node.attrs
+    groups, kernel = a["groups"], a["kernel"]
+    x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
+    spatial, out, nsp = x_type.shape[2:], g_type.shape[2:], len(kernel)
+    ci, co, taps = x_type.shape[1] // groups, g_type.shape[1], math.prod(kernel)
+    axes = ctx.int64s(range(2, 2 + nsp))
+    x = ctx.emit("Reshape", [names[0], ctx.int64s([0, groups, ci, *spatial])])          # (N, G, Ci, *S)
+    x = ctx.emit("Transpose", [x], perm=[1, 0, *range(3, 3 + nsp), 2])                    # (G, N, *S, Ci)
+    if any(any(p) for p in a["pad"]):
+        x = ctx.emit("Pad", [x, ctx.int64s(_onnx_pads(a["pad"])), "", axes])
+    cols = []
+    for tap in _taps(kernel):
+        window = _tap_window(tap, a["stride"], a["dilation"], out)[1:]
+        cols.append(ctx.emit("Slice", [x, ctx.int64s([w.start for w in window]), ctx.int64s([w.stop for w in window]),
+                                       axes, ctx.int64s(a["stride"])]))
+    cols = ctx.emit("Concat", cols, axis=-1) if taps > 1 else cols[0]                    # (G, N, *O, T*Ci)
+    cols = ctx.emit("Reshape", [cols, ctx.int64s([groups, -1, taps * ci])])
+    g = ctx.emit("Reshape", [names[1], ctx.int64s([0, groups, co // groups, math.prod(out)])])
+    g = ctx.emit("Transpose", [g], perm=[1, 2, 0, 3])                                     # (G, Co/G, N, P)
+    g = ctx.emit("Reshape", [g, ctx.int64s([groups, co // groups, -1])])
+    gw = ctx.emit("MatMul", [g, cols])                                                    # (G, Co/G, T*Ci)
+    gw = ctx.emit("Transpose", [ctx.emit("Reshape", [gw, ctx.int64s([co, taps, ci])])], perm=[0, 2, 1])
+    return ctx.emit("Reshape", [gw, ctx.int64s([co, ci, *kernel])])
+
+
+# -- VJPs: each op of the bilinear triple differentiates into the other two ---------------------------
+def _conv_params(a: dict) -> dict:
+    return {k: a[k] for k in ("stride", "pad", "dilation", "groups")}
+
+
+def _bias_grad(g: Tensor) -> Tensor:
+    return reduce_sum(g, (0,) + tuple(range(2, g.ndim)))
+
+
+def _transpose_to(g: Tensor, w: Tensor, in_size, params: dict) -> Tensor:
+    """conv_transpose(g, w) sized to give back a conv input of spatial size `in_size`."""
+    op = _output_padding(in_size, g.shape[2:], w.shape[2:], params["stride"], params["pad"], params["dilation"])
+    return apply("conv_transpose", [g, w], output_padding=op, **params)
+
+
+def _conv_vjp(g, ins, outs, **a):
+    x, w = ins[:2]
+    params = _conv_params(a)
+    grads = [_transpose_to(g[0], w, x.shape[2:], params),
+             apply("conv_weight_grad", [x, g[0]], kernel=w.shape[2:], **params)]
+    return grads + [_bias_grad(g[0])] * (len(ins) - 2)
+
+
+def _conv_transpose_vjp(g, ins, outs, output_padding, **a):
+    u, w = ins[:2]
+    params = _conv_params(a)
+    grads = [apply("conv", [g[0], w], **params),
+             apply("conv_weight_grad", [g[0], u], kernel=w.shape[2:], **params)]
+    return grads + [_bias_grad(g[0])] * (len(ins) - 2)
+
+
+def _conv_weight_grad_vjp(g, ins, outs, kernel, **params):
+    x, gy = ins
+    return [_transpose_to(gy, g[0], x.shape[2:], params), apply("conv", [x, g[0]], **params)]
+
+
+defop("conv", infer=_conv_infer, reference=_conv_reference, lower=_lower_conv, vjp=_conv_vjp)
+defop("conv_transpose", infer=_conv_transpose_infer, reference=_conv_transpose_reference,
+      lower=_lower_conv_transpose, vjp=_conv_transpose_vjp)
+defop("conv_weight_grad", infer=_conv_weight_grad_infer, reference=_conv_weight_grad_reference,
+      lower=_lower_conv_weight_grad, vjp=_conv_weight_grad_vjp)
+
+
+def conv(x, w, b=None, stride=1, pad=0, dilation=1, groups=1) -> Tensor:
+    """N-D convolution (cross-correlation, as ONNX Conv) of x (N, C_in, *spatial) with
+    w (C_out, C_in/groups, *kernel), plus b (C_out,) when given.
+
+    stride and dilation: an int or one per spatial axis; pad: an int, one per axis, or one
+    (before, after) pair per axis. Output size per axis:
+    floor((in + pad_before + pad_after - dilation*(k-1) - 1) / stride) + 1.
+    """
+    x, w, *b = _promote(x, w, *(() if b is None else (b,)))
+    return apply("conv", [x, w, *b], **_conv_attrs(x, stride, pad, dilation, groups))
+
+
+def conv_transpose(x, w, b=None, stride=1, pad=0, dilation=1, groups=1, output_padding=0) -> Tensor:
+    """The transpose (adjoint in x) of conv, as ONNX ConvTranspose: x (N, C_in, *spatial),
+    w (C_in, C_out/groups, *kernel), b (C_out,). Output size per axis:
+    (in-1)*stride - pad_before - pad_after + dilation*(k-1) + output_padding + 1,
+    with 0 <= output_padding < stride (it adds rows at the end).
+    """
+    x, w, *b = _promote(x, w, *(() if b is None else (b,)))
+    attrs = _conv_attrs(x, stride, pad, dilation, groups)
+    attrs["output_padding"] = _ints(output_padding, x.ndim - 2, "output_padding", 0)
+    return apply("conv_transpose", [x, w, *b], **attrs)
+
+
+# -- max pooling and its flat scatter/gather adjoints ----------------------------------------------------
+def _pool_infer(x, kernel, stride, pad) -> tuple:
+    _check_nchw(x, len(kernel), "x")
+    if any(max(p) >= k for p, k in zip(pad, kernel)):
+        raise ShapeError(f"pooling pad {pad} must be smaller than the kernel {kernel} on every axis")
+    return x.shape[:2] + _out_sizes(x.shape[2:], kernel, stride, pad, (1,) * len(kernel))
+
+
+def _max_pool_reference(x, *, kernel, stride, pad):
+    out = _out_sizes(x.shape[2:], kernel, stride, pad, (1,) * len(kernel))
+    xp = np.pad(x, ((0, 0), (0, 0)) + pad, constant_values=-np.inf)
+    flat = np.pad(np.arange(x.size).reshape(x.shape), ((0, 0), (0, 0)) + pad, constant_values=-1)
+    best = np.full(x.shape[:2] + out, -np.inf, x.dtype)
+    index = np.zeros(best.shape, np.int64)
+    for tap in _taps(kernel):        # the first maximum in row-major window order wins, as in onnxruntime
+        window = _tap_window(tap, stride, (1,) * len(kernel), out)
+        better = xp[window] > best
+        best = np.where(better, xp[window], best)
+        index = np.where(better, flat[window], index)
+    return best, index
+
+
+def _lower_max_pool(ctx, names, node):
+    a = node.attrs
+    attrs = _window_attrs(a["kernel"], a["stride"], a["pad"])
+    indices = node.out(1)
+    if indices in ctx.graph.outputs or any(indices in c.inputs for c in ctx.graph.consumers(node.id)):
+        return ctx.emit("MaxPool", names, n_out=2, storage_order=0, **attrs)
+    return ctx.emit("MaxPool", names, **attrs)     # the single-output kernel is the faster one
+
+
+def _pool_scatter_infer(types, shape):
+    g, idx = types
+    require_float(g, "the scattered values")
+    if idx.dtype != np.int64 or idx.shape != g.shape:
+        raise ShapeError(f"pool_scatter needs int64 indices shaped like the values {format_shape(g.shape)}, got "
+                         f"{idx.dtype.name}{format_shape(idx.shape)}")
+    return [tensor_type(g.dtype, shape)]
+
+
+def _pool_scatter_reference(g, idx, shape):
+    out = np.zeros(math.prod(shape), g.dtype)
+    np.add.at(out, idx.ravel(), g.ravel())
+    return out.reshape(shape)
+
+
+def _lower_pool_scatter(ctx, names, node):
+    shape = node.attrs["shape"]
+    zero = helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(node.outputs[0].dtype), [1], [0])
+    zeros = ctx.emit("ConstantOfShape", [ctx.shape_tensor((dims.product(shape),))], value=zero)
+    flat = [ctx.emit("Reshape", [n, ctx.int64s([-1])]) for n in names]
+    out = ctx.emit("ScatterElements", [zeros, flat[1], flat[0]], axis=0, reduction="add")
+    return ctx.emit("Reshape", [out, ctx.shape_tensor(shape)])
+
+
+def _pool_gather_infer(types):
+    h, idx = types
+    if idx.dtype != np.int64:
+        raise ShapeError(f"pool_gather needs int64 indices, got {idx.dtype.name}")
+    return [tensor_type(h.dtype, idx.shape)]
+
+
+def _lower_pool_gather(ctx, names, node):
+    return ctx.emit("Gather", [ctx.emit("Reshape", [names[0], ctx.int64s([-1])]), names[1]], axis=0)
+
+
+def _max_pool_infer(types, kernel, stride, pad):
+    shape = _pool_infer(types[0], kernel, stride, pad)
+    return [tensor_type(types[0].dtype, shape), tensor_type(np.int64, shape)]
+
+
+defop("max_pool", infer=_max_pool_infer,
+      reference=_max_pool_reference, lower=_lower_max_pool, n_outputs=2,
+      vjp=lambda g, ins, outs, **a: [apply("pool_scatter", [g[0], outs[1]], shape=ins[0].shape)])
+# Zeros of `shape` with each value added at its flat index (repeats accumulate), and its adjoint.
+defop("pool_scatter", infer=_pool_scatter_infer, reference=_pool_scatter_reference, lower=_lower_pool_scatter,
+      vjp=lambda g, ins, outs, shape: [apply("pool_gather", [g[0], ins[1]]), None])
+defop("pool_gather", infer=_pool_gather_infer, reference=lambda h, idx: h.ravel()[idx], lower=_lower_pool_gather,
+      vjp=lambda g, ins, outs: [apply("pool_scatter", [g[0], ins[1]], shape=ins[0].shape), None])
+
+
+def max_pool(x, kernel, stride=None, pad=0) -> Tensor:
+    """Maximum over each window (ONNX MaxPool); stride defaults to the kernel, padding counts as -inf
+    and must be smaller than the kernel. The gradient goes to the first maximum of each window."""
+    x = as_tensor(x)
+    return apply_n("max_pool", [x], **_pool_attrs(x, kernel, stride, pad))[0]
+
+
+# -- average pooling and its adjoint ----------------------------------------------------------------------
+def _pool_counts(in_size, kernel, stride, pad, count_include_pad):
+    """How many values each window averages: the whole kernel, or only its positions inside the input."""
+    if count_include_pad:
+        out = _out_sizes(in_size, kernel, stride, pad, (1,) * len(kernel))
+        return np.full(out, float(math.prod(kernel)))
+    ones = np.ones((1, 1) + tuple(kernel))
+    return _conv_reference(np.ones((1, 1) + tuple(in_size)), ones, stride=stride, pad=pad,
+                           dilation=(1,) * len(kernel), groups=1)[0, 0]
+
+
+def _ones_kernel(kernel, dtype):
+    return np.ones((1, 1) + tuple(kernel), dtype)
+
+
+def _avg_pool_reference(x, *, kernel, stride, pad, count_include_pad):
+    n, c = x.shape[:2]
+    sums = _conv_reference(x.reshape((n * c, 1) + x.shape[2:]), _ones_kernel(kernel, x.dtype), stride=stride,
+                           pad=pad, dilation=(1,) * len(kernel), groups=1)
+    counts = _pool_counts(x.shape[2:], kernel, stride, pad, count_include_pad)
+    return sums.reshape((n, c) + sums.shape[2:]) / counts
+
+
+def _avg_pool_grad_infer(types, kernel, stride, pad, count_include_pad, in_size):
+    g = types[0]
+    _check_nchw(g, len(kernel), "the output cotangent")
+    out = _out_sizes(in_size, kernel, stride, pad, (1,) * len(kernel))
+    if g.shape[2:] != out:
+        raise ShapeError(f"the output cotangent {format_shape(g.shape)} does not have the pooling's output "
+                         f"size {out}")
+    return [tensor_type(g.dtype, g.shape[:2] + tuple(in_size))]
+
+
+def _avg_pool_grad_padding(in_size, kernel, stride, pad) -> tuple:
+    out = _out_sizes(in_size, kernel, stride, pad, (1,) * len(kernel))
+    return _output_padding(in_size, out, kernel, stride, pad, (1,) * len(kernel))
+
+
+def _avg_pool_grad_reference(g, *, kernel, stride, pad, count_include_pad, in_size):
+    n, c = g.shape[:2]
+    scaled = g / _pool_counts(in_size, kernel, stride, pad, count_include_pad)
+    x = _conv_transpose_reference(scaled.reshape((n * c, 1) + g.shape[2:]), _ones_kernel(kernel, g.dtype),
+                                  stride=stride, pad=pad, dilation=(1,) * len(kernel), groups=1,
+                                  output_padding=_avg_pool_grad_padding(in_size, kernel, stride, pad))
+    return x.reshape((n, c) + tuple(in_size))
+
+
+def _lower_avg_pool_grad(ctx, names, node):
+    """Divide by the window counts (a constant: the spatial dims are static), then a transposed
+    window sum: a one-channel ConvTranspose with a ones kernel over (N*C, 1, *out)."""
+    a = node.attrs
+    kernel, in_size = a["kernel"], a["in_size"]
+    g_type = ctx.graph.type_of(node.inputs[0])
+    dtype = g_type.dtype
+    counts = _pool_counts(in_size, kernel, a["stride"], a["pad"], a["count_include_pad"])
+    g = ctx.emit("Mul", [names[0], ctx.const((1 / counts).astype(dtype))])
+    g = ctx.emit("Reshape", [g, ctx.int64s([-1, 1, *g_type.shape[2:]])])
+    x = ctx.emit("ConvTranspose", [g, ctx.const(_ones_kernel(kernel, dtype))],
+                 output_padding=list(_avg_pool_grad_padding(in_size, kernel, a["stride"], a["pad"])),
+                 **_window_attrs(kernel, a["stride"], a["pad"]))
+    return ctx.emit("Reshape", [x, ctx.shape_tensor(g_type.shape[:2] + tuple(in_size))])
+
+
+defop("avg_pool", infer=lambda types, kernel, stride, pad, count_include_pad: [
+          tensor_type(types[0].dtype, _pool_infer(types[0], kernel, stride, pad))],
+      reference=_avg_pool_reference,
+      lower=lambda ctx, names, node: ctx.emit(
+          "AveragePool", names, count_include_pad=int(node.attrs["count_include_pad"]),
+          **_window_attrs(node.attrs["kernel"], node.attrs["stride"], node.attrs["pad"])),
+      vjp=lambda g, ins, outs, **a: [apply("avg_pool_grad", [g[0]], in_size=ins[0].shape[2:], **a)])
+defop("avg_pool_grad", infer=_avg_pool_grad_infer, reference=_avg_pool_grad_reference, lower=_lower_avg_pool_grad,
+      vjp=lambda g, ins, outs, in_size, **a: [apply("avg_pool", [g[0]], **a)])
+
+
+def avg_pool(x, kernel, stride=None, pad=0, count_include_pad: bool = False) -> Tensor:
+    """Mean over each window (ONNX AveragePool); stride defaults to the kernel. Padded positions
+    count in the divisor only with count_include_pad=True. The pad must be smaller than the kernel."""
+    x = as_tensor(x)
+    return apply("avg_pool", [x], count_include_pad=bool(count_include_pad), **_pool_attrs(x, kernel, stride, pad))
+
+
+def global_avg_pool(x) -> Tensor:
+    """Mean over all spatial axes, kept as size-1 axes (ONNX GlobalAveragePool): (N, C, 1, ...)."""
+    x = as_tensor(x)
+    return mean(x, tuple(range(2, 2 + _spatial_rank(x, "global_avg_pool"))), keepdims=True)

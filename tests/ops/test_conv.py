@@ -1,0 +1,395 @@
+"""Convolution and pooling: forward (and backward graphs) through onnxruntime against direct
+loops written here, and float64 gradient checks up to third order."""
+import math
+
+import numpy as np
+import pytest
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile.frontend.tensor import apply, apply_n
+from gcompile.testing import check_lowering
+
+from ..opcheck import check_forward, check_grads
+
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def rand(*shape, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(dtype)
+
+
+def distinct(*shape, seed=0, dtype=np.float32):
+    """A random permutation of evenly spaced values: no ties inside any pooling window."""
+    values = np.linspace(-1, 1, math.prod(shape))
+    return np.random.default_rng(seed).permutation(values).reshape(shape).astype(dtype)
+
+
+# -- direct loops (independent of the ops' own references) -----------------------------------------
+def pairs(pad, n):
+    if isinstance(pad, int):
+        return [(pad, pad)] * n
+    return [p if isinstance(p, tuple) else (p, p) for p in pad]
+
+
+def per_axis(value, n):
+    return [value] * n if isinstance(value, int) else list(value)
+
+
+def inside(pos, shape):
+    return all(0 <= p < s for p, s in zip(pos, shape))
+
+
+def naive_conv(x, w, b=None, stride=1, pad=0, dilation=1, groups=1):
+    n_sp = x.ndim - 2
+    s, p, d = per_axis(stride, n_sp), pairs(pad, n_sp), per_axis(dilation, n_sp)
+    c_out, c_in, kernel, spatial = w.shape[0], w.shape[1], w.shape[2:], x.shape[2:]
+    out = [(spatial[a] + sum(p[a]) - d[a] * (kernel[a] - 1) - 1) // s[a] + 1 for a in range(n_sp)]
+    y = np.zeros((x.shape[0], c_out, *out))
+    for n, o, *pos in np.ndindex(*y.shape):
+        group = o // (c_out // groups)
+        total = 0.0 if b is None else float(b[o])
+        for c in range(c_in):
+            for k in np.ndindex(*kernel):
+                src = [pos[a] * s[a] + k[a] * d[a] - p[a][0] for a in range(n_sp)]
+                if inside(src, spatial):
+                    total += x[(n, group * c_in + c, *src)] * w[(o, c, *k)]
+        y[(n, o, *pos)] = total
+    return y
+
+
+def naive_conv_transpose(x, w, b=None, stride=1, pad=0, dilation=1, groups=1, output_padding=0):
+    """Scatter form: every input value adds its kernel-weighted copy into the output."""
+    n_sp = x.ndim - 2
+    s, p, d = per_axis(stride, n_sp), pairs(pad, n_sp), per_axis(dilation, n_sp)
+    op, kernel = per_axis(output_padding, n_sp), w.shape[2:]
+    c_per_group, out_per_group = x.shape[1] // groups, w.shape[1]
+    out = [(x.shape[2 + a] - 1) * s[a] - sum(p[a]) + d[a] * (kernel[a] - 1) + op[a] + 1 for a in range(n_sp)]
+    y = np.zeros((x.shape[0], out_per_group * groups, *out))
+    for n, c, *pos in np.ndindex(*x.shape):
+        group = c // c_per_group
+        for o in range(out_per_group):
+            for k in np.ndindex(*kernel):
+                dst = [pos[a] * s[a] + k[a] * d[a] - p[a][0] for a in range(n_sp)]
+                if inside(dst, out):
+                    y[(n, group * out_per_group + o, *dst)] += x[(n, c, *pos)] * w[(c, o, *k)]
+    return y if b is None else y + b.reshape(-1, *[1] * n_sp)
+
+
+def naive_input_grad(g, w, x_shape, stride=1, pad=0, dilation=1, groups=1):
+    """d<g, conv(x, w)>/dx: each output cotangent goes back to the inputs its window read."""
+    n_sp = len(x_shape) - 2
+    s, p, d = per_axis(stride, n_sp), pairs(pad, n_sp), per_axis(dilation, n_sp)
+    c_in, c_out, kernel = w.shape[1], w.shape[0], w.shape[2:]
+    gx = np.zeros(x_shape)
+    for n, o, *pos in np.ndindex(*g.shape):
+        group = o // (c_out // groups)
+        for c in range(c_in):
+            for k in np.ndindex(*kernel):
+                src = [pos[a] * s[a] + k[a] * d[a] - p[a][0] for a in range(n_sp)]
+                if inside(src, x_shape[2:]):
+                    gx[(n, group * c_in + c, *src)] += g[(n, o, *pos)] * w[(o, c, *k)]
+    return gx
+
+
+def naive_weight_grad(x, g, kernel, stride=1, pad=0, dilation=1, groups=1):
+    """d<g, conv(x, w)>/dw, summed entry by entry."""
+    n_sp = x.ndim - 2
+    s, p, d = per_axis(stride, n_sp), pairs(pad, n_sp), per_axis(dilation, n_sp)
+    c_in, c_out = x.shape[1] // groups, g.shape[1]
+    gw = np.zeros((c_out, c_in, *kernel))
+    for o, c, *k in np.ndindex(*gw.shape):
+        channel = (o // (c_out // groups)) * c_in + c
+        for n, *pos in np.ndindex(g.shape[0], *g.shape[2:]):
+            src = [pos[a] * s[a] + k[a] * d[a] - p[a][0] for a in range(n_sp)]
+            if inside(src, x.shape[2:]):
+                gw[(o, c, *k)] += x[(n, channel, *src)] * g[(n, o, *pos)]
+    return gw
+
+
+def pool_windows(x, kernel, stride, pad):
+    """For each output position: the (flat index, value) pairs of its window inside x, row-major."""
+    n_sp = x.ndim - 2
+    k, p = per_axis(kernel, n_sp), pairs(pad, n_sp)
+    s = k if stride is None else per_axis(stride, n_sp)
+    out = [(x.shape[2 + a] + sum(p[a]) - k[a]) // s[a] + 1 for a in range(n_sp)]
+    windows = {}
+    for n, c, *pos in np.ndindex(*x.shape[:2], *out):
+        cells = []
+        for t in np.ndindex(*k):
+            src = [pos[a] * s[a] + t[a] - p[a][0] for a in range(n_sp)]
+            if inside(src, x.shape[2:]):
+                cells.append((np.ravel_multi_index((n, c, *src), x.shape), x[(n, c, *src)]))
+        windows[(n, c, *pos)] = cells
+    return (*x.shape[:2], *out), windows
+
+
+def naive_max_pool(x, kernel, stride=None, pad=0):
+    """Window maxima and their flat indices into x (the first maximum in row-major order)."""
+    shape, windows = pool_windows(x, kernel, stride, pad)
+    y, index = np.zeros(shape), np.zeros(shape, np.int64)
+    for pos, cells in windows.items():
+        index[pos], y[pos] = max(cells, key=lambda cell: cell[1])
+    return y, index
+
+
+def naive_avg_pool(x, kernel, stride=None, pad=0, count_include_pad=False, r=None):
+    """Window means and the gradient of <r, avg_pool(x)> (each r spread evenly over its window)."""
+    shape, windows = pool_windows(x, kernel, stride, pad)
+    y, grad = np.zeros(shape), np.zeros(x.size)
+    size = math.prod(per_axis(kernel, x.ndim - 2))
+    for pos, cells in windows.items():
+        count = size if count_include_pad else len(cells)
+        y[pos] = sum(v for _, v in cells) / count
+        for i, _ in cells:
+            grad[i] += (0.0 if r is None else r[pos]) / count
+    return y, grad.reshape(x.shape)
+
+
+# -- conv forward ------------------------------------------------------------------------------------
+CONV_CASES = {
+    "1d-stride-pad": ((2, 3, 7), (4, 3, 3), dict(stride=2, pad=1)),
+    "2d-groups-bias-asym-pad-dilation": ((2, 4, 6, 7), (6, 2, 3, 2),
+                                         dict(stride=(2, 1), pad=((1, 0), (2, 1)), dilation=(1, 2), groups=2)),
+    "2d-depthwise-bias": ((2, 3, 5, 6), (3, 1, 3, 3), dict(pad=(1, 0), groups=3)),
+    "3d-stride-dilation": ((2, 2, 5, 6, 5), (3, 2, 2, 3, 2), dict(stride=(1, 2, 1), pad=((0, 1), 1, 0),
+                                                                    dilation=(2, 1, 1))),
+}
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv_forward(case):
+    x_shape, w_shape, kw = CONV_CASES[case]
+    x, w, b = rand(*x_shape, seed=1), rand(*w_shape, seed=2), rand(w_shape[0], seed=3)
+    check_forward(lambda x, w: F.conv(x, w, **kw), [x, w], naive_conv(x, w, **kw), **TOL)
+    check_forward(lambda x, w, b: F.conv(x, w, b, **kw), [x, w, b], naive_conv(x, w, b, **kw), **TOL)
+
+
+def test_conv_with_bias_lowers_to_one_conv_node():
+    x, w, b = rand(1, 2, 5, 5), rand(3, 2, 3, 3), rand(3)
+    model = gc.compile(lambda x, w, b: F.conv(x, w, b, pad=1), x, w, b, provider="cpu").model
+    assert [n.op_type for n in model.graph.node if n.op_type != "Identity"] == ["Conv"]
+
+
+TRANSPOSE_CASES = {
+    "1d-stride-output-padding": ((2, 3, 5), (3, 2, 3), dict(stride=3, pad=1, output_padding=2)),
+    "2d-groups-bias-asym-pad-dilation": ((2, 4, 4, 3), (4, 3, 3, 2),
+                                         dict(stride=(2, 3), pad=((1, 0), (2, 1)), dilation=(1, 2), groups=2,
+                                              output_padding=(1, 2))),
+    "3d": ((2, 2, 3, 4, 3), (2, 2, 2, 2, 3), dict(stride=(2, 1, 1), pad=(0, 1, (1, 0)), output_padding=(1, 0, 0))),
+}
+
+
+@pytest.mark.parametrize("case", TRANSPOSE_CASES)
+def test_conv_transpose_forward(case):
+    x_shape, w_shape, kw = TRANSPOSE_CASES[case]
+    x, w = rand(*x_shape, seed=4), rand(*w_shape, seed=5)
+    b = rand(w_shape[1] * kw.get("groups", 1), seed=6)
+    check_forward(lambda x, w, b: F.conv_transpose(x, w, b, **kw), [x, w, b],
+                  naive_conv_transpose(x, w, b, **kw), **TOL)
+
+
+WEIGHT_GRAD_CASES = {   # the lowering's window count exceeds the kernel in the first two (a slice)
+    "1d-stride-leftover": ((2, 3, 8), (3,), dict(stride=(2,), pad=((0, 0),), dilation=(1,), groups=1)),
+    "2d-groups-dilation": ((2, 4, 7, 6), (3, 2),
+                           dict(stride=(2, 1), pad=((1, 0), (2, 1)), dilation=(1, 2), groups=2)),
+    "3d-depthwise": ((2, 2, 4, 5, 4), (2, 2, 2), dict(stride=(1, 2, 1), pad=((1, 1), (0, 1), (0, 0)),
+                                                       dilation=(1, 1, 2), groups=2)),
+}
+
+
+def weight_grad_inputs(case, dtype=np.float32):
+    x_shape, kernel, kw = WEIGHT_GRAD_CASES[case]
+    c_out = 2 * kw["groups"]
+    out = [(x_shape[2 + a] + sum(kw["pad"][a]) - kw["dilation"][a] * (kernel[a] - 1) - 1) // kw["stride"][a] + 1
+           for a in range(len(kernel))]
+    return rand(*x_shape, seed=7, dtype=dtype), rand(x_shape[0], c_out, *out, seed=8, dtype=dtype), kernel, kw
+
+
+@pytest.mark.parametrize("case", WEIGHT_GRAD_CASES)
+def test_conv_weight_grad_forward(case):
+    x, g, kernel, kw = weight_grad_inputs(case)
+    check_forward(lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw), [x, g],
+                  naive_weight_grad(x, g, kernel, **kw), **TOL)
+
+
+@pytest.mark.parametrize("case", ["1d-stride-pad", "2d-groups-bias-asym-pad-dilation", "3d-stride-dilation"])
+def test_conv_backward_graph_through_onnxruntime(case):
+    x_shape, w_shape, kw = CONV_CASES[case]
+    x, w, b = rand(*x_shape, seed=1), rand(*w_shape, seed=2), rand(w_shape[0], seed=3)
+    r = rand(*naive_conv(x, w, **kw).shape, seed=9)
+    expected = [naive_input_grad(r, w, x.shape, **kw), naive_weight_grad(x, r, w_shape[2:], **kw),
+                r.sum(axis=(0, *range(2, r.ndim)))]
+    check_forward(lambda x, w, b: gc.grad(F.sum(F.conv(x, w, b, **kw) * r), [x, w, b]), [x, w, b], expected, **TOL)
+
+
+# -- pools forward, and their backward graphs -----------------------------------------------------------
+POOL_CASES = {
+    "1d": ((2, 3, 7), dict(kernel=3, stride=2, pad=1)),
+    "2d": ((2, 2, 6, 7), dict(kernel=(3, 2), stride=(2, 1), pad=((1, 0), (1, 1)))),
+    "2d-overlap": ((1, 2, 5, 5), dict(kernel=3, stride=1, pad=((2, 0), (0, 2)))),
+    "3d-default-stride": ((2, 2, 4, 5, 4), dict(kernel=2, pad=(0, 1, 1))),
+}
+
+
+@pytest.mark.parametrize("case", POOL_CASES)
+def test_max_pool_forward_and_gradient(case):
+    shape, kw = POOL_CASES[case]
+    x = distinct(*shape, seed=10)
+    y, index = naive_max_pool(x, **kw)
+    r = rand(*y.shape, seed=11)
+    grad = np.zeros(x.size)
+    np.add.at(grad, index.ravel(), r.ravel())
+    check_forward(lambda x: (F.max_pool(x, **kw), gc.grad(F.sum(F.max_pool(x, **kw) * r), [x])[0]), [x],
+                  [y, grad.reshape(x.shape)])
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_max_pool_indices_match_onnxruntime(ties):
+    x = np.round(rand(2, 3, 5, 6, seed=12)) if ties else distinct(2, 3, 5, 6, seed=12)   # ties: the first wins
+    kw = dict(kernel=(2, 3), stride=(1, 2), pad=((1, 0), (1, 1)))
+    pool = lambda x: tuple(apply_n("max_pool", [x], **kw))      # noqa: E731
+    check_forward(pool, [x], list(naive_max_pool(x, **kw)))
+    check_lowering(pool, [x])                                    # the reference evaluator agrees too
+
+
+@pytest.mark.parametrize("count_include_pad", [False, True])
+@pytest.mark.parametrize("case", POOL_CASES)
+def test_avg_pool_forward_and_gradient(case, count_include_pad):
+    shape, kw = POOL_CASES[case]
+    x = rand(*shape, seed=13)
+    r = rand(*naive_avg_pool(x, **kw)[0].shape, seed=14)
+    y, grad = naive_avg_pool(x, count_include_pad=count_include_pad, r=r, **kw)
+
+    def f(x):
+        y = F.avg_pool(x, count_include_pad=count_include_pad, **kw)
+        return y, gc.grad(F.sum(y * r), [x])[0]
+    check_forward(f, [x], [y, grad])
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5), (2, 3, 4, 5), (1, 2, 3, 4, 2)])
+def test_global_avg_pool_forward(shape):
+    x = rand(*shape, seed=15)
+    expected = x.reshape(*shape[:2], -1).mean(-1).reshape(*shape[:2], *[1] * (len(shape) - 2))
+    check_forward(F.global_avg_pool, [x], expected)
+
+
+# -- symbolic batch --------------------------------------------------------------------------------------
+def test_symbolic_batch_forward_and_backward():
+    w = rand(4, 3, 3, 3, seed=16)
+    kw = dict(stride=2, pad=((1, 0), (0, 1)))
+    max_kw, avg_kw = dict(kernel=2, stride=1, pad=((1, 0), (0, 1))), dict(kernel=2, stride=1, pad=((0, 1), (1, 0)))
+    r, r_max, r_avg = rand(1, 4, 3, 3, seed=17), rand(1, 3, 6, 6, seed=18), rand(1, 3, 6, 6, seed=19)
+
+    def f(x, w):
+        y = F.conv(x, w, **kw)
+        pooled = F.max_pool(y, **max_kw) + F.avg_pool(y, **avg_kw)
+        loss = F.sum(y * r) + F.sum(F.max_pool(x, **max_kw) * r_max) + F.sum(F.avg_pool(x, **avg_kw) * r_avg)
+        gx, gw = gc.grad(loss, [x, w])
+        return y, pooled, gx, gw
+
+    cf = gc.compile(f, gc.spec(("batch", 3, 6, 6)), gc.spec((4, 3, 3, 3)), provider="cpu")
+    for batch in (2, 3):
+        x = distinct(batch, 3, 6, 6, seed=batch)
+        y = naive_conv(x, w, **kw)
+        pooled = naive_max_pool(y, **max_kw)[0] + naive_avg_pool(y, **avg_kw)[0]
+        rb = np.broadcast_to(r, y.shape)
+        gx = naive_input_grad(rb, w, x.shape, **kw) + naive_avg_pool(x, r=np.broadcast_to(r_avg, x.shape), **avg_kw)[1]
+        np.add.at(gx.reshape(-1), naive_max_pool(x, **max_kw)[1].ravel(), np.broadcast_to(r_max, x.shape).ravel())
+        for got, want in zip(cf(x, w), [y, pooled, gx, naive_weight_grad(x, rb, (3, 3), **kw)]):
+            np.testing.assert_allclose(got, want, **TOL)
+
+
+# -- gradient checks (float64, reference evaluator) -----------------------------------------------------
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv_grads(case):
+    x_shape, w_shape, kw = CONV_CASES[case]
+    check_grads(lambda x, w, b: F.conv(x, w, b, **kw), [rand(*x_shape, seed=1), rand(*w_shape, seed=2),
+                                                         rand(w_shape[0], seed=3)])
+
+
+@pytest.mark.parametrize("case", TRANSPOSE_CASES)
+def test_conv_transpose_grads(case):
+    x_shape, w_shape, kw = TRANSPOSE_CASES[case]
+    b = rand(w_shape[1] * kw.get("groups", 1), seed=6)
+    check_grads(lambda x, w, b: F.conv_transpose(x, w, b, **kw), [rand(*x_shape, seed=4), rand(*w_shape, seed=5), b])
+
+
+@pytest.mark.parametrize("case", WEIGHT_GRAD_CASES)
+def test_conv_weight_grad_grads(case):
+    x, g, kernel, kw = weight_grad_inputs(case, np.float64)
+    check_grads(lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw), [x, g])
+
+
+def test_conv_third_order():
+    x, w, b = rand(2, 2, 5, 4, seed=18), rand(3, 2, 2, 3, seed=19), rand(3, seed=20)
+    check_grads(lambda x, w, b: F.tanh(F.conv(x, w, b, stride=(2, 1), pad=(1, 0))), [x, w, b], order=3)
+
+
+@pytest.mark.parametrize("case", ["2d", "2d-overlap", "3d-default-stride"])
+def test_max_pool_grads(case):
+    shape, kw = POOL_CASES[case]
+    check_grads(lambda x: F.max_pool(x, **kw) ** 2, [distinct(*shape, seed=21)])
+
+
+@pytest.mark.parametrize("count_include_pad", [False, True])
+@pytest.mark.parametrize("case", ["1d", "2d", "3d-default-stride"])
+def test_avg_pool_grads(case, count_include_pad):
+    shape, kw = POOL_CASES[case]
+    check_grads(lambda x: F.avg_pool(x, count_include_pad=count_include_pad, **kw) ** 2, [rand(*shape, seed=22)])
+
+
+@pytest.mark.parametrize("count_include_pad", [False, True])
+def test_avg_pool_grad_op_grads(count_include_pad):
+    attrs = dict(kernel=(3, 2), stride=(2, 1), pad=((1, 0), (1, 1)), count_include_pad=count_include_pad,
+                 in_size=(6, 7))
+    g = rand(2, 2, 3, 8, seed=23)
+    check_grads(lambda g: apply("avg_pool_grad", [g], **attrs) ** 2, [g])
+
+
+def test_pool_scatter_and_gather_grads():
+    index = np.array([[0, 5, 5], [11, 2, 0]], np.int64)      # repeats accumulate in the scatter
+    values, table = rand(2, 3, seed=24), rand(3, 4, seed=25)
+    check_grads(lambda v, i: apply("pool_scatter", [v * v, i], shape=(3, 4)), [values, index])
+    check_grads(lambda t, i: apply("pool_gather", [t * t, i]), [table, index])
+
+
+def test_pool_scatter_and_gather_forward():
+    index = np.array([[0, 5, 5], [11, 2, 0]], np.int64)
+    values, table = rand(2, 3, seed=24), rand(3, 4, seed=25)
+    scattered = np.zeros(12)
+    np.add.at(scattered, index.ravel(), values.ravel())
+    check_forward(lambda v, i: apply("pool_scatter", [v, i], shape=(3, 4)), [values, index], scattered.reshape(3, 4))
+    check_forward(lambda t, i: apply("pool_gather", [t, i]), [table, index], table.ravel()[index])
+
+
+def test_global_avg_pool_grads():
+    check_grads(lambda x: F.global_avg_pool(x) ** 2, [rand(2, 3, 4, 3, seed=26)])
+
+
+# -- errors -----------------------------------------------------------------------------------------------
+def test_float64_conv_on_cpu_is_refused_naming_conv():
+    x, w = rand(1, 2, 5, 5, dtype=np.float64), rand(3, 2, 3, 3, dtype=np.float64)
+    with pytest.raises(gc.GcompileError, match="Conv"):
+        gc.compile(lambda x, w: F.conv(x, w), x, w, provider="cpu")
+
+
+def test_channel_mismatch_names_both_shapes():
+    with pytest.raises(gc.ShapeError, match=r"x \(2, 3, 5, 5\).*w \(4, 2, 3, 3\)"):
+        gc.compile(lambda x, w: F.conv(x, w), rand(2, 3, 5, 5), rand(4, 2, 3, 3), provider="cpu")
+
+
+def test_symbolic_spatial_dims_are_refused():
+    with pytest.raises(gc.ShapeError, match="spatial dims must be static"):
+        gc.compile(lambda x: F.max_pool(x, 2), gc.spec((1, 2, "h", 4)), provider="cpu")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x: F.max_pool(x, 2, pad=2), "smaller than the kernel"),
+    (lambda x: F.conv(x, rand(2, 2, 7, 1)), "larger than the padded input"),
+    (lambda x: F.conv(x, rand(2, 2, 1, 1), pad=((1, 2, 3), 0)), "pad must be"),
+    (lambda x: F.conv_transpose(x, rand(2, 2, 1, 1), stride=2, output_padding=2), "output_padding"),
+])
+def test_argument_errors(call, message):
+    with pytest.raises(gc.ShapeError, match=message):
+        gc.compile(call, rand(1, 2, 5, 5), provider="cpu")
