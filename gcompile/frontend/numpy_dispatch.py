@@ -9,18 +9,19 @@ from .source import user_location
 
 # numpy name -> gcompile.functions name, where they differ
 _RENAMES = {"absolute": "abs", "true_divide": "divide", "amax": "max", "amin": "min", "concatenate": "concat",
-            "negative": "negative", "dot": "matmul"}
+            "dot": "matmul"}
 
 
-def _lookup(name: str):
+def _lookup(name: str, module: str = "numpy"):
     from .. import functions as F
     target = _RENAMES.get(name, name)
-    fn = getattr(F, target, None)
-    if fn is None or target.startswith("_") or target not in F.__all__:
-        close = difflib.get_close_matches(target, F.__all__, n=1)
-        hint = f"; the closest supported function is gcompile.functions.{close[0]}" if close else ""
-        raise TraceError(f"numpy.{name} is not supported on traced Tensors (at {user_location()}){hint}")
-    return fn
+    if target in F.__all__:
+        return getattr(F, target)
+    # Only top-level numpy names are matched by spelling: np.linalg.inv is not "sin".
+    close = difflib.get_close_matches(target, F.__all__, n=1) if module == "numpy" else []
+    hint = f"; the closest supported function is gcompile.functions.{close[0]}" if close else \
+        "; see gcompile.functions for the supported ops"
+    raise TraceError(f"{module}.{name} is not supported on traced Tensors (at {user_location()}){hint}")
 
 
 def dispatch_ufunc(ufunc, method, inputs, kwargs):
@@ -30,4 +31,4 @@ def dispatch_ufunc(ufunc, method, inputs, kwargs):
 
 
 def dispatch_function(func, args, kwargs):
-    return _lookup(func.__name__)(*args, **kwargs)
+    return _lookup(func.__name__, getattr(func, "__module__", None) or "numpy")(*args, **kwargs)

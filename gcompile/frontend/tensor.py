@@ -109,6 +109,12 @@ class Tensor:
     def __index__(self):
         raise TraceError(f"a traced Tensor cannot be used as a Python index (at {user_location()})")
 
+    def __float__(self):
+        raise TraceError(f"{self!r} has no value while tracing: float() and int() of a Tensor are only known "
+                         f"at run time (at {user_location()}); keep computing with Tensors")
+
+    __int__ = __float__
+
     def __array__(self, *args, **kwargs):
         raise TraceError(f"{self!r} has no value while tracing: it cannot be converted to a numpy array "
                          f"(at {user_location()}); use gcompile.functions instead of numpy on Tensors")

@@ -46,7 +46,7 @@ def trace(fn, args, name: str | None = None, input_names: list[str] | None = Non
             params.append(Tensor(graph, node.out(0), s.type))
         result = fn(*params)
         try:
-            leaves, tree = pytree.flatten(result, lambda o: isinstance(o, (Tensor, np.ndarray, int, float)))
+            leaves, tree = pytree.flatten(result, lambda o: isinstance(o, (Tensor, np.ndarray, np.generic, int, float)))
         except TypeError as err:
             raise TraceError(f"{getattr(fn, '__name__', 'function')} must return Tensors (or tuples, lists, "
                              f"dicts of them): {err}") from None

@@ -108,5 +108,14 @@ def _add_n_vjp(g, ins, outs):
     return [sum_to_shape(g[0], x.shape) for x in ins]
 
 
+def _lower_add_n(ctx, names, node):
+    if node.outputs[0].dtype.kind == "f":
+        return ctx.emit("Sum", names)
+    total = names[0]            # ONNX Sum is float-only
+    for name in names[1:]:
+        total = ctx.emit("Add", [total, name])
+    return total
+
+
 defop("add_n", infer=_add_n_infer, reference=lambda *xs: np.sum(np.broadcast_arrays(*xs), axis=0).astype(xs[0].dtype),
-      lower=lambda ctx, names, node: ctx.emit("Sum", names), vjp=_add_n_vjp, traits={"elementwise", "cheap"})
+      lower=_lower_add_n, vjp=_add_n_vjp, traits={"elementwise", "cheap"})

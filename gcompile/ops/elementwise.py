@@ -40,7 +40,7 @@ def _binary(op):
     return fn
 
 
-add, subtract, multiply, divide = _binary("add"), _binary("sub"), _binary("mul"), _binary("div")
+add, subtract, multiply = _binary("add"), _binary("sub"), _binary("mul")
 power = _binary("pow")
 maximum, minimum = _binary("maximum"), _binary("minimum")
 
@@ -74,6 +74,15 @@ def _div_reference(a, b):
     if np.result_type(a, b).kind in "iu":   # ONNX Div truncates toward zero on integers
         return np.trunc(a / b).astype(np.result_type(a, b))
     return np.divide(a, b)
+
+
+def divide(a, b) -> Tensor:
+    """True division, as numpy: integer or bool operands give float64 (the `div` op itself
+    truncates integers, as ONNX Div does)."""
+    a, b = _promote(a, b)
+    if a.dtype.kind in "biu":
+        a, b = cast(a, np.float64), cast(b, np.float64)
+    return apply("div", [a, b])
 
 
 defop("div", infer=binary_broadcast, reference=_div_reference, lower=_onnx("Div"), vjp=_div_vjp,
@@ -263,13 +272,41 @@ def square(x) -> Tensor:
 
 
 # -- parametrised activations ------------------------------------------------------------------
+# onnxruntime's CPU provider has no float64 kernel for LeakyRelu, Elu, Selu or Softplus (probed
+# with 1.31), so in float64 these lower to the same formula written with ops that have one.
+def _f64(node) -> bool:
+    return node.outputs[0].dtype == np.float64
+
+
+def _scalar(ctx, value) -> str:
+    return ctx.const(np.asarray(value, np.float64))
+
+
+def _where_positive(ctx, x, otherwise) -> str:
+    """x where x > 0, else `otherwise` (float64 lowerings)."""
+    return ctx.emit("Where", [ctx.emit("Greater", [x, _scalar(ctx, 0)]), x, otherwise])
+
+
+def _elu_negative_part(ctx, x, alpha) -> str:
+    """alpha * (exp(min(x, 0)) - 1) (float64 lowerings)."""
+    e = ctx.emit("Exp", [ctx.emit("Min", [x, _scalar(ctx, 0)])])
+    return ctx.emit("Mul", [ctx.emit("Sub", [e, _scalar(ctx, 1)]), _scalar(ctx, alpha)])
+
+
 def leaky_relu(x, slope: float = 0.2) -> Tensor:
     return apply("leaky_relu", [as_tensor(x)], slope=float(slope))
 
 
+def _lower_leaky_relu(ctx, names, node):
+    slope = node.attrs["slope"]
+    if not _f64(node):
+        return ctx.emit("LeakyRelu", names, alpha=slope)
+    return _where_positive(ctx, names[0], ctx.emit("Mul", [names[0], _scalar(ctx, slope)]))
+
+
 defop("leaky_relu", infer=unary_float, reference=lambda x, slope: np.where(x > 0, x, slope * x),
-      lower=lambda ctx, names, node: ctx.emit("LeakyRelu", names, alpha=node.attrs["slope"]),
-      vjp=lambda g, ins, outs, slope: [g[0] * where(greater(ins[0], 0), 1.0, slope)],
+      lower=_lower_leaky_relu,
+      vjp=lambda g, ins, outs, slope: [where(greater(ins[0], 0), g[0], g[0] * slope)],
       traits={"elementwise", "cheap"})
 
 
@@ -277,8 +314,15 @@ def elu(x, alpha: float = 1.0) -> Tensor:
     return apply("elu", [as_tensor(x)], alpha=float(alpha))
 
 
+def _lower_elu(ctx, names, node):
+    alpha = node.attrs["alpha"]
+    if not _f64(node):
+        return ctx.emit("Elu", names, alpha=alpha)
+    return _where_positive(ctx, names[0], _elu_negative_part(ctx, names[0], alpha))
+
+
 defop("elu", infer=unary_float, reference=lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))),
-      lower=lambda ctx, names, node: ctx.emit("Elu", names, alpha=node.attrs["alpha"]),
+      lower=_lower_elu,
       vjp=lambda g, ins, outs, alpha: [g[0] * where(greater(ins[0], 0), 1.0, outs[0] + alpha)],
       traits={"elementwise", "cheap"})
 
@@ -289,9 +333,16 @@ def selu(x) -> Tensor:
     return apply("selu", [as_tensor(x)])
 
 
+def _lower_selu(ctx, names, node):
+    if not _f64(node):
+        return ctx.emit("Selu", names, alpha=_SELU_ALPHA, gamma=_SELU_SCALE)
+    elu_x = _where_positive(ctx, names[0], _elu_negative_part(ctx, names[0], _SELU_ALPHA))
+    return ctx.emit("Mul", [elu_x, _scalar(ctx, _SELU_SCALE)])
+
+
 defop("selu", infer=unary_float,
       reference=lambda x: _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(np.minimum(x, 0))),
-      lower=lambda ctx, names, node: ctx.emit("Selu", names, alpha=_SELU_ALPHA, gamma=_SELU_SCALE),
+      lower=_lower_selu,
       vjp=lambda g, ins, outs: [g[0] * where(greater(ins[0], 0), _SELU_SCALE, outs[0] + _SELU_ALPHA * _SELU_SCALE)],
       traits={"elementwise", "cheap"})
 
@@ -307,11 +358,16 @@ def _softplus_reference(x, beta):
 
 
 def _lower_softplus(ctx, names, node):
-    beta = node.attrs["beta"]
-    if beta == 1.0:
-        return ctx.emit("Softplus", names)
+    beta, x = node.attrs["beta"], names[0]
     b = ctx.const(np.asarray(beta, node.outputs[0].dtype))
-    return ctx.emit("Div", [ctx.emit("Softplus", [ctx.emit("Mul", [names[0], b])]), b])
+    if beta != 1.0:
+        x = ctx.emit("Mul", [x, b])
+    if _f64(node):   # max(x, 0) + log(1 + exp(-|x|))
+        tail = ctx.emit("Exp", [ctx.emit("Neg", [ctx.emit("Abs", [x])])])
+        y = ctx.emit("Add", [ctx.emit("Relu", [x]), ctx.emit("Log", [ctx.emit("Add", [tail, _scalar(ctx, 1)])])])
+    else:
+        y = ctx.emit("Softplus", [x])
+    return y if beta == 1.0 else ctx.emit("Div", [y, b])
 
 
 defop("softplus", infer=unary_float, reference=_softplus_reference, lower=_lower_softplus,
@@ -338,10 +394,11 @@ def _gelu_reference(x, approximate):
 
 
 def _lower_gelu(ctx, names, node):
-    approximate = node.attrs["approximate"]
-    if ctx.opset >= 20:
+    approximate, dtype = node.attrs["approximate"], node.outputs[0].dtype
+    # onnxruntime's float64 Gelu runs through Erf (no float64 CPU kernel) or, for tanh, with
+    # float32-accurate constants; the expanded form is exact, and shows Erf to the float64 check.
+    if ctx.opset >= 20 and dtype != np.float64:
         return ctx.emit("Gelu", names, approximate="tanh" if approximate else "none")
-    dtype = node.outputs[0].dtype
     c = lambda v: ctx.const(np.asarray(v, dtype))  # noqa: E731
     x = names[0]
     if approximate:

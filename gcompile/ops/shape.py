@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
+from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
 from ..ir.dims import format_shape
@@ -40,14 +41,17 @@ def reshape(x, *shape) -> Tensor:
     try:
         target = _resolve_target(x.shape, shape)
     except ShapeError as err:
-        from ..frontend.source import user_location
         raise ShapeError(f"reshape: {err} (at {user_location()})") from None
     return x if target == x.shape else apply("reshape", [x], shape=target)
 
 
+def _lower_reshape(ctx, names, node):
+    # allowzero: a 0 in the target is a zero-sized dim, as in numpy (ONNX would copy the input's dim)
+    return ctx.emit("Reshape", [names[0], ctx.shape_tensor(node.attrs["shape"])], allowzero=1)
+
+
 defop("reshape", infer=lambda types, shape: [tensor_type(types[0].dtype, shape)],
-      reference=lambda x, shape: np.reshape(x, shape),
-      lower=lambda ctx, names, node: ctx.emit("Reshape", [names[0], ctx.shape_tensor(node.attrs["shape"])]),
+      reference=lambda x, shape: np.reshape(x, shape), lower=_lower_reshape,
       vjp=lambda g, ins, outs, shape: [reshape(g[0], ins[0].shape)], traits={"cheap", "view"})
 
 
@@ -55,7 +59,7 @@ defop("reshape", infer=lambda types, shape: [tensor_type(types[0].dtype, shape)]
 def transpose(x, axes=None) -> Tensor:
     """x with its axes permuted (default: reversed)."""
     x = as_tensor(x)
-    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(normalize_axis(a, x.ndim) for a in axes)
+    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(normalize_axis(int(a), x.ndim) for a in axes)
     if sorted(perm) != list(range(x.ndim)):
         raise ShapeError(f"transpose: axes {axes} are not a permutation of {x.ndim} axes")
     return x if perm == tuple(range(x.ndim)) else apply("transpose", [x], perm=perm)
@@ -81,8 +85,13 @@ def broadcast_to(x, shape) -> Tensor:
     x, shape = as_tensor(x), tuple(shape)
     if x.shape == shape:
         return x
-    if broadcast_shapes(x.shape, shape) != shape:
-        raise ShapeError(f"broadcast_to: cannot broadcast {format_shape(x.shape)} to {format_shape(shape)}")
+    try:
+        fits = broadcast_shapes(x.shape, shape) == shape
+    except ShapeError:
+        fits = False
+    if not fits:
+        raise ShapeError(f"broadcast_to: cannot broadcast {format_shape(x.shape)} to {format_shape(shape)} "
+                         f"(at {user_location()})")
     return apply("expand", [x], shape=shape)
 
 
@@ -101,7 +110,7 @@ defop("expand", infer=lambda types, shape: [tensor_type(types[0].dtype, shape)],
 def expand_dims(x, axis) -> Tensor:
     """x with new size-1 axes inserted at `axis` (an int or a tuple, positions in the result)."""
     x = as_tensor(x)
-    axes = normalize_axes(axis, x.ndim + (1 if isinstance(axis, int) else len(axis)))
+    axes = normalize_axes(axis, x.ndim + (1 if isinstance(axis, (int, np.integer)) else len(axis)))
     shape = list(x.shape)
     for a in axes:
         shape.insert(a, 1)

@@ -1,0 +1,147 @@
+"""matmul, linear and einsum: forward through onnxruntime against numpy, and float64 gradient checks."""
+import numpy as np
+import pytest
+
+import gcompile as gc
+import gcompile.functions as F
+
+from ..opcheck import check_forward, check_grads
+
+
+def rand(*shape, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+MATMUL_SHAPES = [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)), ((2, 3, 4), (4, 5)),
+                 ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)), ((4,), (2, 4, 3)), ((2, 3, 4), (4,))]
+
+
+@pytest.mark.parametrize("sa, sb", MATMUL_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matmul_shapes_like_numpy(sa, sb, dtype):
+    a, b = rand(*sa, seed=1, dtype=dtype), rand(*sb, seed=2, dtype=dtype)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    check_forward(lambda a, b: (F.matmul(a, b), a @ b), [a, b], [a @ b, a @ b], rtol=tol, atol=tol)
+
+
+def test_matmul_with_numpy_operands_on_either_side():
+    x, w = rand(3, 4, seed=3), rand(4, 2, seed=4)
+    v = rand(3, seed=5)
+    check_forward(lambda x: (x @ w, v @ x, F.matmul(x, w)), [x], [x @ w, v @ x, x @ w], rtol=1e-5, atol=1e-6)
+
+
+def test_matmul_on_a_symbolic_batch():
+    w = rand(4, 3, seed=6)
+    cf = gc.compile(lambda x, y: (x @ w, F.matmul(x, y)), gc.spec(("batch", 2, 4)), gc.spec(("batch", 4, 5)))
+    for n in (1, 3):
+        x, y = rand(n, 2, 4, seed=n), rand(n, 4, 5, seed=n + 10)
+        got = cf(x, y)
+        np.testing.assert_allclose(got[0], x @ w, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[1], x @ y, rtol=1e-5, atol=1e-6)
+
+
+def test_matmul_errors_name_both_shapes():
+    with pytest.raises(gc.ShapeError, match=r"matmul.*\(3, 4\).*\(5, 2\)"):
+        gc.compile(lambda a, b: a @ b, np.ones((3, 4), np.float32), np.ones((5, 2), np.float32))
+    with pytest.raises(gc.ShapeError, match="at least one dimension"):
+        gc.compile(lambda a: F.matmul(a, 2.0), np.ones(3, np.float32))
+
+
+def test_matmul_of_integers():
+    a = np.arange(6, dtype=np.int64).reshape(2, 3)
+    b = np.arange(3, dtype=np.int64)
+    out = check_forward(lambda a, b: a @ b, [a, b], a @ b)
+    assert out[0].dtype == np.int64
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear(with_bias):
+    x, w, b = rand(5, 4, seed=7), rand(4, 3, seed=8), rand(3, seed=9)
+    if with_bias:
+        check_forward(F.linear, [x, w, b], x @ w + b, rtol=1e-5, atol=1e-6)
+    else:
+        check_forward(F.linear, [x, w], x @ w, rtol=1e-5, atol=1e-6)
+
+
+def test_linear_with_closed_over_weights_and_symbolic_batch():
+    w, b = rand(4, 3, seed=10), rand(3, seed=11)
+    cf = gc.compile(lambda x: F.linear(x, w, b), gc.spec(("batch", 4)))
+    for n in (2, 6):
+        x = rand(n, 4, seed=n)
+        np.testing.assert_allclose(cf(x), x @ w + b, rtol=1e-5, atol=1e-6)
+
+
+EINSUMS = [
+    ("ij,jk->ik", [(3, 4), (4, 5)]),
+    ("ij,jk", [(3, 4), (4, 5)]),                      # implicit output
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("ij->j", [(3, 4)]),
+    ("ij->", [(3, 4)]),
+    ("ij->ji", [(3, 4)]),
+    ("ba", [(3, 4)]),                                  # implicit output sorts the indices: a transpose
+    ("i,j->ij", [(3,), (4,)]),
+    ("ij,k->jk", [(3, 4), (5,)]),
+    ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),
+    ("...ij,...jk->...ik", [(2, 3, 4), (1, 4, 5)]),   # ellipsis dims broadcast
+    ("...ij,jk", [(2, 2, 3, 4), (4, 5)]),
+    ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)]),
+    ("i,i->", [(4,), (4,)]),
+]
+
+
+@pytest.mark.parametrize("equation, shapes", EINSUMS, ids=[e for e, _ in EINSUMS])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_einsum_like_numpy(equation, shapes, dtype):
+    xs = [rand(*s, seed=i, dtype=dtype) for i, s in enumerate(shapes)]
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    check_forward(lambda *xs: F.einsum(equation, *xs), xs, np.einsum(equation, *xs), rtol=tol, atol=tol)
+
+
+def test_einsum_with_spaces_and_a_numpy_operand():
+    x, w = rand(3, 4, seed=12), rand(4, 2, seed=13)
+    check_forward(lambda x: F.einsum("ij, jk -> ik", x, w), [x], x @ w, rtol=1e-5, atol=1e-6)
+
+
+def test_einsum_on_a_symbolic_batch():
+    cf = gc.compile(lambda q, k: F.einsum("bqd,bkd->bqk", q, k), gc.spec(("batch", 3, 4)), gc.spec(("batch", 5, 4)))
+    for n in (1, 2):
+        q, k = rand(n, 3, 4, seed=n), rand(n, 5, 4, seed=n + 5)
+        np.testing.assert_allclose(cf(q, k), np.einsum("bqd,bkd->bqk", q, k), rtol=1e-5, atol=1e-6)
+
+
+def test_einsum_errors():
+    with pytest.raises(gc.ShapeError, match="names 2 operands, got 1"):
+        gc.compile(lambda a: F.einsum("ij,jk->ik", a), np.ones((2, 3), np.float32))
+    with pytest.raises(gc.ShapeError, match="index 'j' has sizes 3 and 4"):
+        gc.compile(lambda a, b: F.einsum("ij,jk->ik", a, b), np.ones((2, 3), np.float32), np.ones((4, 2), np.float32))
+    with pytest.raises(gc.ShapeError, match="rank 2"):
+        gc.compile(lambda a: F.einsum("ijk->i", a), np.ones((2, 3), np.float32))
+
+
+# -- gradients (float64, reference evaluator) ------------------------------------------------------
+@pytest.mark.parametrize("sa, sb", [((3, 4), (4, 2)), ((2, 1, 3, 4), (5, 4, 2)), ((4,), (2, 4, 3)), ((3, 4), (4,))],
+                         ids=str)
+def test_grad_matmul(sa, sb):
+    a, b = rand(*sa, seed=14, dtype=np.float64), rand(*sb, seed=15, dtype=np.float64)
+    check_grads(lambda a, b: F.matmul(a, b), [a, b])
+
+
+def test_grad_linear():
+    x, w, b = rand(3, 4, seed=16, dtype=np.float64), rand(4, 2, seed=17, dtype=np.float64), rand(2, seed=18,
+                                                                                                     dtype=np.float64)
+    check_grads(lambda x, w, b: F.tanh(F.linear(x, w, b)), [x, w, b])
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("ij,jk->ik", [(3, 4), (4, 2)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 2)]),
+    ("ij->j", [(3, 4)]),
+    ("ij,k->jk", [(3, 4), (2,)]),                     # i is summed inside the first operand only
+    ("i,j->ij", [(3,), (4,)]),
+    ("...ij,...jk->...ik", [(2, 3, 4), (1, 4, 2)]),   # broadcast ellipsis dim
+    ("bhqd,bhkd->bhqk", [(1, 2, 3, 2), (1, 2, 2, 2)]),
+    ("ij,ij->", [(2, 3), (2, 3)]),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_grad_einsum(equation, shapes):
+    xs = [rand(*s, seed=20 + i, dtype=np.float64) for i, s in enumerate(shapes)]
+    check_grads(lambda *xs: F.einsum(equation, *xs), xs)

@@ -1,0 +1,127 @@
+"""Reductions: forward through onnxruntime against numpy (axes, keepdims, dtypes, symbolic dims)
+and float64 gradient checks."""
+import numpy as np
+import pytest
+
+import gcompile as gc
+import gcompile.functions as F
+
+from ..opcheck import check_forward, check_grads
+
+
+def rand(*shape, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).uniform(-2, 2, shape).astype(dtype)
+
+
+def distinct(*shape, seed=0):
+    """Float64 values with no ties, not even of their squares (max/min gradients are unique)."""
+    n = int(np.prod(shape))
+    return np.random.default_rng(seed).permutation(np.linspace(0.1, 2.1, n) * (-1) ** np.arange(n)).reshape(shape)
+
+
+def np_logsumexp(x, axis, keepdims):
+    x = x.astype(np.float64)
+    m = np.max(x, axis=axis, keepdims=True)
+    out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis=axis) if axis is not None else out.reshape(())
+
+
+REDUCTIONS = [(F.sum, np.sum), (F.mean, np.mean), (F.max, np.max), (F.min, np.min), (F.prod, np.prod),
+              (F.logsumexp, np_logsumexp)]
+AXES = [None, 0, -1, 1, (0, 2), (-1, -3), (), (2, 0, 1)]
+
+
+@pytest.mark.parametrize("fn, ref", REDUCTIONS, ids=lambda f: getattr(f, "__name__", ""))
+@pytest.mark.parametrize("axis", AXES, ids=str)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_reduction_axes_and_keepdims(fn, ref, axis, keepdims):
+    x = rand(2, 3, 4, seed=1)
+    expected = ref(x, axis=axis, keepdims=keepdims).astype(np.float32)
+    check_forward(lambda x: fn(x, axis=axis, keepdims=keepdims), [x], expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn, ref", REDUCTIONS, ids=lambda f: getattr(f, "__name__", ""))
+def test_reduction_float64(fn, ref):
+    x = rand(3, 5, seed=2, dtype=np.float64)
+    check_forward(lambda x: (fn(x), fn(x, axis=-1, keepdims=True)), [x],
+                  [ref(x, axis=None, keepdims=False), ref(x, axis=-1, keepdims=True)], rtol=1e-12, atol=1e-12)
+
+
+def test_tensor_reduction_methods():
+    x = rand(2, 3, 4, seed=3)
+    check_forward(lambda x: (x.sum(), x.sum(axis=1), x.mean(axis=(0, 2), keepdims=True), x.max(-1), x.min(axis=0),
+                             x.prod(axis=2)),
+                  [x], [x.sum(), x.sum(axis=1), x.mean(axis=(0, 2), keepdims=True), x.max(-1), x.min(axis=0),
+                        x.prod(axis=2)], rtol=1e-5)
+
+
+@pytest.mark.parametrize("fn, ref", [(F.sum, np.sum), (F.max, np.max), (F.min, np.min), (F.prod, np.prod)],
+                         ids=["sum", "max", "min", "prod"])
+def test_integer_reductions_stay_integer(fn, ref):
+    x = np.array([[3, -1, 4], [1, -5, 9]], np.int64)
+    out = check_forward(lambda x: (fn(x), fn(x, axis=0), fn(x, axis=-1, keepdims=True)), [x],
+                        [ref(x), ref(x, axis=0), ref(x, axis=-1, keepdims=True)])
+    assert all(o.dtype == np.int64 for o in out)
+
+
+def test_mean_of_integers_is_float():
+    x = np.array([[1, 2], [4, 6]], np.int64)
+    out = check_forward(lambda x: F.mean(x, axis=0), [x], np.array([2.5, 4.0], np.float32))
+    assert out[0].dtype.kind == "f"
+
+
+def test_reductions_over_a_symbolic_axis():
+    cf = gc.compile(lambda x: (F.mean(x, axis=0), F.sum(x, 0), F.max(x, axis=0), F.mean(x), F.mean(x, axis=1),
+                               F.logsumexp(x, axis=0)), gc.spec(("batch", 3)))
+    for n in (1, 4):
+        x = rand(n, 3, seed=n)
+        got = cf(x)
+        for g, e in zip(got, [x.mean(0), x.sum(0), x.max(0), x.mean(), x.mean(1), np_logsumexp(x, 0, False)]):
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+def test_logsumexp_is_stable_for_large_values():
+    x = np.array([[1000.0, 1001.0, 999.0], [-1000.0, -1001.0, -1002.0]], np.float32)
+    expected = np_logsumexp(x, 1, False).astype(np.float32)
+    assert np.all(np.isfinite(expected))
+    check_forward(lambda x: F.logsumexp(x, axis=1), [x], expected, rtol=1e-6)
+
+
+def test_sum_to_shape_undoes_broadcasting():
+    g = rand(2, 3, 4, seed=5)
+    check_forward(lambda g: (F.sum_to_shape(g, (3, 1)), F.sum_to_shape(g, (1, 4)), F.sum_to_shape(g, (2, 3, 4)),
+                             F.sum_to_shape(g, ())),
+                  [g], [g.sum(axis=(0, 2)).reshape(3, 1), g.sum(axis=(0, 1)).reshape(1, 4), g, g.sum()], rtol=1e-5)
+
+
+def test_reduction_over_a_bad_axis_is_a_shape_error():
+    with pytest.raises(gc.ShapeError, match="axis 3 is out of range for a tensor of rank 3"):
+        gc.compile(lambda x: F.sum(x, axis=3), np.ones((2, 3, 4), np.float32))
+    with pytest.raises(gc.ShapeError, match="repeated axis"):
+        gc.compile(lambda x: F.max(x, axis=(1, -2)), np.ones((2, 3, 4), np.float32))
+
+
+# -- gradients (float64, reference evaluator) ------------------------------------------------------
+@pytest.mark.parametrize("axis, keepdims", [(None, False), (1, False), (-1, True), ((0, 2), False), ((-1, 0), True)])
+def test_grad_sum_mean(axis, keepdims):
+    x = rand(2, 3, 4, seed=6, dtype=np.float64)
+    check_grads(lambda x: (F.sum(x * x, axis, keepdims), F.mean(x * x, axis, keepdims)), [x])
+
+
+@pytest.mark.parametrize("axis, keepdims", [(None, False), (0, False), (-1, True), ((0, 2), True)])
+def test_grad_max_min_without_ties(axis, keepdims):
+    x = distinct(2, 3, 4, seed=7)
+    check_grads(lambda x: (F.max(x, axis, keepdims), F.min(x * x, axis, keepdims)), [x])
+
+
+@pytest.mark.parametrize("axis, keepdims", [(None, False), (1, True), ((0, -1), False)])
+def test_grad_prod_of_nonzero_values(axis, keepdims):
+    x = np.abs(rand(2, 3, 2, seed=8, dtype=np.float64)) + 0.5
+    x[0] *= -1
+    check_grads(lambda x: F.prod(x, axis, keepdims), [x])
+
+
+@pytest.mark.parametrize("axis, keepdims", [(None, False), (-1, False), ((0, 1), True)])
+def test_grad_logsumexp(axis, keepdims):
+    x = rand(2, 3, 4, seed=9, dtype=np.float64)
+    check_grads(lambda x: F.logsumexp(x * 2, axis, keepdims), [x])
