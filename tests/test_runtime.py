@@ -230,3 +230,17 @@ def test_compiled_function_exposes_its_graph_and_input_names():
     assert cf.input_names == ["images", "labels"]
     assert [i.name for i in cf.model.graph.input] == ["images", "labels"]
     assert {n.op for n in cf.graph.nodes.values()} >= {"input", "reduce_sum"}
+
+
+def test_output_names_never_collide():
+    cf = gc.compile(lambda x: {"x": x * 2, "x_out": x * 3}, rand(3), provider="cpu")
+    names = [o.name for o in cf.model.graph.output]
+    assert len(set(names)) == 2 and "x" not in names
+    out = cf(np.ones(3, np.float32))
+    np.testing.assert_allclose(out["x"], 2)
+    np.testing.assert_allclose(out["x_out"], 3)
+
+
+def test_reduction_axis_on_a_scalar_is_an_error():
+    with pytest.raises(gc.ShapeError, match="out of range"):
+        gc.compile(lambda x: F.sum(x, axis=0), np.float32(1.0), provider="cpu")

@@ -55,5 +55,19 @@ def trace(fn, args, name: str | None = None, input_names: list[str] | None = Non
         tensors = [as_tensor(leaf) for leaf in leaves]
     graph.outputs = [t.ref for t in tensors]
     out_names = pytree.leaf_paths(tree)
-    graph.output_names = [n if n not in names else f"{n}_out" for n in out_names]
+    graph.output_names = _unique(out_names, taken=set(names))
     return Traced(graph, names, specs, tree, name or getattr(fn, "__name__", "function"))
+
+
+def _unique(names: list[str], taken: set[str]) -> list[str]:
+    """`names`, each renamed "<name>_out" (then "<name>_out_2", ...) where it clashes with
+    `taken` (the input names) or an earlier output name."""
+    result = []
+    for name in names:
+        candidate, k = name, 1
+        while candidate in taken:
+            k += 1
+            candidate = f"{name}_out" if k == 2 else f"{name}_out_{k - 1}"
+        taken.add(candidate)
+        result.append(candidate)
+    return result

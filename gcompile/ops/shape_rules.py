@@ -31,9 +31,9 @@ def broadcast_shapes(*shapes) -> tuple:
 
 
 def normalize_axis(axis: int, ndim: int) -> int:
-    if not -ndim <= axis < max(ndim, 1):
+    if not -ndim <= axis < ndim:
         raise ShapeError(f"axis {axis} is out of range for a tensor of rank {ndim}")
-    return axis % max(ndim, 1)
+    return axis % ndim
 
 
 def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
