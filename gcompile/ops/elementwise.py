@@ -227,12 +227,9 @@ erf = _unary_def("erf", _erf_reference, _onnx("Erf"),
                  lambda g, ins, outs: [g[0] * (2 / math.sqrt(math.pi)) * exp(-(ins[0] * ins[0]))])
 
 
-def _positive_mask(x: Tensor) -> Tensor:
-    return cast(greater(x, 0), x.dtype)
-
-
+# The mask reads relu's output (y > 0 exactly where x > 0), so x need not stay alive for backward.
 relu = _unary_def("relu", lambda x: np.maximum(x, 0), _onnx("Relu"),
-                  lambda g, ins, outs: [g[0] * _positive_mask(ins[0])])
+                  lambda g, ins, outs: [where(greater(outs[0], 0), g[0], zeros_scalar(g[0]))])
 
 
 def _lower_log1p(ctx, names, node):
