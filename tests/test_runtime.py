@@ -244,3 +244,15 @@ def test_output_names_never_collide():
 def test_reduction_axis_on_a_scalar_is_an_error():
     with pytest.raises(gc.ShapeError, match="out of range"):
         gc.compile(lambda x: F.sum(x, axis=0), np.float32(1.0), provider="cpu")
+
+
+def test_device_values_skip_the_copy_and_give_the_same_result():
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    cf = gc.compile(lambda x, w: F.tanh(x @ w), gc.spec(("batch", 3)), w, provider="cpu")
+    x = np.ones((2, 3), np.float32)
+    w_dev = cf.to_device(w)
+    np.testing.assert_array_equal(cf(x, w_dev), cf(x, w))
+    with pytest.raises(gc.InputError, match="'w'.*expected shape"):
+        cf(x, cf.to_device(np.ones((4, 3), np.float32)))
+    with pytest.raises(gc.InputError, match="expected dtype float32, got float64"):
+        cf(x, cf.to_device(w.astype(np.float64)))

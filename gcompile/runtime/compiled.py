@@ -12,8 +12,19 @@ from .files import atomic_write
 from .providers import make_session, resolve_provider
 
 
+_ORT_TYPES = {f"tensor({name})": np.dtype(dt) for name, dt in [
+    ("float", "float32"), ("double", "float64"), ("float16", "float16"), ("int64", "int64"), ("int32", "int32"),
+    ("int16", "int16"), ("int8", "int8"), ("uint8", "uint8"), ("bool", "bool")]}
+
+
+def _ort_value_type():
+    import onnxruntime as ort
+    return ort.OrtValue
+
+
 class CompiledFunction:
-    """A traced function lowered to ONNX. Call it with numpy arrays; `.model` is the ModelProto."""
+    """A traced function lowered to ONNX. Call it with numpy arrays (or OrtValues from `to_device`);
+    `.model` is the ModelProto, `.provider` the execution provider that runs it."""
 
     def __init__(self, traced: Traced, model, provider: str, float64_ops: list[str]):
         self.traced = traced
@@ -39,30 +50,50 @@ class CompiledFunction:
         atomic_write(path, self.model.SerializeToString())
 
     def check_inputs(self, args) -> dict:
+        """Feeds for onnxruntime, after checking count, dtype and shape (symbols bound consistently)."""
         specs, names = self.traced.specs, self.traced.input_names
         if len(args) != len(specs):
             raise InputError(f"{self.traced.name} takes {len(specs)} inputs ({', '.join(names)}), got {len(args)}")
         feeds, bindings = {}, {}
         for name, s, value in zip(names, specs, args):
-            arr = np.asarray(value)
-            if arr.dtype != s.dtype:
-                raise InputError(f"input {name!r}: expected dtype {s.dtype.name}, got {arr.dtype.name}")
-            if arr.ndim != len(s.shape):
-                raise InputError(f"input {name!r}: expected shape {format_shape(s.shape)}, got {format_shape(arr.shape)}")
-            for d, n in zip(s.shape, arr.shape):
-                if isinstance(d, int):
-                    if d != n:
-                        raise InputError(f"input {name!r}: expected shape {format_shape(s.shape)}, "
-                                         f"got {format_shape(arr.shape)}")
-                elif bindings.setdefault(d, (n, name))[0] != n:
+            if isinstance(value, _ort_value_type()):
+                shape, dtype = tuple(value.shape()), _ORT_TYPES.get(value.data_type())
+            else:
+                value = np.require(np.asarray(value), requirements="C")  # keeps 0-d inputs 0-d
+                shape, dtype = value.shape, value.dtype
+            if dtype != s.dtype:
+                raise InputError(f"input {name!r}: expected dtype {s.dtype.name}, got {np.dtype(dtype).name}")
+            if len(shape) != len(s.shape) or any(isinstance(d, int) and d != n for d, n in zip(s.shape, shape)):
+                raise InputError(f"input {name!r}: expected shape {format_shape(s.shape)}, got {format_shape(shape)}")
+            for d, n in zip(s.shape, shape):
+                if isinstance(d, str) and bindings.setdefault(d, (n, name))[0] != n:
                     other_n, other = bindings[d]
                     raise InputError(f"symbolic dim {d!r} is {other_n} in input {other!r} but {n} in input {name!r} "
-                                     f"(shape {format_shape(arr.shape)})")
-            feeds[name] = np.require(arr, requirements="C")  # keeps 0-d inputs 0-d
+                                     f"(shape {format_shape(shape)})")
+            feeds[name] = value
         return feeds
 
+    def to_device(self, array):
+        """`array` as an onnxruntime OrtValue on this function's device. Passing OrtValues instead of
+        numpy arrays on repeated calls (parameters in a loop) skips the host-to-device copy."""
+        import onnxruntime as ort
+        device = "cuda" if self.provider == "cuda" else "cpu"
+        return ort.OrtValue.ortvalue_from_numpy(np.require(np.asarray(array), requirements="C"), device, 0)
+
     def run_flat(self, *args) -> list[np.ndarray]:
-        return self._session.run(self._output_names, self.check_inputs(args))
+        feeds = self.check_inputs(args)
+        if not any(isinstance(v, _ort_value_type()) for v in feeds.values()):
+            return self._session.run(self._output_names, feeds)
+        binding = self._session.io_binding()
+        for name, value in feeds.items():
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        for name in self._output_names:
+            binding.bind_output(name, "cpu")
+        self._session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()
 
     def __call__(self, *args):
         return pytree.unflatten(self.traced.out_tree, self.run_flat(*args))
