@@ -160,13 +160,8 @@ def torch_workloads():
     torch.set_num_threads(os.cpu_count() or 1)
     T = lambda a: torch.tensor(a)  # noqa: E731
 
-    def mlp(x, ps, act=torch.relu):
-        h = x
-        for i in range(0, len(ps), 2):
-            h = h @ ps[i] + ps[i + 1]
-            if i + 2 < len(ps):
-                h = act(h)
-        return h
+    def mlp(x, ps, act=torch.relu):   # the same layers as _mlp, in torch ops
+        return _mlp(x, ps, act)
 
     def params(args):
         return [T(a).requires_grad_(True) for a in args]
@@ -246,12 +241,7 @@ def jax_workloads():
         return {}
 
     def mlp(x, ps, act=jax.nn.relu):
-        h = x
-        for i in range(0, len(ps), 2):
-            h = h @ ps[i] + ps[i + 1]
-            if i + 2 < len(ps):
-                h = act(h)
-        return h
+        return _mlp(x, ps, act)
 
     def ce(z, t):
         return jnp.mean(jax.nn.logsumexp(z, axis=1) - jnp.take_along_axis(z, t[:, None], 1)[:, 0])
