@@ -130,3 +130,33 @@ def _einsum_vjp(g, ins, outs, equation):
 defop("einsum", infer=_einsum_infer, reference=lambda *xs, equation: np.einsum(equation, *xs),
       lower=lambda ctx, names, node: ctx.emit("Einsum", names, equation=node.attrs["equation"]),
       vjp=_einsum_vjp)
+
+
+# -- gemm: a 2-D matmul with optional transposes and bias, made by the fuse_gemm pass ---------------
+def _gemm_operands(a, b, trans_a, trans_b):
+    return (swapaxes(a, 0, 1) if trans_a else a), (swapaxes(b, 0, 1) if trans_b else b)
+
+
+def _gemm_infer(types, trans_a, trans_b):
+    a, b = (t.shape[::-1] if flag else t.shape for t, flag in zip(types[:2], (trans_a, trans_b)))
+    if a[1] != b[0]:
+        raise ShapeError(f"gemm: contracting dims differ: {a[1]!r} vs {b[0]!r}")
+    return [tensor_type(same_dtype(types), (a[0], b[1]))]
+
+
+def _gemm_reference(a, b, *c, trans_a, trans_b):
+    y = (a.T if trans_a else a) @ (b.T if trans_b else b)
+    return y + c[0] if c else y
+
+
+def _gemm_vjp(g, ins, outs, trans_a, trans_b):
+    a, b = _gemm_operands(ins[0], ins[1], trans_a, trans_b)
+    ga, gb = matmul(g[0], swapaxes(b, 0, 1)), matmul(swapaxes(a, 0, 1), g[0])
+    grads = [swapaxes(ga, 0, 1) if trans_a else ga, swapaxes(gb, 0, 1) if trans_b else gb]
+    return grads + [sum_to_shape(g[0], c.shape) for c in ins[2:]]
+
+
+defop("gemm", infer=_gemm_infer, reference=_gemm_reference,
+      lower=lambda ctx, names, node: ctx.emit("Gemm", names, transA=int(node.attrs["trans_a"]),
+                                              transB=int(node.attrs["trans_b"])),
+      vjp=_gemm_vjp)

@@ -145,3 +145,18 @@ def test_grad_linear():
 def test_grad_einsum(equation, shapes):
     xs = [rand(*s, seed=20 + i, dtype=np.float64) for i, s in enumerate(shapes)]
     check_grads(lambda *xs: F.einsum(equation, *xs), xs)
+
+
+@pytest.mark.parametrize("trans_a, trans_b, bias_shape", [(False, False, (5,)), (True, False, (3, 5)),
+                                                          (False, True, (3, 1)), (True, True, None)])
+def test_gemm_forward_and_gradients(trans_a, trans_b, bias_shape):
+    from gcompile.frontend.tensor import apply
+    a = rand(*((4, 3) if trans_a else (3, 4)), seed=1)
+    b = rand(*((5, 4) if trans_b else (4, 5)), seed=2)
+    extra = [rand(*bias_shape, seed=3)] if bias_shape else []
+
+    def fn(a, b, *c):
+        return apply("gemm", [a, b, *c], trans_a=trans_a, trans_b=trans_b)
+    expected = (a.T if trans_a else a) @ (b.T if trans_b else b) + (extra[0] if extra else 0)
+    check_forward(fn, [a, b, *extra], expected, rtol=1e-5)
+    check_grads(fn, [a, b, *extra])

@@ -150,3 +150,26 @@ def test_compile_levels_agree():
     for r in results[1:]:
         for a, b in zip(results[0], r):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_gemm_fusion_absorbs_bias_and_transposes():
+    b = RNG.standard_normal(4)
+
+    def fn(x, w):
+        return F.transpose(x) @ w + b, F.transpose(x) @ F.transpose(w) + 1.0
+    graph = _graph(fn, X.T.copy(), W)
+    before = evaluate(graph, [X.T.copy(), W])
+    optimize(graph, 2)
+    _assert_valid(graph)
+    assert _ops(graph).count("gemm") == 2 and "matmul" not in _ops(graph) and "transpose" not in _ops(graph)
+    for a, e in zip(evaluate(graph, [X.T.copy(), W]), before):
+        np.testing.assert_allclose(a, e, rtol=1e-12)
+
+
+def test_gemm_fusion_leaves_shared_and_batched_matmuls():
+    def fn(x, w):
+        y = x @ w
+        return y + 1.0, y * 2.0, F.reshape(x, (1, 4, 3)) @ w + 1.0   # y is shared; the last is 3-D
+    graph = _graph(fn, X.T.copy(), W[:3])
+    optimize(graph, 2)
+    assert "gemm" not in _ops(graph)
