@@ -1,6 +1,8 @@
-"""Fuse 2-D matmul + bias (and transposed operands) into one gemm node, which lowers to
-ONNX Gemm: onnxruntime's fastest dense kernel, and what its own fusions need symbolic
-batch dims to find."""
+"""Turn 2-D matmuls into gemm nodes (lowered to ONNX Gemm): a following bias add, transposed
+operands and a transposed result are folded into Gemm's C input and transA/transB flags,
+so no Transpose is materialised. Backward graphs are full of these patterns (aᵀ·g, and
+transposes of such products in double backward); onnxruntime's own fusions miss them
+when dims are symbolic or a transpose sits on the output."""
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node, ValueRef
@@ -24,20 +26,50 @@ def _bias_fits(graph: Graph, bias: ValueRef, out_shape) -> bool:
     return len(shape) <= 2 and all(d == 1 or d == o for d, o in zip(shape[::-1], out_shape[::-1]))
 
 
+def _to_gemm(graph: Graph, node: Node) -> bool:
+    """matmul(a, b) with 2-D operands -> gemm, absorbing transposed operands."""
+    if (node.op != "matmul" or node.outputs[0].dtype.kind != "f"     # ONNX Gemm is float-only
+            or any(graph.type_of(r).ndim != 2 for r in node.inputs)):
+        return False
+    (a, trans_a), (b, trans_b) = (_untransposed(graph, r) for r in node.inputs)
+    graph.replace_inputs(node, [a, b])
+    node.op, node.attrs = "gemm", {"trans_a": trans_a, "trans_b": trans_b}
+    return True
+
+
+def _only_consumer(graph: Graph, producer: Node, node: Node) -> bool:
+    return [c.id for c in graph.consumers(producer.id)] == [node.id] and producer.id not in {
+        r.node for r in graph.outputs}
+
+
+def _absorb_bias(graph: Graph, node: Node) -> bool:
+    """add(gemm(a, b), c) -> gemm(a, b, c) when c broadcasts onto the product."""
+    if node.op != "add":
+        return False
+    for pos in (0, 1):
+        gemm, bias = graph.nodes[node.inputs[pos].node], node.inputs[1 - pos]
+        if (gemm.op == "gemm" and len(gemm.inputs) == 2 and graph.type_of(node.inputs[pos]) == node.outputs[0]
+                and _only_consumer(graph, gemm, node) and _bias_fits(graph, bias, node.outputs[0].shape)):
+            graph.replace_inputs(node, gemm.inputs + [bias])
+            node.op, node.attrs = "gemm", dict(gemm.attrs)
+            return True
+    return False
+
+
+def _absorb_output_transpose(graph: Graph, node: Node) -> bool:
+    """transpose(gemm(a, b)) -> gemm(b, a) with both flags flipped: (AB)ᵀ = BᵀAᵀ."""
+    if node.op != "transpose" or node.attrs["perm"] != (1, 0):
+        return False
+    gemm = graph.nodes[node.inputs[0].node]
+    if gemm.op != "gemm" or len(gemm.inputs) != 2 or not _only_consumer(graph, gemm, node):
+        return False
+    graph.replace_inputs(node, [gemm.inputs[1], gemm.inputs[0]])
+    node.op, node.attrs = "gemm", {"trans_a": not gemm.attrs["trans_b"], "trans_b": not gemm.attrs["trans_a"]}
+    return True
+
+
 def fuse_gemm(graph: Graph) -> PassResult:
     changed = False
     for node in graph.topo_order():
-        if node.op != "add" or len(node.outputs[0].shape) != 2:
-            continue
-        for pos in (0, 1):
-            mm, bias = _producer(graph, node.inputs[pos]), node.inputs[1 - pos]
-            if (mm.op != "matmul" or graph.type_of(node.inputs[pos]) != node.outputs[0]
-                    or any(graph.type_of(r).ndim != 2 for r in mm.inputs)
-                    or len(graph.consumers(mm.id)) != 1 or not _bias_fits(graph, bias, node.outputs[0].shape)):
-                continue
-            (a, trans_a), (b, trans_b) = (_untransposed(graph, r) for r in mm.inputs)
-            graph.replace_inputs(node, [a, b, bias])
-            node.op, node.attrs = "gemm", {"trans_a": trans_a, "trans_b": trans_b}
-            changed = True
-            break
+        changed |= _to_gemm(graph, node) or _absorb_bias(graph, node) or _absorb_output_transpose(graph, node)
     return PassResult(graph, changed)

@@ -14,7 +14,11 @@ from .base import PassResult, replace_uses
 
 
 def _constant_equal_to(graph: Graph, ref: ValueRef, value: float) -> bool:
+    """Whether `ref` is `value` everywhere: a constant or fill, possibly reshaped, broadcast or cast
+    (as the ones a gradient seed leaves behind)."""
     node = graph.nodes[ref.node]
+    while node.op in ("reshape", "expand", "cast"):
+        node = graph.nodes[node.inputs[0].node]
     if node.op == "constant":
         arr = node.attrs["value"]
         return arr.size > 0 and bool(np.all(arr == value))

@@ -166,10 +166,34 @@ def test_gemm_fusion_absorbs_bias_and_transposes():
         np.testing.assert_allclose(a, e, rtol=1e-12)
 
 
-def test_gemm_fusion_leaves_shared_and_batched_matmuls():
+def test_gemm_fusion_keeps_a_shared_product_and_batched_matmuls():
     def fn(x, w):
         y = x @ w
         return y + 1.0, y * 2.0, F.reshape(x, (1, 4, 3)) @ w + 1.0   # y is shared; the last is 3-D
     graph = _graph(fn, X.T.copy(), W[:3])
     optimize(graph, 2)
-    assert "gemm" not in _ops(graph)
+    gemms = [n for n in graph.nodes.values() if n.op == "gemm"]
+    assert len(gemms) == 1 and len(gemms[0].inputs) == 2, "the shared product takes no bias"
+    assert _ops(graph).count("matmul") == 1 and _ops(graph).count("add") == 2
+
+
+def test_gemm_absorbs_a_transposed_result():
+    def fn(x, w):
+        return F.transpose(x @ w)
+    graph = _graph(fn, X, W)
+    before = evaluate(graph, [X, W])[0]
+    optimize(graph, 2)
+    _assert_valid(graph)
+    assert _ops(graph).count("gemm") == 1 and "transpose" not in _ops(graph)
+    np.testing.assert_allclose(evaluate(graph, [X, W])[0], before, rtol=1e-12)
+
+
+def test_seed_ones_disappear_from_double_backward():
+    v = RNG.standard_normal((4, 4))
+
+    def hvp(x, w):
+        g, = gc.grad(F.sum(F.tanh(x @ w)), [w])
+        return gc.grad(F.sum(g * v), [w])[0]
+    graph = _graph(hvp, X, W)
+    optimize(graph, 2)
+    assert "expand" not in _ops(graph) and "fill" not in _ops(graph)
