@@ -43,8 +43,9 @@ def _only_consumer(graph: Graph, producer: Node, node: Node) -> bool:
 
 
 def _absorb_bias(graph: Graph, node: Node) -> bool:
-    """add(gemm(a, b), c) -> gemm(a, b, c) when c broadcasts onto the product."""
-    if node.op != "add":
+    """add(gemm(a, b), c) -> gemm(a, b, c) when c broadcasts onto the product (a bias, or another
+    term of a sum of cotangents, which Gemm then accumulates for free)."""
+    if node.op not in ("add", "add_n") or len(node.inputs) != 2:
         return False
     for pos in (0, 1):
         gemm, bias = graph.nodes[node.inputs[pos].node], node.inputs[1 - pos]
