@@ -1,0 +1,118 @@
+"""`gcompile grad`: an ONNX model in, a standard-ONNX model of its outputs and gradients out.
+
+The written model's inputs are, in order: the model's inputs; the differentiated initializers
+(graph inputs, so callers can feed updated weights; the others stay constants); the loss target
+(with --loss mse or cross_entropy); and for --order 2 one direction `v_<name>` per differentiated
+tensor. Its outputs: the model's outputs, `loss` (with --loss), `grad_<name>` for each
+differentiated tensor, and for --order 2 `hvp_<name>`, the Hessian-vector product H·v of the
+differentiated scalar w.r.t. all of them jointly.
+
+Without --loss the output named by --of is differentiated as the sum of its entries (a scalar
+output as itself): for a classifier's logits that is the saliency of the summed scores.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import functions as F
+from ..errors import GcompileError
+from ..gradients import grad
+from ..lowering import to_onnx
+from ..passes import optimize
+from .onnx_import import load_onnx
+from .spec import spec
+from .trace import trace
+
+LOSSES = ("mse", "cross_entropy", "sum")
+
+
+def _wrt_names(f, wrt: str) -> list[str]:
+    names: list[str] = []
+    for item in (s.strip() for s in wrt.split(",")):
+        if item == "params":
+            found = [n for n, v in f.params.items() if v.dtype.kind == "f"]
+            if not found:
+                raise GcompileError("--wrt params: the model has no float initializers")
+        elif item in f.input_names or item in f.params:
+            found = [item]
+        else:
+            raise GcompileError(f"--wrt {item!r} is neither 'params' nor a model input or initializer (inputs: "
+                                f"{', '.join(f.input_names)}; initializers: {', '.join(f.params) or 'none'})")
+        names += [n for n in found if n not in names]
+    return names
+
+
+def _output_types(f, specs) -> dict:
+    traced = trace(lambda *xs: f(*xs), specs, input_names=f.input_names)
+    return {name: traced.graph.type_of(ref) for name, ref in zip(f.output_names, traced.graph.outputs)}
+
+
+def gradient_model(model, wrt: str, of: str | None = None, loss: str | None = None, target: str | None = None,
+                   order: int = 1, opset: int | None = None):
+    """The ModelProto `gcompile grad` writes (see the module docstring); GcompileError on bad options."""
+    f = load_onnx(model)
+    names = _wrt_names(f, wrt)
+    specs = dict(zip(f.input_names, f.input_specs()))
+    out_types = _output_types(f, list(specs.values()))
+    if of is None:
+        if len(f.output_names) != 1:
+            raise GcompileError(f"the model has {len(f.output_names)} outputs ({', '.join(f.output_names)}): "
+                                "choose the one to differentiate with --of")
+        of = f.output_names[0]
+    if of not in out_types:
+        raise GcompileError(f"--of {of!r} is not an output of the model (outputs: {', '.join(f.output_names)})")
+    if loss not in (None, *LOSSES):
+        raise GcompileError(f"--loss must be one of {', '.join(LOSSES)}, got {loss!r}")
+    needs_target = loss in ("mse", "cross_entropy")
+    if target is not None and not needs_target:
+        raise GcompileError("--target names the loss target input: use it with --loss mse or cross_entropy")
+    target = (target or "target") if needs_target else None
+    y_type = out_types[of]
+    if y_type.dtype.kind != "f":
+        raise GcompileError(f"output {of!r} is {y_type.dtype.name}: only float outputs can be differentiated")
+    if loss == "cross_entropy" and y_type.ndim < 1:
+        raise GcompileError(f"--loss cross_entropy needs logits with a class axis (last); {of!r} is a scalar")
+
+    for n in names:
+        s = specs[n] if n in specs else spec(f.params[n].shape, f.params[n].dtype)
+        if s.dtype.kind != "f":
+            raise GcompileError(f"--wrt {n!r}: it is {s.dtype.name}; only float tensors can be differentiated")
+        specs.setdefault(n, s)
+    diff_params = [n for n in names if n in f.params]
+    extra = {n: specs[n] for n in diff_params}
+    if target:
+        extra[target] = (spec(y_type.shape, y_type.dtype) if loss == "mse" else spec(y_type.shape[:-1], np.int64))
+    if order == 2:
+        extra.update({f"v_{n}": specs[n] for n in names})
+    clash = sorted(set(extra) & set(f.input_names) | ({"loss"} & set(f.output_names) if loss else set()))
+    if clash:
+        raise GcompileError(f"names {clash} are already used by the model; rename the target with --target")
+    input_names = f.input_names + list(extra)
+
+    def fn(*args):
+        by_name = dict(zip(input_names, args))
+        outs = f(*args[:len(f.input_names)], params={n: by_name[n] for n in diff_params})
+        result = dict(zip(f.output_names, outs if isinstance(outs, tuple) else (outs,)))
+        y = result[of]
+        if loss == "mse":
+            scalar = result["loss"] = F.mse(y, by_name[target])
+        elif loss == "cross_entropy":
+            scalar = result["loss"] = F.softmax_cross_entropy(y, by_name[target])
+        elif loss == "sum":
+            scalar = result["loss"] = F.sum(y)
+        else:
+            scalar = y
+        wrt_tensors = [by_name[n] for n in names]
+        grads = grad(scalar, wrt_tensors)
+        result.update({f"grad_{n}": g for n, g in zip(names, grads)})
+        if order == 2:
+            inner = F.add_n([F.sum(g * by_name[f"v_{n}"]) for n, g in zip(names, grads)])
+            result.update({f"hvp_{n}": h for n, h in zip(names, grad(inner, wrt_tensors))})
+        return result
+
+    all_specs = {**specs, **extra}
+    traced = trace(fn, [all_specs[n] for n in input_names], name="gradients",
+                   input_names=input_names)
+    optimize(traced.graph, 2)
+    proto, _ = to_onnx(traced.graph, input_names, opset, name=f"{f.proto.graph.name or 'model'}_gradients")
+    return proto

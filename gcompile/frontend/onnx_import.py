@@ -1,0 +1,191 @@
+"""gc.load_onnx: an existing ONNX model as a traceable, differentiable callable.
+
+    f = gc.load_onnx("model.onnx")
+    def loss(x, w):
+        y = f(x, params={"fc.weight": w})     # inlines the model's graph into this trace
+        return F.sum(y * y)
+
+Calling the model while tracing translates each ONNX node into gcompile ops (see onnx_ops.py
+and onnx_shape_ops.py), so gc.grad differentiates it to any order, w.r.t. its inputs, its
+weights (passed through `params`) or both. Initializers not replaced stay constants.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, numpy_helper
+from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+from ..errors import GcompileError, InputError, UnsupportedError
+from ..ir.dims import format_shape
+from .onnx_inline import Inliner
+from .onnx_table import check_dtype, np_dtype
+from .spec import Spec, spec
+from .tensor import Tensor, current_frame
+
+__all__ = ["load_onnx"]
+
+
+def load_onnx(model) -> OnnxModel:
+    """An ONNX model (a path, serialized bytes or an onnx.ModelProto) as a callable that inlines
+    its graph into the function being traced.
+
+    Initializers stored as external data are read from files beside the model (give its path);
+    a location outside the model's folder (absolute, `..`, or a symlink out) is refused.
+    """
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    elif isinstance(model, (bytes, bytearray)):
+        proto = _parse(lambda: onnx.load_from_string(bytes(model)), "the given bytes")
+    elif isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.isfile(path):
+            raise GcompileError(f"{path}: no such ONNX file")
+        proto = _parse(lambda: onnx.load(path, load_external_data=False), path)
+        _load_external_data(proto, os.path.dirname(os.path.abspath(path)), path)
+    else:
+        raise GcompileError(f"load_onnx takes a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
+    if any(uses_external_data(t) for t in _tensors(proto.graph)):
+        raise GcompileError("this model keeps initializers in external data files: pass its path to "
+                            "gc.load_onnx so they are read from the model's folder")
+    return OnnxModel(proto)
+
+
+def _parse(load, what: str):
+    try:
+        return load()
+    except Exception as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise GcompileError(f"{what} is not a valid ONNX model ({reason})") from None
+
+
+def _tensors(graph):
+    """Every TensorProto of a graph: initializers and tensor attributes, subgraphs included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == AttributeProto.TENSOR:
+                yield attr.t
+            elif attr.type == AttributeProto.GRAPH:
+                yield from _tensors(attr.g)
+            elif attr.type == AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _tensors(g)
+
+
+def _load_external_data(proto, folder: str, path: str) -> None:
+    """Read external initializers, refusing any location that escapes the model's folder."""
+    external = [t for t in _tensors(proto.graph) if uses_external_data(t)]
+    root = os.path.realpath(folder)
+    for tensor in external:
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        parts = location.replace("\\", "/").split("/")
+        target = os.path.realpath(os.path.join(root, location))
+        if (not location or os.path.isabs(location) or re.match(r"^[A-Za-z]:", location) or ".." in parts
+                or os.path.commonpath([root, target]) != root):
+            raise GcompileError(f"{path}: initializer {tensor.name!r} points to external data at {location!r}, "
+                                "outside the model's folder; external data must be a relative path inside "
+                                f"{folder} (refused for safety)")
+        if not os.path.isfile(target):
+            raise GcompileError(f"{path}: the external data file {location!r} of initializer {tensor.name!r} "
+                                f"is missing from {folder}")
+    if external:
+        try:
+            load_external_data_for_model(proto, folder)
+        except Exception as err:
+            raise GcompileError(f"{path}: cannot read its external data ({err})") from None
+
+
+def _symbol(name: str) -> str:
+    """A dim_param (or a made-up name) as a gcompile symbol: a Python identifier."""
+    name = re.sub(r"\W", "_", name)
+    return name if name and not name[0].isdigit() else f"d_{name}"
+
+
+class OnnxModel:
+    """A loaded ONNX model; call it on Tensors while tracing (see load_onnx).
+
+    `params`: name -> numpy array of its initializers. `input_names`, `output_names`: the
+    graph's (initializers listed as inputs by older exporters count as params).
+    `input_specs()`: gc.Specs from the declared inputs, dim_params as symbolic dims.
+    """
+
+    def __init__(self, proto: onnx.ModelProto):
+        graph = proto.graph
+        if graph.sparse_initializer:
+            raise UnsupportedError("sparse initializers are not supported")
+        self.proto = proto
+        self.opsets = {o.domain: o.version for o in proto.opset_import}
+        self._params = {t.name: check_dtype(numpy_helper.to_array(t), f"initializer {t.name!r}")
+                        for t in graph.initializer}
+        self._inputs = [v for v in graph.input if v.name not in self._params]
+        self.input_names = [v.name for v in self._inputs]
+        self.output_names = [v.name for v in graph.output]
+
+    def __repr__(self) -> str:
+        return (f"<OnnxModel {self.proto.graph.name!r}: inputs {self.input_names}, outputs {self.output_names}, "
+                f"{len(self._params)} params>")
+
+    @property
+    def params(self) -> dict:
+        return dict(self._params)
+
+    def input_specs(self) -> list[Spec]:
+        """One gc.spec per model input from its declared type (symbolic dims from dim_param;
+        a dim with neither value nor name gets a made-up symbol)."""
+        return [self._spec(v) for v in self._inputs]
+
+    def _spec(self, value_info) -> Spec:
+        if not value_info.type.HasField("tensor_type"):
+            raise UnsupportedError(f"input {value_info.name!r} is not a tensor (sequences, maps and optionals are "
+                                   "not supported)")
+        tt = value_info.type.tensor_type
+        dtype = np_dtype(tt.elem_type, f"input {value_info.name!r}")
+        if not tt.HasField("shape"):
+            raise GcompileError(f"input {value_info.name!r} declares no shape; give a gc.spec for it instead")
+        shape = tuple(d.dim_value if d.HasField("dim_value") else
+                      _symbol(d.dim_param or f"{value_info.name}_{axis}") for axis, d in enumerate(tt.shape.dim))
+        return spec(shape, dtype)
+
+    def __call__(self, *inputs, params: dict | None = None):
+        current_frame()    # a clear error when called outside a traced function
+        if len(inputs) != len(self.input_names):
+            raise InputError(f"the ONNX model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
+                             f"got {len(inputs)}")
+        params = dict(params or {})
+        unknown = sorted(set(params) - set(self._params))
+        if unknown:
+            raise InputError(f"params {unknown} are not initializers of the model (it has: "
+                             f"{', '.join(self._params) or 'none'})")
+        env = {name: self._checked(f"param {name!r}", params[name], value.dtype, value.shape, exact=True)
+               if name in params else value for name, value in self._params.items()}
+        for value_info, value in zip(self._inputs, inputs):
+            declared = self._spec(value_info) if value_info.type.tensor_type.HasField("shape") else None
+            dtype = np_dtype(value_info.type.tensor_type.elem_type, f"input {value_info.name!r}")
+            env[value_info.name] = self._checked(f"input {value_info.name!r}", value, dtype,
+                                                 declared.shape if declared else None, exact=False)
+        inliner = Inliner(self.opsets)
+        for value in env.values():
+            inliner.note_dims(value)
+        inliner.run(self.proto.graph, env)
+        outs = [inliner.materialize(env[name]) for name in self.output_names]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    @staticmethod
+    def _checked(what: str, value, dtype, shape, exact: bool):
+        """A Tensor or numpy array of `dtype` whose shape fits `shape` (symbolic dims match any size)."""
+        if not isinstance(value, Tensor):
+            value = np.asarray(value, dtype=dtype if not isinstance(value, np.ndarray) else None)
+        if np.dtype(value.dtype) != dtype:
+            raise InputError(f"{what}: expected dtype {dtype.name}, got {np.dtype(value.dtype).name}")
+        if shape is None:
+            return value
+        fits = len(value.shape) == len(shape) and all(
+            a == b or (not exact and (isinstance(a, str) or isinstance(b, str))) for a, b in zip(value.shape, shape))
+        if not fits:
+            raise InputError(f"{what}: expected shape {format_shape(shape)}, got {format_shape(tuple(value.shape))}")
+        return value
+

@@ -1,0 +1,207 @@
+"""Inlining an ONNX graph into the current trace, one node at a time.
+
+Each ONNX value becomes a Tensor (computed at run time), a numpy array (known at import time:
+initializers, Constants and everything computed from them alone) or a SymInts (a shape with
+symbolic dims). A node whose operands are all known is evaluated at import time, by tracing its
+translator into a scratch graph and running that on the numpy reference evaluator, so shape
+subgraphs never become run-time data and their results stay exact.
+"""
+from __future__ import annotations
+
+from collections import ChainMap
+
+import numpy as np
+from onnx import AttributeProto, helper, numpy_helper
+
+from .. import functions as F
+from ..errors import GcompileError, ShapeError, TraceError, UnsupportedError
+from ..ir import dims
+from ..ir.evaluate import evaluate
+from ..ir.graph import Graph
+from ..ops.reduce import count
+from . import onnx_ops, onnx_shape_ops  # noqa: F401  (register the translators)
+from .onnx_table import DOMAINS, TRANSLATORS, NotSymbolic, SymInts
+from .tensor import Tensor, as_tensor, tracing
+
+_COUNTABLE = {np.dtype(t) for t in ("float32", "float64", "int32", "int64")}
+
+
+def attribute_value(attr):
+    """An ONNX attribute as a plain Python value (strings decoded, tensors as numpy arrays)."""
+    if attr.type == AttributeProto.TENSOR:
+        return numpy_helper.to_array(attr.t)
+    if attr.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS, AttributeProto.SPARSE_TENSOR,
+                     AttributeProto.TENSORS, AttributeProto.TYPE_PROTO, AttributeProto.TYPE_PROTOS):
+        return helper.get_attribute_value(attr)
+    value = helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, list) and value and isinstance(value[0], bytes):
+        return [v.decode() for v in value]
+    return value
+
+
+class NodeContext:
+    """What a translator sees of one ONNX node: attributes, opset, and helpers for its operands."""
+
+    def __init__(self, proto, opset: int, inliner: Inliner):
+        self.proto, self.opset, self.inliner = proto, opset, inliner
+        self.op_type = proto.op_type
+        self._attrs = {a.name: a for a in proto.attribute}
+
+    def describe(self) -> str:
+        return f"ONNX node {self.proto.name or self.proto.output[0]!r} ({self.op_type}, opset {self.opset})"
+
+    def attr(self, name: str, default=None):
+        a = self._attrs.get(name)
+        return default if a is None else attribute_value(a)
+
+    def has_attr(self, name: str) -> bool:
+        return name in self._attrs
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self.proto.output)
+
+    def wants(self, index: int) -> bool:
+        return index < len(self.proto.output) and self.proto.output[index] != ""
+
+    def unsupported(self, message: str) -> UnsupportedError:
+        return UnsupportedError(f"{self.describe()}: {message}")
+
+    def known(self, value, what: str) -> np.ndarray:
+        """`value` as a numpy array; an error if it is only known at run time."""
+        if isinstance(value, np.ndarray):
+            return value
+        raise self.unsupported(f"its {what} must be known at import time (a constant, an initializer or a "
+                               "computation on shapes), but it is computed at run time")
+
+    def ints(self, value, what: str) -> list[int]:
+        return [int(v) for v in self.known(value, what).reshape(-1)]
+
+    def dims(self, value, what: str) -> tuple:
+        """A 1-D shape operand as dims: ints, and dim names where it is symbolic."""
+        if isinstance(value, SymInts):
+            return tuple(value.values.reshape(-1).tolist())
+        return tuple(self.ints(value, what))
+
+    def note_dims(self, x) -> None:
+        self.inliner.note_dims(x)
+
+
+class Inliner:
+    """Runs ONNX graphs (the model's, or an If branch) into the current trace."""
+
+    def __init__(self, opsets: dict):
+        self.opsets = {("" if d == "ai.onnx" else d): v for d, v in opsets.items()}
+        self.dim_sources: dict = {}     # dim name -> (Tensor, axis) holding it, to compute it at run time
+
+    def note_dims(self, x) -> None:
+        if isinstance(x, Tensor):
+            for axis, d in enumerate(x.shape):
+                if isinstance(d, str):
+                    self.dim_sources.setdefault(d, (x, axis))
+
+    # -- run-time values of SymInts ---------------------------------------------------------------
+    def materialize(self, value) -> Tensor:
+        if isinstance(value, Tensor):
+            return value
+        if not isinstance(value, SymInts):
+            return as_tensor(value)
+        parts = [self._dim_tensor(d) if isinstance(d, str) else as_tensor(np.asarray(d, np.int64))
+                 for d in value.values.reshape(-1).tolist()]
+        flat = F.stack(parts) if parts else as_tensor(np.zeros(0, np.int64))
+        return F.cast(F.reshape(flat, value.shape), value.dtype)
+
+    def _dim_tensor(self, dim: str) -> Tensor:
+        if dim in self.dim_sources:
+            x, axis = self.dim_sources[dim]
+            if x.dtype not in _COUNTABLE:
+                x = F.cast(x, np.int64)
+            return F.cast(count(x, (axis,)), np.int64)
+        names = dims.symbols(dim)
+        if len(names) == 1 and names[0] == dim:
+            raise UnsupportedError(f"symbolic dim {dim!r} is needed as a run-time value, but no tensor of the "
+                                   "model carries it")
+        result = as_tensor(np.asarray(dims.divide(dim, dims.product(names)), np.int64))
+        for name in names:
+            result = result * self._dim_tensor(name)
+        return result
+
+    # -- graphs and nodes ---------------------------------------------------------------------------
+    def run(self, graph, env) -> None:
+        """Translate every node of `graph` (an onnx GraphProto), reading and writing `env`."""
+        for proto in graph.node:
+            self.run_node(proto, env)
+
+    def _opset(self, proto) -> int:
+        domain = "" if proto.domain in DOMAINS else proto.domain
+        return self.opsets.get(domain, 0)
+
+    def run_node(self, proto, env) -> None:
+        ctx = NodeContext(proto, self._opset(proto), self)
+        translator = TRANSLATORS.get(proto.op_type) if proto.domain in DOMAINS else None
+        if proto.op_type == "If" and proto.domain in DOMAINS:
+            outs = self._if(ctx, env)
+        elif translator is None:
+            raise UnsupportedError(
+                f"ONNX op {proto.domain or 'ai.onnx'}::{proto.op_type} (opset {ctx.opset}) in node "
+                f"{proto.name or proto.output[0]!r} is not supported by gcompile's importer "
+                f"(supported: {len(TRANSLATORS) + 1} ai.onnx ops, listed in gcompile.frontend.onnx_table.TRANSLATORS)")
+        else:
+            operands = []
+            for name in proto.input:
+                if name and name not in env:
+                    raise GcompileError(f"{ctx.describe()} reads {name!r}, which no earlier node produces")
+                operands.append(env[name] if name else None)
+            try:
+                outs = self._translate(translator, ctx, operands)
+            except (ShapeError, TraceError) as err:
+                raise type(err)(f"{ctx.describe()}: {err}") from None
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        for i, name in enumerate(proto.output):
+            if not name:
+                continue
+            if i >= len(outs) or outs[i] is None:
+                raise ctx.unsupported(f"output {i} ({name!r}) is not supported")
+            env[name] = outs[i]
+
+    def _translate(self, translator, ctx, operands):
+        present = [v for v in operands if v is not None]
+        if all(isinstance(v, np.ndarray) for v in present):
+            if translator.numpy_only:
+                return translator.fn(ctx, *operands)
+            return self._fold(translator, ctx, operands)
+        if translator.numpy_only:
+            raise ctx.unsupported(f"{ctx.op_type} is only supported on values known at import time (such as "
+                                  "shape computations); here an operand is only known at run time (computed from data "
+                                  "or from a symbolic dim)")
+        if any(isinstance(v, SymInts) for v in present):
+            if translator.symbolic:
+                try:
+                    return translator.fn(ctx, *operands)
+                except NotSymbolic:
+                    pass
+            operands = [self.materialize(v) if isinstance(v, SymInts) else v for v in operands]
+        return translator.fn(ctx, *operands)
+
+    def _fold(self, translator, ctx, operands):
+        """Evaluate a node on known operands at import time (numpy reference of the ops it uses)."""
+        scratch = Graph()
+        with tracing(scratch):
+            outs = translator.fn(ctx, *operands)
+            many = isinstance(outs, (tuple, list))
+            outs = list(outs) if many else [outs]
+            refs = [o.ref for o in outs if isinstance(o, Tensor)]
+            values = iter(evaluate(scratch, [], refs) if refs else [])
+        outs = [next(values) if isinstance(o, Tensor) else o for o in outs]
+        return outs if many else outs[0]
+
+    def _if(self, ctx, env):
+        cond = ctx.known(env[ctx.proto.input[0]], "condition")
+        if cond.size != 1:
+            raise ctx.unsupported(f"the condition has {cond.size} elements, not one")
+        branch = ctx.attr("then_branch" if bool(cond.reshape(-1)[0]) else "else_branch")
+        scope = ChainMap({}, env)
+        self.run(branch, scope)
+        return [scope[o.name] for o in branch.output]

@@ -1,0 +1,294 @@
+"""ONNX translators for shapes, indexing, constants and casts.
+
+The ones marked symbolic also run on SymInts (shape vectors with symbolic dims), which is what
+keeps exporters' shape subgraphs (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) exact and
+symbolic at import time instead of turning them into run-time computations.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import functions as F
+from ..ir import dims
+from ..ops.indexing import slice_axes
+from ..ops.shape_rules import broadcast_shapes, normalize_axes, normalize_axis
+from .onnx_table import NotSymbolic, SymInts, check_dtype, entries, np_dtype, onnx_op, sym_or_const
+
+
+def _on_entries(x: SymInts, fn):
+    """A numpy data-movement function applied to the entries of a SymInts."""
+    return sym_or_const(fn(x.values), x.dtype)
+
+
+def _axes(n, operand, what="axes"):
+    """Axes from the attribute (older opsets) or the optional input (newer ones); None if absent."""
+    if n.has_attr(what):
+        return list(n.attr(what))
+    return None if operand is None else n.ints(operand, what)
+
+
+# -- shapes as values -------------------------------------------------------------------------------------
+@onnx_op("Shape", symbolic=True)
+def _shape(n, x):
+    n.note_dims(x)
+    part = tuple(x.shape)[slice(n.attr("start", 0), n.attr("end"))]
+    return sym_or_const(np.asarray(part, dtype=object))
+
+
+@onnx_op("Size", symbolic=True)
+def _size(n, x):
+    n.note_dims(x)
+    holder = np.empty((), dtype=object)
+    holder[()] = dims.product(x.shape)
+    return sym_or_const(holder)
+
+
+@onnx_op("Identity", symbolic=True)
+def _identity(n, x):
+    return x
+
+
+@onnx_op("Cast", "CastLike", symbolic=True)
+def _cast(n, x, like=None):
+    dtype = np_dtype(n.attr("to"), f"{n.describe()} target") if like is None else np.dtype(like.dtype)
+    if isinstance(x, SymInts):
+        if dtype.kind not in "iu":
+            raise NotSymbolic()
+        return SymInts(x.values, dtype)
+    return F.cast(x, dtype)
+
+
+# -- reshaping -------------------------------------------------------------------------------------------
+@onnx_op("Reshape", symbolic=True)
+def _reshape(n, x, shape):
+    target = list(n.dims(shape, "shape"))
+    if not n.attr("allowzero", 0):
+        target = [x.shape[i] if isinstance(d, int) and d == 0 else d for i, d in enumerate(target)]
+    if isinstance(x, SymInts):
+        if not all(isinstance(d, int) for d in target):
+            raise NotSymbolic()
+        return _on_entries(x, lambda v: v.reshape(target))
+    return F.reshape(x, tuple(target))
+
+
+@onnx_op("Flatten")
+def _flatten(n, x):
+    axis = n.attr("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
+    if not 0 <= axis <= x.ndim:
+        raise n.unsupported(f"axis {n.attr('axis')} is out of range for rank {x.ndim}")
+    return F.reshape(x, (dims.product(x.shape[:axis]), dims.product(x.shape[axis:])))
+
+
+@onnx_op("Transpose")
+def _transpose(n, x):
+    return F.transpose(x, n.attr("perm"))
+
+
+@onnx_op("Squeeze", symbolic=True)
+def _squeeze(n, x, axes=None):
+    ax = _axes(n, axes)
+    if isinstance(x, SymInts):
+        return _on_entries(x, lambda v: np.squeeze(v, axis=None if not ax else tuple(ax)))
+    return F.squeeze(x, ax or None)
+
+
+@onnx_op("Unsqueeze", symbolic=True)
+def _unsqueeze(n, x, axes=None):
+    ax = normalize_axes(_axes(n, axes), x.ndim + len(_axes(n, axes)))
+    if isinstance(x, SymInts):
+        return _on_entries(x, lambda v: np.expand_dims(v, ax))
+    return F.expand_dims(x, ax)
+
+
+@onnx_op("Expand", symbolic=True)
+def _expand(n, x, shape):
+    target = broadcast_shapes(tuple(x.shape), n.dims(shape, "shape"))
+    if isinstance(x, SymInts):
+        if not dims.is_static(target):
+            raise NotSymbolic()
+        return _on_entries(x, lambda v: np.broadcast_to(v, target).copy())
+    return F.broadcast_to(x, target)
+
+
+@onnx_op("Tile")
+def _tile(n, x, repeats):
+    return F.tile(x, n.ints(repeats, "repeats"))
+
+
+# -- joining and splitting -------------------------------------------------------------------------------------
+@onnx_op("Concat", symbolic=True)
+def _concat(n, *xs):
+    axis = n.attr("axis")
+    sym = [x for x in xs if isinstance(x, SymInts)]
+    if sym:
+        return sym_or_const(np.concatenate([entries(x) for x in xs], axis=axis), sym[0].dtype)
+    return F.concat(list(xs), axis)
+
+
+def _static(n, dim, what):
+    if not isinstance(dim, int):
+        raise n.unsupported(f"{what} along an axis of symbolic size {dim!r}")
+    return dim
+
+
+@onnx_op("Split")
+def _split(n, x, split=None):
+    axis = normalize_axis(n.attr("axis", 0), x.ndim)
+    size = _static(n, x.shape[axis], "splitting")
+    sizes = _axes(n, split, "split")
+    if sizes is None:
+        k = n.attr("num_outputs", n.n_outputs)
+        chunk = -(-size // k)
+        sizes = [min(chunk, max(size - chunk * i, 0)) for i in range(k)]
+    if sum(sizes) != size or any(s < 0 for s in sizes):
+        raise n.unsupported(f"split sizes {sizes} do not add up to the axis size {size}")
+    return F.split(x, list(np.cumsum(sizes)[:-1]), axis)
+
+
+def _slice_bounds(dim: int, start: int, end: int, step: int) -> tuple[int, int]:
+    """ONNX's clamping of Slice bounds; returns (start, end) with end < 0 meaning "through index 0"."""
+    start, end = start + dim if start < 0 else start, end + dim if end < 0 else end
+    if step > 0:
+        start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+    else:
+        start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+    count = len(range(start, end, step))
+    return (start, start + count * step) if count else (0, 0)
+
+
+@onnx_op("Slice", symbolic=True)
+def _slice(n, x, starts=None, ends=None, axes=None, steps=None):
+    if n.opset < 10:
+        starts, ends, axes = n.attr("starts"), n.attr("ends"), n.attr("axes")
+    else:
+        starts, ends = n.ints(starts, "starts"), n.ints(ends, "ends")
+        axes = None if axes is None else n.ints(axes, "axes")
+        steps = None if steps is None else n.ints(steps, "steps")
+    axes = list(range(len(starts))) if axes is None else [normalize_axis(a, x.ndim) for a in axes]
+    steps = steps or [1] * len(starts)
+    cuts = []
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        if st == 0:
+            raise n.unsupported("a step of 0")
+        dim = x.shape[a]
+        if not isinstance(dim, int) and s == 0 and st == 1 and e >= 2 ** 62:
+            continue                                  # the whole of a symbolic axis
+        s, e = _slice_bounds(_static(n, dim, "slicing"), s, e, st)
+        cuts.append((a, s, e, st))
+    if isinstance(x, SymInts):
+        index = [slice(None)] * x.ndim
+        for a, s, e, st in cuts:
+            index[a] = slice(s, e if e >= 0 else None, st)
+        return _on_entries(x, lambda v: v[tuple(index)])
+    return slice_axes(x, *(zip(*cuts) if cuts else ((),) * 4))
+
+
+# -- indexing ------------------------------------------------------------------------------------------------------
+@onnx_op("Gather", symbolic=True)
+def _gather(n, x, indices):
+    axis = n.attr("axis", 0)
+    if isinstance(x, SymInts) or isinstance(indices, SymInts):
+        if not isinstance(x, SymInts) or not isinstance(indices, np.ndarray):
+            raise NotSymbolic()
+        return _on_entries(x, lambda v: np.take(v, indices, axis=axis))
+    return F.take(x, indices, axis)
+
+
+@onnx_op("GatherElements")
+def _gather_elements(n, x, indices):
+    return F.take_along_axis(x, indices, n.attr("axis", 0))
+
+
+@onnx_op("OneHot")
+def _one_hot(n, indices, depth, values):
+    depth = int(n.known(depth, "depth").reshape(-1)[0])
+    idx = F.cast(indices, np.int64)
+    idx = F.where(F.less(idx, np.int64(0)), idx + np.int64(depth), idx)   # negative indices count from the end
+    hot = F.one_hot(idx, depth, n.attr("axis", -1), dtype=np.bool_)
+    return F.where(hot, values[1], values[0])
+
+
+@onnx_op("Trilu")
+def _trilu(n, x, k=None):
+    rows, cols = (_static(n, d, "Trilu") for d in x.shape[-2:])
+    k = 0 if k is None else int(n.known(k, "k").reshape(-1)[0])
+    ones = np.ones((rows, cols), dtype=bool)
+    mask = np.triu(ones, k) if n.attr("upper", 1) else np.tril(ones, k)
+    return F.where(mask, x, np.zeros((), dtype=x.dtype))
+
+
+@onnx_op("Pad")
+def _pad(n, x, pads=None, value=None, axes=None):
+    mode = n.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge"):
+        raise n.unsupported(f"Pad mode {mode!r}")
+    if n.opset < 11:
+        flat, fill = n.attr("pads"), n.attr("value", 0.0)
+    else:
+        flat = n.ints(pads, "pads")
+        fill = 0 if value is None else n.known(value, "constant_value").reshape(-1)[0].item()
+    ax = range(x.ndim) if axes is None else [normalize_axis(a, x.ndim) for a in n.ints(axes, "axes")]
+    pairs = [(0, 0)] * x.ndim
+    for i, a in enumerate(ax):
+        pairs[a] = (flat[i], flat[i + len(ax)])
+    if any(p < 0 for pair in pairs for p in pair):
+        raise n.unsupported("negative pads (cropping)")
+    return F.pad(x, tuple(pairs), mode, fill)
+
+
+# -- constants -------------------------------------------------------------------------------------------------------
+@onnx_op("Constant")
+def _constant(n):
+    for name, dtype in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64),
+                        ("value_ints", np.int64)):
+        if n.has_attr(name):
+            return np.asarray(n.attr(name), dtype=dtype)
+    if not n.has_attr("value"):
+        raise n.unsupported("only numeric Constant values are supported (value, value_float(s), value_int(s))")
+    return check_dtype(n.attr("value"), n.describe())
+
+
+@onnx_op("ConstantOfShape", symbolic=True)
+def _constant_of_shape(n, shape):
+    value = n.attr("value")
+    value = np.zeros(1, np.float32) if value is None else check_dtype(value, n.describe())
+    target = n.dims(shape, "shape")
+    fill = value.reshape(-1)[0]
+    if dims.is_static(target):
+        return np.full(target, fill, dtype=value.dtype)
+    return F.full(target, fill.item(), value.dtype)
+
+
+@onnx_op("Range", numpy_only=True)
+def _range(n, start, limit, delta):
+    start, limit, delta = (v.reshape(-1)[0] for v in (start, limit, delta))
+    count = max(int(np.ceil((limit - start) / delta)), 0)
+    return (start + np.arange(count) * delta).astype(start.dtype)
+
+
+@onnx_op("DepthToSpace", "SpaceToDepth")
+def _depth_space(n, x):
+    """Both as reshape -> transpose -> reshape (NCHW), in mode DCR (depth-column-row) or CRD."""
+    b, dcr = n.attr("blocksize"), n.attr("mode", "DCR") == "DCR"
+    batch, c, h, w = x.shape
+    if n.op_type == "SpaceToDepth":
+        split = (batch, c, dims.divide(h, b), b, dims.divide(w, b), b)
+        perm, out = (0, 3, 5, 1, 2, 4) if dcr else (0, 1, 3, 5, 2, 4), (batch, dims.product((c, b, b)), split[2],
+                                                                        split[4])
+    elif dcr:
+        split, perm = (batch, b, b, dims.divide(c, b * b), h, w), (0, 3, 4, 1, 5, 2)
+        out = (batch, split[3], dims.product((h, b)), dims.product((w, b)))
+    else:
+        split, perm = (batch, dims.divide(c, b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
+        out = (batch, split[1], dims.product((h, b)), dims.product((w, b)))
+    if any(d is None for d in split):
+        raise n.unsupported(f"a shape {tuple(x.shape)} that blocksize {b} does not divide")
+    return F.reshape(F.transpose(F.reshape(x, split), perm), out)
+
+
+@onnx_op("EyeLike")
+def _eye_like(n, x):
+    rows, cols = (_static(n, d, "EyeLike") for d in x.shape)
+    dtype = np.dtype(x.dtype) if n.attr("dtype") is None else np_dtype(n.attr("dtype"), n.describe())
+    return np.eye(rows, cols, n.attr("k", 0), dtype=dtype)

@@ -1,0 +1,154 @@
+"""The ONNX importer's translation table, and symbolic integer values (shapes with symbolic dims).
+
+Every supported ONNX op has one translator: a function (node, *operands) -> value(s) written
+with gcompile ops, so whatever it imports is differentiable through the existing VJP rules.
+Operands are Tensors (run-time values), numpy arrays (values known at import time) or None
+(an absent optional input). A value known at import time is never turned into run-time data:
+when every operand of a node is known, the importer evaluates the node at import time.
+
+Shape arithmetic on symbolic dims (Shape -> Gather -> Concat -> Reshape with a symbolic batch)
+runs on SymInts, integer tensors whose entries are ints or dim names ("batch", "2*batch"), so a
+Reshape to [Shape(x)[0], -1] becomes a gcompile reshape to ("batch", 12).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from ..ir import dims
+
+DOMAINS = ("", "ai.onnx")
+
+
+class NotSymbolic(Exception):
+    """A SymInts computation whose result is not a product of dims (e.g. batch + 1): the
+    importer then computes it at run time instead."""
+
+
+class SymInts:
+    """An integer tensor known at import time up to symbolic dims (entries: ints or dim names)."""
+    __slots__ = ("dtype", "values")
+
+    def __init__(self, values, dtype=np.int64):
+        self.values = np.asarray(values, dtype=object)
+        self.dtype = np.dtype(dtype)
+
+    @property
+    def shape(self) -> tuple:
+        return self.values.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.values.ndim
+
+    def __repr__(self) -> str:
+        return f"SymInts({self.values.tolist()}, {self.dtype.name})"
+
+
+def sym_or_const(values, dtype=np.int64):
+    """SymInts for object entries holding a symbol, else a plain numpy integer array."""
+    values = np.asarray(values, dtype=object)
+    flat = [v.item() if isinstance(v, np.generic) else v for v in values.reshape(-1)]
+    if all(isinstance(v, (int, bool)) for v in flat):
+        return np.asarray(flat, dtype=dtype).reshape(values.shape)
+    return SymInts(np.asarray(flat, dtype=object).reshape(values.shape), dtype)
+
+
+def entries(value) -> np.ndarray:
+    """The object array of a SymInts or integer numpy array (Python ints and dim names)."""
+    if isinstance(value, SymInts):
+        return value.values
+    if not isinstance(value, (np.ndarray, np.generic)):
+        raise NotSymbolic()                    # a run-time Tensor operand
+    arr = np.asarray(value)
+    return np.asarray([int(v) for v in arr.reshape(-1)], dtype=object).reshape(arr.shape)
+
+
+def _mul(a, b):
+    return dims.product((a, b))
+
+
+def _div(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        if not b:
+            _raise()
+        q = abs(a) // abs(b)                   # ONNX integer Div truncates toward zero
+        return -q if (a < 0) != (b < 0) else q
+    q = dims.divide(a, b)
+    return _raise() if q is None else q
+
+
+def _add(a, b, sign=1):
+    if isinstance(a, int) and isinstance(b, int):
+        return a + sign * b
+    if b == 0:
+        return a
+    return _raise()
+
+
+def _equal(a, b):
+    if a == b:
+        return True
+    if isinstance(a, int) and isinstance(b, int):
+        return False
+    other = a if isinstance(a, int) else b
+    if isinstance(other, int) and other < 0:   # a dim is never negative
+        return False
+    return _raise()
+
+
+def _raise():
+    raise NotSymbolic()
+
+
+SYMBOLIC_BINARY = {"Mul": _mul, "Div": _div, "Add": _add, "Sub": lambda a, b: _add(a, b, -1), "Equal": _equal}
+
+
+# dtypes gcompile traces (ONNX's others: strings, bfloat16, float8, 4-bit, unsigned 16-64, complex)
+SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
+                                                   "uint8", "bool"))
+
+
+def np_dtype(elem_type: int, what: str) -> np.dtype:
+    """The numpy dtype of an ONNX element type; UnsupportedError for types gcompile does not trace."""
+    from onnx import TensorProto, helper
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:
+        dtype = None
+    if dtype not in SUPPORTED_DTYPES:
+        name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else elem_type
+        raise UnsupportedError(f"{what}: ONNX element type {name} is not supported (supported: "
+                               f"{', '.join(sorted(d.name for d in SUPPORTED_DTYPES))})")
+    return dtype
+
+
+def check_dtype(value: np.ndarray, what: str) -> np.ndarray:
+    """`value` itself, or an UnsupportedError when gcompile cannot trace its dtype."""
+    if value.dtype not in SUPPORTED_DTYPES:
+        raise UnsupportedError(f"{what}: a constant of dtype {value.dtype} is not supported")
+    return value
+
+
+@dataclass(frozen=True)
+class Translator:
+    fn: Callable
+    symbolic: bool = False      # fn accepts SymInts operands (else they are computed at run time first)
+    numpy_only: bool = False    # fn is numpy: only nodes whose operands are all known at import time
+
+
+TRANSLATORS: dict[str, Translator] = {}
+
+
+def onnx_op(*op_types: str, symbolic: bool = False, numpy_only: bool = False):
+    """Register the decorated function as the translator of `op_types` (ai.onnx domain)."""
+    def register(fn):
+        for op_type in op_types:
+            if op_type in TRANSLATORS:
+                raise ValueError(f"ONNX op {op_type} translated twice")
+            TRANSLATORS[op_type] = Translator(fn, symbolic, numpy_only)
+        return fn
+    return register

@@ -1,0 +1,46 @@
+"""Small hand-built ONNX models for the importer tests."""
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}
+
+
+def model(nodes, inputs, outputs, initializers=(), opset=20, dtype=np.float32):
+    """A ModelProto; inputs/outputs are (name, shape) pairs of `dtype` or (name, shape, elem_type)."""
+    def info(entry):
+        name, shape, *elem = entry
+        return helper.make_tensor_value_info(name, elem[0] if elem else ELEM[np.dtype(dtype)], shape)
+    graph = helper.make_graph(nodes, "test", [info(i) for i in inputs], [info(o) for o in outputs],
+                              [numpy_helper.from_array(np.asarray(v), name) for name, v in initializers])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def mlp_model(dtype=np.float32, seed=0):
+    """Gemm(transB) -> LayerNormalization -> Gelu -> MatMul -> Softmax, batch symbolic ("N")."""
+    rng = np.random.default_rng(seed)
+    params = {"W": rng.standard_normal((5, 4)), "b": rng.standard_normal(5) * 0.1,
+              "scale": 1 + 0.1 * rng.standard_normal(5), "shift": 0.1 * rng.standard_normal(5),
+              "W2": rng.standard_normal((5, 3))}
+    nodes = [helper.make_node("Gemm", ["x", "W", "b"], ["h"], transB=1, alpha=0.7),
+             helper.make_node("LayerNormalization", ["h", "scale", "shift"], ["n"], epsilon=1e-5),
+             helper.make_node("Gelu", ["n"], ["g"]),
+             helper.make_node("MatMul", ["g", "W2"], ["z"]),
+             helper.make_node("Softmax", ["z"], ["y"], axis=-1)]
+    return model(nodes, [("x", ["N", 4])], [("y", ["N", 3])],
+                 [(k, v.astype(dtype)) for k, v in params.items()], dtype=dtype)
+
+
+def single_node(op_type, inputs, n_outputs=1, opset=21, **attrs):
+    """A one-node model: float arrays in `inputs` (a list of (name, array)) become graph inputs,
+    integer ones initializers (as exporters write axes, targets of a fixed batch, ...); None skips
+    an optional input."""
+    names = [name if value is not None else "" for name, value in inputs]
+    floats = [(name, v) for name, v in inputs if v is not None and v.dtype.kind == "f"]
+    ints = [(name, v) for name, v in inputs if v is not None and v.dtype.kind != "f"]
+    outs = [f"out{i}" for i in range(n_outputs)]
+    graph = helper.make_graph(
+        [helper.make_node(op_type, names, outs, **attrs)], op_type,
+        [helper.make_tensor_value_info(name, ELEM[v.dtype], v.shape) for name, v in floats],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs],
+        [numpy_helper.from_array(v, name) for name, v in ints])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), [v for _, v in floats]
