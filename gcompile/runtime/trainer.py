@@ -1,0 +1,240 @@
+"""gc.runtime.Trainer: runs exported training steps with parameters kept on the device.
+
+A training-step model (gc.export_train_step, @gc.export_train) maps (params, optimizer
+state, step counter, batch) to (loss, new params, new state, new step counter). The
+Trainer keeps everything the step carries over in onnxruntime OrtValues on the
+session's device, in two buffer sets bound through IO binding: each step reads one set
+and writes the other, then they swap. Only the batch goes in and the loss comes out;
+parameters are copied to numpy only when `.params` is read.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import GcompileError, InputError
+from ..ir.dims import format_shape
+from .files import atomic_write
+from .providers import PROVIDERS, make_session, resolve_provider
+
+__all__ = ["StepLayout", "Trainer"]
+
+METADATA_KEY = "gcompile.train_step"
+
+
+@dataclass(frozen=True)
+class StepLayout:
+    """Input and output names of a training-step model (stored as JSON in its metadata_props).
+
+    Inputs: the parameters, the optimizer state, "step" (int64 scalar: steps taken so far),
+    then the batch. Outputs: "loss", "<name>.new" for every parameter and state entry, and
+    "step.new" (= step + 1).
+    """
+    params: tuple           # parameter names
+    state: tuple            # (state name, its parameter, initial value)
+    batch: tuple            # batch input names
+
+    def __post_init__(self):
+        names = list(self.inputs) + list(self.outputs)
+        clashes = sorted({n for n in names if names.count(n) > 1})
+        if clashes:
+            raise GcompileError(f"training step: the name {clashes[0]!r} is used twice (parameters, optimizer "
+                                "state '<param>.<slot>', 'step', batch inputs and '<name>.new' outputs must all "
+                                "differ); rename the parameter or batch argument")
+
+    @staticmethod
+    def new(name: str) -> str:
+        return f"{name}.new"
+
+    @property
+    def state_names(self) -> tuple:
+        return tuple(s[0] for s in self.state)
+
+    @property
+    def carried(self) -> tuple:
+        """What one step hands to the next: parameters, state and the step counter."""
+        return self.params + self.state_names + ("step",)
+
+    @property
+    def inputs(self) -> tuple:
+        return self.carried + self.batch
+
+    @property
+    def outputs(self) -> tuple:
+        return ("loss",) + tuple(self.new(n) for n in self.carried)
+
+    def initial_state(self, params: dict) -> tuple[dict, np.ndarray]:
+        """(optimizer state, step counter) before the first step, for these parameter values."""
+        state = {name: np.full_like(np.asarray(params[param]), fill) for name, param, fill in self.state}
+        return state, np.array(0, np.int64)
+
+    def attach(self, model) -> None:
+        """Record the layout in the model's metadata (Trainer reads it back from a saved file)."""
+        entry = model.metadata_props.add()
+        entry.key = METADATA_KEY
+        entry.value = json.dumps(self.to_dict())
+
+    def to_dict(self) -> dict:
+        return {"params": list(self.params), "state": [list(s) for s in self.state], "batch": list(self.batch),
+                "step": "step", "loss": "loss", "outputs": list(self.outputs)}
+
+    @classmethod
+    def from_model(cls, model) -> StepLayout:
+        raw = {p.key: p.value for p in model.metadata_props}.get(METADATA_KEY)
+        if raw is None:
+            raise GcompileError(f"model {model.graph.name!r} is not a training step (no {METADATA_KEY!r} metadata); "
+                                "export one with gc.export_train_step or @gc.export_train")
+        d = json.loads(raw)
+        layout = cls(tuple(d["params"]), tuple(tuple(s) for s in d["state"]), tuple(d["batch"]))
+        graph_inputs = tuple(v.name for v in model.graph.input)
+        graph_outputs = tuple(v.name for v in model.graph.output)
+        if graph_inputs != layout.inputs or graph_outputs != layout.outputs:
+            raise GcompileError(f"training-step model {model.graph.name!r}: its inputs/outputs do not match its "
+                                f"{METADATA_KEY!r} metadata (was the file edited?)")
+        return layout
+
+
+def _load_model(step):
+    """(ModelProto, default params, default provider) from a compiled step, a ModelProto or a path."""
+    import onnx
+    if isinstance(step, onnx.ModelProto):
+        return step, None, None
+    if isinstance(step, (str, os.PathLike)):
+        from ..artifacts import load  # not at module level: artifacts imports this package
+        return load(step), None, None
+    if hasattr(step, "model") and hasattr(step, "params"):
+        return step.model, step.params, getattr(step, "provider", None)
+    raise GcompileError(f"Trainer takes a compiled training step (gc.export_train_step), an onnx.ModelProto "
+                        f"or the path of a saved training-step model, got {type(step).__name__}")
+
+
+class Trainer:
+    """Runs a training-step model step after step; parameters and state stay on the device.
+
+    Trainer(step) with a compiled step starts from its parameters; Trainer(path_or_model,
+    params={name: array}) starts a saved step model from `params`. The optimizer state and
+    step counter start from the layout's initial values. provider: 'auto', 'cpu' or 'cuda'
+    (default: the compiled step's provider, else 'auto').
+    """
+
+    def __init__(self, step, params: dict | None = None, provider: str | None = None):
+        import onnxruntime as ort
+
+        from ..artifacts import signature  # not at module level: artifacts imports this package
+        model, default_params, default_provider = _load_model(step)
+        self.layout = StepLayout.from_model(model)
+        params = default_params if params is None else params
+        if params is None:
+            raise GcompileError("Trainer(path): give the initial parameters, Trainer(path, params={name: array}) "
+                                f"with names {', '.join(self.layout.params)}")
+        self.provider = resolve_provider(provider or default_provider or "auto")
+        source = os.fspath(step) if isinstance(step, (str, os.PathLike)) else model.SerializeToString()
+        self._session = make_session(source, self.provider)   # a path lets ORT find external data
+        self._device = "cuda" if self._session.get_providers()[0] == PROVIDERS["cuda"] else "cpu"
+        self._types = {e["name"]: (np.dtype(e["dtype"]), tuple(e["shape"]))
+                       for e in signature(list(model.graph.input) + list(model.graph.output))}
+        self._loss = ort.OrtValue.ortvalue_from_shape_and_type([], self._types["loss"][0], "cpu", 0)
+        given = {k: np.asarray(v) for k, v in params.items()}
+        self._check_names("parameters", given, self.layout.params)
+        state, step_count = self.layout.initial_state(given)
+        self._set({**given, **state, "step": step_count})
+
+    # -- carried values ------------------------------------------------------------------------------
+    def _check_names(self, what: str, given: dict, expected: tuple) -> None:
+        missing = [n for n in expected if n not in given]
+        extra = [n for n in given if n not in expected]
+        if missing or extra:
+            parts = ([f"missing {', '.join(map(repr, missing))}"] if missing else []) + \
+                    ([f"unexpected {', '.join(map(repr, extra))}"] if extra else [])
+            raise InputError(f"{what} do not match the training step: {'; '.join(parts)}")
+
+    def _set(self, values: dict) -> None:
+        """Place copies of the carried values on the device (checked against the model) beside a
+        spare set. On CPU an OrtValue shares its numpy array's memory, hence the copies here
+        and in `_numpy`: the caller's arrays never become buffers the steps overwrite."""
+        import onnxruntime as ort
+        live, spare = {}, {}
+        for name in self.layout.carried:
+            arr = np.array(values[name], order="C")
+            dtype, shape = self._types[name]
+            if arr.dtype != dtype or arr.shape != shape:
+                raise InputError(f"{name!r}: the training step expects {dtype.name}{format_shape(shape)}, "
+                                 f"got {arr.dtype.name}{format_shape(arr.shape)}")
+            live[name] = ort.OrtValue.ortvalue_from_numpy(arr, self._device, 0)
+            spare[name] = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, self._device, 0)
+        self._live, self._spare = live, spare
+
+    def _numpy(self, names) -> dict:
+        return {n: np.array(self._live[n].numpy()) for n in names}
+
+    @property
+    def params(self) -> dict:
+        """The current parameters, copied to numpy."""
+        return self._numpy(self.layout.params)
+
+    @property
+    def state(self) -> dict:
+        """The current optimizer state, copied to numpy."""
+        return self._numpy(self.layout.state_names)
+
+    @property
+    def step_count(self) -> int:
+        """Steps taken so far."""
+        return int(self._live["step"].numpy())   # int() copies
+
+    # -- stepping ------------------------------------------------------------------------------------
+    def _batch(self, batch) -> dict:
+        names = self.layout.batch
+        if len(batch) != len(names):
+            raise InputError(f"Trainer.step takes {len(names)} batch input(s) ({', '.join(names) or 'none'}), "
+                             f"got {len(batch)}")
+        feeds = {}
+        for name, value in zip(names, batch):
+            arr = np.require(value, requirements="C")
+            dtype, shape = self._types[name]
+            if arr.dtype != dtype or arr.ndim != len(shape) or any(
+                    isinstance(d, int) and d != n for d, n in zip(shape, arr.shape)):
+                raise InputError(f"batch input {name!r}: expected {dtype.name}{format_shape(shape)}, "
+                                 f"got {arr.dtype.name}{format_shape(arr.shape)}")
+            feeds[name] = arr
+        return feeds
+
+    def step(self, *batch) -> float:
+        """Run one training step on `batch`; returns the loss (computed before the update)."""
+        feeds = self._batch(batch)
+        binding = self._session.io_binding()
+        for name in self.layout.carried:
+            binding.bind_ortvalue_input(name, self._live[name])
+            binding.bind_ortvalue_output(self.layout.new(name), self._spare[name])
+        for name, arr in feeds.items():
+            binding.bind_cpu_input(name, arr)
+        binding.bind_ortvalue_output("loss", self._loss)
+        self._session.run_with_iobinding(binding)
+        self._live, self._spare = self._spare, self._live
+        return float(self._loss.numpy())
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+    def save(self, path) -> None:
+        """Write parameters, optimizer state and step counter to an .npz file, atomically."""
+        arrays = {**{f"params/{n}": v for n, v in self.params.items()},
+                  **{f"state/{n}": v for n, v in self.state.items()}, "step": self._live["step"].numpy()}
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        atomic_write(path, buffer.getvalue())
+
+    def load(self, path) -> None:
+        """Resume from a checkpoint written by `save`: the next step is the one that would have followed."""
+        try:
+            with np.load(os.fspath(path), allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
+        except (OSError, ValueError, zipfile.BadZipFile) as err:
+            raise GcompileError(f"cannot read checkpoint {os.fspath(path)!r}: {err}") from None
+        expected = tuple(f"params/{n}" for n in self.layout.params) + \
+            tuple(f"state/{n}" for n in self.layout.state_names) + ("step",)
+        self._check_names(f"checkpoint {os.fspath(path)!r} entries", arrays, expected)
+        self._set({name: arrays[key] for name, key in zip(self.layout.carried, expected)})

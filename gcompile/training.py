@@ -1,0 +1,187 @@
+"""A whole training step as one ONNX model: gc.export_train_step and @gc.export_train.
+
+The step is traced as one function of (params, optimizer state, step counter, batch): the
+user's loss, its gradient w.r.t. every parameter (gc.grad), and the optimizer's update
+written with gcompile ops. Lowered, that is a single standard-ONNX model that any
+onnxruntime (CPU or CUDA) can run, with no training extension. Names follow
+gcompile.runtime.trainer.StepLayout, which is also stored in the model's metadata.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .artifacts import random_feeds
+from .errors import GcompileError
+from .export import _ARTIFACT_NAME, _MARK, Export
+from .frontend.spec import as_spec, spec
+from .frontend.trace import argument_names, trace
+from .gradients.transforms import value_and_grad
+from .optim import Optimizer, state_name
+from .runtime.compiled import compile_traced
+from .runtime.trainer import StepLayout
+
+__all__ = ["TrainStep", "export_train", "export_train_step"]
+
+
+def _check_params(params, optimizer) -> dict:
+    if not isinstance(optimizer, Optimizer):
+        raise GcompileError(f"optimizer must be a gc.optim optimizer (SGD, Adam, AdamW), got {optimizer!r}")
+    if not isinstance(params, dict) or not params:
+        raise GcompileError("params must be a non-empty dict {name: numpy array}")
+    checked = {}
+    for name, value in params.items():
+        arr = np.array(value)   # a copy: the initial values stay as exported
+        if not isinstance(name, str) or not name:
+            raise GcompileError(f"params: names must be non-empty strings, got {name!r}")
+        if arr.dtype.kind != "f":
+            raise GcompileError(f"params[{name!r}]: a parameter must be a floating-point array, got {arr.dtype.name}")
+        checked[name] = arr
+    return checked
+
+
+def _layout(params: dict, optimizer: Optimizer, batch_names) -> StepLayout:
+    state = tuple((state_name(p, slot), p, fill) for p in params for slot, fill in optimizer.slots)
+    return StepLayout(tuple(params), state, tuple(batch_names))
+
+
+def _trace_step(loss_fn, params: dict, optimizer: Optimizer, batch_specs, batch_names, name: str):
+    """(Traced step, its StepLayout)."""
+    layout = _layout(params, optimizer, batch_names)
+    n_params, n_state = len(layout.params), len(layout.state)
+
+    def step_fn(*flat):
+        ps = flat[:n_params]
+        state = dict(zip(layout.state_names, flat[n_params:n_params + n_state]))
+        count, batch = flat[n_params + n_state], flat[n_params + n_state + 1:]
+        loss, grads = value_and_grad(lambda *p: loss_fn(dict(zip(layout.params, p)), *batch),
+                                     argnums=tuple(range(n_params)))(*ps)
+        t = count + 1
+        new_params, new_state = optimizer.update(dict(zip(layout.params, ps)), dict(zip(layout.params, grads)),
+                                                 state, t)
+        return {"loss": loss, **{layout.new(n): new_params[n] for n in layout.params},
+                **{layout.new(n): new_state[n] for n in layout.state_names}, layout.new("step"): t}
+
+    specs = [*params.values(), *(spec(params[p].shape, params[p].dtype) for _, p, _ in layout.state),
+             spec((), "int64"), *batch_specs]
+    return trace(step_fn, specs, name=name, input_names=list(layout.inputs)), layout
+
+
+class TrainStep:
+    """A compiled training step: one ONNX model (`.model`) and a session that runs it.
+
+    Call it functionally with numpy arrays, step(params, state, count, *batch) ->
+    (loss, new params, new state, new count), or hand it to gc.runtime.Trainer, which keeps
+    everything on the device. `.params` holds the initial parameters it was exported with.
+    """
+
+    def __init__(self, compiled, layout: StepLayout, params: dict):
+        self.compiled, self.layout, self.params = compiled, layout, params
+
+    @property
+    def model(self):
+        return self.compiled.model
+
+    @property
+    def provider(self) -> str:
+        return self.compiled.provider
+
+    def save(self, path, **options) -> None:
+        """Write the ONNX model to `path` atomically, as CompiledFunction.save (the layout
+        travels in the model's metadata)."""
+        self.compiled.save(path, **options)
+
+    def initial_state(self) -> tuple[dict, np.ndarray]:
+        """(optimizer state, step counter) before the first step."""
+        return self.layout.initial_state(self.params)
+
+    def __call__(self, params: dict, state: dict, count, *batch):
+        flat = [params[n] for n in self.layout.params] + [state[n] for n in self.layout.state_names]
+        outs = self.compiled.run_flat(*flat, np.asarray(count, np.int64), *batch)
+        n_params, n_state = len(self.layout.params), len(self.layout.state)
+        return (outs[0], dict(zip(self.layout.params, outs[1:1 + n_params])),
+                dict(zip(self.layout.state_names, outs[1 + n_params:1 + n_params + n_state])), outs[-1])
+
+
+def export_train_step(loss_fn, params: dict, optimizer: Optimizer, *batch_specs, provider: str = "auto",
+                      opset: int | None = None, optimize: int = 2, name: str = "train_step") -> TrainStep:
+    """Compile one training step of `loss_fn` into a single ONNX model.
+
+    loss_fn(params, *batch) receives a dict {name: Tensor} and the batch Tensors and returns
+    a floating-point scalar loss. `params` maps names to their initial numpy values; each
+    `batch_specs` entry is a gc.spec or an example array, named after loss_fn's parameters.
+    Model inputs: the parameters (their dict keys), the optimizer state ("<param>.<slot>"),
+    "step" (int64, steps taken) and the batch; outputs: "loss", "<name>.new" for every
+    parameter and state entry, and "step.new".
+    """
+    params = _check_params(params, optimizer)
+    batch_names = argument_names(loss_fn, 1 + len(batch_specs))[1:]
+    traced, layout = _trace_step(loss_fn, params, optimizer, batch_specs, batch_names, name)
+    compiled = compile_traced(traced, provider=provider, opset=opset, optimize=optimize)
+    layout.attach(compiled.model)
+    return TrainStep(compiled, layout, params)
+
+
+@dataclass(frozen=True)
+class TrainExport(Export):
+    """@gc.export_train's record: `input_names`/`specs` describe the batch; `build` traces the step."""
+    loss_fn: object = field(default=None, compare=False, hash=False)
+    params: dict = field(default=None, compare=False, hash=False)
+    optimizer: Optimizer = field(default=None, compare=False, hash=False)
+
+    @property
+    def layout(self) -> StepLayout:
+        return _layout(self.params, self.optimizer, self.input_names)
+
+    def trace(self):
+        """The traced step; `gcompile build` runs its passes and lowering, then `layout.attach`es."""
+        return _trace_step(self.loss_fn, self.params, self.optimizer, self.specs, self.input_names, self.name)[0]
+
+    def check_feeds(self, model) -> dict:
+        """Feeds for `gcompile build --check`: a random batch, the initial parameters and state."""
+        state, count = self.layout.initial_state(self.params)
+        return {**random_feeds(model), **self.params, **state, "step": count}
+
+
+def export_train(fn=None, /, *, params, optimizer, name=None, **batch_specs):
+    """Mark a loss function for `gcompile build`, which writes its training step as NAME.onnx:
+
+        @gc.export_train(params=weights, optimizer=gc.optim.Adam(1e-3), x=gc.spec(("batch", 8)))
+        def train_step(p, x): ...
+
+    The function's first parameter receives the params dict; every other positional
+    parameter needs a spec. The manifest marks the artifact as a training step
+    ("train_step": its input/output layout). The function is returned unchanged.
+    """
+    checked = _check_params(params, optimizer)
+
+    def mark(f):
+        label = getattr(f, "__qualname__", repr(f))
+        positional = [p for p in inspect.signature(f).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if not positional:
+            raise GcompileError(f"@gc.export_train on {label}: the loss function's first parameter receives "
+                                "the params dict; it has no positional parameter")
+        batch = positional[1:]
+        unknown = [k for k in batch_specs if k not in {p.name for p in batch}]
+        missing = [p.name for p in batch if p.name not in batch_specs]
+        if unknown or missing:
+            raise GcompileError(f"@gc.export_train on {label}: "
+                                + (f"no batch parameter named {', '.join(map(repr, unknown))}; " if unknown else "")
+                                + (f"missing spec for {', '.join(map(repr, missing))}; " if missing else "")
+                                + f"batch parameters: {', '.join(p.name for p in batch) or 'none'}")
+        try:
+            specs = tuple(as_spec(batch_specs[p.name]) for p in batch)
+        except GcompileError as err:
+            raise GcompileError(f"@gc.export_train on {label}: {err}") from None
+        artifact = name if name is not None else getattr(f, "__name__", "")
+        if not _ARTIFACT_NAME.fullmatch(artifact or ""):
+            raise GcompileError(f"@gc.export_train on {label}: artifact name {artifact!r} must be letters, digits, "
+                                "'_', '.' or '-' (it becomes the file name NAME.onnx)")
+        _layout(checked, optimizer, [p.name for p in batch])   # name clashes fail here, at the decorator
+        setattr(f, _MARK, TrainExport(artifact, tuple(p.name for p in batch), specs, f, checked, optimizer))
+        return f
+
+    return mark if fn is None else mark(fn)

@@ -1,0 +1,124 @@
+"""gc.runtime.Trainer: device-resident steps, falling loss, numpy copies on demand, atomic
+checkpoints and bit-identical resume, saved step models, and its input errors."""
+import numpy as np
+import pytest
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile.errors import GcompileError, InputError
+
+from .mlp import loss_fn, problem
+
+
+def classifier():
+    """Softmax regression on three well-separated Gaussian blobs."""
+    rng = np.random.default_rng(3)
+    centres = 3 * rng.standard_normal((3, 4))
+    labels = rng.integers(0, 3, size=96)
+    x = (centres[labels] + rng.standard_normal((96, 4))).astype(np.float32)
+    params = {"w": (0.1 * rng.standard_normal((4, 3))).astype(np.float32), "b": np.zeros(3, np.float32)}
+
+    def ce(p, x, labels):
+        return F.softmax_cross_entropy(x @ p["w"] + p["b"], labels)
+
+    step = gc.export_train_step(ce, params, gc.optim.Adam(0.05), gc.spec(("batch", 4)),
+                                gc.spec(("batch",), "int64"), provider="cpu")
+    return step, x, labels.astype(np.int64)
+
+
+def test_loss_falls_on_a_classification_problem():
+    step, x, labels = classifier()
+    trainer = gc.runtime.Trainer(step)
+    losses = [trainer.step(x[i:i + 32], labels[i:i + 32]) for _ in range(20) for i in range(0, 96, 32)]
+    assert all(isinstance(v, float) for v in losses)
+    assert np.mean(losses[-3:]) < 0.3 * np.mean(losses[:3])
+    assert trainer.step_count == 60
+    logits = x @ trainer.params["w"] + trainer.params["b"]
+    assert np.mean(logits.argmax(1) == labels) > 0.9
+
+
+def test_trainer_matches_the_functional_step():
+    params, x, y = problem(np.float32)
+    step = gc.export_train_step(loss_fn, params, gc.optim.SGD(0.1, momentum=0.9), x, y, provider="cpu")
+    trainer = gc.runtime.Trainer(step)
+    p, (state, count) = params, step.initial_state()
+    for _ in range(4):
+        loss, p, state, count = step(p, state, count, x, y)
+        assert trainer.step(x, y) == float(loss)
+    for name in params:
+        np.testing.assert_array_equal(trainer.params[name], p[name])
+        np.testing.assert_array_equal(trainer.state[f"{name}.momentum"], state[f"{name}.momentum"])
+
+
+def test_params_are_copies():
+    params, x, y = problem(np.float32)
+    trainer = gc.runtime.Trainer(gc.export_train_step(loss_fn, params, gc.optim.SGD(0.1), x, y, provider="cpu"))
+    trainer.step(x, y)
+    before = trainer.params
+    kept = before["w1"].copy()
+    before["w1"][:] = 0
+    np.testing.assert_array_equal(trainer.params["w1"], kept)       # writing the copy changes nothing
+    trainer.step(x, y)
+    trainer.step(x, y)
+    assert not np.array_equal(trainer.params["w1"], kept)
+    np.testing.assert_array_equal(params["w1"], problem(np.float32)[0]["w1"])   # the initial values untouched
+
+
+def test_checkpoint_resume_is_bit_identical(tmp_path):
+    params, x, y = problem(np.float32)
+    step = gc.export_train_step(loss_fn, params, gc.optim.AdamW(0.01), x, y, provider="cpu")
+    batches = [problem(np.float32, seed=s)[1:] for s in range(6)]
+    straight = gc.runtime.Trainer(step)
+    for b in batches[:3]:
+        straight.step(*b)
+    ckpt = tmp_path / "ckpt.npz"
+    straight.save(ckpt)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.npz"]    # no temp file left behind
+    expected = [straight.step(*b) for b in batches[3:]]
+
+    resumed = gc.runtime.Trainer(step)
+    resumed.step(*batches[0])                     # state that load must overwrite
+    resumed.load(ckpt)
+    assert resumed.step_count == 3
+    assert [resumed.step(*b) for b in batches[3:]] == expected
+    for name in params:
+        assert resumed.params[name].tobytes() == straight.params[name].tobytes()
+    for name, value in straight.state.items():
+        assert resumed.state[name].tobytes() == value.tobytes()
+    assert resumed.step_count == straight.step_count == 6
+
+
+def test_saved_step_model_with_initial_params(tmp_path):
+    params, x, y = problem(np.float32)
+    step = gc.export_train_step(loss_fn, params, gc.optim.Adam(0.01), x, y, provider="cpu")
+    step.save(tmp_path / "step.onnx")
+    from_file = gc.runtime.Trainer(str(tmp_path / "step.onnx"), params=params, provider="cpu")
+    in_memory = gc.runtime.Trainer(step)
+    assert from_file.layout == in_memory.layout
+    assert [from_file.step(x, y) for _ in range(3)] == [in_memory.step(x, y) for _ in range(3)]
+    with pytest.raises(GcompileError, match="give the initial parameters"):
+        gc.runtime.Trainer(tmp_path / "step.onnx")
+
+
+def test_errors(tmp_path):
+    params, x, y = problem(np.float32)
+    step = gc.export_train_step(loss_fn, params, gc.optim.Adam(0.01), x, y, provider="cpu")
+    trainer = gc.runtime.Trainer(step)
+    with pytest.raises(InputError, match="2 batch input"):
+        trainer.step(x)
+    with pytest.raises(InputError, match=r"batch input 'x': expected float32\(16, 3\), got float64"):
+        trainer.step(x.astype(np.float64), y)
+    with pytest.raises(InputError, match="missing 'b2'"):
+        gc.runtime.Trainer(step, params={k: v for k, v in params.items() if k != "b2"})
+    with pytest.raises(InputError, match=r"'w1': the training step expects float32\(3, 6\)"):
+        gc.runtime.Trainer(step, params={**params, "w1": np.zeros((6, 3), np.float32)})
+    np.savez(tmp_path / "partial.npz", step=np.array(1, np.int64))
+    with pytest.raises(InputError, match="missing 'params/w1'"):
+        trainer.load(tmp_path / "partial.npz")
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(GcompileError, match="cannot read checkpoint"):
+        trainer.load(tmp_path / "junk.npz")
+    plain = gc.compile(lambda x: x * 2, x)
+    with pytest.raises(GcompileError, match="not a training step"):
+        gc.runtime.Trainer(plain.model, params=params)
+    assert trainer.step_count == 0                 # failed calls changed nothing
