@@ -50,6 +50,7 @@ class Node:
     outputs: list[TensorType]
     order: int = 0          # 0 forward, 1 backward, 2 double backward, ...
     source: str = ""        # "file.py:12" of the user code that created it
+    recompute: bool = False  # inside a gc.checkpoint region: recomputed for the backward (passes/recompute.py)
 
     def out(self, index: int = 0) -> ValueRef:
         return ValueRef(self.id, index)

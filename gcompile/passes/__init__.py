@@ -1,7 +1,9 @@
 """Graph -> graph rewrites, composed by `optimize` and run to a fixed point.
 
 Levels: 0 none; 1 dead code + common subexpressions; 2 adds constant folding,
-algebraic simplification and Gemm fusion.
+algebraic simplification and Gemm fusion. After them, the recompute pass copies the regions
+marked with gc.checkpoint into the backward (at every level), and with recompute=True also
+the cheap forward nodes (DESIGN.md §5).
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .fold import fold_constants
 from .gemm import fuse_gemm
+from .recompute import recompute as recompute_pass
 from .simplify import simplify
 
 PIPELINES = {
@@ -20,12 +23,16 @@ PIPELINES = {
 }
 
 
-def optimize(graph: Graph, level: int = 2) -> Graph:
-    """Run the level's passes on `graph` (in place) until nothing changes."""
+def optimize(graph: Graph, level: int = 2, recompute: bool = False) -> Graph:
+    """Run the level's passes on `graph` (in place) until nothing changes, then the recompute
+    pass once (last: CSE would merge its copies back)."""
     if level not in PIPELINES:
         raise ValueError(f"optimization level must be 0, 1 or 2, got {level}")
-    return run_to_fixed_point(graph, PIPELINES[level])
+    run_to_fixed_point(graph, PIPELINES[level])
+    if recompute_pass(graph, cheap=recompute).changed:
+        eliminate_dead_code(graph)
+    return graph
 
 
 __all__ = ["optimize", "PassResult", "replace_uses", "eliminate_dead_code", "eliminate_common_subexpressions",
-           "fold_constants", "simplify", "fuse_gemm", "PIPELINES"]
+           "fold_constants", "simplify", "fuse_gemm", "recompute_pass", "PIPELINES"]

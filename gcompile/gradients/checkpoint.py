@@ -1,0 +1,33 @@
+"""gc.checkpoint: a region whose intermediates are recomputed in the backward pass.
+
+Chainer's `forget`: reverse mode normally keeps every intermediate the VJP rules read
+alive until the backward pass reaches it. Inside a checkpoint only the region's inputs
+and outputs stay alive; the recompute pass (gcompile/passes/recompute.py) gives the
+backward part its own copies of the region's other nodes, so the forward ones can be
+freed as soon as the forward pass is done with them: less peak memory, more compute.
+"""
+from __future__ import annotations
+
+from ..frontend import pytree
+from ..frontend.tensor import Tensor, current_frame
+
+__all__ = ["checkpoint"]
+
+
+def checkpoint(fn, *args):
+    """fn(*args), with the intermediates of fn recomputed for the backward pass instead of kept.
+
+    The values it returns (and its arguments) are kept as usual. Tracing is unchanged and so
+    are the results; the marks take effect when the graph passes run (gc.compile at any
+    optimisation level, or passes.recompute on a graph).
+    """
+    graph = current_frame().graph
+    first = graph._next_id
+    result = fn(*args)
+    leaves, _ = pytree.flatten(result, lambda o: True)
+    kept = {leaf.ref.node for leaf in leaves if isinstance(leaf, Tensor)}
+    for node_id in range(first, graph._next_id):
+        node = graph.nodes.get(node_id)
+        if node is not None and node_id not in kept and node.op not in ("input", "constant"):
+            node.recompute = True
+    return result

@@ -1,0 +1,146 @@
+"""Recompute (rematerialisation, DESIGN.md §5): trade compute for the memory reverse mode
+keeps alive between the forward and the backward part.
+
+A node read by nodes of a higher gradient order (its backward) keeps its output alive
+until they run. This pass gives those consumers their own copy of the node, recorded at
+their order and placed just before the first of them, so the forward original can be
+freed once the forward is done with it. Copied are:
+  - nodes marked by gc.checkpoint (their region's inputs and outputs stay kept);
+  - with cheap=True, also cheap nodes (trait "cheap": elementwise, views, fills) whose
+    operands are kept for the backward anyway (graph inputs, constants, values the
+    backward reads directly, or other copied nodes), so copying never makes the backward
+    keep a value it did not keep before.
+Random ops are never copied (a copy would draw different numbers). One copy is made per
+node and consumer order, shared by all consumers of that order.
+
+A copy only depends on forward values, so a runtime free to reorder (onnxruntime is)
+would run it early and keep its output as long as the original: nothing saved. So the
+operands a group of copies reads from outside it pass through `after(x, token)`, which is
+x but cannot run before `token`, the latest backward node already placed that depends on
+the end of the forward; this keeps the copies in the backward, where they belong, and also stops
+onnxruntime's CSE from merging them back. The graph is renumbered so that id order stays
+topological. Run it after the passes that merge equal nodes; it is idempotent.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import Graph, Node, ValueRef
+from ..ops.registry import defop, get_op
+from .base import PassResult
+
+
+def _lower_after(ctx, names, node):
+    """x concatenated with an empty slice of the token: x's value, with a data dependency on the token."""
+    from onnx import helper
+    x, token = names
+    t = ctx.graph.type_of(node.inputs[0])
+    flat = ctx.emit("Reshape", [x, ctx.int64s([-1])])
+    empty = ctx.emit("Slice", [ctx.emit("Reshape", [token, ctx.int64s([-1])]), ctx.int64s([0]), ctx.int64s([0])])
+    empty = ctx.emit("Cast", [empty], to=helper.np_dtype_to_tensor_dtype(t.dtype))
+    return ctx.emit("Reshape", [ctx.emit("Concat", [flat, empty], axis=0), ctx.shape_tensor(t.shape)])
+
+
+# Internal to this pass, which inserts it after differentiation: it is never differentiated.
+defop("after", infer=lambda types: [types[0]], reference=lambda x, token: np.array(x, copy=True),
+      lower=_lower_after, traits={"nondiff"})
+
+
+def _candidates(graph: Graph, cheap: bool) -> set[int]:
+    """Ids of the nodes whose higher-order uses get copies (see the module docstring)."""
+    read_later = {r.node for n in graph.nodes.values() for r in n.inputs if graph.nodes[r.node].order < n.order}
+    chosen: set[int] = set()
+    for node in graph.topo_order():
+        if node.op in ("input", "constant") or "random" in get_op(node.op).traits:
+            continue
+        if node.recompute or cheap and "cheap" in get_op(node.op).traits and all(
+                graph.nodes[r.node].op in ("input", "constant") or r.node in chosen or r.node in read_later
+                for r in node.inputs):
+            chosen.add(node.id)
+    return chosen
+
+
+def _gradient_carriers(graph: Graph) -> dict[int, set[int]]:
+    """Per order k >= 1: the nodes of order >= k that depend on the latest lower-order value the
+    order-k part reads (in a backward, the end of the forward): a runtime cannot run them early."""
+    carriers: dict[int, set[int]] = {}
+    for k in sorted({n.order for n in graph.nodes.values() if n.order > 0}):
+        last = max((r.node for n in graph.nodes.values() if n.order >= k for r in n.inputs
+                    if graph.nodes[r.node].order < k and graph.nodes[r.node].op != "constant"), default=None)
+        reached: set[int] = set()
+        for node in graph.topo_order():
+            if node.order >= k and any(r.node == last or r.node in reached for r in node.inputs):
+                reached.add(node.id)
+        carriers[k] = reached
+    return carriers
+
+
+def recompute(graph: Graph, cheap: bool = True) -> PassResult:
+    chosen = _candidates(graph, cheap)
+    if not chosen:
+        return PassResult(graph, False)
+    carriers = _gradient_carriers(graph)
+    sequence: list = []                 # node ids and copy keys, in the new topological order
+    inputs: dict = {}                   # key -> operand list of (key, output index)
+    copies: dict = {}                   # key -> new Node
+    latest: dict[int, int] = {}         # order -> latest gradient-carrying node emitted at >= that order
+
+    def emit(key, node: Node, operands) -> tuple:
+        copies[key], inputs[key] = node, operands
+        sequence.append(key)
+        return key
+
+    def operand(ref: ValueRef, order: int):
+        producer = graph.nodes[ref.node]
+        if ref.node in chosen and producer.order < order:
+            return copy(producer, order), ref.index
+        return ref.node, ref.index
+
+    def boundary(ref: ValueRef, order: int):
+        """An outside operand of a copy, made to wait for the backward's progress."""
+        token = latest.get(order)
+        if token is None or graph.nodes[ref.node].op == "constant":
+            return ref.node, ref.index
+        key = ("after", ref, token)
+        if key not in copies:
+            emit(key, Node(-1, f"after{order}_{graph.nodes[ref.node].name}", "after", [], {},
+                           [graph.type_of(ref)], order), [(ref.node, ref.index), (token, 0)])
+        return key, 0
+
+    def copy(node: Node, order: int) -> tuple:
+        key = ("copy", node.id, order)
+        if key not in copies:
+            operands = [operand(r, order) if r.node in chosen else boundary(r, order) for r in node.inputs]
+            emit(key, Node(-1, f"re{order}_{node.name}", node.op, [], dict(node.attrs), list(node.outputs),
+                           order, node.source), operands)
+        return key
+
+    for node in graph.topo_order():
+        inputs[node.id] = [operand(r, node.order) for r in node.inputs]
+        sequence.append(node.id)
+        for k, reached in carriers.items():
+            if node.id in reached:
+                latest[k] = node.id
+    if not any(key[0] == "copy" for key in copies):
+        return PassResult(graph, False)
+    _renumber(graph, sequence, inputs, copies)
+    return PassResult(graph, True)
+
+
+def _renumber(graph: Graph, sequence: list, inputs: dict, copies: dict) -> None:
+    """Rebuild the graph in place with ids 0.. in `sequence` order."""
+    new_id = {key: i for i, key in enumerate(sequence)}
+    old_nodes = graph.nodes
+    graph.nodes = {}
+    graph.dag.clear()
+    for key in sequence:
+        node = copies[key] if isinstance(key, tuple) else old_nodes[key]
+        node.id = new_id[key]
+        node.inputs = [ValueRef(new_id[k], i) for k, i in inputs[key]]
+        graph.nodes[node.id] = node
+        graph.dag.add_node(node.id)
+        for ref in node.inputs:
+            graph.dag.add_edge(ref.node, node.id)
+    graph.inputs = [ValueRef(new_id[r.node], r.index) for r in graph.inputs]
+    graph.outputs = [ValueRef(new_id[r.node], r.index) for r in graph.outputs]
+    graph._next_id = len(sequence)

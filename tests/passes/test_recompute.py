@@ -1,0 +1,132 @@
+"""The recompute pass and gc.checkpoint: values unchanged (reference evaluator and onnxruntime),
+graph still valid, the expected nodes copied into the backward, idempotent."""
+import numpy as np
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile.frontend.trace import trace
+from gcompile.ir.evaluate import evaluate
+from gcompile.passes import optimize, recompute_pass
+
+RNG = np.random.default_rng(0)
+X, W = RNG.standard_normal((3, 4)), RNG.standard_normal((4, 4)) * 0.5
+
+
+def mlp_step(x, w):
+    h = F.tanh(x * w[0])           # cheap ops on inputs: copied into the backward
+    loss = F.sum(F.sigmoid(h @ w) * h)   # sigmoid reads a matmul output: copying it would keep that instead
+    return loss, gc.grad(loss, [w])[0]
+
+
+def copies(graph):
+    return [n for n in graph.nodes.values() if n.name.startswith(f"re{n.order}_")]
+
+
+def forward_reads_by_backward(graph):
+    return {r.node for n in graph.nodes.values() for r in n.inputs
+            if graph.nodes[r.node].order < n.order and graph.nodes[r.node].op not in ("input", "constant")}
+
+
+def test_cheap_recompute_preserves_values_and_is_idempotent():
+    graph = trace(mlp_step, [X, W]).graph
+    optimize(graph, 2)
+    before = evaluate(graph, [X, W])
+    kept_before = forward_reads_by_backward(graph)
+    assert recompute_pass(graph, cheap=True).changed
+    graph.lint()
+    for got, want in zip(evaluate(graph, [X, W]), before):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    made = copies(graph)
+    assert made and all(n.order == 1 for n in made)
+    assert len({n.name for n in made}) == len(made)
+    assert {"tanh", "mul"} <= {n.op for n in made} and "sigmoid" not in {n.op for n in made}
+    # the backward no longer reads any copied forward node
+    originals = {n.name[len("re1_"):] for n in made}
+    assert originals <= {n.name for n in graph.nodes.values()}
+    assert not {graph.nodes[i].name for i in forward_reads_by_backward(graph)} & originals
+    assert len(forward_reads_by_backward(graph)) < len(kept_before)
+    n_nodes = len(graph)
+    assert not recompute_pass(graph, cheap=True).changed
+    assert len(graph) == n_nodes
+
+
+def test_nothing_to_do_without_marks_or_cheap():
+    graph = trace(mlp_step, [X, W]).graph
+    optimize(graph, 2)
+    n_nodes = len(graph)
+    assert not recompute_pass(graph, cheap=False).changed
+    assert len(graph) == n_nodes
+
+
+def test_matmul_is_never_copied_by_the_cheap_rule():
+    graph = trace(mlp_step, [X, W]).graph
+    optimize(graph, 2, recompute=True)
+    assert "matmul" not in {n.op for n in copies(graph)}
+
+
+def lstm_loop(xs, h0, w_ih, w_hh, b, use_checkpoint):
+    h, c = h0, h0
+    for t in range(xs.shape[0]):
+        cell = (lambda *a: gc.checkpoint(F.lstm_cell, *a)) if use_checkpoint else F.lstm_cell
+        h, c = cell(xs[t], h, c, w_ih, w_hh, b)
+    loss = F.sum(h * h)
+    return loss, gc.grad(loss, [w_ih, w_hh, b])
+
+
+def lstm_inputs(steps=3, n=2, i=3, hidden=2):
+    r = np.random.default_rng(1)
+    return [r.standard_normal((steps, n, i)), r.standard_normal((n, hidden)),
+            r.standard_normal((4 * hidden, i)) * 0.5, r.standard_normal((4 * hidden, hidden)) * 0.5,
+            r.standard_normal(4 * hidden) * 0.1]
+
+
+def test_checkpoint_marks_the_region_but_not_its_outputs():
+    args = lstm_inputs()
+    graph = trace(lambda *a: lstm_loop(*a, True), args).graph
+    marked = [n for n in graph.nodes.values() if n.recompute]
+    assert marked and all(n.order == 0 for n in marked)
+    assert {"sigmoid", "tanh", "matmul"} <= {n.op for n in marked}
+    outputs_of_cells = {n.id for n in graph.nodes.values() if n.op == "mul" and not n.recompute and n.order == 0}
+    assert outputs_of_cells   # h' = o * tanh(c') of every step stays kept
+    plain = trace(lambda *a: lstm_loop(*a, False), args).graph
+    assert len(plain) == len(graph)   # tracing is unchanged
+
+
+def test_checkpoint_region_recomputed_values_and_onnxruntime():
+    args = lstm_inputs()
+    expected = evaluate(trace(lambda *a: lstm_loop(*a, False), args).graph, args)
+    graph = trace(lambda *a: lstm_loop(*a, True), args).graph
+    optimize(graph, 2)
+    graph.lint()
+    made = copies(graph)
+    assert {"matmul", "gemm"} & {n.op for n in made}   # a checkpoint copies everything in it, not only cheap ops
+    marked = {n.name for n in graph.nodes.values() if n.recompute}
+    read = {graph.nodes[i].name for i in forward_reads_by_backward(graph)}
+    assert not read & marked                  # the backward reads no marked forward value any more
+    after = [n for n in graph.nodes.values() if n.op == "after"]
+    assert after and all(n.order == 1 for n in after)
+    for got, want in zip(evaluate(graph, args), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    f32 = [a.astype(np.float32) for a in args]
+    cf = gc.compile(lambda *a: lstm_loop(*a, True), *f32)
+    for got, want in zip(cf.run_flat(*f32), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    n_nodes = len(graph)
+    assert not recompute_pass(graph, cheap=False).changed and len(graph) == n_nodes
+
+
+def test_second_order_graph_copies_per_order():
+    def fn(x, w):
+        _, g = mlp_step(x, w)
+        return gc.grad(F.sum(g * g), [w])[0]
+    graph = trace(fn, [X, W]).graph
+    optimize(graph, 2)
+    expected = evaluate(graph, [X, W])
+    assert recompute_pass(graph, cheap=True).changed
+    graph.lint()
+    made = copies(graph)
+    assert 2 in {n.order for n in made}
+    assert all(c.order == n.order for n in made for c in graph.consumers(n.id))
+    np.testing.assert_allclose(evaluate(graph, [X, W])[0], expected[0], rtol=1e-12)
+    cf = gc.compile(fn, X.astype(np.float32), W.astype(np.float32), recompute=True)
+    np.testing.assert_allclose(cf(X.astype(np.float32), W.astype(np.float32)), expected[0], rtol=1e-4, atol=1e-5)
