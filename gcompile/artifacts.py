@@ -20,18 +20,61 @@ _ORDER = re.compile(r"\border=(\d+)\b")
 
 
 def load(path):
-    """An onnx.ModelProto from `path`; a GcompileError for a missing, unreadable or corrupt file."""
+    """An onnx.ModelProto from `path`; a GcompileError for a missing, unreadable or corrupt file
+    or a missing external data file.
+
+    Weights kept in external data files are not read (describing and feeding a model needs
+    only their shapes); onnxruntime reads them itself when given the model's path.
+    """
     import onnx
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise GcompileError(f"{path}: no such file")
     try:
-        model = onnx.load(path)
-        onnx.checker.check_model(model)
+        model = onnx.load(path, load_external_data=False)
     except Exception as err:
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise GcompileError(f"{path} is not a valid ONNX model ({reason})") from None
+        raise GcompileError(f"{path} is not a valid ONNX model ({_first_line(err)})") from None
+    folder = os.path.dirname(os.path.abspath(path))
+    missing = sorted({loc for loc in external_files(model) if not os.path.isfile(os.path.join(folder, loc))})
+    if missing:
+        raise GcompileError(f"{path} keeps its weights in {', '.join(missing)}, which is not beside it in "
+                            f"{folder}: copy the data file(s) along with the .onnx")
+    try:
+        onnx.checker.check_model(path)   # from the path: the checker follows external data itself
+    except Exception as err:
+        raise GcompileError(f"{path} is not a valid ONNX model ({_first_line(err)})") from None
     return model
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def external_files(model) -> list[str]:
+    """The external data locations the model's initializers name (relative to its folder)."""
+    from onnx import TensorProto
+    return [entry.value for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL
+            for entry in t.external_data if entry.key == "location"]
+
+
+def opset_of(model) -> int | None:
+    """The model's default-domain (ai.onnx) opset."""
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=None)
+
+
+def check_runnable(model, path) -> None:
+    """A clear error for a model newer than the installed onnxruntime (opset or IR version),
+    instead of onnxruntime's own message at session creation."""
+    from .lowering.versions import runtime_limits
+    max_ir, max_opset = runtime_limits()
+    opset = opset_of(model)
+    if opset is not None and opset > max_opset:
+        raise GcompileError(f"{path} uses ONNX opset {opset}, newer than the installed onnxruntime supports "
+                            f"(opset {max_opset} at most): re-export it with opset <= {max_opset} "
+                            "or upgrade onnxruntime")
+    if model.ir_version > max_ir:
+        raise GcompileError(f"{path} has ONNX IR version {model.ir_version}, newer than the installed "
+                            f"onnxruntime reads ({max_ir} at most): re-export it or upgrade onnxruntime")
 
 
 def _dims(value_info) -> tuple:
@@ -64,12 +107,18 @@ def order_counts(model) -> tuple[dict[int, int], int]:
     counts: dict[int, int] = collections.Counter()
     untagged = 0
     for node in model.graph.node:
-        match = _ORDER.search(node.doc_string or "")
-        if match:
-            counts[int(match.group(1))] += 1
-        else:
+        order = node_order(node)
+        if order is None:
             untagged += 1
+        else:
+            counts[order] += 1
     return dict(sorted(counts.items())), untagged
+
+
+def node_order(node) -> int | None:
+    """The gradient order gcompile wrote into a node's doc_string, or None for untagged glue."""
+    match = _ORDER.search(node.doc_string or "")
+    return int(match.group(1)) if match else None
 
 
 def describe(model) -> dict:
@@ -78,8 +127,9 @@ def describe(model) -> dict:
     return {
         "inputs": signature(graph_inputs(model)),
         "outputs": signature(model.graph.output),
-        "opset": max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=None),
+        "opset": opset_of(model),
         "ir_version": model.ir_version,
+        "parameters": sum(int(np.prod(t.dims)) for t in model.graph.initializer),
         "nodes": len(model.graph.node),
         "nodes_by_order": {str(k): v for k, v in by_order.items()},
         "untagged_nodes": untagged,

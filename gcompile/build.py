@@ -26,10 +26,14 @@ from . import __version__, artifacts
 from .errors import GcompileError
 from .export import export_info, exported_functions
 from .frontend.trace import trace
+from .logs import logger, phase, progress, timings
 from .lowering import to_onnx
+from .lowering.export import EXTERNAL_DATA_THRESHOLD, external_data_name, serialize
 from .passes import optimize as run_passes
+from .runtime.compiled import load_session
 from .runtime.files import atomic_write
-from .runtime.providers import make_session, resolve_provider
+from .runtime.providers import resolve_provider
+from .training import TrainExport
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _module_ids = itertools.count()
@@ -40,6 +44,7 @@ class BuildResult:
     out_dir: str
     manifest: dict
     checks: dict = field(default_factory=dict)   # artifact name -> artifacts.run() result
+    timings: dict = field(default_factory=dict)  # artifact name -> logs.Timings (trace, grad, passes, lower, check)
 
 
 def user_frame(err: BaseException) -> str:
@@ -110,9 +115,15 @@ def _trace_one(fn, opset, optimize, model_path: str):
     code = getattr(fn, "__code__", None)
     where = f"{model_path}:{code.co_firstlineno}" if code else model_path
     try:
-        traced = trace(fn, list(info.specs), name=info.name, input_names=list(info.input_names))
-        run_passes(traced.graph, optimize)
-        model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=info.name)
+        with phase("trace"):
+            traced = info.trace() if isinstance(info, TrainExport) else \
+                trace(fn, list(info.specs), name=info.name, input_names=list(info.input_names))
+        with phase("passes"):
+            run_passes(traced.graph, optimize)
+        with phase("lower"):
+            model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=info.name)
+        if isinstance(info, TrainExport):
+            info.layout.attach(model)
     except GcompileError as err:
         raise GcompileError(f"cannot build {info.name!r} ({where}): {err}") from None
     except Exception as err:
@@ -132,17 +143,38 @@ def _trace_all(module, model_path: str, opset, optimize) -> list:
     if duplicates:
         raise GcompileError(f"{model_path}: two exported functions are named {duplicates[0]!r}; "
                             "rename one with @gc.export(name=..., ...)")
-    return [_trace_one(fn, opset, optimize, model_path) for fn in functions]
+    built = []
+    with progress(len(functions), "build") as bar:
+        for fn, name in zip(functions, names):
+            bar.step(name)
+            with timings() as times:
+                built.append((*_trace_one(fn, opset, optimize, model_path), times))
+            logger.info("%s: %s", name, times.format())
+            bar.advance()
+    return built
 
 
-def _check(name: str, data: bytes, model, float64_ops, provider: str) -> dict:
+def lower_all(model, opset: int | None = None, optimize: int = 2) -> tuple[str, list]:
+    """(model path, [(export info, ONNX model, float64-only ops, timings)]) for every @gc.export
+    function of `model` (a path or an imported module), in source order."""
+    if isinstance(model, types.ModuleType):
+        model_path = getattr(model, "__file__", None) or model.__name__
+        return model_path, _trace_all(model, model_path, opset, optimize)
+    model_path = os.fspath(model)
+    with _on_path(os.path.dirname(os.path.abspath(model_path))):
+        return model_path, _trace_all(load_module(model_path), model_path, opset, optimize)
+
+
+def _check(name: str, data: bytes, weights: bytes | None, location: str, model, float64_ops,
+           provider: str, feeds: dict | None = None) -> dict:
     if provider == "cpu" and float64_ops:
         raise GcompileError(f"--check of {name!r}: onnxruntime's CPU provider has no float64 kernel for "
                             + "; ".join(float64_ops) + ". Export this function in float32 to run it on CPU")
     start = time.perf_counter()
-    session = make_session(data, provider)
+    session = load_session(data, weights, provider, location)   # the very bytes about to be written
     load_ms = 1e3 * (time.perf_counter() - start)
-    result = {**artifacts.run(session, model, artifacts.random_feeds(model)), "load_ms": load_ms}
+    feeds = artifacts.random_feeds(model) if feeds is None else feeds
+    result = {**artifacts.run(session, model, feeds), "load_ms": load_ms}
     for out, value in result["outputs"].items():
         if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
             raise GcompileError(f"--check of {name!r}: output {out!r} has non-finite values on random inputs")
@@ -150,27 +182,35 @@ def _check(name: str, data: bytes, model, float64_ops, provider: str) -> dict:
 
 
 def build(model, out_dir, opset: int | None = None, check: bool = False, provider: str = "auto",
-          optimize: int = 2) -> BuildResult:
+          optimize: int = 2, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD) -> BuildResult:
     """Build every @gc.export function of `model` (a path or an imported module) into `out_dir`.
 
     opset and optimize mean what they mean for gc.compile; check runs every artifact on
-    random inputs of its specs (on `provider`) before anything is written.
+    random inputs of its specs (on `provider`) before anything is written. An artifact of
+    `external_data_threshold` bytes or more keeps its weights in <name>.onnx.data beside it.
     """
-    if isinstance(model, types.ModuleType):
-        model_path = getattr(model, "__file__", None) or model.__name__
-        built = _trace_all(model, model_path, opset, optimize)
-    else:
-        model_path = os.fspath(model)
-        with _on_path(os.path.dirname(os.path.abspath(model_path))):
-            built = _trace_all(load_module(model_path), model_path, opset, optimize)
-    entries, blobs, checks = [], [], {}
+    model_path, built = lower_all(model, opset, optimize)
+    entries, blobs, checks, times = [], [], {}, {}
     resolved = resolve_provider(provider) if check else None
-    for info, onnx_model, float64_ops in built:
-        data = onnx_model.SerializeToString()
+    for info, onnx_model, float64_ops, timed in built:
+        file_name = f"{info.name}.onnx"
+        location = external_data_name(file_name)
+        data, weights = serialize(onnx_model, location, external_data_threshold)
         if check:
-            checks[info.name] = _check(info.name, data, onnx_model, float64_ops, resolved)
-        entry = {"name": info.name, "file": f"{info.name}.onnx", **artifacts.describe(onnx_model),
+            with timed.phase("check"):
+                feeds = info.check_feeds(onnx_model) if isinstance(info, TrainExport) else None
+                checks[info.name] = _check(info.name, data, weights, location, onnx_model, float64_ops, resolved,
+                                           feeds)
+            logger.info("%s: check on %s %.1f ms", info.name, resolved, 1e3 * timed["check"])
+        times[info.name] = timed
+        entry = {"name": info.name, "file": file_name, **artifacts.describe(onnx_model),
                  "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        if isinstance(info, TrainExport):
+            entry["train_step"] = info.layout.to_dict()
+        if weights is not None:
+            entry["external_data"] = {"file": location, "bytes": len(weights),
+                                      "sha256": hashlib.sha256(weights).hexdigest()}
+            blobs.append((location, weights))   # before the .onnx that refers to it
         entries.append(entry)
         blobs.append((entry["file"], data))
     manifest = {"gcompile_version": __version__, "source": os.path.basename(model_path), "artifacts": entries}
@@ -181,4 +221,4 @@ def build(model, out_dir, opset: int | None = None, check: bool = False, provide
             atomic_write(os.path.join(out_dir, file_name), data)
     except OSError as err:
         raise GcompileError(f"cannot write the build to {out_dir!r}: {err.strerror or err}") from None
-    return BuildResult(out_dir, manifest, checks)
+    return BuildResult(out_dir, manifest, checks, times)

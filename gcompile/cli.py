@@ -9,15 +9,19 @@ from __future__ import annotations
 import functools
 import io
 import os
+import sys
 import traceback
 
 import click
 import numpy as np
 
-from . import __version__, artifacts
+from . import __version__, artifacts, logs
+from . import viz as viz_module
 from .build import build as build_artifacts
+from .build import lower_all
 from .errors import GcompileError
 from .ir.dims import format_shape
+from .lowering.export import EXTERNAL_DATA_THRESHOLD
 from .runtime.files import atomic_write
 from .runtime.providers import make_session, resolve_provider
 
@@ -33,10 +37,14 @@ def _print_traceback(err: BaseException) -> None:
 
 
 def _guarded(command):
-    """Turn exceptions into the documented exit codes and one-paragraph messages."""
+    """Turn exceptions into the documented exit codes and one-paragraph messages; set the
+    log level (-v phase timings, -vv debug, -q errors only and no progress bars)."""
     @click.option("--debug", is_flag=True, help="show the Python traceback of an error")
+    @click.option("-v", "--verbose", count=True, help="log phase timings (-vv: debug messages)")
+    @click.option("-q", "--quiet", is_flag=True, help="errors only, no progress bar")
     @functools.wraps(command)
-    def wrapper(*args, debug: bool, **kwargs):
+    def wrapper(*args, debug: bool, verbose: int, quiet: bool, **kwargs):
+        logs.configure(-1 if quiet else verbose)
         try:
             return command(*args, **kwargs)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
@@ -46,6 +54,9 @@ def _guarded(command):
                 _print_traceback(err)
             click.echo(f"error: {err}", err=True)
             raise click.exceptions.Exit(2) from None
+        except BrokenPipeError:   # output piped into a reader that stopped early (`| head`)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise click.exceptions.Exit(0) from None
         except Exception as err:
             if debug:
                 _print_traceback(err)
@@ -80,16 +91,26 @@ def _orders(entry: dict) -> str:
 @click.option("-O", "--optimize", type=click.IntRange(0, 2), default=2, show_default=True,
               help="graph passes: 0 none, 1 dead code + common subexpressions, 2 also folding and simplification")
 @click.option("--check", is_flag=True, help="run each artifact in onnxruntime on random inputs of its specs")
+@click.option("--external-data-threshold", type=click.IntRange(min=0), default=EXTERNAL_DATA_THRESHOLD,
+              show_default=True, metavar="BYTES",
+              help="an artifact this large keeps its weights in <name>.onnx.data beside it")
 @_PROVIDER
 @_guarded
-def build(model, out_dir, opset, optimize, check, provider):
+def build(model, out_dir, opset, optimize, check, external_data_threshold, provider):
     """Build every @gc.export function of MODEL (a .py file) into OUT/<name>.onnx and OUT/manifest.json."""
-    result = build_artifacts(model, out_dir, opset=opset, check=check, provider=provider, optimize=optimize)
+    result = build_artifacts(model, out_dir, opset=opset, check=check, provider=provider, optimize=optimize,
+                             external_data_threshold=external_data_threshold)
     for entry in result.manifest["artifacts"]:
+        size = _size(entry["bytes"])
+        if "external_data" in entry:
+            size += f" + {_size(entry['external_data']['bytes'])} in {entry['external_data']['file']}"
+        timed = result.timings[entry["name"]]
         rows = [("inputs", ", ".join(map(artifacts.format_sig, entry["inputs"]))),
                 ("outputs", ", ".join(map(artifacts.format_sig, entry["outputs"]))),
                 ("nodes", _orders(entry)),
-                ("size", f"{_size(entry['bytes'])}, opset {entry['opset']}, ir_version {entry['ir_version']}")]
+                ("params", f"{entry['parameters']:,}"),
+                ("size", f"{size}, opset {entry['opset']}, ir_version {entry['ir_version']}"),
+                ("time", f"{1e3 * timed.total():.1f} ms: {timed.format()}")]
         if entry["name"] in result.checks:
             c = result.checks[entry["name"]]
             rows.append(("check", f"ok on {c['provider']}: load {c['load_ms']:.1f} ms, run {c['run_ms']:.1f} ms"))
@@ -138,12 +159,11 @@ def _summary(value: np.ndarray) -> str:
 def run(artifact, inputs, out_dir, provider):
     """Run ARTIFACT (.onnx) on .npy inputs with onnxruntime and print its outputs."""
     model = artifacts.load(artifact)
+    artifacts.check_runnable(model, artifact)
     feeds = _parse_inputs(inputs)
-    with open(artifact, "rb") as f:
-        data = f.read()
     used = resolve_provider(provider)
-    try:
-        session = make_session(data, used)
+    try:   # from the path, so onnxruntime finds external data beside the model from any working directory
+        session = make_session(os.path.abspath(artifact), used)
     except Exception as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise GcompileError(f"onnxruntime cannot load {artifact} on {used}: {reason}") from None
@@ -168,19 +188,73 @@ def run(artifact, inputs, out_dir, provider):
 def inspect(artifact):
     """Show ARTIFACT's inputs, outputs, opset, op histogram and node counts per gradient order."""
     model = artifacts.load(artifact)
+    try:
+        artifacts.check_runnable(model, artifact)
+    except GcompileError as err:   # still worth inspecting: say why it will not run, then describe it
+        click.echo(f"warning: {err}", err=True)
     info = artifacts.describe(model)
-    params = sum(int(np.prod(t.dims)) for t in model.graph.initializer)
     click.echo(f"{artifact}: graph {model.graph.name!r}, producer {model.producer_name or '?'} "
                f"{model.producer_version}, ir_version {info['ir_version']}, opset {info['opset']}")
     for key in ("inputs", "outputs"):
         click.echo(f"{key}:")
         for entry in info[key]:
             click.echo(f"  {artifacts.format_sig(entry)}")
-    click.echo(f"initializers: {len(model.graph.initializer)} ({params} values)")
+    external = sorted(set(artifacts.external_files(model)))
+    click.echo(f"initializers: {len(model.graph.initializer)} ({info['parameters']} values)"
+               + (f", external data in {', '.join(external)}" if external else ""))
     click.echo(f"nodes: {_orders(info)}")
     click.echo("op histogram:")
     for op, count in artifacts.op_histogram(model):
         click.echo(f"  {op:<24} {count}")
+
+
+@main.command()
+@click.argument("source", type=click.Path(dir_okay=False))
+@click.option("-o", "--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="the drawing: .svg, or .html for a page with one section per graph")
+@click.option("-O", "--optimize", type=click.IntRange(0, 2), default=2, show_default=True,
+              help="graph passes before drawing a model.py (as for build)")
+@_guarded
+def viz(source, out_path, optimize):
+    """Draw SOURCE (an .onnx file, or a model.py: each @gc.export function) with forward, backward and
+    double-backward nodes in different colours and tensor names and shapes on the edges."""
+    if source.endswith(".py"):
+        _, built = lower_all(source, optimize=optimize)
+        sections = [(info.name, model) for info, model, *_ in built]
+    else:
+        model = artifacts.load(source)
+        sections = [(model.graph.name or os.path.basename(source), model)]
+    viz_module.write(out_path, sections, title=os.path.basename(source))
+    click.echo(f"wrote {out_path} ({sum(len(m.graph.node) for _, m in sections)} nodes in "
+               f"{len(sections)} graph(s))")
+
+
+@main.command("grad")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--wrt", required=True, metavar="params|NAME,...",
+              help="what to differentiate with respect to: 'params' (every float initializer) and/or model "
+                   "input or initializer names, comma-separated; differentiated initializers become inputs")
+@click.option("--of", "of", default=None, help="the output to differentiate (default: the model's only output)")
+@click.option("--loss", type=click.Choice(["mse", "cross_entropy", "sum"]), default=None,
+              help="differentiate a loss of the output instead (cross_entropy: integer labels, classes on the "
+                   "last axis); without it the output's sum is differentiated")
+@click.option("--target", default=None, help="name of the loss target input (default: target)")
+@click.option("--order", type=click.IntRange(1, 2), default=1, show_default=True,
+              help="2 adds Hessian-vector products hvp_<name> for direction inputs v_<name>")
+@click.option("-o", "--out", "out_path", required=True, type=click.Path(dir_okay=False), help="the .onnx to write")
+@click.option("--opset", type=int, default=None, help="ONNX opset (default: the newest the installed onnxruntime runs)")
+@_guarded
+def grad_command(model, wrt, of, loss, target, order, out_path, opset):
+    """Write a standard-ONNX model returning MODEL's outputs and their gradients (grad_<name>)."""
+    from .frontend.onnx_grad import gradient_model
+    proto = gradient_model(model, wrt, of=of, loss=loss, target=target, order=order, opset=opset)
+    try:
+        atomic_write(out_path, proto.SerializeToString())
+    except OSError as err:
+        raise GcompileError(f"cannot write {out_path}: {err.strerror or err}") from None
+    for key, values in (("inputs", proto.graph.input), ("outputs", proto.graph.output)):
+        click.echo(f"  {key:<8} " + ", ".join(map(artifacts.format_sig, artifacts.signature(values))))
+    click.echo(f"wrote {out_path}")
 
 
 if __name__ == "__main__":

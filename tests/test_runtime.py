@@ -256,3 +256,13 @@ def test_device_values_skip_the_copy_and_give_the_same_result():
         cf(x, cf.to_device(np.ones((4, 3), np.float32)))
     with pytest.raises(gc.InputError, match="expected dtype float32, got float64"):
         cf(x, cf.to_device(w.astype(np.float64)))
+
+
+def test_saved_artifacts_follow_the_umask(tmp_path):
+    cf = gc.compile(lambda x: x * 2, rand(3), provider="cpu")
+    old = os.umask(0o022)
+    try:
+        cf.save(tmp_path / "m.onnx")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "m.onnx").stat().st_mode & 0o777 == 0o644

@@ -4,6 +4,7 @@ alternating, median of --runs runs after warm-up. Also node counts per gradient 
 before and after passes, build latency, and compile-time scaling on deep MLPs.
 
     python tools/bench.py [--runs 20] [--only W1,W4] [--json out.json] [--scaling 1000,10000,100000]
+    python tools/bench.py --memory     # peak RSS of a long LSTM step with and without recompute
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gcompile as gc  # noqa: E402
 import gcompile.functions as F  # noqa: E402
 from gcompile.frontend.trace import trace  # noqa: E402
+from gcompile.logs import Progress  # noqa: E402
 from gcompile.passes import optimize  # noqa: E402
 
 RNG = np.random.default_rng(0)
@@ -87,7 +89,7 @@ def w3_setup():
     def block(x, wqkv, bqkv, wo, bo, g1, be1, w1, b1, w2, b2, g2, be2):
         qkv = F.reshape(x @ wqkv + bqkv, (batch, seq, 3, heads, d // heads))
         q, k, v = (F.transpose(qkv[:, :, i], (0, 2, 1, 3)) for i in range(3))
-        att = F.softmax(q @ F.swapaxes(k, -1, -2) * (1 / np.sqrt(d // heads)), axis=-1)
+        att = F.softmax(q @ F.swapaxes(k, -1, -2) * float(1 / np.sqrt(d // heads)), axis=-1)
         o = F.reshape(F.transpose(att @ v, (0, 2, 1, 3)), (batch, seq, d)) @ wo + bo
         h = F.layer_norm(x + o, g1, be1)
         return F.layer_norm(h + F.gelu(h @ w1 + b1) @ w2 + b2, g2, be2)
@@ -343,7 +345,9 @@ def _node_counts(fn, args):
 def run_workloads(names, runs):
     torch_w, jax_w = torch_workloads(), jax_workloads()
     results = {}
+    bar = Progress(len(names), "bench")   # draws on a terminal only; results still go to stdout
     for key in names:
+        bar.step(key)
         label, setup = WORKLOADS[key]
         fn, _, args = setup()
         t0 = time.perf_counter()
@@ -370,8 +374,10 @@ def run_workloads(names, runs):
                 line += f"  {ref} {times[ref]:7.1f} ms  ratio {times['gcompile'] / times[ref]:.2f}"
         line += f"  | build {build_ms:.0f} ms" + (f" (jax {jax_build:.0f} ms)" if "jax" in fns else "")
         line += f"  | nodes by order {dict(before)} -> {dict(after)}"
-        print(line, flush=True)
+        bar.echo(line)
         results[key] = row
+        bar.advance()
+    bar.clear()
     if "W1" in results and "W1f" in results:
         ratio = results["W1"]["ms"]["gcompile"] / results["W1f"]["ms"]["gcompile"]
         print(f"W1 backward+forward / forward = {ratio:.2f} (target <= 2.3)")
@@ -383,7 +389,9 @@ def compile_scaling(sizes):
     """Trace + grad + passes + lowering of a deep narrow tanh MLP with about N nodes."""
     from gcompile.lowering import to_onnx
     rows = []
+    bar = Progress(len(sizes), "scaling")
     for n in sizes:
+        bar.step(f"{n} nodes")
         depth = max(1, n // 9)   # ~9 nodes per layer counting forward and backward
         ws = [_param(8, 8) for _ in range(depth)]
 
@@ -399,7 +407,55 @@ def compile_scaling(sizes):
         to_onnx(traced.graph, traced.input_names)
         seconds = time.perf_counter() - t0
         rows.append({"nodes": nodes, "seconds": seconds, "nodes_per_s": nodes / seconds})
-        print(f"compile scaling: {nodes:7d} nodes  {seconds:7.2f} s  {nodes / seconds:9.0f} nodes/s", flush=True)
+        bar.echo(f"compile scaling: {nodes:7d} nodes  {seconds:7.2f} s  {nodes / seconds:9.0f} nodes/s")
+        bar.advance()
+    bar.clear()
+    return rows
+
+
+def _lstm_memory_run(mode: str, steps: int = 100, batch: int = 512, hidden: int = 64, features: int = 16) -> dict:
+    """One variant of recompute_memory, in its own process: build the long-sequence LSTM step,
+    reset the peak RSS (Linux: /proc/self/clear_refs), run it once, report the growth."""
+    def status(key):
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) / 1024 for line in f if line.startswith(key))
+    rng = np.random.default_rng(0)
+    xs = (rng.standard_normal((steps, batch, features)) * 0.5).astype(np.float32)
+    ws = [_param(4 * hidden, features, scale=0.1), _param(4 * hidden, hidden, scale=0.1), np.zeros(4 * hidden, np.float32)]
+    h0 = np.zeros((batch, hidden), np.float32)
+
+    def step(xs, h0, w_ih, w_hh, b):
+        h, c = h0, h0
+        for t in range(steps):
+            if mode == "checkpoint":
+                h, c = gc.checkpoint(F.lstm_cell, xs[t], h, c, w_ih, w_hh, b)
+            else:
+                h, c = F.lstm_cell(xs[t], h, c, w_ih, w_hh, b)
+        loss = F.sum(h * h)
+        return loss, gc.grad(loss, [w_ih, w_hh, b])
+    cf = gc.compile(step, xs, h0, *ws, provider="cpu", recompute=mode == "cheap")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before = status("VmRSS")
+    t0 = time.perf_counter()
+    loss = float(cf(xs, h0, *ws)[0])
+    return {"mode": mode, "peak_mb": status("VmHWM") - before, "first_run_ms": 1e3 * (time.perf_counter() - t0),
+            "onnx_nodes": len(cf.model.graph.node), "loss": loss}
+
+
+def recompute_memory() -> list[dict]:
+    """Peak RSS growth of one ORT run of a 100-step LSTM (batch 512, hidden 64) forward +
+    weight gradients: no recompute, recompute=True (cheap nodes), and gc.checkpoint per step
+    (DESIGN.md §5). Each variant runs in a fresh process so that arenas do not mix."""
+    import subprocess
+    rows = []
+    for mode in ("none", "cheap", "checkpoint"):
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--memory-variant", mode],
+                             check=True, capture_output=True, text=True).stdout
+        rows.append(json.loads(out.strip().splitlines()[-1]))
+        r = rows[-1]
+        print(f"LSTM T=100 step, recompute {r['mode']:10s} peak +{r['peak_mb']:6.1f} MB  first run "
+              f"{r['first_run_ms']:7.1f} ms  {r['onnx_nodes']} ONNX nodes  loss {r['loss']:.4f}")
     return rows
 
 
@@ -409,7 +465,18 @@ def main(argv=None):
     parser.add_argument("--only", default=",".join(WORKLOADS))
     parser.add_argument("--scaling", default="1000,10000,100000", help="node counts; empty to skip")
     parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--memory", action="store_true", help="only the recompute peak-memory comparison")
+    parser.add_argument("--memory-variant", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.memory_variant:
+        print(json.dumps(_lstm_memory_run(args.memory_variant)))
+        return
+    if args.memory:
+        results = {"recompute_memory": recompute_memory()}
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1, default=str)
+        return
     results = {"workloads": run_workloads([k for k in args.only.split(",") if k], args.runs)}
     if args.scaling:
         results["scaling"] = compile_scaling([int(s) for s in args.scaling.split(",")])

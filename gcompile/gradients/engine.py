@@ -14,8 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GcompileError
+from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, as_tensor, current_frame, recording_order
 from ..ir.graph import Graph, ValueRef
+from ..logs import phase
 from ..ops.basic import add_n, cast, ones_like, zeros_like
 from ..ops.registry import get_op
 
@@ -80,7 +82,7 @@ def grad(outputs, inputs, grad_outputs=None) -> list[Tensor]:
     for x in inputs:
         if x.dtype.kind != "f":
             raise GcompileError(f"cannot take a gradient with respect to {x!r}: its dtype {x.dtype.name} "
-                                "is not floating point")
+                                f"is not floating point (at {user_location()})")
     if grad_outputs is None:
         grad_outputs = [None] * len(outputs)
     elif isinstance(grad_outputs, Tensor) or not isinstance(grad_outputs, (list, tuple)):
@@ -98,7 +100,7 @@ def grad(outputs, inputs, grad_outputs=None) -> list[Tensor]:
     cotangents: dict[ValueRef, list[Tensor]] = {}
     requested = {x.ref for x in inputs}
 
-    with recording_order(order):
+    with recording_order(order), phase("grad"):
         for y, seed in zip(outputs, grad_outputs):
             if y.ref not in relevant:
                 continue

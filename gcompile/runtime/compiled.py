@@ -1,6 +1,9 @@
 """gc.compile: trace -> ONNX -> an onnxruntime session, wrapped as a numpy-in, numpy-out callable."""
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
 
 from ..errors import GcompileError, InputError
@@ -8,9 +11,9 @@ from ..frontend import pytree
 from ..frontend.trace import Traced, trace
 from ..ir.dims import format_shape
 from ..lowering import to_onnx
+from ..lowering.export import EXTERNAL_DATA_THRESHOLD, external_data_name, serialize
 from .files import atomic_write
 from .providers import make_session, resolve_provider
-
 
 _ORT_TYPES = {f"tensor({name})": np.dtype(dt) for name, dt in [
     ("float", "float32"), ("double", "float64"), ("float16", "float16"), ("int64", "int64"), ("int32", "int32"),
@@ -22,19 +25,51 @@ def _ort_value_type():
     return ort.OrtValue
 
 
+def load_session(data: bytes, weights: bytes | None, provider: str, location: str = "model.onnx.data"):
+    """An onnxruntime session for serialised model bytes and, for a model too large for one
+    protobuf, its external data: onnxruntime reads that only from beside a model path, so
+    both go to a scratch folder first."""
+    if weights is None:
+        return make_session(data, provider)
+    with tempfile.TemporaryDirectory(prefix="gcompile-") as folder:
+        for file_name, blob in ((location, weights), ("model.onnx", data)):
+            with open(os.path.join(folder, file_name), "wb") as f:
+                f.write(blob)
+        return make_session(os.path.join(folder, "model.onnx"), provider)
+
+
+def non_finite(value: np.ndarray) -> str | None:
+    """'2 NaN and 1 Inf value(s), the first at index (0, 1)' for a float array with any, else None."""
+    if value.dtype.kind not in "fc":
+        return None
+    bad = ~np.isfinite(value)
+    if not bad.any():
+        return None
+    nans = int(np.isnan(value).sum())
+    counts = " and ".join(f"{n} {kind}" for n, kind in ((nans, "NaN"), (int(bad.sum()) - nans, "Inf")) if n)
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    return f"{counts} value(s), the first at index {first}"
+
+
 class CompiledFunction:
     """A traced function lowered to ONNX. Call it with numpy arrays (or OrtValues from `to_device`);
-    `.model` is the ModelProto, `.provider` the execution provider that runs it."""
+    `.model` is the ModelProto, `.provider` the execution provider that runs it.
 
-    def __init__(self, traced: Traced, model, provider: str, float64_ops: list[str]):
+    check_numerics=True checks every call's float numpy inputs and its outputs for NaN and
+    Inf and names the first offender, at the cost of a pass over the data.
+    """
+
+    def __init__(self, traced: Traced, model, provider: str, float64_ops: list[str],
+                 check_numerics: bool = False):
         self.traced = traced
         self.model = model
         self.provider = provider
+        self.check_numerics = check_numerics
         if provider == "cpu" and float64_ops:
             raise GcompileError("onnxruntime's CPU provider has no float64 kernel for: " + "; ".join(float64_ops)
                                 + ". Compile this function in float32, or run the saved model on a runtime "
                                   "that has these kernels")
-        self._session = make_session(model.SerializeToString(), provider)
+        self._session = load_session(*serialize(model, "model.onnx.data", EXTERNAL_DATA_THRESHOLD), provider)
         self._output_names = list(traced.graph.output_names)
 
     @property
@@ -45,9 +80,15 @@ class CompiledFunction:
     def input_names(self) -> list[str]:
         return list(self.traced.input_names)
 
-    def save(self, path) -> None:
-        """Write the ONNX model to `path` atomically."""
-        atomic_write(path, self.model.SerializeToString())
+    def save(self, path, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD) -> None:
+        """Write the ONNX model to `path` atomically. A model of `external_data_threshold`
+        bytes or more (default 2 GiB, the protobuf limit) keeps its weights in PATH.data
+        beside it, written first, so the .onnx never refers to a missing file."""
+        location = external_data_name(path)
+        data, weights = serialize(self.model, location, external_data_threshold)
+        if weights is not None:
+            atomic_write(os.path.join(os.path.dirname(os.fspath(path)), location), weights)
+        atomic_write(path, data)
 
     def check_inputs(self, args) -> dict:
         """Feeds for onnxruntime, after checking count, dtype and shape (symbols bound consistently)."""
@@ -82,6 +123,19 @@ class CompiledFunction:
 
     def run_flat(self, *args) -> list[np.ndarray]:
         feeds = self.check_inputs(args)
+        if not self.check_numerics:
+            return self._run(feeds)
+        for name, value in feeds.items():
+            if isinstance(value, np.ndarray) and (problem := non_finite(value)) is not None:
+                raise InputError(f"input {name!r} of {self.traced.name} has {problem} (check_numerics=True)")
+        outputs = self._run(feeds)
+        for name, value in zip(self._output_names, outputs):
+            if (problem := non_finite(value)) is not None:
+                raise GcompileError(f"output {name!r} of {self.traced.name} has {problem} although every "
+                                    "input is finite (check_numerics=True)")
+        return outputs
+
+    def _run(self, feeds: dict) -> list[np.ndarray]:
         if not any(isinstance(v, _ort_value_type()) for v in feeds.values()):
             return self._session.run(self._output_names, feeds)
         binding = self._session.io_binding()
@@ -100,20 +154,23 @@ class CompiledFunction:
 
 
 def compile(fn, *args, provider: str = "auto", opset: int | None = None, optimize: int = 2,
-            name: str | None = None) -> CompiledFunction:
+            name: str | None = None, check_numerics: bool = False, recompute: bool = False) -> CompiledFunction:
     """Trace `fn` with one graph input per argument (gc.spec or example array) and compile it.
 
     optimize: 0 runs no graph pass, 1 dead code and common subexpressions, 2 (default) also
-    constant folding and algebraic simplification.
+    constant folding and algebraic simplification. check_numerics: see CompiledFunction.
+    recompute: also recompute cheap forward nodes in the backward instead of keeping them alive
+    (regions marked with gc.checkpoint are recomputed either way); see passes/recompute.py.
     """
     traced = trace(fn, args, name=name)
-    return compile_traced(traced, provider=provider, opset=opset, optimize=optimize)
+    return compile_traced(traced, provider=provider, opset=opset, optimize=optimize,
+                          check_numerics=check_numerics, recompute=recompute)
 
 
 def compile_traced(traced: Traced, provider: str = "auto", opset: int | None = None,
-                   optimize: int = 2) -> CompiledFunction:
+                   optimize: int = 2, check_numerics: bool = False, recompute: bool = False) -> CompiledFunction:
     from ..passes import optimize as run_passes
     resolved = resolve_provider(provider)
-    run_passes(traced.graph, optimize)
+    run_passes(traced.graph, optimize, recompute=recompute)
     model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=traced.name)
-    return CompiledFunction(traced, model, resolved, float64_ops)
+    return CompiledFunction(traced, model, resolved, float64_ops, check_numerics)

@@ -12,6 +12,7 @@ def atomic_write(path, data: bytes) -> None:
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=folder)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())   # mkstemp's 0600 would make artifacts private
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -21,3 +22,9 @@ def atomic_write(path, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

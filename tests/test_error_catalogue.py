@@ -1,0 +1,376 @@
+"""The error catalogue: every kind of bad input, at trace, run, build time and in the CLI,
+gets a gcompile error whose message names the cause and where it is (source line, input
+or output name, file), and the CLI prints it as one paragraph with exit code 2 and no
+traceback. Each case returns (message or CLI result, fragments the message must hold).
+"""
+import os
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+import gcompile as gc
+import gcompile.build
+import gcompile.functions as F
+from gcompile.cli import main
+from gcompile.lowering.versions import runtime_limits
+
+X23 = np.ones((2, 3), np.float32)
+CASES = []
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+def raised(call, kind=gc.GcompileError) -> str:
+    with pytest.raises(kind) as err:
+        call()
+    return str(err.value)
+
+
+def line_of(fn, offset=1) -> str:
+    """'test_error_catalogue.py:N' for the line `offset` lines below `fn`'s def."""
+    return f"test_error_catalogue.py:{fn.__code__.co_firstlineno + offset}"
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def write(tmp_path, text, name="model.py"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def tiny_onnx(tmp_path, opset=None, op=("Relu", ""), name="tiny.onnx"):
+    """A one-node float model; `op` is (op type, domain)."""
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "xy"]
+    node = helper.make_node(op[0], ["x"], ["y"], domain=op[1])
+    opsets = [helper.make_opsetid("", opset or runtime_limits()[1])] + ([helper.make_opsetid(op[1], 1)] if op[1] else [])
+    model = helper.make_model(helper.make_graph([node], "tiny", io[:1], io[1:]), opset_imports=opsets)
+    model.ir_version = runtime_limits()[0]
+    path = tmp_path / name
+    onnx.save(model, path)
+    np.save(tmp_path / "x.npy", np.ones(2, np.float32))
+    return path
+
+
+def saved(tmp_path, threshold=2 ** 31):
+    """A gcompile artifact with one 16 KiB weight, saved to tmp_path/m.onnx."""
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    cf = gc.compile(lambda x: F.tanh(x @ w), gc.spec(("batch", 64)))
+    cf.save(tmp_path / "m.onnx", external_data_threshold=threshold)
+    return tmp_path / "m.onnx"
+
+
+# -- trace time ----------------------------------------------------------------------------------
+@case
+def trace_shape_mismatch(tmp_path):
+    def f(a, b):
+        return a + b
+    return raised(lambda: gc.compile(f, X23, np.ones(4, np.float32)), gc.ShapeError), \
+        ["add", "(2, 3)", "(4,)", line_of(f)]
+
+
+@case
+def trace_symbolic_matmul_mismatch(tmp_path):
+    def f(a, b):
+        return a @ b
+    return raised(lambda: gc.compile(f, gc.spec(("batch", 3)), gc.spec((4, 2))), gc.ShapeError), \
+        ["matmul", "(batch, 3)", "(4, 2)", line_of(f)]
+
+
+@case
+def trace_two_symbols_where_one_size_is_needed(tmp_path):
+    def f(a, b):
+        return F.concat([a, b], axis=1)
+    return raised(lambda: gc.compile(f, gc.spec(("batch", 3)), gc.spec(("n", 3))), gc.ShapeError), \
+        ["concat", "(batch, 3)", "(n, 3)", line_of(f)]
+
+
+@case
+def trace_dtype_mismatch(tmp_path):
+    def f(logits, labels):
+        return F.softmax_cross_entropy(logits, labels)
+    return raised(lambda: gc.compile(f, X23, np.ones(2, np.float32)), gc.ShapeError), \
+        ["labels must be integer", "float32", line_of(f)]
+
+
+@case
+def trace_unsupported_numpy_function(tmp_path):
+    def f(x):
+        return np.linalg.svd(x)
+    return raised(lambda: gc.compile(f, X23), gc.TraceError), \
+        ["numpy.linalg.svd is not supported", line_of(f)]
+
+
+@case
+def trace_unsupported_op_in_an_imported_onnx_model(tmp_path):
+    imported = gc.load_onnx(str(tiny_onnx(tmp_path, op=("Frobnicate", ""))))
+    return raised(lambda: gc.compile(imported, gc.spec((2,))), gc.UnsupportedError), \
+        ["Frobnicate", "not supported"]
+
+
+@case
+def trace_gradient_of_an_integer_tensor(tmp_path):
+    def f(x, i):
+        return gc.grad(F.sum(x * i), [i])
+    return raised(lambda: gc.compile(f, np.ones(3, np.float32), np.ones(3, np.int64))), \
+        ["gradient with respect to", "int64", "not floating point", line_of(f)]
+
+
+@case
+def trace_data_dependent_control_flow(tmp_path):
+    def f(x):
+        return x if x.sum() > 0 else -x
+    return raised(lambda: gc.compile(f, X23), gc.TraceError), ["data-dependent control flow", line_of(f)]
+
+
+@case
+def trace_bad_reshape(tmp_path):
+    def f(x):
+        return F.reshape(x, (5,))
+    return raised(lambda: gc.compile(f, X23), gc.ShapeError), ["reshape", "(2, 3)", "(5,)", line_of(f)]
+
+
+@case
+def trace_bad_spec(tmp_path):
+    return raised(lambda: gc.spec((-1, 3))), ["bad spec", "dim -1", "(-1, 3)"]
+
+
+# -- run time ------------------------------------------------------------------------------------
+def two_inputs(**options):
+    return gc.compile(lambda x, w: x @ w, gc.spec(("batch", 3)), gc.spec((3, "k")), **options)
+
+
+@case
+def run_missing_input(tmp_path):
+    return raised(lambda: two_inputs()(X23), gc.InputError), ["takes 2 inputs", "x, w", "got 1"]
+
+
+@case
+def run_wrong_shape(tmp_path):
+    return raised(lambda: two_inputs()(np.ones((2, 4), np.float32), X23.T), gc.InputError), \
+        ["input 'x'", "expected shape (batch, 3)", "got (2, 4)"]
+
+
+@case
+def run_wrong_dtype(tmp_path):
+    return raised(lambda: two_inputs()(X23, X23.T.astype(np.float64)), gc.InputError), \
+        ["input 'w'", "float32", "float64"]
+
+
+@case
+def run_symbol_bound_to_two_sizes(tmp_path):
+    cf = gc.compile(lambda a, b: a * b, gc.spec(("batch", 3)), gc.spec(("batch", 3)))
+    return raised(lambda: cf(X23, np.ones((5, 3), np.float32)), gc.InputError), \
+        ["'batch'", "2 in input 'a'", "5 in input 'b'"]
+
+
+@case
+def run_nan_input_with_check_numerics(tmp_path):
+    x = X23.copy()
+    x[1, 2] = np.nan
+    assert np.isnan(two_inputs()(x, X23.T)).any()          # unchecked by default: NaN flows through
+    return raised(lambda: two_inputs(check_numerics=True)(x, X23.T), gc.InputError), \
+        ["input 'x'", "1 NaN", "(1, 2)", "check_numerics"]
+
+
+@case
+def run_inf_output_with_check_numerics(tmp_path):
+    cf = gc.compile(lambda x: F.log(x), gc.spec((2, 3)), check_numerics=True)
+    x = X23.copy()
+    x[0, 1] = 0.0
+    return raised(lambda: cf(x)), ["output 'output'", "1 Inf", "(0, 1)", "every input is finite"]
+
+
+# -- build time (the Python API of `gcompile build`) ---------------------------------------------
+def build(tmp_path, model):
+    return lambda: gcompile.build.build(model, tmp_path / "out")
+
+
+@case
+def build_model_file_missing(tmp_path):
+    return raised(build(tmp_path, tmp_path / "absent.py")), ["absent.py", "not found"]
+
+
+@case
+def build_syntax_error(tmp_path):
+    path = write(tmp_path, "import gcompile as gc\nx = [1,\ny = 2\n")
+    return raised(build(tmp_path, path)), ["model.py:2", "syntax error"]
+
+
+@case
+def build_model_raises(tmp_path):
+    path = write(tmp_path, "import gcompile as gc\n\n\nopen('no-such-weights.npy')\n")
+    return raised(build(tmp_path, path)), ["importing", "model.py:4", "FileNotFoundError", "no-such-weights.npy"]
+
+
+@case
+def build_no_exported_function(tmp_path):
+    path = write(tmp_path, "import gcompile as gc\n")
+    return raised(build(tmp_path, path)), ["model.py has no exported function", "@gc.export"]
+
+
+@case
+def build_spec_for_a_missing_parameter(tmp_path):
+    path = write(tmp_path, "import gcompile as gc\n\n@gc.export(y=gc.spec((3,)))\ndef f(x):\n    return x\n")
+    return raised(build(tmp_path, path)), ["model.py:3", "no positional parameter named 'y'", "parameters: x"]
+
+
+@case
+def build_shape_error_in_an_exported_function(tmp_path):
+    path = write(tmp_path, "import gcompile as gc\n\n@gc.export(x=gc.spec((3,)), y=gc.spec((2,)))\n"
+                           "def pair(x, y):\n    return x * y\n")
+    return raised(build(tmp_path, path)), ["cannot build 'pair'", "mul", "(3,)", "(2,)", "model.py:5"]
+
+
+@case
+def build_output_directory_cannot_be_written(tmp_path):
+    path = write(tmp_path, "import gcompile as gc\n@gc.export(x=gc.spec((3,)))\ndef f(x):\n    return x * 2\n")
+    (tmp_path / "out").write_text("a file, not a folder")
+    return raised(build(tmp_path, path)), ["cannot write the build", "out"]
+
+
+# -- the command line ----------------------------------------------------------------------------
+@case
+def cli_run_corrupt_onnx(tmp_path):
+    path = tmp_path / "garbage.onnx"
+    path.write_bytes(os.urandom(64))
+    return invoke("run", path), ["garbage.onnx", "not a valid ONNX model"]
+
+
+@case
+def cli_run_truncated_onnx(tmp_path):
+    data = saved(tmp_path).read_bytes()
+    (tmp_path / "cut.onnx").write_bytes(data[: len(data) // 2])
+    return invoke("run", tmp_path / "cut.onnx"), ["cut.onnx", "not a valid ONNX model"]
+
+
+@case
+def cli_run_newer_opset_than_the_runtime(tmp_path):
+    newest = runtime_limits()[1]
+    path = tiny_onnx(tmp_path, opset=newest + 1)
+    return invoke("run", path, "--input", f"x={tmp_path / 'x.npy'}"), \
+        ["tiny.onnx", f"opset {newest + 1}", f"opset {newest} at most"]
+
+
+@case
+def cli_run_unsupported_custom_op(tmp_path):
+    path = tiny_onnx(tmp_path, op=("Frobnicate", "example.custom"))
+    return invoke("run", path, "--input", f"x={tmp_path / 'x.npy'}"), \
+        ["onnxruntime cannot load", "tiny.onnx", "Frobnicate"]
+
+
+@case
+def cli_inspect_unknown_standard_op(tmp_path):
+    path = tiny_onnx(tmp_path, op=("Frobnicate", ""))
+    return invoke("inspect", path), ["tiny.onnx", "not a valid ONNX model", "Frobnicate"]
+
+
+@case
+def cli_run_external_data_missing(tmp_path):
+    path = saved(tmp_path, threshold=0)
+    os.remove(tmp_path / "m.onnx.data")
+    return invoke("run", path), ["m.onnx", "m.onnx.data", "not beside it"]
+
+
+@case
+def cli_run_input_not_npy(tmp_path):
+    path = saved(tmp_path)
+    (tmp_path / "x.npy").write_text("1, 2, 3")
+    return invoke("run", path, "--input", f"x={tmp_path / 'x.npy'}"), ["--input x", "x.npy", "cannot read"]
+
+
+@case
+def cli_run_wrong_input_shape(tmp_path):
+    path = saved(tmp_path)
+    np.save(tmp_path / "x.npy", np.ones((2, 63), np.float32))
+    return invoke("run", path, "--input", f"x={tmp_path / 'x.npy'}"), \
+        ["input 'x'", "expected float32(batch, 64)", "got float32(2, 63)"]
+
+
+@case
+def cli_run_output_folder_cannot_be_written(tmp_path):
+    path = saved(tmp_path)
+    np.save(tmp_path / "x.npy", np.ones((2, 64), np.float32))
+    (tmp_path / "res").write_text("a file")
+    return invoke("run", path, "--input", f"x={tmp_path / 'x.npy'}", "--out", tmp_path / "res" / "sub"), \
+        ["cannot write output.npy", "res"]
+
+
+@case
+def cli_build_negative_external_data_threshold(tmp_path):
+    path = write(tmp_path, "import gcompile as gc\n")
+    result = invoke("build", path, "--external-data-threshold", "-1")
+    assert result.exit_code == 2 and "Traceback" not in result.output   # click's own usage error
+    return result.output, ["--external-data-threshold", "-1"]
+
+
+@case
+def cli_viz_unknown_format(tmp_path):
+    return invoke("viz", saved(tmp_path), "-o", tmp_path / "graph.png"), ["graph.png", ".svg or .html"]
+
+
+@case
+def cli_viz_model_with_a_trace_error(tmp_path):
+    path = write(tmp_path, "import gcompile as gc\n@gc.export(x=gc.spec((3,)))\ndef f(x):\n    return x @ x.T @ x.no\n")
+    return invoke("viz", path, "-o", tmp_path / "g.svg"), ["cannot build 'f'", "model.py:4", "AttributeError"]
+
+
+def message_of(outcome) -> str:
+    """The message of an API error, or of a CLI user error after checking its form."""
+    if isinstance(outcome, str):
+        return outcome
+    assert outcome.exit_code == 2, outcome.output
+    assert "Traceback" not in outcome.output
+    text = outcome.stderr.strip()
+    assert text.startswith("error: ") and "\n\n" not in text      # one paragraph
+    return text
+
+
+def test_catalogue_is_complete():
+    stages = {fn.__name__.split("_")[0] for fn in CASES}
+    assert len(CASES) >= 25 and stages == {"trace", "run", "build", "cli"}
+
+
+@pytest.mark.parametrize("make", CASES, ids=lambda fn: fn.__name__)
+def test_error_names_cause_and_where(make, tmp_path):
+    outcome, fragments = make(tmp_path)
+    message = message_of(outcome)
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def test_inspect_warns_about_a_newer_opset_but_still_describes(tmp_path):
+    newest = runtime_limits()[1]
+    result = invoke("inspect", tiny_onnx(tmp_path, opset=newest + 1))
+    assert result.exit_code == 0, result.output
+    assert f"opset {newest + 1}" in result.stderr and f"opset {newest} at most" in result.stderr
+    assert "Relu" in result.stdout
+
+
+def test_failed_check_keeps_the_previous_good_build(tmp_path):
+    good = "import gcompile as gc\nimport gcompile.functions as F\n@gc.export(x=gc.spec((4,)))\ndef f(x):\n" \
+           "    return F.exp(x)\n"
+    path = write(tmp_path, good)
+    out = tmp_path / "out"
+    assert invoke("build", path, "-o", out, "--external-data-threshold", "0").exit_code == 0
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    path.write_text(good.replace("F.exp(x)", "F.log(x * 0.0)"))     # builds, but --check sees -inf
+    message = message_of(invoke("build", path, "-o", out, "--check", "--provider", "cpu"))
+    assert "'f'" in message and "non-finite" in message
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before   # and no temporary files
+
+
+def test_debug_adds_the_traceback_and_quiet_keeps_the_error(tmp_path):
+    path = write(tmp_path, "import gcompile as gc\nraise RuntimeError('weights missing')\n")
+    debug = invoke("build", path, "--debug")
+    assert debug.exit_code == 2 and "Traceback" in debug.stderr and "weights missing" in debug.stderr
+    quiet = invoke("build", path, "-q")
+    assert quiet.exit_code == 2 and message_of(quiet).count("weights missing") == 1

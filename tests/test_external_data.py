@@ -1,0 +1,147 @@
+"""Weights in an external data file beside the .onnx once a model reaches a size threshold
+(by default 2 GiB, the protobuf limit; here a low threshold keeps the test fast): written
+deterministically and atomically, loadable from any working directory."""
+import hashlib
+import json
+import os
+import shutil
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile.cli import main
+from gcompile.lowering.export import EXTERNAL_DATA_THRESHOLD, serialize
+
+RNG = np.random.default_rng(0)
+W1 = RNG.standard_normal((32, 16)).astype(np.float32)      # 2 KiB: goes external
+W2 = RNG.standard_normal((16, 4)).astype(np.float32)       # 256 B: small weights stay inline
+X = RNG.standard_normal((3, 32)).astype(np.float32)
+
+MODEL = """
+import numpy as np
+import gcompile as gc
+import gcompile.functions as F
+
+rng = np.random.default_rng(0)
+W1 = rng.standard_normal((32, 16)).astype(np.float32)
+W2 = rng.standard_normal((16, 4)).astype(np.float32)
+
+@gc.export(x=gc.spec(("batch", 32)))
+def predict(x):
+    return F.tanh(x @ W1) @ W2
+
+@gc.export(x=gc.spec(("batch", 32)))
+def grad_norm(x):
+    return gc.grad(F.sum(F.tanh(x @ W1) @ W2), [x])[0]
+"""
+
+
+def predict(x):
+    return F.tanh(x @ W1) @ W2
+
+
+def expected(x):
+    return np.tanh(x @ W1) @ W2
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return gc.compile(predict, gc.spec(("batch", 32)))
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_below_the_threshold_the_model_is_one_file(compiled, tmp_path):
+    compiled.save(tmp_path / "m.onnx")
+    assert os.listdir(tmp_path) == ["m.onnx"]
+    assert EXTERNAL_DATA_THRESHOLD == 2 * 1024 ** 3
+    size = compiled.model.ByteSize()
+    assert serialize(compiled.model, "m.onnx.data", size + 1)[1] is None       # just below: inline
+    assert serialize(compiled.model, "m.onnx.data", size)[1] is not None       # reaching it: external
+
+
+def test_save_with_a_low_threshold_writes_the_weights_beside_the_model(compiled, tmp_path):
+    before = compiled.model.SerializeToString()
+    compiled.save(tmp_path / "m.onnx", external_data_threshold=1024)
+    assert compiled.model.SerializeToString() == before                          # the model is left as it was
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "m.onnx.data"]             # no temporary files
+    header = onnx.load(tmp_path / "m.onnx", load_external_data=False)
+    external = {t.name: {e.key: e.value for e in t.external_data}
+                for t in header.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+    assert len(external) == 1 and [e["location"] for e in external.values()] == ["m.onnx.data"]
+    assert os.path.getsize(tmp_path / "m.onnx.data") == W1.nbytes
+    assert os.path.getsize(tmp_path / "m.onnx") < W1.nbytes                      # W1 is not inline
+    full = onnx.load(tmp_path / "m.onnx")
+    onnx.checker.check_model(full, full_check=True)
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(full.graph.initializer[0]), W1)
+
+
+def test_serialize_is_deterministic(compiled):
+    first = serialize(compiled.model, "m.onnx.data", 0)
+    assert first == serialize(compiled.model, "m.onnx.data", 0) and first[1] is not None
+
+
+def test_loads_from_any_working_directory(compiled, tmp_path, monkeypatch):
+    compiled.save(tmp_path / "models" / "m.onnx", external_data_threshold=0)
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(tmp_path / "models", moved)                                  # the pair travels together
+    monkeypatch.chdir(tmp_path)
+    session = ort.InferenceSession(str(moved / "m.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"x": X})[0], expected(X), rtol=1e-5, atol=1e-6)
+    np.save(tmp_path / "x.npy", X)
+    os.makedirs(tmp_path / "cwd")
+    monkeypatch.chdir(tmp_path / "cwd")
+    result = invoke("run", moved / "m.onnx", "--input", f"x={tmp_path / 'x.npy'}", "--out", tmp_path / "res")
+    assert result.exit_code == 0, result.output
+    np.testing.assert_allclose(np.load(tmp_path / "res" / "output.npy"), expected(X), rtol=1e-5, atol=1e-6)
+    info = invoke("inspect", moved / "m.onnx")
+    assert info.exit_code == 0 and "external data in m.onnx.data" in info.output
+
+
+def test_build_with_a_threshold(tmp_path, monkeypatch):
+    (tmp_path / "model.py").write_text(MODEL)
+    monkeypatch.chdir(tmp_path)
+    result = invoke("build", "model.py", "-o", "out", "--external-data-threshold", "1024", "--check",
+                    "--provider", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "KiB in predict.onnx.data" in result.output and result.output.count("check    ok on cpu") == 2
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert sorted(os.listdir("out")) == ["grad_norm.onnx", "grad_norm.onnx.data", "manifest.json",
+                                         "predict.onnx", "predict.onnx.data"]
+    for entry in manifest["artifacts"]:
+        data = entry["external_data"]
+        blob = (tmp_path / "out" / data["file"]).read_bytes()
+        assert data["file"] == entry["file"] + ".data" and data["bytes"] == len(blob)
+        assert data["sha256"] == hashlib.sha256(blob).hexdigest()
+        header = onnx.load(tmp_path / "out" / entry["file"], load_external_data=False)
+        assert entry["parameters"] == sum(int(np.prod(t.dims)) for t in header.graph.initializer) >= W1.size
+    again = invoke("build", "model.py", "-o", "again", "--external-data-threshold", "1024")
+    assert again.exit_code == 0, again.output
+    for name in os.listdir("out"):                                               # deterministic, data included
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "again" / name).read_bytes(), name
+    plain = invoke("build", "model.py", "-o", "plain")                          # default: far below 2 GiB
+    assert plain.exit_code == 0 and not any(n.endswith(".data") for n in os.listdir("plain"))
+
+
+def test_negative_threshold_is_refused(compiled, tmp_path):
+    with pytest.raises(gc.GcompileError, match="external_data_threshold must be >= 0"):
+        compiled.save(tmp_path / "m.onnx", external_data_threshold=-1)
+    assert not os.listdir(tmp_path)
+
+
+def test_compiling_a_model_past_the_threshold_runs_from_external_data(monkeypatch):
+    import gcompile.runtime.compiled
+    monkeypatch.setattr(gcompile.runtime.compiled, "EXTERNAL_DATA_THRESHOLD", 0)   # as if it were 2 GiB
+    loaded = []
+    make_session = gcompile.runtime.compiled.make_session
+    monkeypatch.setattr(gcompile.runtime.compiled, "make_session", lambda m, p: loaded.append(m) or make_session(m, p))
+    cf = gc.compile(predict, gc.spec(("batch", 32)))
+    assert len(loaded) == 1 and loaded[0].endswith("model.onnx")                     # from a path, not bytes
+    np.testing.assert_allclose(cf(X), expected(X), rtol=1e-5, atol=1e-6)
