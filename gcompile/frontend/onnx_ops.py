@@ -573,3 +573,6 @@ def _nll_loss(n, logp, target, weight=None):
 def _softmax_cross_entropy(n, scores, labels, weights=None):
     logp = F.log_softmax(_float(n, scores), axis=1)
     return _nll(n, logp, labels, weights), logp
+
+
+from . import onnx_rnn  # noqa: F401  (registers LSTM, GRU and RNN; it reuses _float above)
