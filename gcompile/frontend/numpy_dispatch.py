@@ -8,8 +8,9 @@ from ..errors import TraceError
 from .source import user_location
 
 # numpy name -> gcompile.functions name, where they differ
-_RENAMES = {"absolute": "abs", "true_divide": "divide", "amax": "max", "amin": "min", "concatenate": "concat",
-            "dot": "matmul"}
+_RENAMES = {"absolute": "abs", "true_divide": "divide", "amax": "max", "amin": "min", "concatenate": "concat"}
+# numpy keyword -> gcompile.functions keyword, per function, where they differ
+_KEYWORDS = {"pad": {"constant_values": "value"}}
 
 
 def _lookup(name: str, module: str = "numpy"):
@@ -31,4 +32,6 @@ def dispatch_ufunc(ufunc, method, inputs, kwargs):
 
 
 def dispatch_function(func, args, kwargs):
+    keywords = _KEYWORDS.get(func.__name__, {})
+    kwargs = {keywords.get(k, k): v for k, v in kwargs.items()}
     return _lookup(func.__name__, getattr(func, "__module__", None) or "numpy")(*args, **kwargs)

@@ -91,7 +91,9 @@ defop("div", infer=binary_broadcast, reference=_div_reference, lower=_onnx("Div"
 
 def _pow_vjp(g, ins, outs):
     x, y = ins
-    gx = g[0] * y * power(x, y - 1)
+    # base 1 where y == 0: there y·x^(y-1) is 0 even at x = 0 (not 0·inf), so x**2 at 0 has finite
+    # derivatives of every order (passes drop the where when y is a nonzero constant)
+    gx = g[0] * y * power(where(equal(y, 0), 1, x), y - 1)
     gy = g[0] * outs[0] * log(x) if y.dtype.kind == "f" else None
     return [_sum_to(gx, x.shape), None if gy is None else _sum_to(gy, y.shape)]
 

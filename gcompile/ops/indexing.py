@@ -99,8 +99,12 @@ def _lower_slice_scatter(ctx, names, node):
     a = node.attrs
     out, shape = names[0], list(ctx.graph.type_of(node.inputs[0]).shape)
 
-    def pad(value, axis, before, after):
-        return ctx.emit("Pad", [value, ctx.int64s([before, after]), "", ctx.int64s([axis])])
+    def pad(value, rank, axis, before, after):
+        # pads for every axis, not Pad's `axes` input: onnxruntime's transpose optimizer permutes
+        # a partial pads list as if it covered every axis (1.31), which breaks the model
+        amounts = [0] * (2 * rank)
+        amounts[axis], amounts[rank + axis] = before, after
+        return ctx.emit("Pad", [value, ctx.int64s(amounts)])
 
     for axis, start, end, step in zip(a["axes"], a["starts"], a["ends"], a["steps"]):
         n, size = shape[axis], a["shape"][axis]
@@ -109,13 +113,13 @@ def _lower_slice_scatter(ctx, names, node):
                                      ctx.int64s([-1])])
             start, step = start + (n - 1) * step, -step
         if step > 1:
-            spread = pad(ctx.emit("Unsqueeze", [out, ctx.int64s([axis + 1])]), axis + 1, 0, step - 1)
+            spread = pad(ctx.emit("Unsqueeze", [out, ctx.int64s([axis + 1])]), len(shape) + 1, axis + 1, 0, step - 1)
             shape[axis] = n = n * step
             out = ctx.emit("Reshape", [spread, ctx.shape_tensor(shape)])
             if n > size - start:
                 out = ctx.emit("Slice", [out, ctx.int64s([0]), ctx.int64s([size - start]), ctx.int64s([axis])])
                 n = size - start
-        out = pad(out, axis, start, size - start - n)
+        out = pad(out, len(shape), axis, start, size - start - n)
         shape[axis] = size
     return out
 

@@ -12,7 +12,7 @@ from .registry import defop
 from .shape import broadcast_to, expand_dims, reshape, squeeze, swapaxes
 from .shape_rules import broadcast_shapes, same_dtype
 
-__all__ = ["einsum", "linear", "matmul"]
+__all__ = ["dot", "einsum", "linear", "matmul"]
 
 
 def matmul(a, b) -> Tensor:
@@ -48,6 +48,18 @@ def _matmul_vjp(g, ins, outs):
 
 defop("matmul", infer=_matmul_infer, reference=np.matmul,
       lower=lambda ctx, names, node: ctx.emit("MatMul", names), vjp=_matmul_vjp)
+
+
+def dot(a, b) -> Tensor:
+    """numpy dot: sums over the last axis of a and the second-to-last of b (the last when b is 1-D);
+    a 0-d operand multiplies. The same as matmul when b has at most 2 dims, not beyond."""
+    a, b = _promote(a, b)
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    if b.ndim <= 2:
+        return matmul(a, b)
+    lead_a, lead_b = _LETTERS[:a.ndim - 1], _LETTERS[a.ndim - 1:a.ndim + b.ndim - 3]
+    return einsum(f"{lead_a}Z,{lead_b}ZY->{lead_a}{lead_b}Y", a, b)
 
 
 def linear(x, w, b=None) -> Tensor:

@@ -1,8 +1,9 @@
 """Algebraic simplification: identities that hold for every value, NaN and Inf included.
 
 x+0, x-0, x*1, x/1, -(-x), transpose∘transpose, reshape∘reshape, no-op reshape/expand/
-cast/identity/stop_gradient and one-term sums. A rewrite only applies when the surviving
-value has exactly the node's type (dtype and shape), so broadcasting is never lost.
+cast/identity/stop_gradient, one-term sums and where with a constant condition. A rewrite
+only applies when the surviving value has exactly the node's type (dtype and shape), so
+broadcasting is never lost.
 (x*0 and x-x are not rewritten: they are not 0 when x is Inf or NaN.)
 """
 from __future__ import annotations
@@ -54,6 +55,10 @@ def _passthrough(graph: Graph, node: Node) -> ValueRef | None:
     if op == "neg":
         inner = graph.nodes[node.inputs[0].node]
         return inner.inputs[0] if inner.op == "neg" else None
+    if op == "where":
+        for value, branch in ((True, 1), (False, 2)):
+            if _constant_equal_to(graph, node.inputs[0], value) and _same_type(graph, node.inputs[branch], node):
+                return node.inputs[branch]
     return None
 
 

@@ -1,0 +1,357 @@
+"""NumPy semantics of the ops the fuzzer generates, written independently of gcompile's own
+references (gcompile/ops/*), so a program's expected values do not share its bugs.
+
+Ops with a kink (relu, abs, maximum, max reductions, max_pool, ...) or a jump (comparisons,
+floor, round, casts to int) record how far their operands are from it: a gradient check is
+only meaningful where no kink lies within the finite-difference step, and a float32 run only
+agrees with float64 where no jump lies within rounding error. `recording()` collects them.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+
+import numpy as np
+
+_MARGINS: list | None = None
+
+
+@contextlib.contextmanager
+def recording():
+    """Collects (kind, distance) pairs, kind "kink" or "jump", from the ops run inside."""
+    global _MARGINS
+    saved, _MARGINS = _MARGINS, []
+    try:
+        yield _MARGINS
+    finally:
+        _MARGINS = saved
+
+
+def _note(kind: str, distance) -> None:
+    d = np.abs(np.asarray(distance, np.float64))
+    if _MARGINS is not None and d.size:
+        _MARGINS.append((kind, float(d.min())))
+
+
+def _gap(values, axis) -> None:
+    """The distance between the two largest entries along `axis` (ties of a max are kinks)."""
+    if values.shape[axis] > 1:
+        top = np.sort(values, axis=axis)
+        _note("kink", np.take(top, -1, axis) - np.take(top, -2, axis))
+
+
+# -- elementwise ------------------------------------------------------------------------------------
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def softplus(x, beta=1.0):
+    return np.logaddexp(0, beta * x) / beta
+
+
+def relu(x):
+    _note("kink", x)
+    return np.where(x > 0, x, 0.0)
+
+
+def abs(x):
+    _note("kink", x)
+    return np.abs(x)
+
+
+def leaky_relu(x, slope):
+    _note("kink", x)
+    return np.where(x > 0, x, slope * x)
+
+
+def elu(x, alpha):
+    _note("kink", x)
+    return np.where(x > 0, x, alpha * (np.exp(np.minimum(x, 0)) - 1))
+
+
+def selu(x):
+    _note("kink", x)
+    alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+    return scale * np.where(x > 0, x, alpha * (np.exp(np.minimum(x, 0)) - 1))
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def erf(x):
+    return _erf(x)
+
+
+def gelu(x, approximate=False):
+    if approximate:
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def maximum(a, b):
+    _note("kink", a - b)
+    return np.maximum(a, b)
+
+
+def minimum(a, b):
+    _note("kink", a - b)
+    return np.minimum(a, b)
+
+
+def clip(x, lo, hi):
+    _note("kink", x - lo)
+    _note("kink", x - hi)
+    return np.minimum(np.maximum(x, lo), hi)
+
+
+def sign(x):
+    _note("jump", x)
+    return np.sign(x)
+
+
+def floor(x):
+    _note("jump", x - np.round(x))
+    return np.floor(x)
+
+
+def ceil(x):
+    _note("jump", x - np.round(x))
+    return np.ceil(x)
+
+
+def round(x):
+    _note("jump", np.abs(x - np.floor(x)) - 0.5)
+    return np.round(x)
+
+
+def trunc(x):
+    """A float -> int -> float round trip (truncation toward zero)."""
+    _note("jump", x - np.round(x))
+    return np.trunc(x)
+
+
+def greater(a, b):
+    _note("jump", a - b)
+    return a > b
+
+
+def less(a, b):
+    _note("jump", a - b)
+    return a < b
+
+
+# -- reductions --------------------------------------------------------------------------------------
+def _moved(x, axis):
+    """x with the reduced axes (None, an int or a tuple) flattened into one last axis."""
+    axes = tuple(range(x.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(a % x.ndim for a in axes)
+    rest = [a for a in range(x.ndim) if a not in axes]
+    return np.transpose(x, rest + list(axes)).reshape([x.shape[a] for a in rest] + [-1])
+
+
+def rmax(x, axis=None, keepdims=False):
+    _gap(_moved(x, axis), -1)
+    return np.max(x, axis=axis, keepdims=keepdims)
+
+
+def rmin(x, axis=None, keepdims=False):
+    _gap(-_moved(x, axis), -1)
+    return np.min(x, axis=axis, keepdims=keepdims)
+
+
+def logsumexp(x, axis=None, keepdims=False):
+    m = np.max(x, axis=axis, keepdims=True)
+    out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis=tuple(range(x.ndim)) if axis is None else axis)
+
+
+# -- nn --------------------------------------------------------------------------------------------------
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def log_softmax(x, axis=-1):
+    s = x - np.max(x, axis=axis, keepdims=True)
+    return s - np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+
+
+def layer_norm(x, gamma, beta, axis=-1, eps=1e-5):
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    mu = np.mean(x, axis=axes, keepdims=True)
+    var = np.mean((x - mu) ** 2, axis=axes, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * gamma + beta
+
+
+def batch_norm(x, gamma, beta, eps=1e-5):
+    """Training-mode batch norm over every axis but 1, gamma and beta of shape (C,)."""
+    axes = tuple(a for a in range(x.ndim) if a != 1)
+    shape = [1] * x.ndim
+    shape[1] = -1
+    mu = np.mean(x, axis=axes, keepdims=True)
+    var = np.mean((x - mu) ** 2, axis=axes, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * gamma.reshape(shape) + beta.reshape(shape)
+
+
+def _reduced(loss, reduce):
+    return {"mean": np.mean, "sum": np.sum, "none": lambda v: v}[reduce](loss)
+
+
+def softmax_cross_entropy(logits, labels, axis=-1, reduce="mean"):
+    picked = np.take_along_axis(log_softmax(logits, axis), np.expand_dims(labels, axis % logits.ndim), axis)
+    return _reduced(-np.squeeze(picked, axis), reduce)
+
+
+def sigmoid_cross_entropy(x, t, reduce="mean"):
+    return _reduced(np.maximum(x, 0) - x * t + np.log1p(np.exp(-np.abs(x))), reduce)
+
+
+def mse(a, b, reduce="mean"):
+    return _reduced((a - b) ** 2, reduce)
+
+
+# -- indexing ---------------------------------------------------------------------------------------------
+def scatter_add(base, idx, updates, axis=0):
+    out = base.copy()
+    np.add.at(out, (slice(None),) * (axis % base.ndim) + (idx,), updates)
+    return out
+
+
+def take_along_axis(x, idx, axis):
+    shape = np.broadcast_shapes(x.shape[:axis] + (1,) + x.shape[axis + 1:], idx.shape[:axis] + (1,) + idx.shape[axis + 1:])
+    x = np.broadcast_to(x, shape[:axis] + (x.shape[axis],) + shape[axis + 1:])
+    idx = np.broadcast_to(idx, shape[:axis] + (idx.shape[axis],) + shape[axis + 1:])
+    return np.take_along_axis(x, idx, axis)
+
+
+def scatter_add_along_axis(base, idx, updates, axis):
+    out = base.copy()
+    where = list(np.indices(idx.shape, sparse=True))
+    where[axis] = idx % base.shape[axis]
+    np.add.at(out, tuple(where), updates)
+    return out
+
+
+# -- convolution and pooling (N, C, *spatial) -------------------------------------------------------------
+def _windows(x, kernel, stride, dilation, out):
+    """For each kernel tap: the (padded) input values it meets at every output position."""
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        index = tuple(slice(t * d, t * d + s * (o - 1) + 1, s) for t, s, d, o in zip(tap, stride, dilation, out))
+        yield tap, x[(slice(None), slice(None)) + index]
+
+
+def _out(size, kernel, stride, pad, dilation):
+    return tuple((i + p0 + p1 - d * (k - 1) - 1) // s + 1
+                 for i, k, s, (p0, p1), d in zip(size, kernel, stride, pad, dilation))
+
+
+def conv(x, w, b=None, stride=(1,), pad=((0, 0),), dilation=(1,), groups=1):
+    kernel = w.shape[2:]
+    out = _out(x.shape[2:], kernel, stride, pad, dilation)
+    xp = np.pad(x, ((0, 0), (0, 0)) + tuple(pad))
+    co, cig = w.shape[0], w.shape[1]
+    cog = co // groups
+    y = np.zeros((x.shape[0], co) + out)
+    for tap, patch in _windows(xp, kernel, stride, dilation, out):
+        for g in range(groups):
+            wt = w[(slice(g * cog, (g + 1) * cog), slice(None)) + tap]
+            y[:, g * cog:(g + 1) * cog] += np.tensordot(patch[:, g * cig:(g + 1) * cig], wt, ([1], [1])).transpose(
+                [0, patch.ndim - 1] + list(range(1, patch.ndim - 1)))
+    return y if b is None else y + b.reshape((-1,) + (1,) * len(out))
+
+
+def conv_transpose(x, w, b=None, stride=(1,), pad=((0, 0),), dilation=(1,), groups=1, output_padding=(0,)):
+    """y[n, o, i*s + t*d - pad_before] += x[n, c, i] * w[c, o, t] (per group), cropped to the output size."""
+    kernel, size = w.shape[2:], x.shape[2:]
+    out = tuple((i - 1) * s - p0 - p1 + d * (k - 1) + op + 1
+                for i, k, s, (p0, p1), d, op in zip(size, kernel, stride, pad, dilation, output_padding))
+    full = tuple(p0 + o + p1 for o, (p0, p1) in zip(out, pad))
+    cig, cog = x.shape[1] // groups, w.shape[1]
+    y = np.zeros((x.shape[0], cog * groups) + full)
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        index = tuple(slice(t * d, t * d + s * (i - 1) + 1, s) for t, s, d, i in zip(tap, stride, dilation, size))
+        for g in range(groups):
+            wt = w[(slice(g * cig, (g + 1) * cig), slice(None)) + tap]
+            contrib = np.tensordot(x[:, g * cig:(g + 1) * cig], wt, ([1], [0]))
+            y[(slice(None), slice(g * cog, (g + 1) * cog)) + index] += np.moveaxis(contrib, -1, 1)
+    y = y[(slice(None), slice(None)) + tuple(slice(p0, p0 + o) for (p0, _), o in zip(pad, out))]
+    return y if b is None else y + b.reshape((-1,) + (1,) * len(out))
+
+
+def max_pool(x, kernel, stride=None, pad=0):
+    n = x.ndim - 2
+    kernel = (kernel,) * n if isinstance(kernel, int) else tuple(kernel)
+    stride = kernel if stride is None else (stride,) * n if isinstance(stride, int) else tuple(stride)
+    pad = ((pad, pad),) * n if isinstance(pad, int) else tuple(pad)
+    out = _out(x.shape[2:], kernel, stride, pad, (1,) * n)
+    xp = np.pad(x, ((0, 0), (0, 0)) + pad, constant_values=-np.inf)
+    stacked = np.stack([patch for _, patch in _windows(xp, kernel, stride, (1,) * n, out)], -1)
+    _gap(stacked, -1)
+    return stacked.max(-1)
+
+
+def avg_pool(x, kernel, stride=None, pad=0, count_include_pad=False):
+    n = x.ndim - 2
+    kernel = (kernel,) * n if isinstance(kernel, int) else tuple(kernel)
+    stride = kernel if stride is None else (stride,) * n if isinstance(stride, int) else tuple(stride)
+    pad = ((pad, pad),) * n if isinstance(pad, int) else tuple(pad)
+    out = _out(x.shape[2:], kernel, stride, pad, (1,) * n)
+    xp = np.pad(x, ((0, 0), (0, 0)) + pad)
+    inside = np.pad(np.ones(x.shape[2:]), pad)[None, None]
+    total = sum(patch for _, patch in _windows(xp, kernel, stride, (1,) * n, out))
+    count = (math.prod(kernel) if count_include_pad
+             else sum(patch for _, patch in _windows(inside, kernel, stride, (1,) * n, out)))
+    return total / count
+
+
+# -- normalisation in inference mode, sum_to_shape ----------------------------------------------------------
+def batch_norm_eval(x, gamma, beta, mean, var, eps=1e-5):
+    shape = [1] * x.ndim
+    shape[1] = -1
+    return (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * gamma.reshape(shape) + beta.reshape(shape)
+
+
+def batch_stats(x):
+    """The per-channel mean and biased variance training-mode batch_norm uses."""
+    axes = tuple(a for a in range(x.ndim) if a != 1)
+    return np.mean(x, axis=axes), np.var(x, axis=axes)
+
+
+def sum_to_shape(x, shape):
+    lead = x.ndim - len(shape)
+    x = np.sum(x, axis=tuple(range(lead))) if lead else x
+    axes = tuple(i for i, d in enumerate(shape) if d == 1 and x.shape[i] != 1)
+    return np.sum(x, axis=axes, keepdims=True) if axes else x
+
+
+# -- recurrent cells (PyTorch's gate order and (out, in) weights) -------------------------------------------
+def lstm_cell(x, h, c, w_ih, w_hh, b_ih, b_hh):
+    i, f, g, o = np.split(x @ w_ih.T + b_ih + h @ w_hh.T + b_hh, 4, axis=-1)
+    c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+    return sigmoid(o) * np.tanh(c), c
+
+
+def gru_cell(x, h, w_ih, w_hh, b_ih, b_hh):
+    x_r, x_z, x_n = np.split(x @ w_ih.T + b_ih, 3, axis=-1)
+    h_r, h_z, h_n = np.split(h @ w_hh.T + b_hh, 3, axis=-1)
+    r, z = sigmoid(x_r + h_r), sigmoid(x_z + h_z)
+    n = np.tanh(x_n + r * h_n)
+    return (1 - z) * n + z * h
+
+
+def lstm(xs, h, c, w_ih, w_hh, b_ih, b_hh):
+    """One layer over xs (T, N, I): (ys, h_n, c_n) with h_n, c_n of shape (1, N, H)."""
+    h, c, ys = h[0], c[0], []
+    for x in xs:
+        h, c = lstm_cell(x, h, c, w_ih, w_hh, b_ih, b_hh)
+        ys.append(h)
+    return np.stack(ys), h[None], c[None]
+
+
+def gru(xs, h, w_ih, w_hh, b_ih, b_hh):
+    h, ys = h[0], []
+    for x in xs:
+        h = gru_cell(x, h, w_ih, w_hh, b_ih, b_hh)
+        ys.append(h)
+    return np.stack(ys), h[None]

@@ -1,0 +1,1053 @@
+"""Random gcompile programs, each written twice: as gcompile code and as NumPy code.
+
+A generator step appends one op to a straight-line program: it picks an operand (recent values
+first, so chains get deep), draws the op's arguments (axes, slices, kernels, ...), and writes
+the same computation with gcompile.functions (F) — sometimes through numpy's functions on
+Tensors — and with numpy / tests.fuzz.npsem (N). Partners of binary ops are earlier values or
+new inputs; weights, gamma/beta, recurrent states and int labels/indices are new inputs, so
+nearly every float array is an input whose gradient gets checked (small constant arrays also
+appear, for constant folding). Inputs may carry a symbolic leading "batch" dim.
+
+Values are kept in safe domains (log and sqrt of softplus(x) + 0.1, division by x*x + 1, exp of
+tanh) and bounded (a value whose magnitude bound grows past _SQUASH is squashed by tanh), so
+float32 runs stay comparable with float64 ones. Kinks and jumps are not avoided here: the
+numpy side records their margins and the checks only compare where the point is safe.
+
+Draws go through a `Draw` (random.Random for tools/fuzz.py, hypothesis data in the tests);
+index 0 of every choice is the simplest option, so hypothesis shrinks towards small programs.
+"""
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+MAX_RANK = 4
+MAX_NUMEL = 48          # elements of a value, with the batch dim counted as 3
+_SQUASH = 10.0          # magnitude bound above which a value is squashed by tanh
+_PROXY = 97             # stands for "batch" when numpy computes a result shape (static dims stay < 97)
+
+
+# -- dims: an int, or Sym(k) = k * batch ------------------------------------------------------------
+@dataclass(frozen=True)
+class Sym:
+    k: int = 1
+
+
+def concrete(d, batch: int) -> int:
+    return d.k * batch if isinstance(d, Sym) else d
+
+
+def concrete_shape(shape, batch: int) -> tuple:
+    return tuple(concrete(d, batch) for d in shape)
+
+
+def _from_proxy(shape) -> tuple:
+    return tuple(Sym(d // _PROXY) if d >= _PROXY else d for d in shape)
+
+
+def numel(shape, batch: int = 3) -> int:
+    return math.prod(concrete_shape(shape, batch))
+
+
+def is_static(shape) -> bool:
+    return all(isinstance(d, int) for d in shape)
+
+
+def n_symbolic(shape) -> int:
+    return sum(isinstance(d, Sym) for d in shape)
+
+
+def broadcast(a, b):
+    """numpy broadcasting of two shapes (a Sym matches only itself or 1); None if they do not."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
+    return tuple(out)
+
+
+def _fits(shape) -> bool:
+    return len(shape) <= MAX_RANK and numel(shape) <= MAX_NUMEL and n_symbolic(shape) <= 1
+
+
+# -- the program ----------------------------------------------------------------------------------------
+@dataclass
+class Input:
+    name: str
+    shape: tuple
+    kind: str = "float"        # or "labels": int64 class indices in [0, classes)
+    scale: float = 1.0
+    offset: float = 0.0
+    classes: int = 0
+
+    def spec_shape(self) -> tuple:
+        return tuple("batch" if isinstance(d, Sym) else d for d in self.shape)
+
+    @property
+    def dtype(self):
+        return np.int64 if self.kind == "labels" else np.float32
+
+    def sample(self, seed: int, batch: int) -> np.ndarray:
+        """Values from (seed, the input's number): stable when other inputs come and go."""
+        rng = np.random.default_rng([seed, int(self.name[1:])])
+        shape = concrete_shape(self.shape, batch)
+        if self.kind == "labels":
+            return rng.integers(0, self.classes, shape).astype(np.int64)
+        return (rng.standard_normal(shape) * self.scale + self.offset).astype(np.float32)
+
+
+@dataclass
+class Step:
+    name: str
+    op: str           # coverage label
+    gc: str           # gcompile expression
+    np: str           # numpy expression
+    args: tuple       # names of the values it reads
+    shape: tuple = ()
+
+
+@dataclass
+class Program:
+    inputs: list = field(default_factory=list)
+    steps: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+
+    def ops(self) -> set:
+        return {label for s in self.steps for label in s.op.split("+")}
+
+    def source(self, which: str) -> str:
+        """`def program(...)` (which="gc") or `def reference(...)` (which="np")."""
+        head = "program" if which == "gc" else "reference"
+        lines = [f"def {head}({', '.join(i.name for i in self.inputs)}):"]
+        lines += [f"    {s.name} = {s.gc if which == 'gc' else s.np}" for s in self.steps]
+        lines.append(f"    return ({''.join(o + ', ' for o in self.outputs)})")
+        return "\n".join(lines) + "\n"
+
+    def functions(self) -> tuple[Callable, Callable]:
+        import gcompile as gc
+        import gcompile.functions as F
+
+        from . import npsem
+        scope_gc, scope_np = {"F": F, "gc": gc, "np": np}, {"np": np, "N": npsem}
+        exec(self.source("gc"), scope_gc)  # noqa: S102 - generated code
+        exec(self.source("np"), scope_np)  # noqa: S102
+        return scope_gc["program"], scope_np["reference"]
+
+    def pruned(self) -> Program:
+        """Without the steps and inputs the outputs do not need."""
+        needed = set(self.outputs)
+        steps = []
+        for s in reversed(self.steps):
+            if s.name in needed:
+                steps.append(s)
+                needed.update(s.args)
+        return Program([i for i in self.inputs if i.name in needed], steps[::-1], list(self.outputs))
+
+    def shape_of(self, name: str) -> tuple:
+        return next(v.shape for v in self.inputs + self.steps if v.name == name)
+
+    def bypassed(self, name: str, by: str) -> Program:
+        """With the value `name` replaced by `by` in every later step and output (then pruned)."""
+        import re
+        pattern = re.compile(rf"\b{name}\b")
+        steps = [s if s.name == name else replace(s, gc=pattern.sub(by, s.gc), np=pattern.sub(by, s.np),
+                                                  args=tuple(by if a == name else a for a in s.args))
+                 for s in self.steps]
+        outputs = list(dict.fromkeys(by if o == name else o for o in self.outputs))
+        return Program(list(self.inputs), steps, outputs).pruned()
+
+
+# -- draws ------------------------------------------------------------------------------------------------
+class Draw:
+    """Random choices; index 0 / the low end is the simplest option."""
+
+    def int(self, lo: int, hi: int) -> int:
+        raise NotImplementedError
+
+    def choice(self, seq):
+        return seq[self.int(0, len(seq) - 1)]
+
+    def bool(self) -> bool:
+        return self.int(0, 1) == 1
+
+    def subset(self, seq) -> list:
+        return [x for x in seq if self.bool()]
+
+
+class RandomDraw(Draw):
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+
+    def int(self, lo, hi):
+        return self.rng.randint(lo, hi)
+
+
+class HypothesisDraw(Draw):
+    def __init__(self, data):
+        from hypothesis import strategies as st
+        self.data, self.st = data, st
+
+    def int(self, lo, hi):
+        return self.data.draw(self.st.integers(lo, hi))
+
+
+# -- the generator ------------------------------------------------------------------------------------------
+@dataclass
+class Value:
+    name: str
+    shape: tuple
+    mag: float      # a loose bound on |value|
+
+
+class Gen:
+    def __init__(self, draw: Draw):
+        self.d = draw
+        self.program = Program()
+        self.values: list[Value] = []
+        self._n = 0
+
+    # values
+    def _fresh(self, prefix: str) -> str:
+        self._n += 1
+        return f"{prefix}{self._n - 1}"
+
+    def new_input(self, shape, kind="float", scale=1.0, offset=0.0, classes=0) -> Value:
+        assert all(d == Sym(1) or isinstance(d, int) for d in shape), shape
+        inp = Input(self._fresh("x"), tuple(shape), kind, scale, offset, classes)
+        self.program.inputs.append(inp)
+        value = Value(inp.name, inp.shape, abs(offset) + 2.5 * scale)
+        if kind == "float":
+            self.values.append(value)
+        return value
+
+    def add(self, op: str, gc: str, np_: str, shape, mag: float, args) -> Value:
+        if _NUMPY_NAMES.search(gc) and self.d.int(0, 3) == 0:
+            gc, op = _NUMPY_NAMES.sub(lambda m: f"np.{_RENAMED.get(m[1], m[1])}(", gc), op + "+numpy_dispatch"
+        value = Value(self._fresh("v"), tuple(shape), mag)
+        self.program.steps.append(Step(value.name, op, gc, np_, tuple(a.name for a in args), value.shape))
+        self.values.append(value)
+        if mag > _SQUASH:
+            c = float(f"{2.0 / mag:.2g}")
+            value = self.add("tanh+mul", f"F.tanh({value.name} * {c})", f"np.tanh({value.name} * {c})", shape,
+                             1.0, [value])
+        return value
+
+    def pick(self, accept=lambda v: True) -> Value | None:
+        """A value, the most recent ones most likely."""
+        candidates = [v for v in reversed(self.values) if accept(v)]
+        if not candidates:
+            return None
+        return candidates[min(self.d.int(0, 7) if self.d.bool() else 0, len(candidates) - 1)]
+
+    def random_shape(self, batch_ok=True) -> tuple:
+        rank = self.d.int(1, 3) if self.d.bool() else self.d.int(0, 4)
+        shape = [self.d.choice((3, 2, 4, 1, 5)) for _ in range(rank)]
+        if shape and batch_ok and self.d.bool():
+            shape[0] = Sym(1)
+        while numel(shape) > MAX_NUMEL:
+            shape[self.d.int(0, len(shape) - 1)] = 1
+        return tuple(shape)
+
+    def input_like(self, shape, scale=1.0, offset=0.0) -> Value:
+        """A new input of `shape`, where products of the batch dim broadcast (size 1)."""
+        return self.new_input(tuple(1 if isinstance(d, Sym) and d.k != 1 else d for d in shape), scale=scale,
+                              offset=offset)
+
+    def partner(self, shape, exclude=None) -> Value:
+        """A value that broadcasts against `shape` (an earlier one other than `exclude`, or a new input)."""
+        if self.d.bool():
+            found = self.pick(lambda v: v is not exclude and (b := broadcast(v.shape, shape)) is not None and _fits(b))
+            if found is not None:
+                return found
+        dims = list(shape)
+        if dims and self.d.bool():
+            dims = dims[self.d.int(0, len(dims)):]          # fewer leading dims
+        for i, d in enumerate(dims):
+            if self.d.int(0, 3) == 0:
+                dims[i] = 1
+            elif d == 1 and self.d.int(0, 3) == 0:
+                dims[i] = self.d.int(2, 3)                  # broadcasting both ways
+        if len(dims) < MAX_RANK and self.d.int(0, 5) == 0:
+            dims.insert(0, self.d.int(2, 3))
+        dims = tuple(dims)
+        if not _fits(broadcast(dims, shape) or (0,) * 9):
+            dims = tuple(1 if isinstance(d, int) else d for d in shape)
+        return self.input_like(dims)
+
+    def static_axes(self, shape, minimum=1) -> list[int]:
+        return [i for i, d in enumerate(shape) if isinstance(d, int) and d >= minimum]
+
+
+# gcompile.functions called through numpy's own functions on Tensors (np.tanh(x), np.sum(x, axis=1))
+_NUMPY_NAMES = re.compile(r"\bF\.(tanh|exp|log|sqrt|abs|sin|cos|tan|square|sign|floor|ceil|expm1|log1p|maximum|"
+                          r"minimum|add|subtract|multiply|divide|power|negative|sum|mean|max|min|prod|transpose|"
+                          r"reshape|expand_dims|squeeze|swapaxes|broadcast_to|ravel|concat|stack|split|tile|take|"
+                          r"take_along_axis|matmul|einsum|where|clip|greater|less|greater_equal|equal|not_equal|"
+                          r"logical_or|round)\(")
+_RENAMED = {"concat": "concatenate"}
+
+
+def _fmt_axis(d: Draw, axis: int, ndim: int) -> int:
+    """The axis, sometimes written negatively."""
+    return axis - ndim if d.bool() else axis
+
+
+def _axes_arg(g: Gen, ndim: int):
+    """None, an int or a tuple of axes (possibly negative) and the normalised tuple."""
+    kind = g.d.int(0, 2)
+    if kind == 0 or ndim == 0:
+        return None, tuple(range(ndim))
+    if kind == 1:
+        a = g.d.int(0, ndim - 1)
+        return _fmt_axis(g.d, a, ndim), (a,)
+    axes = tuple(a for a in range(ndim) if g.d.bool()) or (0,)
+    return tuple(_fmt_axis(g.d, a, ndim) for a in axes), axes
+
+
+# -- op families: each returns the new Value, or None when it does not apply to x ----------------------------
+_UNARY = [  # label, gcompile, numpy, magnitude bound from the operand's
+    ("tanh", "F.tanh({x})", "np.tanh({x})", lambda m: 1),
+    ("neg", "-{x}", "-{x}", lambda m: m),
+    ("exp+tanh", "F.exp(F.tanh({x}))", "np.exp(np.tanh({x}))", lambda m: 2.8),
+    ("log+softplus", "F.log(F.softplus({x}) + 0.1)", "np.log(N.softplus({x}) + 0.1)", lambda m: m + 2.4),
+    ("sqrt+softplus", "F.sqrt(F.softplus({x}) + 0.1)", "np.sqrt(N.softplus({x}) + 0.1)", lambda m: m + 1),
+    ("rsqrt+softplus", "F.rsqrt(F.softplus({x}) + 0.1)", "1 / np.sqrt(N.softplus({x}) + 0.1)", lambda m: 3.2),
+    ("log1p+softplus", "F.log1p(F.softplus({x}))", "np.log1p(N.softplus({x}))", lambda m: m + 1),
+    ("expm1+tanh", "F.expm1(F.tanh({x}))", "np.expm1(np.tanh({x}))", lambda m: 1.8),
+    ("abs", "F.abs({x})", "N.abs({x})", lambda m: m),
+    ("abs", "abs({x})", "N.abs({x})", lambda m: m),
+    ("sin", "F.sin({x})", "np.sin({x})", lambda m: 1),
+    ("cos", "F.cos({x})", "np.cos({x})", lambda m: 1),
+    ("tan+tanh", "F.tan(F.tanh({x}))", "np.tan(np.tanh({x}))", lambda m: 1.6),
+    ("tanh", "{x}.tanh()", "np.tanh({x})", lambda m: 1),
+    ("sigmoid", "F.sigmoid({x})", "N.sigmoid({x})", lambda m: 1),
+    ("erf", "F.erf({x})", "N.erf({x})", lambda m: 1),
+    ("relu", "F.relu({x})", "N.relu({x})", lambda m: m),
+    ("square", "F.square({x})", "{x} ** 2", lambda m: m * m),
+    ("silu", "F.silu({x})", "{x} * N.sigmoid({x})", lambda m: m),
+    ("selu", "F.selu({x})", "N.selu({x})", lambda m: 1.1 * m + 1.8),
+    ("sign", "F.sign({x})", "N.sign({x})", lambda m: 1),
+    ("floor", "F.floor({x} * 2.0)", "N.floor({x} * 2.0)", lambda m: 2 * m + 1),
+    ("ceil", "F.ceil({x} * 2.0)", "N.ceil({x} * 2.0)", lambda m: 2 * m + 1),
+    ("round", "F.round({x} * 2.0)", "N.round({x} * 2.0)", lambda m: 2 * m + 1),
+    ("cast", "F.cast(F.cast({x} * 2.0, np.int32), {x}.dtype)", "N.trunc({x} * 2.0)", lambda m: 2 * m),
+    ("pow", "{x} ** 3", "{x} ** 3", lambda m: m ** 3),
+    ("pow", "F.power({x}, 2)", "{x} ** 2", lambda m: m * m),
+    ("pow+softplus", "(F.softplus({x}) + 0.5) ** -1.5", "(N.softplus({x}) + 0.5) ** -1.5", lambda m: 2.9),
+    ("pow+softplus", "F.pow(F.softplus({x}) + 0.5, 0.5)", "(N.softplus({x}) + 0.5) ** 0.5", lambda m: m + 1),
+    ("pow+tanh", "2.0 ** F.tanh({x})", "2.0 ** np.tanh({x})", lambda m: 2),
+    ("mul", "{x} * 0.7", "{x} * 0.7", lambda m: m),
+    ("sub", "1.5 - {x}", "1.5 - {x}", lambda m: m + 1.5),
+    ("div", "{x} / 3.0", "{x} / 3.0", lambda m: m),
+    ("div", "2.0 / ({x} * {x} + 1)", "2.0 / ({x} * {x} + 1)", lambda m: 2),
+    ("stop_gradient", "{x} + F.stop_gradient({x}) * 0.0", "{x} + {x} * 0.0", lambda m: m),
+    ("identity", "F.identity({x})", "{x}", lambda m: m),
+    ("dropout", "F.dropout({x}, 0.3)", "{x}", lambda m: m),                           # inference: x
+    ("dropout", "F.dropout({x}, 0.0, training=True, seed=3)", "{x}", lambda m: m),    # keeps every value
+]
+
+
+def gen_unary(g: Gen, x: Value):
+    label, gc, np_, mag = g.d.choice(_UNARY)
+    return g.add(label, gc.format(x=x.name), np_.format(x=x.name), x.shape, mag(x.mag), [x])
+
+
+def gen_param_activation(g: Gen, x: Value):
+    kind = g.d.int(0, 4)
+    if kind == 0:
+        b = g.d.choice((1.0, 2.0, 0.5))
+        return g.add("softplus", f"F.softplus({x.name}, beta={b})", f"N.softplus({x.name}, {b})", x.shape, x.mag + 1, [x])
+    if kind == 1:
+        a = g.d.bool()
+        return g.add("gelu", f"F.gelu({x.name}, approximate={a})", f"N.gelu({x.name}, {a})", x.shape, x.mag, [x])
+    if kind == 2:
+        s = g.d.choice((0.2, 0.01, 1.5))
+        return g.add("leaky_relu", f"F.leaky_relu({x.name}, {s})", f"N.leaky_relu({x.name}, {s})", x.shape,
+                     x.mag * 1.5, [x])
+    if kind == 3:
+        a = g.d.choice((1.0, 0.5, 2.0))
+        return g.add("elu", f"F.elu({x.name}, {a})", f"N.elu({x.name}, {a})", x.shape, x.mag + a, [x])
+    lo = g.d.choice((-0.5, -1.0, None))
+    hi = g.d.choice((0.7, None)) if lo is not None else 0.4
+    return g.add("clip", f"F.clip({x.name}, {lo}, {hi})",
+                 f"N.clip({x.name}, {'-np.inf' if lo is None else lo}, {'np.inf' if hi is None else hi})",
+                 x.shape, x.mag, [x])
+
+
+_BINARY = [
+    ("add", "{a} + {b}", "{a} + {b}", lambda p, q: p + q),
+    ("sub", "{a} - {b}", "{a} - {b}", lambda p, q: p + q),
+    ("mul", "{a} * {b}", "{a} * {b}", lambda p, q: p * q),
+    ("div", "{a} / ({b} * {b} + 1)", "{a} / ({b} * {b} + 1)", lambda p, q: p),
+    ("maximum", "F.maximum({a}, {b})", "N.maximum({a}, {b})", max),
+    ("minimum", "F.minimum({a}, {b})", "N.minimum({a}, {b})", max),
+    ("add", "F.add({a}, {b})", "{a} + {b}", lambda p, q: p + q),
+    ("sub", "F.subtract({a}, {b})", "{a} - {b}", lambda p, q: p + q),
+    ("mul", "F.multiply({a}, {b})", "{a} * {b}", lambda p, q: p * q),
+    ("div", "F.divide({a}, F.exp(F.tanh({b})))", "{a} / np.exp(np.tanh({b}))", lambda p, q: 2.8 * p),
+    ("pow+softplus+tanh", "(F.softplus({a}) + 0.5) ** F.tanh({b})", "(N.softplus({a}) + 0.5) ** np.tanh({b})",
+     lambda p, q: p + 2),
+]
+
+
+def gen_binary(g: Gen, x: Value):
+    label, gc, np_, mag = g.d.choice(_BINARY)
+    y = g.partner(x.shape, exclude=x if label in ("maximum", "minimum") else None)
+    a, b = (x, y) if g.d.bool() else (y, x)
+    return g.add(label, gc.format(a=a.name, b=b.name), np_.format(a=a.name, b=b.name), broadcast(x.shape, y.shape),
+                 mag(a.mag, b.mag), [a, b])
+
+
+_CONDITIONS = [
+    ("greater", "{p} > {q}", "N.greater({p}, {q})"),
+    ("less", "F.less({p}, {q})", "N.less({p}, {q})"),
+    ("less_equal", "{p} <= {q}", "N.less({p}, {q})"),
+    ("greater_equal", "F.greater_equal({p}, {q})", "N.greater({p}, {q})"),
+    ("greater+logical_not", "~({p} > {q})", "~N.greater({p}, {q})"),
+    ("greater+less+logical_and", "({p} > {q}) & ({p} < 0.8)", "N.greater({p}, {q}) & N.less({p}, 0.8)"),
+    ("less+logical_or", "F.logical_or(F.less({p}, {q}), F.less({q}, -0.6))", "N.less({p}, {q}) | N.less({q}, -0.6)"),
+    ("greater+stop_gradient", "F.greater(F.stop_gradient({p}), {q})", "N.greater({p}, {q})"),
+    ("equal+floor", "F.equal(F.floor({p}), F.floor({q}))", "N.floor({p}) == N.floor({q})"),
+    ("not_equal+floor", "F.not_equal(F.floor({p}), F.floor({q}))", "N.floor({p}) != N.floor({q})"),
+]
+
+
+def gen_where(g: Gen, x: Value):
+    q = g.partner(x.shape, exclude=x) if g.d.bool() else None
+    shape = x.shape if q is None else broadcast(x.shape, q.shape)
+    other = g.partner(shape, exclude=x) if g.d.bool() else None
+    label, cond_gc, cond_np = g.d.choice(_CONDITIONS)
+    q_text = q.name if q is not None else str(g.d.choice((0.3, -0.2)))
+    b_text = other.name if other is not None else str(g.d.choice((0.0, -1.0)))
+    if other is not None:
+        shape = broadcast(shape, other.shape)
+    args = [v for v in (x, q, other) if v is not None]
+    gc = f"F.where({cond_gc.format(p=x.name, q=q_text)}, {x.name}, {b_text})"
+    np_ = f"np.where({cond_np.format(p=x.name, q=q_text)}, {x.name}, {b_text})"
+    return g.add(f"where+{label}", gc, np_, shape, max(x.mag, other.mag if other else 1.0), args)
+
+
+_REDUCTIONS = [
+    ("reduce_sum", "F.sum({x}, axis={axis}, keepdims={k})", "np.sum({x}, axis={axis}, keepdims={k})", "sum"),
+    ("reduce_mean", "F.mean({x}, axis={axis}, keepdims={k})", "np.mean({x}, axis={axis}, keepdims={k})", "same"),
+    ("reduce_max", "F.max({x}, axis={axis}, keepdims={k})", "N.rmax({x}, axis={axis}, keepdims={k})", "same"),
+    ("reduce_min", "{x}.min(axis={axis}, keepdims={k})", "N.rmin({x}, axis={axis}, keepdims={k})", "same"),
+    ("reduce_sum", "{x}.sum(axis={axis}, keepdims={k})", "np.sum({x}, axis={axis}, keepdims={k})", "sum"),
+    ("reduce_prod+tanh", "F.prod(1 + 0.3 * F.tanh({x}), axis={axis}, keepdims={k})",
+     "np.prod(1 + 0.3 * np.tanh({x}), axis={axis}, keepdims={k})", "prod"),
+    ("logsumexp", "F.logsumexp({x}, axis={axis}, keepdims={k})", "N.logsumexp({x}, axis={axis}, keepdims={k})",
+     "lse"),
+]
+
+
+def gen_reduce(g: Gen, x: Value):
+    label, gc, np_, rule = g.d.choice(_REDUCTIONS)
+    axis, axes = _axes_arg(g, len(x.shape))
+    keep = g.d.bool()
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
+        tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    n = numel([x.shape[a] for a in axes])
+    mag = {"sum": x.mag * n, "same": x.mag, "prod": 1.3 ** n, "lse": x.mag + math.log(n)}[rule]
+    return g.add(label, gc.format(x=x.name, axis=axis, k=keep), np_.format(x=x.name, axis=axis, k=keep), shape, mag,
+                 [x])
+
+
+def gen_matmul(g: Gen, x: Value):
+    if not x.shape or isinstance(x.shape[-1], Sym) and x.shape[-1].k != 1:
+        return None
+    k = x.shape[-1]
+    kind = g.d.int(0, 3)
+    if kind == 3 and len(x.shape) >= 2 and isinstance(x.shape[-2], int):     # w @ x
+        w = g.new_input((g.d.int(1, 4), x.shape[-2]), scale=0.7)
+        shape = x.shape[:-2] + (w.shape[0], x.shape[-1])
+        return g.add("matmul", f"{w.name} @ {x.name}", f"{w.name} @ {x.name}", shape, x.mag * 2 * math.sqrt(x.shape[-2]),
+                     [w, x]) if _fits(shape) else None
+    if kind == 2 and len(x.shape) >= 2:                                      # batched, broadcasting
+        lead = tuple(1 if g.d.bool() else d for d in x.shape[:-2])
+        y = g.input_like(lead[g.d.int(0, len(lead)):] + (k, g.d.int(1, 3)), scale=0.7)
+        shape = broadcast(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1])
+        gc = f"F.matmul({x.name}, {y.name})" if g.d.bool() else f"{x.name} @ {y.name}"
+        return g.add("matmul", gc, f"np.matmul({x.name}, {y.name})", shape, x.mag * 2 * math.sqrt(numel((k,))),
+                     [x, y]) if _fits(shape) else None
+    if kind == 1 and g.d.bool():                                             # numpy's dot: a tensor product
+        y = g.new_input(g.d.choice(((k,), (k, 2), (2, k, 3))), scale=0.7)
+        shape = x.shape[:-1] + y.shape[:-2] + y.shape[-1:] if len(y.shape) > 1 else x.shape[:-1]
+        return g.add("matmul+numpy_dispatch", f"np.dot({x.name}, {y.name})", f"np.dot({x.name}, {y.name})", shape,
+                     x.mag * 2 * math.sqrt(numel((k,))), [x, y]) if _fits(shape) else None
+    n = g.d.choice((None, 2, 3, 1))
+    w = g.new_input((k,) if n is None else (k, n), scale=0.7)
+    shape = x.shape[:-1] + (() if n is None else (n,))
+    if len(x.shape) == 1 and n is None:
+        shape = ()
+    mag = x.mag * 2 * math.sqrt(numel((k,)))
+    if kind == 1 and n is not None:
+        b = g.new_input((n,), scale=0.5)
+        return g.add("matmul+add+linear", f"F.linear({x.name}, {w.name}, {b.name})",
+                     f"{x.name} @ {w.name} + {b.name}", shape, mag + 1.5, [x, w, b])
+    return g.add("matmul", f"{x.name} @ {w.name}", f"{x.name} @ {w.name}", shape, mag, [x, w])
+
+
+def gen_const(g: Gen, x: Value):
+    """x combined with a constant array (in the program's float dtype) that gcompile ops transform:
+    exercises constant lifting and folding."""
+    shape = tuple(d if isinstance(d, int) and g.d.bool() else 1 for d in x.shape)[g.d.int(0, len(x.shape)):]
+    values = np.round(np.random.default_rng(g.d.int(0, 999)).standard_normal(shape), 2)
+    typed = next(v for v in g.values if v.name == g.program.inputs[0].name)   # a float input: its dtype
+    const = f"np.array({values.tolist()!r}, dtype={typed.name}.dtype)"
+    label, gc, np_, _ = g.d.choice([u for u in _UNARY if not u[1].startswith("{x}.")])  # no Tensor methods
+    combine = g.d.choice(("{x} * {c}", "{c} - {x}", "F.maximum({x}, {c})", "F.where({c} > 0, {x}, -{x})"))
+    gc_const, np_const = gc.format(x=const), np_.format(x=const)
+    label = label + ("+mul" if "*" in combine else "+sub" if "-" in combine else "+maximum")
+    if "maximum" in combine:
+        combine_np = "N.maximum({x}, {c})"
+    elif "where" in combine:
+        combine_np, label = "np.where(N.greater({c}, 0), {x}, -{x})", label + "+where+greater"
+    else:
+        combine_np = combine
+    return g.add(label, combine.format(x=x.name, c=gc_const), combine_np.format(x=x.name, c=np_const), x.shape,
+                 x.mag * 3, [x, typed])
+
+
+_LETTERS = "abcdefg"
+
+
+def gen_einsum(g: Gen, x: Value):
+    r = len(x.shape)
+    xs = _LETTERS[:r]
+    if r >= 2 and isinstance(x.shape[-1], int) and g.d.int(0, 3) == 0:     # '...' over the leading axes
+        w = g.new_input((x.shape[-1], g.d.int(1, 3)), scale=0.7)
+        shape = x.shape[:-1] + w.shape[1:]
+        return g.add("einsum", f"F.einsum('...a,az->...z', {x.name}, {w.name})",
+                     f"np.einsum('...a,az->...z', {x.name}, {w.name})", shape, x.mag * 2 * x.shape[-1], [x, w])
+    if any(isinstance(d, Sym) and d.k != 1 for d in x.shape) or r == 0:
+        return None
+    sizes = dict(zip(xs, x.shape))
+    ys = "".join(c for c in xs if g.d.bool())
+    if g.d.bool():
+        ys += "z"
+        sizes["z"] = g.d.int(2, 3)
+    ys = "".join(g.d.choice([ys, ys[::-1]]))
+    letters = list(dict.fromkeys(xs + ys))
+    out = [c for c in letters if g.d.bool()]
+    if g.d.bool():
+        out = out[::-1]
+    shape = tuple(sizes[c] for c in out)
+    if not _fits(shape):
+        return None
+    if not ys:
+        eq = f"{xs}->{''.join(out)}"
+        return g.add("einsum", f"F.einsum('{eq}', {x.name})", f"np.einsum('{eq}', {x.name})", shape,
+                     x.mag * numel([sizes[c] for c in xs if c not in out]), [x])
+    y = g.new_input(tuple(sizes[c] for c in ys), scale=0.7)
+    eq = f"{xs},{ys}->{''.join(out)}"
+    contracted = numel([sizes[c] for c in letters if c not in out])
+    return g.add("einsum", f"F.einsum('{eq}', {x.name}, {y.name})", f"np.einsum('{eq}', {x.name}, {y.name})",
+                 shape, x.mag * 2 * contracted, [x, y])
+
+
+def _factorisations(n: int, d: Draw) -> list[int]:
+    """n as a random product of 1-3 factors."""
+    factors = []
+    p = 2
+    while n > 1:
+        while n % p == 0:
+            factors.append(p)
+            n //= p
+        p += 1
+    parts = [1] * d.int(1, 3)
+    for f in factors:
+        parts[d.int(0, len(parts) - 1)] *= f
+    return parts
+
+
+def gen_reshape(g: Gen, x: Value):
+    static = numel([d for d in x.shape if isinstance(d, int)])
+    sym = [d for d in x.shape if isinstance(d, Sym)]
+    kind = g.d.int(0, 4)
+    if kind == 0 and x.shape:                                            # transpose
+        perm = list(range(len(x.shape)))
+        random.Random(g.d.int(0, 99)).shuffle(perm)
+        shape = tuple(x.shape[p] for p in perm)
+        text = g.d.choice([f"F.transpose({x.name}, {tuple(perm)})", f"{x.name}.transpose({tuple(perm)})"])
+        return g.add("transpose", text, f"np.transpose({x.name}, {tuple(perm)})", shape, x.mag, [x])
+    if kind == 1 and len(x.shape) >= 2:
+        if g.d.bool():
+            return g.add("transpose", f"{x.name}.T", f"{x.name}.T", x.shape[::-1], x.mag, [x])
+        a, b = g.d.int(0, len(x.shape) - 1), g.d.int(-len(x.shape), -1)
+        shape = list(x.shape)
+        shape[a], shape[b] = shape[b], shape[a]
+        return g.add("transpose", f"F.swapaxes({x.name}, {a}, {b})", f"np.swapaxes({x.name}, {a}, {b})", shape,
+                     x.mag, [x])
+    if kind == 2 and x.shape:                                            # flatten / ravel
+        if g.d.bool():
+            start = g.d.int(0, len(x.shape) - 1)
+            shape = x.shape[:start] + (_product(x.shape[start:]),)
+            return g.add("reshape", f"F.flatten({x.name}, {start})",
+                         f"{x.name}.reshape({x.name}.shape[:{start}] + (-1,))", shape, x.mag, [x])
+        return g.add("reshape", f"F.ravel({x.name})", f"np.ravel({x.name})", (_product(x.shape),), x.mag, [x])
+    parts = _factorisations(static, g.d)
+    if sym:
+        parts.insert(g.d.int(0, len(parts)), -1)
+    elif g.d.bool():
+        parts[g.d.int(0, len(parts) - 1)] = -1
+    target = tuple(parts)
+    if len(target) > MAX_RANK:
+        return None
+    rest = _product(sym + ([static // math.prod(p for p in parts if p != -1)] if -1 in parts else []))
+    shape = tuple(rest if p == -1 else p for p in parts)
+    text = g.d.choice([f"F.reshape({x.name}, {target})", f"{x.name}.reshape({target})"])
+    return g.add("reshape", text, f"np.reshape({x.name}, {target})", shape, x.mag, [x])
+
+
+def _product(dims) -> object:
+    k, syms = 1, 0
+    for d in dims:
+        if isinstance(d, Sym):
+            k, syms = k * d.k, syms + 1
+        else:
+            k *= d
+    return Sym(k) if syms == 1 else k
+
+
+def gen_dims(g: Gen, x: Value):
+    ones = [i for i, d in enumerate(x.shape) if d == 1]
+    kind = g.d.int(0, 2)
+    if kind == 0 and len(x.shape) < MAX_RANK:
+        a = g.d.int(-len(x.shape) - 1, len(x.shape))
+        shape = list(x.shape)
+        shape.insert(a % (len(x.shape) + 1), 1)
+        return g.add("reshape", f"F.expand_dims({x.name}, {a})", f"np.expand_dims({x.name}, {a})", shape, x.mag, [x])
+    if kind == 1 and ones:
+        axes = tuple(a for a in ones if g.d.bool()) or None
+        shape = tuple(d for i, d in enumerate(x.shape) if i not in (ones if axes is None else axes))
+        return g.add("reshape", f"F.squeeze({x.name}, {axes})", f"np.squeeze({x.name}, {axes})", shape, x.mag, [x])
+    target = [d if d != 1 or g.d.bool() else g.d.int(2, 3) for d in x.shape]
+    if len(target) < MAX_RANK and g.d.bool():
+        target.insert(0, g.d.int(2, 3))
+    target = tuple(target)
+    if target == x.shape or not _fits(target):
+        return None
+    lead = len(target) - len(x.shape)
+    text = "(" + "".join(f"{x.name}.shape[{i - lead}], " if isinstance(d, Sym) else f"{d}, "
+                         for i, d in enumerate(target)) + ")"
+    return g.add("expand", f"F.broadcast_to({x.name}, {text})", f"np.broadcast_to({x.name}, {text})", target, x.mag,
+                 [x])
+
+
+def _index_shape(shape, index_text: str) -> tuple:
+    proxy = np.empty(concrete_shape(shape, _PROXY), np.int8)
+    return _from_proxy(eval(f"proxy[{index_text}]", {"proxy": proxy}).shape)
+
+
+def gen_getitem(g: Gen, x: Value):
+    if not x.shape:
+        return None
+    items, array_used = [], False
+    for d in x.shape:
+        kind = g.d.int(0, 4) if isinstance(d, int) else 0
+        if kind == 0:
+            items.append(":")
+        elif kind == 1:
+            items.append(str(g.d.int(-d, d - 1)))
+        elif kind == 2 or (kind == 4 and array_used):
+            start = g.d.choice(("", "1", "-2", "0"))
+            stop = g.d.choice(("", "-1", "3", "2"))
+            step = g.d.choice(("", "2", "-1", "-2"))
+            items.append(f"{start}:{stop}" + (f":{step}" if step else ""))
+        elif kind == 3:
+            items.append("None")
+            items.append(":")
+        else:
+            array_used = True
+            items.append(str([g.d.int(-d, d - 1) for _ in range(g.d.int(1, 3))]))
+    if g.d.bool() and items[-1] == ":":
+        items[-1] = "..."
+    text = ", ".join(items)
+    shape = _index_shape(x.shape, text)
+    if 0 in shape or not _fits(shape):
+        return None
+    return g.add("getitem", f"{x.name}[{text}]", f"{x.name}[{text}]", shape, x.mag, [x])
+
+
+def _indices(g: Gen, size: int, shape) -> str:
+    return str(np.asarray([g.d.int(-size, size - 1) for _ in range(math.prod(shape))]).reshape(shape).tolist())
+
+
+def gen_take(g: Gen, x: Value):
+    axes = g.static_axes(x.shape)
+    if not axes:
+        return None
+    a = g.d.choice(axes)
+    size = x.shape[a]
+    kind = g.d.int(0, 4)
+    if kind == 1 and g.d.bool():                                        # indices computed at run time
+        idx = g.new_input(g.d.choice(((2,), (Sym(1),), (3, 1))), kind="labels", classes=size)
+        shape = x.shape[:a] + idx.shape + x.shape[a + 1:]
+        if not _fits(shape):
+            return None
+        return g.add("gather", f"F.take({x.name}, {idx.name}, axis={a})", f"np.take({x.name}, {idx.name}, axis={a})",
+                     shape, x.mag, [x, idx])
+    if kind == 0 or kind == 1:
+        idx_shape = g.d.choice(((2,), (3,), (2, 2), ()))
+        idx = _indices(g, size, idx_shape)
+        shape = x.shape[:a] + tuple(idx_shape) + x.shape[a + 1:]
+        ax = _fmt_axis(g.d, a, len(x.shape))
+        if kind == 1 and len(x.shape) == 2 and a == 0:
+            return g.add("gather", f"F.embedding(np.array({idx}), {x.name})", f"{x.name}[np.array({idx})]", shape,
+                         x.mag, [x]) if _fits(shape) else None
+        return g.add("gather", f"F.take({x.name}, np.array({idx}), axis={ax})",
+                     f"np.take({x.name}, np.array({idx}), axis={ax})", shape, x.mag, [x]) if _fits(shape) else None
+    if kind == 2:                                                       # take_along_axis
+        idx_shape = tuple(g.d.int(1, 3) if i == a else (d if isinstance(d, int) and g.d.bool() else 1)
+                          for i, d in enumerate(x.shape))
+        idx = _indices(g, size, idx_shape)
+        shape = tuple(idx_shape[i] if i == a else (d if idx_shape[i] == 1 else idx_shape[i])
+                      for i, d in enumerate(x.shape))
+        return g.add("gather_elements", f"F.take_along_axis({x.name}, np.array({idx}), {_fmt_axis(g.d, a, len(x.shape))})",
+                     f"N.take_along_axis({x.name}, np.array({idx}), {a})", shape, x.mag, [x]) if _fits(shape) else None
+    if kind == 3:                                                       # scatter_add
+        if any(isinstance(d, Sym) and d.k != 1 for d in x.shape):
+            return None
+        idx_shape = g.d.choice(((2,), (3,), (2, 2)))
+        idx = _indices(g, size, idx_shape)
+        u = g.input_like(x.shape[:a] + idx_shape + x.shape[a + 1:])
+        if not _fits(u.shape):
+            return None
+        return g.add("scatter_add", f"F.scatter_add({x.name}, np.array({idx}), {u.name}, axis={a})",
+                     f"N.scatter_add({x.name}, np.array({idx}), {u.name}, {a})", x.shape, x.mag + 9, [x, u])
+    if not is_static(x.shape):
+        return None
+    idx_shape = tuple(g.d.int(1, 3) if i == a else d for i, d in enumerate(x.shape))
+    if not _fits(idx_shape):
+        return None
+    idx = _indices(g, size, idx_shape)
+    u = g.new_input(idx_shape)
+    return g.add("scatter_add_elements", f"F.scatter_add_along_axis({x.name}, np.array({idx}), {u.name}, {a})",
+                 f"N.scatter_add_along_axis({x.name}, np.array({idx}), {u.name}, {a})", x.shape, x.mag + 9, [x, u])
+
+
+def gen_join(g: Gen, x: Value):
+    kind = g.d.int(0, 2)
+    if kind == 0:                                                        # concat
+        axes = g.static_axes(x.shape)
+        if not axes:
+            return None
+        a = g.d.choice(axes)
+        others = []
+        for _ in range(g.d.int(1, 2)):
+            shape = x.shape[:a] + (g.d.int(1, 3),) + x.shape[a + 1:]
+            others.append(g.pick(lambda v, s=shape: v.shape == s and v is not x) or g.input_like(shape))
+        if any(n_symbolic(o.shape) != n_symbolic(x.shape) for o in others):
+            return None
+        shape = x.shape[:a] + (sum(v.shape[a] for v in [x] + others),) + x.shape[a + 1:]
+        names = ", ".join(v.name for v in [x] + others)
+        ax = _fmt_axis(g.d, a, len(x.shape))
+        return g.add("concat", f"F.concat([{names}], axis={ax})", f"np.concatenate([{names}], axis={ax})", shape,
+                     max(v.mag for v in [x] + others), [x] + others) if _fits(shape) else None
+    if kind == 1:                                                        # stack
+        y = g.pick(lambda v: v.shape == x.shape and v is not x)
+        if y is None:
+            if any(isinstance(d, Sym) and d.k != 1 for d in x.shape):
+                return None
+            y = g.new_input(x.shape)
+        a = g.d.int(-len(x.shape) - 1, len(x.shape))
+        shape = list(x.shape)
+        shape.insert(a % (len(x.shape) + 1), 2)
+        return g.add("concat+reshape", f"F.stack([{x.name}, {y.name}], axis={a})",
+                     f"np.stack([{x.name}, {y.name}], axis={a})", shape, max(x.mag, y.mag), [x, y]) \
+            if _fits(shape) else None
+    axes = g.static_axes(x.shape, 2)                                     # split
+    if not axes:
+        return None
+    a = g.d.choice(axes)
+    n = x.shape[a]
+    divisors = [k for k in range(2, n + 1) if n % k == 0]
+    if g.d.bool():
+        k = g.d.choice(divisors)
+        part = g.d.int(0, k - 1)
+        spec, size = str(k), n // k
+    else:
+        cut = g.d.int(1, n - 1)
+        spec, part = f"[{cut}]", g.d.int(0, 1)
+        size = cut if part == 0 else n - cut
+    shape = x.shape[:a] + (size,) + x.shape[a + 1:]
+    return g.add("slice", f"F.split({x.name}, {spec}, axis={a})[{part}]", f"np.split({x.name}, {spec}, axis={a})[{part}]",
+                 shape, x.mag, [x])
+
+
+def gen_pad_tile(g: Gen, x: Value):
+    if g.d.bool():
+        mode = g.d.choice(("constant", "edge", "reflect"))
+        pads = []
+        for d in x.shape:
+            limit = 0 if not isinstance(d, int) else (d - 1 if mode == "reflect" else 2)
+            pads.append((g.d.int(0, min(limit, 2)), g.d.int(0, min(limit, 2))))
+        shape = tuple(d if isinstance(d, Sym) else d + a + b for d, (a, b) in zip(x.shape, pads))
+        if not _fits(shape) or shape == x.shape:
+            return None
+        pads = tuple(pads)
+        if mode == "constant":
+            value = g.d.choice((0.0, 0.5))
+            gc = g.d.choice((f"F.pad({x.name}, {pads}, value={value})",
+                             f"np.pad({x.name}, {pads}, constant_values={value})"))
+            return g.add("pad", gc, f"np.pad({x.name}, {pads}, constant_values={value})", shape, max(x.mag, 1), [x])
+        return g.add("pad", f"F.pad({x.name}, {pads}, mode='{mode}')", f"np.pad({x.name}, {pads}, mode='{mode}')",
+                     shape, x.mag, [x])
+    reps = tuple(g.d.int(1, 3) for _ in range(g.d.int(1, len(x.shape) + 1)))
+    full = (1,) * (len(reps) - len(x.shape)) + x.shape
+    reps_full = (1,) * (len(full) - len(reps)) + reps
+    shape = tuple(_product((r, d)) for r, d in zip(reps_full, full))
+    if not _fits(shape):
+        return None
+    return g.add("expand+reshape", f"F.tile({x.name}, {reps})", f"np.tile({x.name}, {reps})", shape, x.mag, [x])
+
+
+def gen_nn(g: Gen, x: Value):
+    kind = g.d.int(0, 5)
+    r = len(x.shape)
+    if kind <= 1 and r:
+        a = _fmt_axis(g.d, g.d.int(0, r - 1), r)
+        fn = ("softmax", "log_softmax")[kind]
+        return g.add(fn, f"F.{fn}({x.name}, axis={a})", f"N.{fn}({x.name}, axis={a})", x.shape,
+                     1 if kind == 0 else x.mag * 2 + math.log(numel(x.shape)), [x])
+    if kind == 2 and r:
+        axes = [a for a in range(r) if is_static(x.shape[a:])]
+        if not axes:
+            return None
+        a = g.d.choice(axes)
+        gamma = g.new_input(x.shape[a:], scale=0.3, offset=1.0)
+        beta = g.new_input(x.shape[a:], scale=0.5)
+        eps = g.d.choice((1e-5, 1e-3))
+        ax = _fmt_axis(g.d, a, r)
+        return g.add("layer_norm", f"F.layer_norm({x.name}, {gamma.name}, {beta.name}, axis={ax}, eps={eps})",
+                     f"N.layer_norm({x.name}, {gamma.name}, {beta.name}, axis={ax}, eps={eps})", x.shape,
+                     2 * math.sqrt(numel(x.shape[a:])) + 2, [x, gamma, beta])
+    if kind == 3 and r >= 2 and isinstance(x.shape[1], int):
+        c = x.shape[1]
+        gamma = g.new_input((c,), scale=0.3, offset=1.0)
+        beta = g.new_input((c,), scale=0.5)
+        which = g.d.int(0, 3)
+        if which == 3:                                                  # inference: running statistics
+            mean, var = g.new_input((c,), scale=0.5), g.new_input((c,), scale=0.2, offset=1.0)
+            return g.add("batch_norm+rsqrt", f"F.batch_norm({x.name}, {gamma.name}, {beta.name}, {mean.name}, "
+                         f"{var.name}, training=False, eps=0.01)",
+                         f"N.batch_norm_eval({x.name}, {gamma.name}, {beta.name}, {mean.name}, {var.name}, 0.01)",
+                         x.shape, 2 * x.mag + 3, [x, gamma, beta, mean, var])
+        if which == 0:
+            return g.add("batch_norm+reduce_mean+rsqrt", f"F.batch_norm({x.name}, {gamma.name}, {beta.name})",
+                         f"N.batch_norm({x.name}, {gamma.name}, {beta.name})", x.shape,
+                         2 * math.sqrt(numel(x.shape) / c) + 2, [x, gamma, beta])
+        return g.add("batch_norm+reduce_mean", f"F.batch_norm({x.name}, {gamma.name}, {beta.name}, "
+                     f"return_stats=True)[{which}]", f"N.batch_stats({x.name})[{which - 1}]", (c,),
+                     x.mag * x.mag, [x, gamma, beta])
+    reduce = g.d.choice(("mean", "sum", "none"))
+    if kind == 4:
+        y = g.partner(x.shape)
+        shape = broadcast(x.shape, y.shape)
+        fn = g.d.choice(("mse", "sigmoid_cross_entropy"))
+        mag = (x.mag + y.mag) ** 2 if fn == "mse" else x.mag * (1 + y.mag) + 1
+        if reduce == "sum":
+            mag *= numel(shape)
+        t = y.name if fn == "mse" else f"F.sigmoid({y.name})"
+        t_np = y.name if fn == "mse" else f"N.sigmoid({y.name})"
+        return g.add(fn, f"F.{fn}({x.name}, {t}, reduce='{reduce}')", f"N.{fn}({x.name}, {t_np}, reduce='{reduce}')",
+                     () if reduce != "none" else shape, mag, [x, y])
+    axes = [a for a in g.static_axes(x.shape, 2)
+            if all(d == Sym(1) or isinstance(d, int) for i, d in enumerate(x.shape) if i != a)]
+    if not axes:
+        return None
+    a = g.d.choice(axes)
+    labels_shape = x.shape[:a] + x.shape[a + 1:]
+    labels = g.new_input(labels_shape, kind="labels", classes=x.shape[a])
+    ax = _fmt_axis(g.d, a, r)
+    mag = 2 * x.mag + math.log(x.shape[a])
+    return g.add("softmax_cross_entropy+log_softmax", f"F.softmax_cross_entropy({x.name}, {labels.name}, axis={ax}, reduce='{reduce}')",
+                 f"N.softmax_cross_entropy({x.name}, {labels.name}, axis={ax}, reduce='{reduce}')",
+                 labels_shape if reduce == "none" else (), mag * (numel(labels_shape) if reduce == "sum" else 1),
+                 [x, labels])
+
+
+def gen_fill(g: Gen, x: Value):
+    """Fills shaped like x (symbolic dims too), add_n and sum_to_shape."""
+    kind = g.d.int(0, 2)
+    if kind == 0:
+        gc, np_ = g.d.choice([("{x} + F.ones_like({x}) * 0.5", "{x} + 0.5"),
+                              ("F.zeros_like({x}) - {x}", "-{x}"),
+                              ("F.full({x}.shape, 0.25, {x}.dtype) * {x}", "0.25 * {x}")])
+        return g.add("fill+mul", gc.format(x=x.name), np_.format(x=x.name), x.shape, x.mag + 1, [x])
+    if kind == 1:
+        others, shape = [], x.shape
+        for _ in range(g.d.int(1, 2)):
+            others.append(g.partner(shape))
+            shape = broadcast(shape, others[-1].shape)
+        names = [v.name for v in [x] + others]
+        return g.add("add_n", f"F.add_n([{', '.join(names)}])", " + ".join(names), shape,
+                     sum(v.mag for v in [x] + others), [x] + others) if _fits(shape) else None
+    target = list(x.shape[g.d.int(0, len(x.shape)):])
+    target = [1 if g.d.bool() else d for d in target]
+    lead = len(x.shape) - len(target)
+    text = "(" + "".join(f"{x.name}.shape[{i + lead}], " if isinstance(d, Sym) else f"{d}, "
+                         for i, d in enumerate(target)) + ")"
+    return g.add("sum_to_shape+reduce_sum", f"F.sum_to_shape({x.name}, {text})", f"N.sum_to_shape({x.name}, {text})",
+                 target, x.mag * numel(x.shape) / max(1, numel(target)), [x])
+
+
+_INT_EXPRESSIONS = [  # on an int64 tensor t of values in [0, 4); the result's shape from t's
+    ("mul+sub", "{t} * 2 - 3", "{t} * 2 - 3", lambda s: s),
+    ("maximum+sub", "F.maximum({t} - 2, -1)", "np.maximum({t} - 2, -1)", lambda s: s),
+    ("abs+sub", "F.abs({t} - 2)", "np.abs({t} - 2)", lambda s: s),
+    ("neg+add", "-{t} + 1", "-{t} + 1", lambda s: s),
+    ("div", "F.divide({t}, 2)", "{t} / 2", lambda s: s),
+    ("where+greater", "F.where({t} > 1, {t}, 0)", "np.where({t} > 1, {t}, 0)", lambda s: s),
+    ("reduce_sum", "F.sum({t}, axis=-1, keepdims=True)", "np.sum({t}, axis=-1, keepdims=True)",
+     lambda s: s[:-1] + (1,)),
+    ("reduce_max", "F.max({t}, axis=0, keepdims=True)", "np.max({t}, axis=0, keepdims=True)",
+     lambda s: (1,) + s[1:]),
+]
+
+
+def gen_int(g: Gen, x: Value):
+    """x times (a cast of) integer arithmetic on a new int64 input broadcasting against x."""
+    shape = g.partner(x.shape).shape if g.d.bool() else x.shape
+    if not shape or any(isinstance(d, Sym) and d.k != 1 for d in shape):
+        return None
+    t = g.new_input(shape, kind="labels", classes=4)
+    label, gc, np_, result = g.d.choice(_INT_EXPRESSIONS)
+    out = broadcast(x.shape, result(shape))
+    if out is None or not _fits(out):
+        return None
+    return g.add(f"{label}+cast+mul", f"{x.name} * F.cast({gc.format(t=t.name)}, {x.name}.dtype)",
+                 f"{x.name} * ({np_.format(t=t.name)})", out, x.mag * 6, [x, t])
+
+
+def gen_recurrent(g: Gen, x: Value):
+    """An LSTM or GRU cell on a (N, I) value, or one layer over a (T, N, I) value."""
+    if len(x.shape) not in (2, 3) or not is_static(x.shape[:-2] + x.shape[-1:]) or \
+            isinstance(x.shape[-2], Sym) and x.shape[-2].k != 1:
+        return None
+    n, i, hidden = x.shape[-2], x.shape[-1], g.d.int(1, 3)
+    lstm = g.d.bool()
+    gates = 4 if lstm else 3
+    scale = 1 / math.sqrt(i + hidden)
+    h = g.new_input(((1,) if len(x.shape) == 3 else ()) + (n, hidden), scale=0.5)
+    c = g.new_input(h.shape, scale=0.5) if lstm else None
+    w_ih, w_hh = g.new_input((gates * hidden, i), scale=scale), g.new_input((gates * hidden, hidden), scale=scale)
+    b_ih, b_hh = g.new_input((gates * hidden,), scale=0.3), g.new_input((gates * hidden,), scale=0.3)
+    weights = f"{w_ih.name}, {w_hh.name}, {b_ih.name}, {b_hh.name}"
+    state = f"{h.name}, {c.name}" if lstm else h.name
+    fn = "lstm" if lstm else "gru"
+    args = [v for v in (x, h, c, w_ih, w_hh, b_ih, b_hh) if v is not None]
+    if len(x.shape) == 2:
+        pick = "[0]" if lstm else ""
+        return g.add(f"{fn}_cell+matmul+sigmoid+tanh+slice", f"F.{fn}_cell({x.name}, {state}, {weights}){pick}",
+                     f"N.{fn}_cell({x.name}, {state}, {weights}){pick}", (n, hidden), 1.0, args)
+    out = g.d.int(0, 1)
+    shape = x.shape[:2] + (hidden,) if out == 0 else h.shape
+    return g.add(f"{fn}+matmul+sigmoid+tanh+slice+concat", f"F.{fn}({x.name}, {state}, [({weights})])[{out}]",
+                 f"N.{fn}({x.name}, {state}, {weights})[{out}]", shape, 1.0, args)
+
+
+def gen_conv(g: Gen, x: Value):
+    if len(x.shape) not in (3, 4) or not is_static(x.shape[1:]):
+        return None
+    n, c, spatial = len(x.shape) - 2, x.shape[1], x.shape[2:]
+    kind = g.d.int(0, 4)
+    if kind == 4:
+        axes = tuple(range(2, 2 + n))
+        return g.add("reduce_mean", f"F.global_avg_pool({x.name})", f"np.mean({x.name}, axis={axes}, keepdims=True)",
+                     x.shape[:2] + (1,) * n, x.mag, [x])
+    kernel = tuple(g.d.int(1, min(3, s + 1)) for s in spatial)
+    stride = tuple(g.d.int(1, 2) for _ in spatial)
+    if kind >= 2:                                                       # pooling: pad < kernel
+        pad = tuple((g.d.int(0, k - 1), g.d.int(0, k - 1)) for k in kernel)
+        out = tuple((s + p0 + p1 - k) // st + 1 for s, k, st, (p0, p1) in zip(spatial, kernel, stride, pad))
+        if min(out) < 1:
+            return None
+        shape = x.shape[:2] + out
+        pad_arg = g.d.choice((pad, pad[0][0] if all(p == (pad[0][0],) * 2 for p in pad) else pad))
+        if kind == 2:
+            return g.add("max_pool", f"F.max_pool({x.name}, {kernel}, {stride}, {pad_arg})",
+                         f"N.max_pool({x.name}, {kernel}, {stride}, {pad})", shape, x.mag, [x])
+        cip = g.d.bool()
+        return g.add("avg_pool", f"F.avg_pool({x.name}, {kernel}, {stride}, {pad_arg}, count_include_pad={cip})",
+                     f"N.avg_pool({x.name}, {kernel}, {stride}, {pad}, count_include_pad={cip})", shape, x.mag, [x])
+    groups = g.d.choice([k for k in (1, c, 2) if c % k == 0])
+    dilation = tuple(g.d.int(1, 2) for _ in spatial)
+    pad = tuple((g.d.int(0, 2), g.d.int(0, 2)) for _ in spatial)
+    bias = g.d.bool()
+    if kind == 0:                                                       # conv
+        co = groups * g.d.int(1, 2)
+        out = tuple((s + p0 + p1 - d * (k - 1) - 1) // st + 1
+                    for s, k, st, (p0, p1), d in zip(spatial, kernel, stride, pad, dilation))
+        w = g.new_input((co, c // groups) + kernel, scale=1 / math.sqrt(c // groups * math.prod(kernel)))
+        label = "conv"
+        ops = "F.conv", "N.conv"
+        extra = ""
+    else:                                                               # conv_transpose
+        co = groups * g.d.int(1, 2)
+        output_padding = tuple(g.d.int(0, st - 1) for st in stride)
+        out = tuple((s - 1) * st - p0 - p1 + d * (k - 1) + op + 1
+                    for s, k, st, (p0, p1), d, op in zip(spatial, kernel, stride, pad, dilation, output_padding))
+        w = g.new_input((c, co // groups) + kernel, scale=1 / math.sqrt(c // groups * math.prod(kernel)))
+        label = "conv_transpose"
+        ops = "F.conv_transpose", "N.conv_transpose"
+        extra = f", output_padding={output_padding}"
+    shape = (x.shape[0], co) + out
+    if min(out) < 1 or not _fits(shape):
+        return None
+    b = g.new_input((co,), scale=0.3) if bias else None
+    b_text = b.name if b else "None"
+    gc = f"{ops[0]}({x.name}, {w.name}, {b_text}, stride={stride}, pad={pad}, dilation={dilation}, groups={groups}{extra})"
+    np_ = f"{ops[1]}({x.name}, {w.name}, {b_text}, stride={stride}, pad={pad}, dilation={dilation}, groups={groups}{extra})"
+    return g.add(label, gc, np_, shape, x.mag * 3 + 1, [v for v in (x, w, b) if v is not None])
+
+
+def gen_image(g: Gen, x: Value):
+    """A (N, C, *spatial) value for the conv family, from x."""
+    s = g.d.choice(((Sym(1), 2, 4), (2, 2, 3, 3), (Sym(1), 1, 3, 3), (1, 3, 5)))
+    img = g.new_input(s)
+    return gen_conv(g, img)
+
+
+GENERATORS = [gen_unary, gen_binary, gen_reduce, gen_reshape, gen_dims, gen_getitem, gen_param_activation,
+              gen_where, gen_matmul, gen_einsum, gen_take, gen_join, gen_pad_tile, gen_nn, gen_conv, gen_image,
+              gen_const, gen_fill, gen_recurrent, gen_int,
+              gen_unary, gen_unary, gen_unary, gen_binary]    # the unary table is long: drawn more often
+
+
+def generate(draw: Draw, min_ops: int = 5, max_ops: int = 40) -> Program:
+    """A random program of min_ops..max_ops generated ops (plus the tanh squashes it needs)."""
+    g = Gen(draw)
+    target = draw.int(min_ops, max_ops)
+    g.new_input(g.random_shape())
+    made, attempts = 0, 0
+    while made < target and attempts < 20 * target:
+        attempts += 1
+        fn = draw.choice(GENERATORS)
+        x = g.pick()
+        if fn(g, x) is not None:
+            made += 1
+    if not g.program.steps:
+        gen_unary(g, g.values[0])
+    consumed = {a for s in g.program.steps for a in s.args}
+    last = g.program.steps[-1].name
+    extra = [v.name for v in g.values if v.name not in consumed and v.name != last and not v.name.startswith("x")]
+    outputs = [last] + [n for n in extra if draw.bool()][:3]
+    if draw.int(0, 7) == 0:                     # an output repeated, or an input returned as is
+        outputs.append(draw.choice(outputs + [g.program.inputs[0].name]))
+    g.program.outputs = outputs
+    program = g.program.pruned()
+    if draw.int(0, 7) == 0:                     # an input no output depends on: its gradient is zeros
+        program.inputs.append(Input(g._fresh("x"), g.random_shape()))
+    return program

@@ -1,0 +1,76 @@
+"""Bugs tools/fuzz.py found, each as its shrunk reproducer run through every fuzz check
+(tests/fuzz/checks.py), with the NumPy reference written out."""
+import numpy as np
+
+import gcompile as gc
+import gcompile.functions as F
+
+from .checks import CHECKS, run_check
+
+RNG = np.random.default_rng(0)
+
+
+def _all_checks(program, reference, specs, arrays):
+    for check in CHECKS:
+        run_check(check, program, reference, specs, arrays)
+
+
+def test_slice_scatter_under_a_transpose_with_symbolic_batch():
+    """The backward of a slice (slice_scatter) emitted Pad with its `axes` input; onnxruntime
+    1.31's transpose optimizer permuted that partial pads list as if it covered every axis and
+    the model failed at run time ("indices element out of data bounds") — symbolic batch only."""
+    def program(x):
+        return (x[:, :, :-1][:, [0]] * 1.5,)
+
+    def reference(x):
+        return (x[:, :, :-1][:, [0]] * 1.5,)
+
+    x = RNG.standard_normal((2, 1, 3, 3)).astype(np.float32)
+    _all_checks(program, reference, [gc.spec(("batch", 1, 3, 3))], [x])
+
+
+def test_integer_power_of_an_exact_zero_has_finite_derivatives():
+    """pow's VJP y·x^(y-1) became 0·x^-1 = 0·inf = NaN at x = 0 once the exponent reached 0:
+    the third derivative of relu(x)**2 and the second of relu(x)**1 were NaN where relu is 0."""
+    def program(x):
+        r = F.relu(x)
+        return (F.power(r, 2), r ** 1 * x, (x - x) ** 3)
+
+    def reference(x):
+        r = np.maximum(x, 0)
+        return (r ** 2, r * x, (x - x) ** 3)
+
+    x = np.array([[-1.5, 0.7, -0.3], [1.2, -0.8, 0.4]], np.float32)
+    _all_checks(program, reference, [gc.spec(("batch", 3))], [x])
+
+
+def test_power_backward_keeps_no_guard_for_a_nonzero_constant_exponent():
+    """The zero-exponent guard of pow's VJP (a where) folds away when the exponent is a constant."""
+    compiled = gc.compile(lambda x: gc.grad(F.sum(x ** 2), [x]), gc.spec(("batch", 3)), provider="cpu")
+    ops = {node.op for node in compiled.graph.nodes.values()}
+    assert "pow" in ops and not ops & {"where", "equal"}, ops
+
+
+def test_numpy_dot_of_higher_rank_operands_is_a_tensor_product():
+    """np.dot on Tensors ran matmul, whose batch broadcasting differs from dot's tensor product
+    once the second operand has more than 2 dims (wrong shape and values)."""
+    def program(a, b, c):
+        return (np.dot(a, b), np.dot(c, b), np.dot(a[0], c[0].T), np.dot(c, a[0]), np.dot(a, 2.0))
+
+    def reference(a, b, c):
+        return (np.dot(a, b), np.dot(c, b), np.dot(a[0], c[0].T), np.dot(c, a[0]), np.dot(a, 2.0))
+
+    arrays = [RNG.standard_normal(s).astype(np.float32) for s in ((3, 2), (2, 2, 3), (4, 3, 2))]
+    _all_checks(program, reference, [gc.spec(a.shape) for a in arrays], arrays)
+
+
+def test_numpy_pad_with_constant_values():
+    """np.pad(x, pads, constant_values=v) on a Tensor raised TypeError (F.pad names it `value`)."""
+    def program(x):
+        return (np.pad(x, ((0, 0), (1, 2)), constant_values=0.5), np.pad(x, 1, mode="edge"))
+
+    def reference(x):
+        return (np.pad(x, ((0, 0), (1, 2)), constant_values=0.5), np.pad(x, 1, mode="edge"))
+
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    _all_checks(program, reference, [gc.spec((2, 3))], [x])
