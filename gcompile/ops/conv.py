@@ -269,8 +269,9 @@ def _lower_conv_weight_grad(ctx, names, node):
     axes = ctx.int64s(range(2, 2 + nsp))
     x = ctx.emit("Reshape", [names[0], ctx.int64s([0, groups, ci, *spatial])])          # (N, G, Ci, *S)
     x = ctx.emit("Transpose", [x], perm=[1, 0, *range(3, 3 + nsp), 2])                    # (G, N, *S, Ci)
-    if any(any(p) for p in a["pad"]):
-        x = ctx.emit("Pad", [x, ctx.int64s(_onnx_pads(a["pad"])), "", axes])
+    if any(any(p) for p in a["pad"]):   # pads for every axis: ORT's layout optimizer mishandles `axes`
+        begins, ends = [0, 0, *(p[0] for p in a["pad"]), 0], [0, 0, *(p[1] for p in a["pad"]), 0]
+        x = ctx.emit("Pad", [x, ctx.int64s(begins + ends)])
     cols = []
     for tap in _taps(kernel):
         window = _tap_window(tap, a["stride"], a["dilation"], out)[1:]
