@@ -18,13 +18,15 @@ import sys
 import time
 import traceback
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 
 from . import __version__, artifacts
 from .errors import GcompileError
-from .export import export_info, exported_functions
+from .export import Export, export_info, exported_functions
 from .frontend.trace import trace
 from .logs import logger, phase, progress, timings
 from .lowering import to_onnx
@@ -93,6 +95,8 @@ def load_module(path) -> types.ModuleType:
     stem = "".join(c if c.isalnum() else "_" for c in os.path.splitext(os.path.basename(path))[0])
     name = f"gcompile_model_{stem}_{next(_module_ids)}"
     spec = importlib.util.spec_from_file_location(name, os.path.abspath(path))
+    if spec is None or spec.loader is None:   # a suffix no importer handles, e.g. model.txt
+        raise GcompileError(f"model file {path!r} cannot be imported as Python: give a .py file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
@@ -110,8 +114,8 @@ def load_module(path) -> types.ModuleType:
     return module
 
 
-def _trace_one(fn, opset, optimize, model_path: str):
-    info = export_info(fn)
+def _trace_one(fn: Callable, info: Export, opset: int | None, optimize: int,
+               model_path: str) -> tuple[Export, onnx.ModelProto, list[str]]:
     code = getattr(fn, "__code__", None)
     where = f"{model_path}:{code.co_firstlineno}" if code else model_path
     try:
@@ -134,22 +138,22 @@ def _trace_one(fn, opset, optimize, model_path: str):
 
 
 def _trace_all(module, model_path: str, opset, optimize) -> list:
-    functions = exported_functions(module)
+    functions = [(fn, info) for fn in exported_functions(module) if (info := export_info(fn)) is not None]
     if not functions:
         raise GcompileError(f"{model_path} has no exported function: mark the functions to build with "
                             "@gc.export(x=gc.spec(shape, dtype), ...)")
-    names = [export_info(fn).name for fn in functions]
+    names = [info.name for _, info in functions]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise GcompileError(f"{model_path}: two exported functions are named {duplicates[0]!r}; "
                             "rename one with @gc.export(name=..., ...)")
     built = []
     with progress(len(functions), "build") as bar:
-        for fn, name in zip(functions, names):
-            bar.step(name)
+        for fn, info in functions:
+            bar.step(info.name)
             with timings() as times:
-                built.append((*_trace_one(fn, opset, optimize, model_path), times))
-            logger.info("%s: %s", name, times.format())
+                built.append((*_trace_one(fn, info, opset, optimize, model_path), times))
+            logger.info("%s: %s", info.name, times.format())
             bar.advance()
     return built
 
@@ -196,7 +200,7 @@ def build(model, out_dir, opset: int | None = None, check: bool = False, provide
         file_name = f"{info.name}.onnx"
         location = external_data_name(file_name)
         data, weights = serialize(onnx_model, location, external_data_threshold)
-        if check:
+        if resolved is not None:   # --check
             with timed.phase("check"):
                 feeds = info.check_feeds(onnx_model) if isinstance(info, TrainExport) else None
                 checks[info.name] = _check(info.name, data, weights, location, onnx_model, float64_ops, resolved,

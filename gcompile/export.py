@@ -8,26 +8,38 @@ from __future__ import annotations
 
 import inspect
 import re
+import types
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar, overload
 
 from .errors import GcompileError
-from .frontend.spec import as_spec
+from .frontend.spec import Spec, as_spec
 
 __all__ = ["export"]
 
 _MARK = "__gcompile_export__"
 _ARTIFACT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_F = TypeVar("_F", bound=Callable)
 
 
 @dataclass(frozen=True)
 class Export:
     """What `gcompile build` needs to trace one function: artifact name, input names and specs."""
     name: str
-    input_names: tuple
-    specs: tuple
+    input_names: tuple[str, ...]
+    specs: tuple[Spec, ...]
 
 
-def export(fn=None, /, *, name=None, **specs):
+@overload
+def export(fn: _F, /, *, name: Any = None, **specs: Any) -> _F: ...
+
+
+@overload
+def export(fn: None = None, /, *, name: Any = None, **specs: Any) -> Callable[[_F], _F]: ...
+
+
+def export(fn: _F | None = None, /, *, name: Any = None, **specs: Any) -> _F | Callable[[_F], _F]:
     """Mark `fn` for `gcompile build`, one spec per positional parameter:
 
         @gc.export(x=gc.spec(("batch", 784), "float32"))
@@ -41,14 +53,14 @@ def export(fn=None, /, *, name=None, **specs):
     if name is not None and not isinstance(name, str):
         specs["name"], name = name, None
 
-    def mark(f):
+    def mark(f: _F) -> _F:
         setattr(f, _MARK, _make_export(f, name, specs))
         return f
 
     return mark if fn is None else mark(fn)
 
 
-def _make_export(fn, name, specs) -> Export:
+def _make_export(fn: Any, name: str | None, specs: dict[str, Any]) -> Export:
     if not callable(fn):
         raise GcompileError(f"@gc.export(...) decorates a function, got {type(fn).__name__}")
     label = getattr(fn, "__qualname__", repr(fn))
@@ -93,13 +105,13 @@ def _make_export(fn, name, specs) -> Export:
     return Export(artifact, tuple(input_names), tuple(resolved))
 
 
-def export_info(fn) -> Export | None:
+def export_info(fn: Any) -> Export | None:
     """The Export record of a marked function, else None."""
     info = getattr(fn, _MARK, None)
     return info if isinstance(info, Export) else None
 
 
-def exported_functions(module) -> list:
+def exported_functions(module: types.ModuleType) -> list[Callable]:
     """Functions defined in `module` and marked with @gc.export, in source order."""
     found = [f for f in vars(module).values()
              if callable(f) and export_info(f) is not None and getattr(f, "__module__", None) == module.__name__]

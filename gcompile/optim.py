@@ -15,6 +15,7 @@ import numpy as np
 
 from . import functions as F
 from .errors import GcompileError
+from .frontend.tensor import Tensor
 
 __all__ = ["SGD", "Adam", "AdamW", "Optimizer", "state_name"]
 
@@ -31,20 +32,27 @@ def _check(condition: bool, message: str) -> None:
 
 class Optimizer:
     """Base class: `slots` declares the state, `rule` updates one parameter."""
-    slots: tuple = ()
 
-    def scalars(self, step) -> dict:
+    @property
+    def slots(self) -> tuple[tuple[str, float], ...]:
+        """(slot name, initial value) pairs, one state entry per parameter each; none by default."""
+        return ()
+
+    def scalars(self, step: Tensor) -> dict[str, Tensor]:
         """Step-dependent scalars shared by every parameter (float64 Tensors); none by default."""
         return {}
 
-    def rule(self, p, g, state: dict, step, scalars: dict):
+    def rule(self, p: Tensor, g: Tensor, state: dict[str, Tensor], step: Tensor,
+             scalars: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         """(new p, {slot: new value}) for one parameter."""
         raise NotImplementedError
 
-    def update(self, params: dict, grads: dict, state: dict, step):
+    def update(self, params: dict[str, Tensor], grads: dict[str, Tensor], state: dict[str, Tensor],
+               step: Tensor) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """New parameters and new state (same keys as `params` and `state`) after one step."""
         scalars = self.scalars(step)
-        new_params, new_state = {}, {}
+        new_params: dict[str, Tensor] = {}
+        new_state: dict[str, Tensor] = {}
         for name, p in params.items():
             slots = {slot: state[state_name(name, slot)] for slot, _ in self.slots}
             new_params[name], updated = self.rule(p, grads[name], slots, step, scalars)
@@ -61,7 +69,7 @@ class SGD(Optimizer):
     step); the step direction is buf, or g + momentum·buf with nesterov; p -= lr·direction."""
 
     def __init__(self, lr: float, momentum: float = 0.0, dampening: float = 0.0, nesterov: bool = False,
-                 weight_decay: float = 0.0):
+                 weight_decay: float = 0.0) -> None:
         _check(lr >= 0 and momentum >= 0 and weight_decay >= 0,
                f"SGD: lr, momentum and weight_decay must be >= 0 (got {lr}, {momentum}, {weight_decay})")
         _check(not nesterov or (momentum > 0 and dampening == 0),
@@ -70,10 +78,11 @@ class SGD(Optimizer):
         self.nesterov, self.weight_decay = bool(nesterov), float(weight_decay)
 
     @property
-    def slots(self) -> tuple:
+    def slots(self) -> tuple[tuple[str, float], ...]:
         return (("momentum", 0.0),) if self.momentum else ()
 
-    def rule(self, p, g, state, step, scalars):
+    def rule(self, p: Tensor, g: Tensor, state: dict[str, Tensor], step: Tensor,
+             scalars: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         if self.weight_decay:
             g = g + self.weight_decay * p
         if not self.momentum:
@@ -92,7 +101,8 @@ class Adam(Optimizer):
     decoupled = False
     slots = (("m", 0.0), ("v", 0.0))
 
-    def __init__(self, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
+    def __init__(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0) -> None:
         beta1, beta2 = betas
         _check(lr >= 0 and eps >= 0 and weight_decay >= 0,
                f"{type(self).__name__}: lr, eps and weight_decay must be >= 0 (got {lr}, {eps}, {weight_decay})")
@@ -100,12 +110,13 @@ class Adam(Optimizer):
         self.lr, self.betas, self.eps = float(lr), (float(beta1), float(beta2)), float(eps)
         self.weight_decay = float(weight_decay)
 
-    def scalars(self, step):
+    def scalars(self, step: Tensor) -> dict[str, Tensor]:
         t = F.cast(step, np.float64)
         beta1, beta2 = self.betas
         return {"step_size": self.lr / (1 - F.power(beta1, t)), "bc2_sqrt": F.sqrt(1 - F.power(beta2, t))}
 
-    def rule(self, p, g, state, step, scalars):
+    def rule(self, p: Tensor, g: Tensor, state: dict[str, Tensor], step: Tensor,
+             scalars: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         beta1, beta2 = self.betas
         if self.weight_decay and self.decoupled:
             p = p * (1 - self.lr * self.weight_decay)
@@ -121,5 +132,6 @@ class AdamW(Adam):
     """torch.optim.AdamW: Adam with decoupled weight decay, p *= 1 - lr·wd before the Adam step."""
     decoupled = True
 
-    def __init__(self, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.01):
+    def __init__(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01) -> None:
         super().__init__(lr, betas, eps, weight_decay)

@@ -9,7 +9,11 @@ float64 kernel for every op; check_lowering compares onnxruntime with that evalu
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .frontend import pytree
 from .frontend.tensor import Tensor, as_tensor
@@ -92,8 +96,8 @@ def _prepare(inputs):
     return arrays, positions
 
 
-def check_grad(fn, inputs, *, order: int = 1, eps: float = 1e-5, rtol: float = 1e-5, atol: float = 1e-7,
-               seed: int = 0):
+def check_grad(fn: Callable, inputs: Sequence[ArrayLike], *, order: int = 1, eps: float = 1e-5,
+               rtol: float = 1e-5, atol: float = 1e-7, seed: int = 0) -> tuple[float, float]:
     """Check gc.grad of `fn` (any outputs) at `inputs` (arrays; float ones are promoted to float64).
 
     order=2 checks the gradient of the gradient (as check_double_grad), order=3 the next one.
@@ -109,12 +113,13 @@ def check_grad(fn, inputs, *, order: int = 1, eps: float = 1e-5, rtol: float = 1
     return _check(scalar, arrays, positions, eps, rtol, atol, seed, what)
 
 
-def check_double_grad(fn, inputs, **kwargs):
+def check_double_grad(fn: Callable, inputs: Sequence[ArrayLike], **kwargs: Any) -> tuple[float, float]:
     """check_grad of x ↦ ⟨∇L(x), v⟩ for a fixed random v: checks the double-backward graph."""
     return check_grad(fn, inputs, order=2, **kwargs)
 
 
-def check_lowering(fn, inputs, *, rtol: float = 1e-4, atol: float = 1e-5, provider: str = "cpu"):
+def check_lowering(fn: Callable, inputs: Sequence[ArrayLike], *, rtol: float = 1e-4, atol: float = 1e-5,
+                   provider: str = "cpu") -> list[np.ndarray]:
     """Run `fn` through ONNX and onnxruntime and compare with the reference evaluator on the same inputs.
 
     Also validates the model with onnx.checker (full_check) and that it uses ai.onnx ops only.

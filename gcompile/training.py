@@ -9,29 +9,35 @@ gcompile.runtime.trainer.StepLayout, which is also stored in the model's metadat
 from __future__ import annotations
 
 import inspect
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, overload
 
 import numpy as np
+import onnx
 
 from .artifacts import random_feeds
 from .errors import GcompileError
 from .export import _ARTIFACT_NAME, _MARK, Export
 from .frontend.spec import as_spec, spec
-from .frontend.trace import argument_names, trace
+from .frontend.trace import Traced, argument_names, trace
 from .gradients.transforms import value_and_grad
 from .optim import Optimizer, state_name
-from .runtime.compiled import compile_traced
+from .runtime.compiled import CompiledFunction, compile_traced
 from .runtime.trainer import StepLayout
 
 __all__ = ["TrainStep", "export_train", "export_train_step"]
 
+_F = TypeVar("_F", bound=Callable)
 
-def _check_params(params, optimizer) -> dict:
+
+def _check_params(params: Any, optimizer: Any) -> dict[str, np.ndarray]:
     if not isinstance(optimizer, Optimizer):
         raise GcompileError(f"optimizer must be a gc.optim optimizer (SGD, Adam, AdamW), got {optimizer!r}")
     if not isinstance(params, dict) or not params:
         raise GcompileError("params must be a non-empty dict {name: numpy array}")
-    checked = {}
+    checked: dict[str, np.ndarray] = {}
     for name, value in params.items():
         arr = np.array(value)   # a copy: the initial values stay as exported
         if not isinstance(name, str) or not name:
@@ -47,7 +53,8 @@ def _layout(params: dict, optimizer: Optimizer, batch_names) -> StepLayout:
     return StepLayout(tuple(params), state, tuple(batch_names))
 
 
-def _trace_step(loss_fn, params: dict, optimizer: Optimizer, batch_specs, batch_names, name: str):
+def _trace_step(loss_fn: Callable, params: dict[str, np.ndarray], optimizer: Optimizer, batch_specs: Sequence,
+                batch_names: Sequence[str], name: str) -> tuple[Traced, StepLayout]:
     """(Traced step, its StepLayout)."""
     layout = _layout(params, optimizer, batch_names)
     n_params, n_state = len(layout.params), len(layout.state)
@@ -77,18 +84,18 @@ class TrainStep:
     everything on the device. `.params` holds the initial parameters it was exported with.
     """
 
-    def __init__(self, compiled, layout: StepLayout, params: dict):
+    def __init__(self, compiled: CompiledFunction, layout: StepLayout, params: dict[str, np.ndarray]) -> None:
         self.compiled, self.layout, self.params = compiled, layout, params
 
     @property
-    def model(self):
+    def model(self) -> onnx.ModelProto:
         return self.compiled.model
 
     @property
     def provider(self) -> str:
         return self.compiled.provider
 
-    def save(self, path, **options) -> None:
+    def save(self, path: str | os.PathLike, **options: Any) -> None:
         """Write the ONNX model to `path` atomically, as CompiledFunction.save (the layout
         travels in the model's metadata)."""
         self.compiled.save(path, **options)
@@ -97,7 +104,8 @@ class TrainStep:
         """(optimizer state, step counter) before the first step."""
         return self.layout.initial_state(self.params)
 
-    def __call__(self, params: dict, state: dict, count, *batch):
+    def __call__(self, params: dict[str, np.ndarray], state: dict[str, np.ndarray], count: int | np.ndarray,
+                 *batch: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
         flat = [params[n] for n in self.layout.params] + [state[n] for n in self.layout.state_names]
         outs = self.compiled.run_flat(*flat, np.asarray(count, np.int64), *batch)
         n_params, n_state = len(self.layout.params), len(self.layout.state)
@@ -105,8 +113,9 @@ class TrainStep:
                 dict(zip(self.layout.state_names, outs[1 + n_params:1 + n_params + n_state])), outs[-1])
 
 
-def export_train_step(loss_fn, params: dict, optimizer: Optimizer, *batch_specs, provider: str = "auto",
-                      opset: int | None = None, optimize: int = 2, name: str = "train_step") -> TrainStep:
+def export_train_step(loss_fn: Callable, params: dict[str, np.ndarray], optimizer: Optimizer, *batch_specs: Any,
+                      provider: str = "auto", opset: int | None = None, optimize: int = 2,
+                      name: str = "train_step") -> TrainStep:
     """Compile one training step of `loss_fn` into a single ONNX model.
 
     loss_fn(params, *batch) receives a dict {name: Tensor} and the batch Tensors and returns
@@ -127,25 +136,36 @@ def export_train_step(loss_fn, params: dict, optimizer: Optimizer, *batch_specs,
 @dataclass(frozen=True)
 class TrainExport(Export):
     """@gc.export_train's record: `input_names`/`specs` describe the batch; `build` traces the step."""
-    loss_fn: object = field(default=None, compare=False, hash=False)
-    params: dict = field(default=None, compare=False, hash=False)
-    optimizer: Optimizer = field(default=None, compare=False, hash=False)
+    loss_fn: Callable = field(kw_only=True, compare=False, hash=False)
+    params: dict[str, np.ndarray] = field(kw_only=True, compare=False, hash=False)
+    optimizer: Optimizer = field(kw_only=True, compare=False, hash=False)
 
     @property
     def layout(self) -> StepLayout:
         return _layout(self.params, self.optimizer, self.input_names)
 
-    def trace(self):
+    def trace(self) -> Traced:
         """The traced step; `gcompile build` runs its passes and lowering, then `layout.attach`es."""
         return _trace_step(self.loss_fn, self.params, self.optimizer, self.specs, self.input_names, self.name)[0]
 
-    def check_feeds(self, model) -> dict:
+    def check_feeds(self, model: onnx.ModelProto) -> dict[str, np.ndarray]:
         """Feeds for `gcompile build --check`: a random batch, the initial parameters and state."""
         state, count = self.layout.initial_state(self.params)
         return {**random_feeds(model), **self.params, **state, "step": count}
 
 
-def export_train(fn=None, /, *, params, optimizer, name=None, **batch_specs):
+@overload
+def export_train(fn: _F, /, *, params: dict[str, np.ndarray], optimizer: Optimizer, name: str | None = None,
+                 **batch_specs: Any) -> _F: ...
+
+
+@overload
+def export_train(fn: None = None, /, *, params: dict[str, np.ndarray], optimizer: Optimizer, name: str | None = None,
+                 **batch_specs: Any) -> Callable[[_F], _F]: ...
+
+
+def export_train(fn: _F | None = None, /, *, params: dict[str, np.ndarray], optimizer: Optimizer,
+                 name: str | None = None, **batch_specs: Any) -> _F | Callable[[_F], _F]:
     """Mark a loss function for `gcompile build`, which writes its training step as NAME.onnx:
 
         @gc.export_train(params=weights, optimizer=gc.optim.Adam(1e-3), x=gc.spec(("batch", 8)))
@@ -157,7 +177,7 @@ def export_train(fn=None, /, *, params, optimizer, name=None, **batch_specs):
     """
     checked = _check_params(params, optimizer)
 
-    def mark(f):
+    def mark(f: _F) -> _F:
         label = getattr(f, "__qualname__", repr(f))
         positional = [p for p in inspect.signature(f).parameters.values()
                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -181,7 +201,9 @@ def export_train(fn=None, /, *, params, optimizer, name=None, **batch_specs):
             raise GcompileError(f"@gc.export_train on {label}: artifact name {artifact!r} must be letters, digits, "
                                 "'_', '.' or '-' (it becomes the file name NAME.onnx)")
         _layout(checked, optimizer, [p.name for p in batch])   # name clashes fail here, at the decorator
-        setattr(f, _MARK, TrainExport(artifact, tuple(p.name for p in batch), specs, f, checked, optimizer))
+        record = TrainExport(artifact, tuple(p.name for p in batch), specs, loss_fn=f, params=checked,
+                             optimizer=optimizer)
+        setattr(f, _MARK, record)
         return f
 
     return mark if fn is None else mark(fn)

@@ -130,12 +130,12 @@ def _svg_graph(model, top: float) -> tuple[list[str], float, float]:
         parts.append(f'<text class="edge-label" x="{(x1 + x2) / 2 + 4:.1f}" y="{(y1 + y2) / 2:.1f}">'
                      f'{escape(label)}</text>')
     for box in boxes.values():
-        y = y_of[box.key]
+        y, cx = y_of[box.key], box.x + box.width / 2
         shape = (f'<rect rx="{NODE_H / 2 if box.css == "io" else 5}" x="{box.x:.1f}" y="{y:.1f}" '
                  f'width="{box.width}" height="{NODE_H}"/>')
         parts.append(f'<g class="node {box.css}"><title>{escape(box.tip)}</title>{shape}'
-                     f'<text class="op" x="{box.x + box.width / 2:.1f}" y="{y + 17:.1f}">{escape(box.label)}</text>'
-                     f'<text class="name" x="{box.x + box.width / 2:.1f}" y="{y + 31:.1f}">{escape(box.sub)}</text></g>')
+                     f'<text class="op" x="{cx:.1f}" y="{y + 17:.1f}">{escape(box.label)}</text>'
+                     f'<text class="name" x="{cx:.1f}" y="{y + 31:.1f}">{escape(box.sub)}</text></g>')
     width = max((b.x + b.width for b in boxes.values()), default=0) + MARGIN
     return parts, width, len(layers) * (NODE_H + GAP_Y)
 
@@ -175,7 +175,8 @@ def _orders(models) -> list[str]:
 def render_svg(sections: list[tuple[str, object]]) -> str:
     """One SVG document: a legend, then each (title, ONNX model) graph below the previous one."""
     orders = _orders(sections)
-    parts, y, width = _legend(orders, MARGIN), MARGIN + 36, 0.0
+    parts, width = _legend(orders, MARGIN), 0.0
+    y: float = MARGIN + 36
     for title, model in sections:
         parts.append(f'<text class="title" x="{MARGIN}" y="{y + 14}">{escape(title)}</text>')
         graph, w, h = _svg_graph(model, y + 30)

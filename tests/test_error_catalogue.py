@@ -51,7 +51,8 @@ def tiny_onnx(tmp_path, opset=None, op=("Relu", ""), name="tiny.onnx"):
     """A one-node float model; `op` is (op type, domain)."""
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "xy"]
     node = helper.make_node(op[0], ["x"], ["y"], domain=op[1])
-    opsets = [helper.make_opsetid("", opset or runtime_limits()[1])] + ([helper.make_opsetid(op[1], 1)] if op[1] else [])
+    opsets = [helper.make_opsetid("", opset or runtime_limits()[1])]
+    opsets += [helper.make_opsetid(op[1], 1)] if op[1] else []
     model = helper.make_model(helper.make_graph([node], "tiny", io[:1], io[1:]), opset_imports=opsets)
     model.ir_version = runtime_limits()[0]
     path = tmp_path / name
@@ -197,6 +198,13 @@ def build(tmp_path, model):
 @case
 def build_model_file_missing(tmp_path):
     return raised(build(tmp_path, tmp_path / "absent.py")), ["absent.py", "not found"]
+
+
+@case
+def build_model_file_not_python(tmp_path):
+    path = tmp_path / "model.txt"
+    path.write_text("not python")
+    return raised(build(tmp_path, path)), ["model.txt", "give a .py file"]
 
 
 @case

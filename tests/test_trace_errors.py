@@ -134,5 +134,6 @@ def test_bad_return_value():
 
 
 def test_non_numeric_constant():
-    with pytest.raises(gc.TraceError, match=r"cannot use a value of type .* as a tensor \(at test_trace_errors\.py:\d+"):
+    with pytest.raises(gc.TraceError,
+                       match=r"cannot use a value of type .* as a tensor \(at test_trace_errors\.py:\d+"):
         gc.compile(lambda x: x + "a", X23)

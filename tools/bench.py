@@ -421,7 +421,8 @@ def _lstm_memory_run(mode: str, steps: int = 100, batch: int = 512, hidden: int 
             return next(int(line.split()[1]) / 1024 for line in f if line.startswith(key))
     rng = np.random.default_rng(0)
     xs = (rng.standard_normal((steps, batch, features)) * 0.5).astype(np.float32)
-    ws = [_param(4 * hidden, features, scale=0.1), _param(4 * hidden, hidden, scale=0.1), np.zeros(4 * hidden, np.float32)]
+    ws = [_param(4 * hidden, features, scale=0.1), _param(4 * hidden, hidden, scale=0.1),
+          np.zeros(4 * hidden, np.float32)]
     h0 = np.zeros((batch, hidden), np.float32)
 
     def step(xs, h0, w_ih, w_hh, b):

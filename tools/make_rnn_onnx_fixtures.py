@@ -26,7 +26,7 @@ import onnx
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-T, N, I, H = 5, 3, 3, 4
+T, N, IN, H = 5, 3, 3, 4
 LENGTHS = [5, 4, 2]           # longest first: enforce_sorted=True exports without a sorting gather
 
 
@@ -54,18 +54,22 @@ class Packed(Stateful):
 
 def models():
     """name -> (module, input names, number of initial states fed as inputs, packed?)."""
-    lstm = lambda: torch.nn.LSTM(I, H, num_layers=2, bidirectional=True)
-    gru = lambda: torch.nn.GRU(I, H, num_layers=2, bidirectional=True)
+    def lstm():
+        return torch.nn.LSTM(IN, H, num_layers=2, bidirectional=True)
+
+    def gru():
+        return torch.nn.GRU(IN, H, num_layers=2, bidirectional=True)
+
     return {"lstm": (Stateful(lstm()), ["x", "h0", "c0"]),
             "gru": (Stateful(gru()), ["x", "h0"]),
-            "rnn": (Stateful(torch.nn.RNN(I, H, nonlinearity="tanh", bidirectional=True)), ["x"]),
+            "rnn": (Stateful(torch.nn.RNN(IN, H, nonlinearity="tanh", bidirectional=True)), ["x"]),
             "lstm_packed": (Packed(lstm()), ["x", "lengths"]),
             "gru_packed": (Packed(gru()), ["x", "lengths"])}
 
 
 def _inputs(names, rnn, gen):
     directions = 2 if rnn.bidirectional else 1
-    shapes = {"x": (T, N, I), "h0": (rnn.num_layers * directions, N, H), "c0": (rnn.num_layers * directions, N, H)}
+    shapes = {"x": (T, N, IN), "h0": (rnn.num_layers * directions, N, H), "c0": (rnn.num_layers * directions, N, H)}
     return [torch.tensor(LENGTHS) if n == "lengths" else torch.randn(shapes[n], generator=gen) * 0.8 for n in names]
 
 

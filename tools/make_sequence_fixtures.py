@@ -19,13 +19,13 @@ import numpy as np
 import torch
 
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "data", "sequence")
-T, N, I, H, LAYERS = 5, 3, 3, 4, 2
+T, N, IN, H, LAYERS = 5, 3, 3, 4, 2
 
 
 def _rnn_fixture(kind: str, rng) -> dict:
     torch.manual_seed(0)
-    module = (torch.nn.LSTM if kind == "lstm" else torch.nn.GRU)(I, H, num_layers=LAYERS, bidirectional=True).double()
-    xs = torch.tensor(rng.standard_normal((T, N, I)), requires_grad=True)
+    module = (torch.nn.LSTM if kind == "lstm" else torch.nn.GRU)(IN, H, num_layers=LAYERS, bidirectional=True).double()
+    xs = torch.tensor(rng.standard_normal((T, N, IN)), requires_grad=True)
     lengths = np.array([5, 2, 4], np.int64)
     states = [torch.tensor(rng.standard_normal((2 * LAYERS, N, H)), requires_grad=True)
               for _ in range(2 if kind == "lstm" else 1)]

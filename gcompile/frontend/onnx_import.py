@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+from typing import Any
 
 import numpy as np
 import onnx
@@ -31,7 +32,7 @@ from .tensor import Tensor, current_frame
 __all__ = ["load_onnx"]
 
 
-def load_onnx(model) -> OnnxModel:
+def load_onnx(model: str | os.PathLike | bytes | bytearray | onnx.ModelProto) -> OnnxModel:
     """An ONNX model (a path, serialized bytes or an onnx.ModelProto) as a callable that inlines
     its graph into the function being traced.
 
@@ -93,9 +94,11 @@ def _check_manifest(path: str, data: bytes) -> None:
             if os.path.basename(location) != location or not os.path.isfile(target):
                 raise GcompileError(f"{path}: its external data file {location!r}, listed in {manifest_path}, is "
                                     f"not a file in {folder}")
-            with open(target, "rb") as fh:
-                digest = hashlib.file_digest(fh, "sha256").hexdigest()
-            _check_sha256(target, digest, external.get("sha256"), manifest_path)
+            digest = hashlib.sha256()
+            with open(target, "rb") as fh:   # in blocks: external data is the part too large to hold twice
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+            _check_sha256(target, digest.hexdigest(), external.get("sha256"), manifest_path)
 
 
 def _check_sha256(path: str, actual: str, expected, manifest_path: str) -> None:
@@ -155,7 +158,7 @@ class OnnxModel:
     `input_specs()`: gc.Specs from the declared inputs, dim_params as symbolic dims.
     """
 
-    def __init__(self, proto: onnx.ModelProto):
+    def __init__(self, proto: onnx.ModelProto) -> None:
         graph = proto.graph
         if graph.sparse_initializer:
             raise UnsupportedError("sparse initializers are not supported")
@@ -172,7 +175,7 @@ class OnnxModel:
                 f"{len(self._params)} params>")
 
     @property
-    def params(self) -> dict:
+    def params(self) -> dict[str, np.ndarray]:
         return dict(self._params)
 
     def input_specs(self) -> list[Spec]:
@@ -192,7 +195,7 @@ class OnnxModel:
                       _symbol(d.dim_param or f"{value_info.name}_{axis}") for axis, d in enumerate(tt.shape.dim))
         return spec(shape, dtype)
 
-    def __call__(self, *inputs, params: dict | None = None):
+    def __call__(self, *inputs: Any, params: dict[str, Any] | None = None) -> Tensor | tuple[Tensor, ...]:
         current_frame()    # a clear error when called outside a traced function
         if len(inputs) != len(self.input_names):
             raise InputError(f"the ONNX model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "

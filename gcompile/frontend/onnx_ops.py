@@ -8,6 +8,7 @@ the op rejects, ...), the translator raises a clear UnsupportedError instead of 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from .. import functions as F
 from ..ir import dims
 from ..ops.shape_rules import normalize_axes, normalize_axis
 from .onnx_table import SYMBOLIC_BINARY, SymInts, entries, onnx_op, sym_or_const
-from .tensor import apply
+from .tensor import Tensor, apply
 
 
 def _float(n, x, what="input"):
@@ -186,10 +187,11 @@ def _div(a, b):
     return apply("div", [a, b])       # ONNX integer Div truncates toward zero, as gcompile's div op
 
 
-for _op, _fn in {"Add": F.add, "Sub": F.subtract, "Mul": F.multiply, "Div": _div, "Equal": F.equal,
-                 "Less": F.less, "LessOrEqual": F.less_equal, "Greater": F.greater,
-                 "GreaterOrEqual": F.greater_equal, "And": F.logical_and, "Or": F.logical_or,
-                 "Xor": F.not_equal}.items():
+_BINARY: dict[str, Callable[..., Tensor]] = {
+    "Add": F.add, "Sub": F.subtract, "Mul": F.multiply, "Div": _div, "Equal": F.equal, "Less": F.less,
+    "LessOrEqual": F.less_equal, "Greater": F.greater, "GreaterOrEqual": F.greater_equal,
+    "And": F.logical_and, "Or": F.logical_or, "Xor": F.not_equal}
+for _op, _fn in _BINARY.items():
     _binary(_op, _fn)
 
 
@@ -575,4 +577,4 @@ def _softmax_cross_entropy(n, scores, labels, weights=None):
     return _nll(n, logp, labels, weights), logp
 
 
-from . import onnx_rnn  # noqa: F401  (registers LSTM, GRU and RNN; it reuses _float above)
+from . import onnx_rnn  # noqa: E402,F401  (registers LSTM, GRU and RNN; it reuses _float above)

@@ -1,7 +1,8 @@
 """Nested outputs (tuples, lists, dicts of Tensors) flattened to a list and rebuilt."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def flatten(obj, is_leaf: Callable[[Any], bool]) -> tuple[list, Any]:

@@ -1,9 +1,12 @@
 """Input specs: the shape (ints and symbol names) and dtype of a traced function's argument."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..errors import GcompileError
 from ..ir.dims import format_shape
@@ -25,7 +28,7 @@ class Spec:
         return tensor_type(self.dtype, self.shape)
 
 
-def spec(shape, dtype="float32") -> Spec:
+def spec(shape: int | str | Iterable[int | str], dtype: DTypeLike = "float32") -> Spec:
     """Describe a graph input: `shape` holds ints and symbol names ("batch"), e.g. spec(("batch", 784))."""
     if isinstance(shape, (int, str)):
         shape = (shape,)
@@ -47,11 +50,12 @@ def spec(shape, dtype="float32") -> Spec:
     return Spec(tuple(int(d) if not isinstance(d, str) else d for d in shape), dtype)
 
 
-def as_spec(value) -> Spec:
+def as_spec(value: Any) -> Spec:
     """A Spec from a Spec or an example array (its exact shape and dtype)."""
     if isinstance(value, Spec):
         return value
     if isinstance(value, (np.ndarray, np.generic, int, float, bool, list)):
         arr = np.asarray(value)
         return spec(arr.shape, arr.dtype)
-    raise GcompileError(f"bad spec: expected gc.spec(shape, dtype) or an example numpy array, got {type(value).__name__}")
+    raise GcompileError("bad spec: expected gc.spec(shape, dtype) or an example numpy array, "
+                        f"got {type(value).__name__}")

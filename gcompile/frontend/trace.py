@@ -56,7 +56,7 @@ def trace(fn, args, name: str | None = None, input_names: list[str] | None = Non
     graph.outputs = [t.ref for t in tensors]
     out_names = pytree.leaf_paths(tree)
     graph.output_names = _unique(out_names, taken=set(names))
-    return Traced(graph, names, specs, tree, name or getattr(fn, "__name__", "function"))
+    return Traced(graph, names, specs, tree, name or str(getattr(fn, "__name__", "function")))
 
 
 def _unique(names: list[str], taken: set[str]) -> list[str]:

@@ -8,13 +8,18 @@ freed as soon as the forward pass is done with them: less peak memory, more comp
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 from ..frontend import pytree
 from ..frontend.tensor import Tensor, current_frame
 
 __all__ = ["checkpoint"]
 
+_R = TypeVar("_R")
 
-def checkpoint(fn, *args):
+
+def checkpoint(fn: Callable[..., _R], *args: Any) -> _R:
     """fn(*args), with the intermediates of fn recomputed for the backward pass instead of kept.
 
     The values it returns (and its arguments) are kept as usual. Tracing is unchanged and so

@@ -11,6 +11,9 @@ the gradient can itself be differentiated.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from ..errors import GcompileError
@@ -63,7 +66,7 @@ def _forward_set(graph: Graph, inputs: list[ValueRef], within: set[ValueRef]) ->
     return reached
 
 
-def grad(outputs, inputs, grad_outputs=None) -> list[Tensor]:
+def grad(outputs: Tensor | Sequence[Tensor], inputs: Sequence[Tensor], grad_outputs: Any = None) -> list[Tensor]:
     """Gradients of `outputs` (weighted by `grad_outputs`, default ones) w.r.t. each of `inputs`.
 
     Each result has its input's shape and dtype. An input the outputs do not depend on
@@ -136,6 +139,8 @@ def _total(terms):
 def _run_rule(graph: Graph, node, gs, wanted, cotangents) -> None:
     """Apply the node's VJP rule; drop what it built only for inputs that need no gradient."""
     op = get_op(node.op)
+    if op.vjp is None:   # the sweep only reaches differentiable ops
+        raise AssertionError(f"{node.op} has no vjp rule")
     ins = [Tensor(graph, r, graph.type_of(r)) for r in node.inputs]
     outs = [Tensor(graph, node.out(i), t) for i, t in enumerate(node.outputs)]
     first_new = graph._next_id

@@ -8,6 +8,8 @@ the function does not depend on gets zeros of its shape, never an error.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,17 +24,19 @@ from .engine import grad, prune_new_nodes
 
 __all__ = ["hessian", "hvp", "jacobian", "jvp", "value_and_grad", "vjp"]
 
+Argnums = int | Sequence[int]
 
-def _as_tuple(xs) -> tuple:
+
+def _as_tuple(xs: Any) -> tuple:
     return tuple(xs) if isinstance(xs, (tuple, list)) else (xs,)
 
 
-def _inner(xs, vs) -> Tensor:
+def _inner(xs: Sequence[Tensor], vs: Sequence[Tensor]) -> Tensor:
     """Σ_i ⟨x_i, v_i⟩ as a scalar."""
     return add_n([reduce_sum(x * v) for x, v in zip(xs, vs)])
 
 
-def _paired(primals, others, what: str) -> tuple[list[Tensor], list[Tensor]]:
+def _paired(primals: Any, others: Any, what: str) -> tuple[list[Tensor], list[Tensor]]:
     """Primals as Tensors and `others` (tangents, vectors) cast to their dtypes, checked shape by shape."""
     primals = [as_tensor(p) for p in _as_tuple(primals)]
     others = [as_tensor(v) for v in _as_tuple(others)]
@@ -44,17 +48,17 @@ def _paired(primals, others, what: str) -> tuple[list[Tensor], list[Tensor]]:
     return primals, [cast(v, p.dtype) for p, v in zip(primals, others)]
 
 
-def _select(args, argnums):
+def _select(args: Sequence[Tensor], argnums: Argnums) -> tuple[list[Tensor], bool]:
     """The Tensors at `argnums` (an int or a tuple of ints) and whether a single one was asked for."""
     single = isinstance(argnums, int)
-    nums = (argnums,) if single else tuple(argnums)
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     for i in nums:
         if not -len(args) <= i < len(args):
             raise GcompileError(f"argnums {argnums!r} out of range for {len(args)} arguments")
     return [args[i] for i in nums], single
 
 
-def _scalar(value, who: str) -> Tensor:
+def _scalar(value: Any, who: str) -> Tensor:
     if not isinstance(value, Tensor) or value.shape != () or value.dtype.kind != "f":
         described = value.type if isinstance(value, Tensor) else type(value).__name__
         raise GcompileError(f"{who} needs a function returning a floating-point scalar Tensor (shape ()), "
@@ -62,7 +66,7 @@ def _scalar(value, who: str) -> Tensor:
     return value
 
 
-def value_and_grad(fn, argnums=0):
+def value_and_grad(fn: Callable[..., Tensor], argnums: Argnums = 0) -> Callable[..., tuple[Tensor, Any]]:
     """A function returning (fn(*args), gradient of fn w.r.t. args[argnums]).
 
     fn must return a floating-point scalar Tensor. The gradient is a Tensor for an int
@@ -78,25 +82,25 @@ def value_and_grad(fn, argnums=0):
     return wrapped
 
 
-def vjp(fn, *primals):
+def vjp(fn: Callable, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Tensor, ...]]]:
     """(fn(*primals), vjp_fn): vjp_fn(cotangents) returns one gradient per primal, as a tuple.
 
     `cotangents` mirrors fn's outputs: a Tensor (or array) for a single output, a sequence
     for a tuple or list of outputs; each is cast to its output's dtype.
     """
-    primals = [as_tensor(p) for p in primals]
-    outputs = fn(*primals)
+    xs = [as_tensor(p) for p in primals]
+    outputs = fn(*xs)
     outs = list(_as_tuple(outputs))
 
-    def vjp_fn(cotangents):
+    def vjp_fn(cotangents: Any) -> tuple[Tensor, ...]:
         cts = list(_as_tuple(cotangents)) if isinstance(outputs, (tuple, list)) else [cotangents]
         if len(cts) != len(outs):
             raise GcompileError(f"vjp_fn: {len(outs)} outputs but {len(cts)} cotangents")
-        return tuple(grad(outs, primals, cts))
+        return tuple(grad(outs, xs, cts))
     return outputs, vjp_fn
 
 
-def jvp(fn, primals, tangents):
+def jvp(fn: Callable, primals: Any, tangents: Any) -> tuple[Any, Any]:
     """(fn(*primals), J·tangents): the forward-mode derivative along `tangents`.
 
     Computed by the double-VJP trick: with u a cotangent placeholder of each output's
@@ -118,7 +122,7 @@ def jvp(fn, primals, tangents):
     return outputs, results[0] if not isinstance(outputs, (tuple, list)) else type(outputs)(results)
 
 
-def hvp(fn, primals, vectors):
+def hvp(fn: Callable[..., Tensor], primals: Any, vectors: Any) -> Tensor | tuple[Tensor, ...]:
     """Hessian-vector product H·v of a scalar fn at `primals`, as ∇⟨∇fn, v⟩.
 
     `primals` and `vectors` are a Tensor each or matching sequences; the result is a Tensor
@@ -135,7 +139,7 @@ def hvp(fn, primals, vectors):
     return result[0] if single else tuple(result)
 
 
-def _static(shape, what: str) -> tuple:
+def _static(shape: tuple, what: str) -> tuple:
     if not dims.is_static(shape):
         raise GcompileError(f"jacobian/hessian need static shapes (one VJP per output element), but {what} has "
                             f"shape {dims.format_shape(shape)}; use vjp, jvp or hvp for symbolic dims")
@@ -156,7 +160,7 @@ def _jacobian_of(y: Tensor, xs: list[Tensor]) -> list[Tensor]:
     return [reshape(stack([row[i] for row in rows]), out_shape + x.shape) for i, x in enumerate(xs)]
 
 
-def jacobian(fn, argnums=0):
+def jacobian(fn: Callable, argnums: Argnums = 0) -> Callable[..., Any]:
     """A function returning the Jacobian of fn w.r.t. args[argnums], shaped out.shape + in.shape.
 
     For small static shapes: it takes one VJP per output element. A tuple `argnums` gives
@@ -174,7 +178,7 @@ def jacobian(fn, argnums=0):
     return wrapped
 
 
-def hessian(fn, argnums=0):
+def hessian(fn: Callable[..., Tensor], argnums: Argnums = 0) -> Callable[..., Any]:
     """A function returning the Hessian of a scalar fn w.r.t. args[argnums], shaped in.shape + in.shape.
 
     A tuple `argnums` gives nested tuples: result[i][j] = ∂²fn/∂x_i∂x_j, shaped

@@ -6,16 +6,17 @@ Products of dims (flatten, reshape with -1) are kept exact as monomials written
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Union
+from collections.abc import Iterable
+from typing import TypeAlias
 
-Dim = Union[int, str]
+Dim: TypeAlias = "int | str"
 Shape = tuple  # tuple[Dim, ...]
 
 
 def _parse(dim: Dim) -> tuple[int, Counter]:
     if isinstance(dim, int):
         return dim, Counter()
-    coef, syms = 1, Counter()
+    coef, syms = 1, Counter[str]()
     for part in dim.split("*"):
         if part.isdigit():
             coef *= int(part)
@@ -35,7 +36,7 @@ def _format(coef: int, syms: Counter) -> Dim:
 
 def product(dims: Iterable[Dim]) -> Dim:
     """Exact product of dims; symbolic factors stay symbolic."""
-    coef, syms = 1, Counter()
+    coef, syms = 1, Counter[str]()
     for d in dims:
         c, s = _parse(d)
         coef *= c

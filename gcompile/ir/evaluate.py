@@ -17,9 +17,8 @@ def bind_symbols(graph: Graph, arrays) -> dict:
     bindings: dict = {}
     for ref, arr in zip(graph.inputs, arrays):
         for d, n in zip(graph.type_of(ref).shape, np.shape(arr)):
-            if isinstance(d, str) and "*" not in d:
-                if bindings.setdefault(d, n) != n:
-                    raise InputError(f"symbolic dim {d!r} bound to both {bindings[d]} and {n}")
+            if isinstance(d, str) and "*" not in d and bindings.setdefault(d, n) != n:
+                raise InputError(f"symbolic dim {d!r} bound to both {bindings[d]} and {n}")
     return bindings
 
 

@@ -20,7 +20,7 @@ from .dims import Shape, format_shape
 class ValueRef(NamedTuple):
     """One output of one node."""
     node: int
-    index: int = 0
+    index: int = 0  # type: ignore[assignment]  # the output index; shadows tuple.index, never called on refs
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ that carry each symbol), so symbolic dims stay symbolic in the exported model.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from onnx import helper, numpy_helper
 
@@ -18,7 +20,7 @@ NO_FLOAT64_CPU_KERNEL = frozenset({"Conv", "ConvTranspose", "AveragePool", "Glob
 
 
 class LowerContext:
-    def __init__(self, graph: Graph, opset: int, input_names: list[str], reserved: list[str] = ()):
+    def __init__(self, graph: Graph, opset: int, input_names: list[str], reserved: Sequence[str] = ()):
         self.graph, self.opset = graph, opset
         self.nodes: list = []
         self.initializers: list = []
@@ -41,7 +43,7 @@ class LowerContext:
         self._used_names.add(name)
         return name
 
-    def begin(self, node: Node) -> None:
+    def begin(self, node: Node | None) -> None:
         self._current = node
 
     # -- emission ----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import functools
 MIN_OPSET = 18   # reduce ops take axes as an input from here on; older opsets are not emitted
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def runtime_limits() -> tuple[int, int]:
     """(max IR version, max default-domain opset) that onnxruntime loads."""
     import onnx

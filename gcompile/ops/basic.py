@@ -83,7 +83,8 @@ def _lower_fill(ctx, names, node):
 
 
 defop("fill", infer=lambda types, shape, value, dtype: [tensor_type(dtype, shape)],
-      reference=lambda shape, value, dtype: np.full(shape, value, dtype=dtype), lower=_lower_fill, traits={"nondiff", "cheap"})
+      reference=lambda shape, value, dtype: np.full(shape, value, dtype=dtype), lower=_lower_fill,
+      traits={"nondiff", "cheap"})
 
 
 def constant(value, dtype=None) -> Tensor:

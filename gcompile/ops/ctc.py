@@ -10,6 +10,7 @@ and repeated labels, and their loss is replaced with where(), which passes them 
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..errors import ShapeError
 from ..frontend.tensor import Tensor, as_tensor
@@ -30,8 +31,8 @@ def _shift_right(x: Tensor, k: int, fill) -> Tensor:
     return concat([full((x.shape[0], k), fill, x.dtype), x[:, :x.shape[1] - k]], axis=1)
 
 
-def _extended_labels(labels: Tensor, label_lengths: Tensor, blank: int) -> Tensor:
-    """(N, 2S+1): blank, l1, blank, l2, ..., blank; padded label positions become blanks too."""
+def _extended_labels(labels: Tensor, label_lengths: Tensor, blank: int) -> tuple[Tensor, Tensor]:
+    """(extended (N, 2S+1): blank, l1, blank, l2, ..., blank; labels), padded label positions made blanks."""
     n, s = labels.shape
     labels = where(greater(expand_dims(label_lengths, 1), np.arange(s, dtype=label_lengths.dtype)), labels, blank)
     with_blank = concat([labels, full((n, 1), blank, labels.dtype)], axis=1)
@@ -52,7 +53,8 @@ def _impossible(labels: Tensor, input_lengths: Tensor, label_lengths: Tensor) ->
     return greater(cast(needed, input_lengths.dtype), input_lengths)
 
 
-def ctc_loss(log_probs, labels, input_lengths, label_lengths, blank: int = 0, reduce: str = "mean",
+def ctc_loss(log_probs: Tensor | ArrayLike, labels: Tensor | ArrayLike, input_lengths: Tensor | ArrayLike,
+             label_lengths: Tensor | ArrayLike, blank: int = 0, reduce: str = "mean",
              zero_infinity: bool = False) -> Tensor:
     """CTC loss, as PyTorch's nn.CTCLoss with the padded layout.
 

@@ -3,6 +3,7 @@ where, and the unary math and activation functions."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -10,7 +11,7 @@ from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.graph import tensor_type
 from .basic import cast
 from .registry import defop
-from .shape_rules import binary_broadcast, compare_broadcast, require_float, unary_float
+from .shape_rules import binary_broadcast, compare_broadcast, unary_float
 
 __all__ = ["abs", "add", "ceil", "clip", "cos", "divide", "elu", "equal", "erf", "exp", "expm1", "floor",
            "gelu", "greater", "greater_equal", "leaky_relu", "less", "less_equal", "log", "log1p",
@@ -33,7 +34,7 @@ def _promote(*values) -> list[Tensor]:
 
 
 # -- arithmetic ------------------------------------------------------------------------------
-def _binary(op):
+def _binary(op) -> Callable[..., Tensor]:
     def fn(a, b) -> Tensor:
         return apply(op, _promote(a, b))
     fn.__name__ = op
@@ -122,7 +123,7 @@ defop("minimum", infer=binary_broadcast, reference=np.minimum, lower=_onnx("Min"
 
 
 # -- comparisons and logic (no gradient) ---------------------------------------------------------
-def _compare(op, onnx_op, reference, negate=False):
+def _compare(op, onnx_op, reference, negate=False) -> Callable[..., Tensor]:
     def lower(ctx, names, node):
         out = ctx.emit(onnx_op, names)
         return ctx.emit("Not", [out]) if negate else out
@@ -132,9 +133,9 @@ def _compare(op, onnx_op, reference, negate=False):
 
 
 less = _compare("less", "Less", np.less)
-less_equal = _compare("less_equal", "LessOrEqual", np.less_equal)
+less_equal: Callable[..., Tensor] = _compare("less_equal", "LessOrEqual", np.less_equal)
 greater = _compare("greater", "Greater", np.greater)
-greater_equal = _compare("greater_equal", "GreaterOrEqual", np.greater_equal)
+greater_equal: Callable[..., Tensor] = _compare("greater_equal", "GreaterOrEqual", np.greater_equal)
 equal = _compare("equal", "Equal", np.equal)
 not_equal = _compare("not_equal", "Equal", np.not_equal, negate=True)
 
@@ -191,7 +192,7 @@ defop("where", infer=_where_infer, reference=np.where, lower=_onnx("Where"), vjp
 
 
 # -- unary math ----------------------------------------------------------------------------------
-def _unary(op):
+def _unary(op) -> Callable[..., Tensor]:
     def fn(x) -> Tensor:
         x = as_tensor(x)
         if x.dtype.kind != "f" and op not in ("neg", "abs", "sign"):
@@ -201,7 +202,7 @@ def _unary(op):
     return fn
 
 
-def _unary_def(op, reference, lower, vjp, traits=("elementwise", "cheap"), infer=unary_float):
+def _unary_def(op, reference, lower, vjp, traits=("elementwise", "cheap"), infer=unary_float) -> Callable[..., Tensor]:
     defop(op, infer=infer, reference=reference, lower=lower, vjp=vjp, traits=set(traits))
     return _unary(op)
 
@@ -219,7 +220,7 @@ rsqrt = _unary_def("rsqrt", lambda x: 1 / np.sqrt(x),
                    lambda g, ins, outs: [g[0] * -0.5 * outs[0] / ins[0]])
 abs = _unary_def("abs", np.abs, _onnx("Abs"), lambda g, ins, outs: [g[0] * sign(ins[0])], infer=_numeric)
 sin = _unary_def("sin", np.sin, _onnx("Sin"), lambda g, ins, outs: [g[0] * cos(ins[0])])
-cos = _unary_def("cos", np.cos, _onnx("Cos"), lambda g, ins, outs: [-(g[0] * sin(ins[0]))])
+cos: Callable[..., Tensor] = _unary_def("cos", np.cos, _onnx("Cos"), lambda g, ins, outs: [-(g[0] * sin(ins[0]))])
 tan = _unary_def("tan", np.tan, _onnx("Tan"), lambda g, ins, outs: [g[0] * (1 + outs[0] * outs[0])])
 tanh = _unary_def("tanh", np.tanh, _onnx("Tanh"), lambda g, ins, outs: [g[0] * (1 - outs[0] * outs[0])])
 sigmoid = _unary_def("sigmoid", lambda x: 0.5 * (1 + np.tanh(0.5 * x)), _onnx("Sigmoid"),
@@ -259,7 +260,8 @@ log1p = _unary_def("log1p", np.log1p, _lower_log1p, lambda g, ins, outs: [g[0] /
 expm1 = _unary_def("expm1", np.expm1, _lower_expm1, lambda g, ins, outs: [g[0] * (outs[0] + 1)])
 
 # Piecewise-constant ops: declared non-differentiable (zero gradient, never an error).
-sign = _unary_def("sign", np.sign, _onnx("Sign"), None, traits=("elementwise", "nondiff"), infer=_numeric)
+sign: Callable[..., Tensor] = _unary_def("sign", np.sign, _onnx("Sign"), None, traits=("elementwise", "nondiff"),
+                                         infer=_numeric)
 floor = _unary_def("floor", np.floor, _onnx("Floor"), None, traits=("elementwise", "nondiff"))
 ceil = _unary_def("ceil", np.ceil, _onnx("Ceil"), None, traits=("elementwise", "nondiff"))
 round = _unary_def("round", np.round, _onnx("Round"), None, traits=("elementwise", "nondiff"))
@@ -401,7 +403,8 @@ def _lower_gelu(ctx, names, node):
     c = lambda v: ctx.const(np.asarray(v, dtype))  # noqa: E731
     x = names[0]
     if approximate:
-        inner = ctx.emit("Mul", [c(_SQRT_2_OVER_PI), ctx.emit("Add", [x, ctx.emit("Mul", [c(0.044715), ctx.emit("Mul", [x, ctx.emit("Mul", [x, x])])])])])
+        cube = ctx.emit("Mul", [x, ctx.emit("Mul", [x, x])])
+        inner = ctx.emit("Mul", [c(_SQRT_2_OVER_PI), ctx.emit("Add", [x, ctx.emit("Mul", [c(0.044715), cube])])])
         phi2 = ctx.emit("Add", [c(1.0), ctx.emit("Tanh", [inner])])
     else:
         phi2 = ctx.emit("Add", [c(1.0), ctx.emit("Erf", [ctx.emit("Mul", [x, c(1 / math.sqrt(2))])])])

@@ -106,7 +106,7 @@ def _lower_slice_scatter(ctx, names, node):
         amounts[axis], amounts[rank + axis] = before, after
         return ctx.emit("Pad", [value, ctx.int64s(amounts)])
 
-    for axis, start, end, step in zip(a["axes"], a["starts"], a["ends"], a["steps"]):
+    for axis, start, _end, step in zip(a["axes"], a["starts"], a["ends"], a["steps"]):
         n, size = shape[axis], a["shape"][axis]
         if step < 0:
             out = ctx.emit("Slice", [out, ctx.int64s([-1]), ctx.int64s([_INT64_MIN]), ctx.int64s([axis]),
@@ -380,7 +380,7 @@ def getitem(x, index) -> Tensor:
             raise UnsupportedError(f"unsupported index {item!r} of type {type(item).__name__}")
         axis += 1
     y = reshape(slice_axes(x, *(zip(*cuts) if cuts else ((),) * 4)), tuple(shape))
-    if array_item is None:
+    if array_item is None or array_at is None:
         return y
     idx = _index_tensor(array_item, shape[array_at], "getitem")
     y = _gather(y, idx, array_at)

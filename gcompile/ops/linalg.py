@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
-from ..frontend.tensor import Tensor, apply, as_tensor
+from ..frontend.tensor import Tensor, apply
 from ..ir.graph import tensor_type
 from .elementwise import _promote
 from .reduce import sum_to_shape
@@ -101,9 +101,9 @@ def _canonical(equation: str, ndims) -> tuple[list[str], str]:
 
 def einsum(equation: str, *xs) -> Tensor:
     """Einstein summation (numpy's notation, '...' allowed)."""
-    xs = _promote(*xs)
-    terms, out = _canonical(equation, [x.ndim for x in xs])
-    return apply("einsum", list(xs), equation=",".join(terms) + "->" + out)
+    operands = _promote(*xs)
+    terms, out = _canonical(equation, [x.ndim for x in operands])
+    return apply("einsum", operands, equation=",".join(terms) + "->" + out)
 
 
 def _einsum_infer(types, equation):

@@ -7,7 +7,10 @@ unchanged. Layers are unrolled at trace time over the static sequence length.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..errors import ShapeError
 from ..frontend.tensor import Tensor, as_tensor
@@ -51,14 +54,17 @@ def _gru_step(gx: Tensor, state, w_hh, b_hh):
     return (n + z * (h - n),)
 
 
-def lstm_cell(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None):
+def lstm_cell(x: Tensor | ArrayLike, h: Tensor | ArrayLike, c: Tensor | ArrayLike, w_ih: Tensor | ArrayLike,
+              w_hh: Tensor | ArrayLike, b_ih: Tensor | ArrayLike | None = None,
+              b_hh: Tensor | ArrayLike | None = None) -> tuple[Tensor, Tensor]:
     """One LSTM step: x (N, I), h and c (N, H), w_ih (4H, I), w_hh (4H, H); returns (h', c')."""
     x, h = as_tensor(x), as_tensor(h)
     _check_weights("lstm_cell", 4, x, h, w_ih, w_hh)
     return _lstm_step(_affine(x, w_ih, b_ih), (h, as_tensor(c)), w_hh, b_hh)
 
 
-def gru_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None) -> Tensor:
+def gru_cell(x: Tensor | ArrayLike, h: Tensor | ArrayLike, w_ih: Tensor | ArrayLike, w_hh: Tensor | ArrayLike,
+             b_ih: Tensor | ArrayLike | None = None, b_hh: Tensor | ArrayLike | None = None) -> Tensor:
     """One GRU step: x (N, I), h (N, H), w_ih (3H, I), w_hh (3H, H); returns h'."""
     x, h = as_tensor(x), as_tensor(h)
     _check_weights("gru_cell", 3, x, h, w_ih, w_hh)
@@ -70,7 +76,7 @@ def _direction(step, gx: Tensor, state, w_hh, b_hh, masks, reverse: bool):
     state stops changing after its last valid step, and its outputs there are zero; reversed,
     each sequence starts from its own last valid step (as PyTorch's packed sequences)."""
     steps = gx.shape[0]
-    outs = [None] * steps
+    outs: list[Tensor | None] = [None] * steps   # filled in step order, which may be reversed
     for t in (reversed(range(steps)) if reverse else range(steps)):
         new = step(gx[t], state, w_hh, b_hh)
         if masks is not None:
@@ -115,7 +121,9 @@ def _layers(what, step, gates, xs, states0, weights, lengths, bidirectional, num
     return (xs, *(stack([f[i] for f in finals]) for i in range(len(states0))))
 
 
-def lstm(xs, h0, c0, weights, lengths=None, bidirectional: bool = False, num_layers: int = 1):
+def lstm(xs: Tensor | ArrayLike, h0: Tensor | ArrayLike, c0: Tensor | ArrayLike,
+         weights: Sequence[Sequence[Tensor | ArrayLike | None]], lengths: Tensor | ArrayLike | None = None,
+         bidirectional: bool = False, num_layers: int = 1) -> tuple[Tensor, Tensor, Tensor]:
     """A multi-layer LSTM over xs (T, N, I), as PyTorch's nn.LSTM (seq-first).
 
     h0, c0: (num_layers * directions, N, H). weights: one (w_ih, w_hh, b_ih, b_hh) per layer
@@ -126,6 +134,8 @@ def lstm(xs, h0, c0, weights, lengths=None, bidirectional: bool = False, num_lay
     return _layers("lstm", _lstm_step, 4, xs, (h0, c0), weights, lengths, bidirectional, num_layers)
 
 
-def gru(xs, h0, weights, lengths=None, bidirectional: bool = False, num_layers: int = 1):
+def gru(xs: Tensor | ArrayLike, h0: Tensor | ArrayLike, weights: Sequence[Sequence[Tensor | ArrayLike | None]],
+        lengths: Tensor | ArrayLike | None = None, bidirectional: bool = False,
+        num_layers: int = 1) -> tuple[Tensor, Tensor]:
     """A multi-layer GRU over xs (T, N, I), as PyTorch's nn.GRU; see lstm. Returns (ys, h_n)."""
     return _layers("gru", _gru_step, 3, xs, (h0,), weights, lengths, bidirectional, num_layers)

@@ -13,8 +13,8 @@ Rule signatures (one per rule kind, used by every op):
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from ..errors import UnsupportedError
 
@@ -25,7 +25,7 @@ class OpDef:
     infer: Callable
     reference: Callable
     lower: Callable
-    vjp: Optional[Callable] = None
+    vjp: Callable | None = None
     # "nondiff": declared to have no gradient (comparisons, floor, ...): zeros, never an error.
     # "elementwise", "cheap": used by passes (recompute, simplification).
     # "random": never merged by CSE nor folded.

@@ -7,6 +7,8 @@ the cheap forward nodes (DESIGN.md §5).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..ir.graph import Graph
 from .base import PassResult, replace_uses, run_to_fixed_point
 from .cse import eliminate_common_subexpressions
@@ -16,7 +18,7 @@ from .gemm import fuse_gemm
 from .recompute import recompute as recompute_pass
 from .simplify import simplify
 
-PIPELINES = {
+PIPELINES: dict[int, list[Callable[[Graph], PassResult]]] = {
     0: [],
     1: [eliminate_common_subexpressions, eliminate_dead_code],
     2: [fold_constants, simplify, eliminate_common_subexpressions, fuse_gemm, eliminate_dead_code],

@@ -2,8 +2,8 @@
 the manager runs a pipeline of passes until none changes the graph (a fixed point)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..ir.graph import Graph, ValueRef
 

@@ -20,7 +20,7 @@ def fold_constants(graph: Graph) -> PassResult:
             continue
         if len(node.outputs) != 1 or not dims.is_static(node.outputs[0].shape):
             continue
-        if dims.product(node.outputs[0].shape) > MAX_FOLD_ELEMENTS:
+        if int(dims.product(node.outputs[0].shape)) > MAX_FOLD_ELEMENTS:
             continue
         operands = [graph.nodes[r.node] for r in node.inputs]
         if not all(o.op == "constant" for o in operands):

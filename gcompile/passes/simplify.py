@@ -81,6 +81,7 @@ def simplify(graph: Graph) -> PassResult:
         if node.op in ("input", "constant"):
             continue
         changed |= _fuse_with_producer(graph, node)
+        replacement: ValueRef | None
         if node.op == "transpose" and node.attrs["perm"] == tuple(range(len(node.attrs["perm"]))):
             replacement = node.inputs[0]
         else:

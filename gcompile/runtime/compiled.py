@@ -3,13 +3,18 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+import onnx
+from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError
 from ..frontend import pytree
 from ..frontend.trace import Traced, trace
 from ..ir.dims import format_shape
+from ..ir.graph import Graph
 from ..lowering import to_onnx
 from ..lowering.export import EXTERNAL_DATA_THRESHOLD, external_data_name, serialize
 from .files import atomic_write
@@ -59,8 +64,8 @@ class CompiledFunction:
     Inf and names the first offender, at the cost of a pass over the data.
     """
 
-    def __init__(self, traced: Traced, model, provider: str, float64_ops: list[str],
-                 check_numerics: bool = False):
+    def __init__(self, traced: Traced, model: onnx.ModelProto, provider: str, float64_ops: list[str],
+                 check_numerics: bool = False) -> None:
         self.traced = traced
         self.model = model
         self.provider = provider
@@ -73,14 +78,14 @@ class CompiledFunction:
         self._output_names = list(traced.graph.output_names)
 
     @property
-    def graph(self):
+    def graph(self) -> Graph:
         return self.traced.graph
 
     @property
     def input_names(self) -> list[str]:
         return list(self.traced.input_names)
 
-    def save(self, path, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD) -> None:
+    def save(self, path: str | os.PathLike, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD) -> None:
         """Write the ONNX model to `path` atomically. A model of `external_data_threshold`
         bytes or more (default 2 GiB, the protobuf limit) keeps its weights in PATH.data
         beside it, written first, so the .onnx never refers to a missing file."""
@@ -90,12 +95,13 @@ class CompiledFunction:
             atomic_write(os.path.join(os.path.dirname(os.fspath(path)), location), weights)
         atomic_write(path, data)
 
-    def check_inputs(self, args) -> dict:
+    def check_inputs(self, args: Sequence) -> dict[str, Any]:
         """Feeds for onnxruntime, after checking count, dtype and shape (symbols bound consistently)."""
         specs, names = self.traced.specs, self.traced.input_names
         if len(args) != len(specs):
             raise InputError(f"{self.traced.name} takes {len(specs)} inputs ({', '.join(names)}), got {len(args)}")
-        feeds, bindings = {}, {}
+        feeds: dict = {}
+        bindings: dict[str, tuple[int, str]] = {}   # symbol -> (size, first input bound)
         for name, s, value in zip(names, specs, args):
             if isinstance(value, _ort_value_type()):
                 shape, dtype = tuple(value.shape()), _ORT_TYPES.get(value.data_type())
@@ -114,14 +120,14 @@ class CompiledFunction:
             feeds[name] = value
         return feeds
 
-    def to_device(self, array):
+    def to_device(self, array: ArrayLike) -> Any:
         """`array` as an onnxruntime OrtValue on this function's device. Passing OrtValues instead of
         numpy arrays on repeated calls (parameters in a loop) skips the host-to-device copy."""
         import onnxruntime as ort
         device = "cuda" if self.provider == "cuda" else "cpu"
         return ort.OrtValue.ortvalue_from_numpy(np.require(np.asarray(array), requirements="C"), device, 0)
 
-    def run_flat(self, *args) -> list[np.ndarray]:
+    def run_flat(self, *args: Any) -> list[np.ndarray]:
         feeds = self.check_inputs(args)
         if not self.check_numerics:
             return self._run(feeds)
@@ -135,7 +141,7 @@ class CompiledFunction:
                                     "input is finite (check_numerics=True)")
         return outputs
 
-    def _run(self, feeds: dict) -> list[np.ndarray]:
+    def _run(self, feeds: dict[str, Any]) -> list[np.ndarray]:
         if not any(isinstance(v, _ort_value_type()) for v in feeds.values()):
             return self._session.run(self._output_names, feeds)
         binding = self._session.io_binding()
@@ -149,11 +155,11 @@ class CompiledFunction:
         self._session.run_with_iobinding(binding)
         return binding.copy_outputs_to_cpu()
 
-    def __call__(self, *args):
+    def __call__(self, *args: Any) -> Any:
         return pytree.unflatten(self.traced.out_tree, self.run_flat(*args))
 
 
-def compile(fn, *args, provider: str = "auto", opset: int | None = None, optimize: int = 2,
+def compile(fn: Callable, *args: Any, provider: str = "auto", opset: int | None = None, optimize: int = 2,
             name: str | None = None, check_numerics: bool = False, recompute: bool = False) -> CompiledFunction:
     """Trace `fn` with one graph input per argument (gc.spec or example array) and compile it.
 

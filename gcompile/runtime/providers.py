@@ -14,7 +14,7 @@ from ..errors import GcompileError
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cuda_available() -> bool:
     import onnxruntime as ort
     from onnx import TensorProto, helper
@@ -50,11 +50,12 @@ def resolve_provider(requested: str) -> str:
     return requested
 
 
-def make_session(model_bytes: bytes, provider: str):
+def make_session(model: bytes | str, provider: str):
+    """A session for serialised model bytes or a model path (a path lets onnxruntime find external data)."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = os.cpu_count() or 1
     options.log_severity_level = 3
     providers = [PROVIDERS[provider]] + ([PROVIDERS["cpu"]] if provider != "cpu" else [])
-    return ort.InferenceSession(model_bytes, options, providers=providers)
+    return ort.InferenceSession(model, options, providers=providers)

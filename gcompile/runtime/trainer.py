@@ -13,14 +13,21 @@ import io
 import json
 import os
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import onnx
+from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError
 from ..ir.dims import format_shape
 from .files import atomic_write
 from .providers import PROVIDERS, make_session, resolve_provider
+
+if TYPE_CHECKING:
+    from ..training import TrainStep  # not at run time: training imports this module
 
 __all__ = ["StepLayout", "Trainer"]
 
@@ -68,12 +75,12 @@ class StepLayout:
     def outputs(self) -> tuple:
         return ("loss",) + tuple(self.new(n) for n in self.carried)
 
-    def initial_state(self, params: dict) -> tuple[dict, np.ndarray]:
+    def initial_state(self, params: Mapping[str, ArrayLike]) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """(optimizer state, step counter) before the first step, for these parameter values."""
         state = {name: np.full_like(np.asarray(params[param]), fill) for name, param, fill in self.state}
         return state, np.array(0, np.int64)
 
-    def attach(self, model) -> None:
+    def attach(self, model: onnx.ModelProto) -> None:
         """Record the layout in the model's metadata (Trainer reads it back from a saved file)."""
         entry = model.metadata_props.add()
         entry.key = METADATA_KEY
@@ -84,7 +91,7 @@ class StepLayout:
                 "step": "step", "loss": "loss", "outputs": list(self.outputs)}
 
     @classmethod
-    def from_model(cls, model) -> StepLayout:
+    def from_model(cls, model: onnx.ModelProto) -> StepLayout:
         raw = {p.key: p.value for p in model.metadata_props}.get(METADATA_KEY)
         if raw is None:
             raise GcompileError(f"model {model.graph.name!r} is not a training step (no {METADATA_KEY!r} metadata); "
@@ -99,9 +106,8 @@ class StepLayout:
         return layout
 
 
-def _load_model(step):
+def _load_model(step: Any) -> tuple[onnx.ModelProto, dict | None, str | None]:
     """(ModelProto, default params, default provider) from a compiled step, a ModelProto or a path."""
-    import onnx
     if isinstance(step, onnx.ModelProto):
         return step, None, None
     if isinstance(step, (str, os.PathLike)):
@@ -122,7 +128,8 @@ class Trainer:
     (default: the compiled step's provider, else 'auto').
     """
 
-    def __init__(self, step, params: dict | None = None, provider: str | None = None):
+    def __init__(self, step: TrainStep | onnx.ModelProto | str | os.PathLike,
+                 params: Mapping[str, ArrayLike] | None = None, provider: str | None = None) -> None:
         import onnxruntime as ort
 
         from ..artifacts import signature  # not at module level: artifacts imports this package
@@ -169,16 +176,16 @@ class Trainer:
             spare[name] = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, self._device, 0)
         self._live, self._spare = live, spare
 
-    def _numpy(self, names) -> dict:
+    def _numpy(self, names: tuple[str, ...]) -> dict[str, np.ndarray]:
         return {n: np.array(self._live[n].numpy()) for n in names}
 
     @property
-    def params(self) -> dict:
+    def params(self) -> dict[str, np.ndarray]:
         """The current parameters, copied to numpy."""
         return self._numpy(self.layout.params)
 
     @property
-    def state(self) -> dict:
+    def state(self) -> dict[str, np.ndarray]:
         """The current optimizer state, copied to numpy."""
         return self._numpy(self.layout.state_names)
 
@@ -188,7 +195,7 @@ class Trainer:
         return int(self._live["step"].numpy())   # int() copies
 
     # -- stepping ------------------------------------------------------------------------------------
-    def _batch(self, batch) -> dict:
+    def _batch(self, batch: tuple) -> dict[str, np.ndarray]:
         names = self.layout.batch
         if len(batch) != len(names):
             raise InputError(f"Trainer.step takes {len(names)} batch input(s) ({', '.join(names) or 'none'}), "
@@ -204,7 +211,7 @@ class Trainer:
             feeds[name] = arr
         return feeds
 
-    def step(self, *batch) -> float:
+    def step(self, *batch: ArrayLike) -> float:
         """Run one training step on `batch`; returns the loss (computed before the update)."""
         feeds = self._batch(batch)
         binding = self._session.io_binding()
@@ -219,7 +226,7 @@ class Trainer:
         return float(self._loss.numpy())
 
     # -- checkpoints ---------------------------------------------------------------------------------
-    def save(self, path) -> None:
+    def save(self, path: str | os.PathLike) -> None:
         """Write parameters, optimizer state and step counter to an .npz file, atomically."""
         arrays = {**{f"params/{n}": v for n, v in self.params.items()},
                   **{f"state/{n}": v for n, v in self.state.items()}, "step": self._live["step"].numpy()}
@@ -227,7 +234,7 @@ class Trainer:
         np.savez(buffer, **arrays)
         atomic_write(path, buffer.getvalue())
 
-    def load(self, path) -> None:
+    def load(self, path: str | os.PathLike) -> None:
         """Resume from a checkpoint written by `save`: the next step is the one that would have followed."""
         try:
             with np.load(os.fspath(path), allow_pickle=False) as data:

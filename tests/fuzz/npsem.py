@@ -219,7 +219,8 @@ def scatter_add(base, idx, updates, axis=0):
 
 
 def take_along_axis(x, idx, axis):
-    shape = np.broadcast_shapes(x.shape[:axis] + (1,) + x.shape[axis + 1:], idx.shape[:axis] + (1,) + idx.shape[axis + 1:])
+    shape = np.broadcast_shapes(x.shape[:axis] + (1,) + x.shape[axis + 1:],
+                                idx.shape[:axis] + (1,) + idx.shape[axis + 1:])
     x = np.broadcast_to(x, shape[:axis] + (x.shape[axis],) + shape[axis + 1:])
     idx = np.broadcast_to(idx, shape[:axis] + (idx.shape[axis],) + shape[axis + 1:])
     return np.take_along_axis(x, idx, axis)

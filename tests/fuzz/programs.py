@@ -367,7 +367,8 @@ def gen_param_activation(g: Gen, x: Value):
     kind = g.d.int(0, 4)
     if kind == 0:
         b = g.d.choice((1.0, 2.0, 0.5))
-        return g.add("softplus", f"F.softplus({x.name}, beta={b})", f"N.softplus({x.name}, {b})", x.shape, x.mag + 1, [x])
+        return g.add("softplus", f"F.softplus({x.name}, beta={b})", f"N.softplus({x.name}, {b})", x.shape,
+                     x.mag + 1, [x])
     if kind == 1:
         a = g.d.bool()
         return g.add("gelu", f"F.gelu({x.name}, approximate={a})", f"N.gelu({x.name}, {a})", x.shape, x.mag, [x])
@@ -471,8 +472,10 @@ def gen_matmul(g: Gen, x: Value):
     if kind == 3 and len(x.shape) >= 2 and isinstance(x.shape[-2], int):     # w @ x
         w = g.new_input((g.d.int(1, 4), x.shape[-2]), scale=0.7)
         shape = x.shape[:-2] + (w.shape[0], x.shape[-1])
-        return g.add("matmul", f"{w.name} @ {x.name}", f"{w.name} @ {x.name}", shape, x.mag * 2 * math.sqrt(x.shape[-2]),
-                     [w, x]) if _fits(shape) else None
+        mag = x.mag * 2 * math.sqrt(x.shape[-2])
+        if not _fits(shape):
+            return None
+        return g.add("matmul", f"{w.name} @ {x.name}", f"{w.name} @ {x.name}", shape, mag, [w, x])
     if kind == 2 and len(x.shape) >= 2:                                      # batched, broadcasting
         lead = tuple(1 if g.d.bool() else d for d in x.shape[:-2])
         y = g.input_like(lead[g.d.int(0, len(lead)):] + (k, g.d.int(1, 3)), scale=0.7)
@@ -714,7 +717,8 @@ def gen_take(g: Gen, x: Value):
         idx = _indices(g, size, idx_shape)
         shape = tuple(idx_shape[i] if i == a else (d if idx_shape[i] == 1 else idx_shape[i])
                       for i, d in enumerate(x.shape))
-        return g.add("gather_elements", f"F.take_along_axis({x.name}, np.array({idx}), {_fmt_axis(g.d, a, len(x.shape))})",
+        axis_text = _fmt_axis(g.d, a, len(x.shape))
+        return g.add("gather_elements", f"F.take_along_axis({x.name}, np.array({idx}), {axis_text})",
                      f"N.take_along_axis({x.name}, np.array({idx}), {a})", shape, x.mag, [x]) if _fits(shape) else None
     if kind == 3:                                                       # scatter_add
         if any(isinstance(d, Sym) and d.k != 1 for d in x.shape):
@@ -782,8 +786,8 @@ def gen_join(g: Gen, x: Value):
         spec, part = f"[{cut}]", g.d.int(0, 1)
         size = cut if part == 0 else n - cut
     shape = x.shape[:a] + (size,) + x.shape[a + 1:]
-    return g.add("slice", f"F.split({x.name}, {spec}, axis={a})[{part}]", f"np.split({x.name}, {spec}, axis={a})[{part}]",
-                 shape, x.mag, [x])
+    call = f"split({x.name}, {spec}, axis={a})[{part}]"
+    return g.add("slice", f"F.{call}", f"np.{call}", shape, x.mag, [x])
 
 
 def gen_pad_tile(g: Gen, x: Value):
@@ -872,8 +876,8 @@ def gen_nn(g: Gen, x: Value):
     labels = g.new_input(labels_shape, kind="labels", classes=x.shape[a])
     ax = _fmt_axis(g.d, a, r)
     mag = 2 * x.mag + math.log(x.shape[a])
-    return g.add("softmax_cross_entropy+log_softmax", f"F.softmax_cross_entropy({x.name}, {labels.name}, axis={ax}, reduce='{reduce}')",
-                 f"N.softmax_cross_entropy({x.name}, {labels.name}, axis={ax}, reduce='{reduce}')",
+    call = f"softmax_cross_entropy({x.name}, {labels.name}, axis={ax}, reduce='{reduce}')"
+    return g.add("softmax_cross_entropy+log_softmax", f"F.{call}", f"N.{call}",
                  labels_shape if reduce == "none" else (), mag * (numel(labels_shape) if reduce == "sum" else 1),
                  [x, labels])
 
@@ -1008,8 +1012,8 @@ def gen_conv(g: Gen, x: Value):
         return None
     b = g.new_input((co,), scale=0.3) if bias else None
     b_text = b.name if b else "None"
-    gc = f"{ops[0]}({x.name}, {w.name}, {b_text}, stride={stride}, pad={pad}, dilation={dilation}, groups={groups}{extra})"
-    np_ = f"{ops[1]}({x.name}, {w.name}, {b_text}, stride={stride}, pad={pad}, dilation={dilation}, groups={groups}{extra})"
+    args = f"({x.name}, {w.name}, {b_text}, stride={stride}, pad={pad}, dilation={dilation}, groups={groups}{extra})"
+    gc, np_ = ops[0] + args, ops[1] + args
     return g.add(label, gc, np_, shape, x.mag * 3 + 1, [v for v in (x, w, b) if v is not None])
 
 

@@ -88,8 +88,10 @@ def test_params_replacement_changes_the_result_and_is_checked():
 def _shape_subgraph_model():
     """y = Reshape(x, [Shape(x)[0], -1]) @ W * float(Shape(x)[0]) + ConstantOfShape([Shape(x)[0], 2])."""
     w = RNG.standard_normal((12, 2)).astype(np.float32)
-    i64 = lambda name, v: helper.make_node("Constant", [], [name], value=numpy_helper.from_array(
-        np.asarray(v, np.int64)))
+
+    def i64(name, v):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(v, np.int64)))
+
     nodes = [i64("zero", 0), i64("axes", [0]), i64("minus1", [-1]), i64("two", [2]),
              helper.make_node("Shape", ["x"], ["s"]),
              helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
@@ -130,8 +132,10 @@ def test_static_shape_subgraphs_fold_to_constants():
 
 
 def _if_model(cond_value):
-    branch = lambda op, out: helper.make_graph([helper.make_node(op, ["x"], [out])], op,
-                                               [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, [2])])
+    def branch(op, out):
+        return helper.make_graph([helper.make_node(op, ["x"], [out])], op,
+                                 [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, [2])])
+
     nodes = [helper.make_node("If", ["c"], ["y"], then_branch=branch("Exp", "e"), else_branch=branch("Neg", "n"))]
     inits = [] if cond_value is None else [("c", np.asarray(cond_value))]
     inputs = [("x", [2])] + ([("c", [], TensorProto.BOOL)] if cond_value is None else [])

@@ -19,7 +19,9 @@ def ramp(*shape):
     return np.random.default_rng(3).permutation(np.arange(np.prod(shape), dtype=np.float64)).reshape(shape) / 10
 
 
-i64 = lambda *v: np.asarray(v, np.int64)
+def i64(*v):
+    return np.asarray(v, np.int64)
+
 
 CASES = {
     "gemm": ("Gemm", [("a", r(3, 2)), ("b", r(4, 3)), ("c", r(4))], 1, dict(transA=1, transB=1, alpha=0.5, beta=2.0)),

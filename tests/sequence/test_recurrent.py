@@ -9,7 +9,7 @@ import gcompile.functions as F
 
 from ..opcheck import check_forward, check_grads
 
-N, I, H = 2, 3, 2
+N, IN, H = 2, 3, 2
 
 
 def rand(*shape, seed=0, scale=1.0):
@@ -66,10 +66,11 @@ def make_weights(gates, layers, directions, biases=True, seed=1):
     rng = np.random.default_rng(seed)
     weights = []
     for layer in range(layers):
-        in_size = I if layer == 0 else directions * H
+        in_size = IN if layer == 0 else directions * H
         for _ in range(directions):
             w = [rng.standard_normal((gates * H, in_size)) * 0.7, rng.standard_normal((gates * H, H)) * 0.7]
-            w += [rng.standard_normal(gates * H) * 0.3, rng.standard_normal(gates * H) * 0.3] if biases else [None, None]
+            bias = [rng.standard_normal(gates * H) * 0.3, rng.standard_normal(gates * H) * 0.3]
+            w += bias if biases else [None, None]
             weights.append(w)
     return weights
 
@@ -87,7 +88,7 @@ def unflat(arrays, biases=True):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("biases", [True, False])
 def test_lstm_cell_forward(dtype, biases):
-    x, h, c = rand(N, I), rand(N, H, seed=1), rand(N, H, seed=2)
+    x, h, c = rand(N, IN), rand(N, H, seed=1), rand(N, H, seed=2)
     w = make_weights(4, 1, 1, biases)[0]
     arrays = [a.astype(dtype) for a in [x, h, c] + [v for v in w if v is not None]]
     expected = np_lstm_cell(x, h, c, *w)
@@ -100,7 +101,7 @@ def test_lstm_cell_forward(dtype, biases):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("biases", [True, False])
 def test_gru_cell_forward(dtype, biases):
-    x, h = rand(N, I), rand(N, H, seed=1)
+    x, h = rand(N, IN), rand(N, H, seed=1)
     w = make_weights(3, 1, 1, biases)[0]
     arrays = [a.astype(dtype) for a in [x, h] + [v for v in w if v is not None]]
     check_forward(lambda x, h, *ws: F.gru_cell(x, h, *ws), arrays,
@@ -109,16 +110,17 @@ def test_gru_cell_forward(dtype, biases):
 
 def test_cells_symbolic_batch():
     w4, w3 = make_weights(4, 1, 1)[0], make_weights(3, 1, 1)[0]
-    x, h, c = rand(5, I), rand(5, H, seed=1), rand(5, H, seed=2)
+    x, h, c = rand(5, IN), rand(5, H, seed=1), rand(5, H, seed=2)
     w4, w3 = [a.astype(np.float32) for a in w4], [a.astype(np.float32) for a in w3]
     x, h, c = (a.astype(np.float32) for a in (x, h, c))
     expected = [*np_lstm_cell(x, h, c, *w4), np_gru_cell(x, h, *w3)]
     check_forward(lambda x, h, c: (*F.lstm_cell(x, h, c, *w4), F.gru_cell(x, h, *w3)), [x, h, c],
-                  [e.astype(np.float32) for e in expected], specs=[gc.spec(("batch", I)), gc.spec(("batch", H)), gc.spec(("batch", H))])
+                  [e.astype(np.float32) for e in expected],
+                  specs=[gc.spec(("batch", IN)), gc.spec(("batch", H)), gc.spec(("batch", H))])
 
 
 def test_cells_grads():
-    x, h, c = rand(N, I), rand(N, H, seed=1), rand(N, H, seed=2)
+    x, h, c = rand(N, IN), rand(N, H, seed=1), rand(N, H, seed=2)
     check_grads(lambda x, h, c, *ws: F.lstm_cell(x, h, c, *ws), [x, h, c, *make_weights(4, 1, 1)[0]])
     check_grads(lambda x, h, *ws: F.gru_cell(x, h, *ws), [x, h, *make_weights(3, 1, 1)[0]])
 
@@ -126,10 +128,10 @@ def test_cells_grads():
 def test_cell_shape_errors():
     w = make_weights(4, 1, 1)[0]
     with pytest.raises(gc.ShapeError, match=r"w_ih must be \(8, 3\)"):
-        gc.compile(lambda x, h, c: F.lstm_cell(x, h, c, w[0][:, :2], w[1]), rand(N, I), rand(N, H), rand(N, H))
+        gc.compile(lambda x, h, c: F.lstm_cell(x, h, c, w[0][:, :2], w[1]), rand(N, IN), rand(N, H), rand(N, H))
     with pytest.raises(gc.ShapeError, match="expected 4 weight tuples"):
         gc.compile(lambda xs, h: F.gru(xs, h, make_weights(3, 1, 2), num_layers=2, bidirectional=True),
-                   rand(3, N, I), rand(4, N, H))
+                   rand(3, N, IN), rand(4, N, H))
 
 
 # -- layers ---------------------------------------------------------------------------------------
@@ -147,7 +149,7 @@ def test_layers_forward(kind, bidirectional, layers, lengths, biases):
     directions = 2 if bidirectional else 1
     gates, cell = (4, np_lstm_cell) if kind == "lstm" else (3, np_gru_cell)
     weights = make_weights(gates, layers, directions, biases)
-    xs = rand(3, N, I)
+    xs = rand(3, N, IN)
     states = [rand(layers * directions, N, H, seed=s) for s in range(2 if kind == "lstm" else 1)]
     lens = None if lengths is None else np.array(lengths, np.int64)
     expected = np_layers(cell, xs, states, weights, lens, directions, layers)
@@ -167,7 +169,7 @@ def test_layers_forward(kind, bidirectional, layers, lengths, biases):
 def test_layers_grads_bidirectional_two_layers_variable_lengths(kind):
     gates = 4 if kind == "lstm" else 3
     weights = flat(make_weights(gates, 2, 2))
-    xs, lens = rand(3, N, I), np.array([3, 2], np.int64)
+    xs, lens = rand(3, N, IN), np.array([3, 2], np.int64)
     states = [rand(4, N, H, seed=s) for s in range(2 if kind == "lstm" else 1)]
 
     def fn(xs, lens, *rest):
@@ -180,10 +182,10 @@ def test_layers_grads_bidirectional_two_layers_variable_lengths(kind):
 def test_lstm_symbolic_batch_with_lengths():
     weights = make_weights(4, 1, 2)
     w32 = [[a.astype(np.float32) for a in w] for w in weights]
-    xs, h0, c0 = (rand(*s, seed=k).astype(np.float32) for k, s in enumerate([(4, 3, I), (2, 3, H), (2, 3, H)]))
+    xs, h0, c0 = (rand(*s, seed=k).astype(np.float32) for k, s in enumerate([(4, 3, IN), (2, 3, H), (2, 3, H)]))
     lens = np.array([4, 1, 3], np.int64)
     expected = np_layers(np_lstm_cell, xs.astype(np.float64), [h0, c0], weights, lens, 2, 1)
     check_forward(lambda xs, h0, c0, lens: F.lstm(xs, h0, c0, w32, lens, bidirectional=True), [xs, h0, c0, lens],
                   [e.astype(np.float32) for e in expected],
-                  specs=[gc.spec((4, "batch", I)), gc.spec((2, "batch", H)), gc.spec((2, "batch", H)),
+                  specs=[gc.spec((4, "batch", IN)), gc.spec((2, "batch", H)), gc.spec((2, "batch", H)),
                          gc.spec(("batch",), "int64")])
