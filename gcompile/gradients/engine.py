@@ -73,10 +73,9 @@ def grad(outputs: Tensor | Sequence[Tensor], inputs: Sequence[Tensor], grad_outp
     gets zeros (as JAX does), not an error. Integer inputs are an error. A grad_outputs
     entry (None for ones) must have its output's shape; it is cast to the output's dtype.
     """
-    single_output = isinstance(outputs, Tensor)
-    outputs = [outputs] if single_output else list(outputs)
     if isinstance(inputs, Tensor):
         raise GcompileError("gc.grad(outputs, inputs): `inputs` must be a list of Tensors, e.g. [x]")
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     inputs = list(inputs)
     graph = current_frame().graph
     for x in inputs + outputs:
