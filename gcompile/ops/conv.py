@@ -116,13 +116,18 @@ def _check_bias(types, channels: int) -> None:
                          f"{format_shape(types[2].shape)}")
 
 
-def _conv_infer(types, stride, pad, dilation, groups):
+def _conv_operands(types, nsp: int, w_layout: str):
+    """x and w of a convolution-like op, checked to be N-C-spatial with a static weight shape."""
     x, w = types[:2]
-    nsp = len(stride)
     _check_nchw(x, nsp, "x")
-    _check_nchw(w, nsp, "w", "(C_out, C_in/groups, *kernel)")
+    _check_nchw(w, nsp, "w", w_layout)
     if not dims.is_static(w.shape):
         raise ShapeError(f"w {format_shape(w.shape)} must have a static shape")
+    return x, w
+
+
+def _conv_infer(types, stride, pad, dilation, groups):
+    x, w = _conv_operands(types, len(stride), "(C_out, C_in/groups, *kernel)")
     co, ci = w.shape[:2]
     if x.shape[1] != ci * groups:
         raise ShapeError(f"x {format_shape(x.shape)} has {x.shape[1]} channels but w {format_shape(w.shape)} "
@@ -135,12 +140,7 @@ def _conv_infer(types, stride, pad, dilation, groups):
 
 
 def _conv_transpose_infer(types, stride, pad, dilation, groups, output_padding):
-    x, w = types[:2]
-    nsp = len(stride)
-    _check_nchw(x, nsp, "x")
-    _check_nchw(w, nsp, "w", "(C_in, C_out/groups, *kernel)")
-    if not dims.is_static(w.shape):
-        raise ShapeError(f"w {format_shape(w.shape)} must have a static shape")
+    x, w = _conv_operands(types, len(stride), "(C_in, C_out/groups, *kernel)")
     if x.shape[1] != w.shape[0]:
         raise ShapeError(f"x {format_shape(x.shape)} has {x.shape[1]} channels but w {format_shape(w.shape)} "
                          f"takes {w.shape[0]}")
