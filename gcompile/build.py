@@ -9,6 +9,7 @@ manifest are deterministic (no timestamps), so two builds give byte-identical fi
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import itertools
@@ -114,7 +115,7 @@ def load_module(path) -> types.ModuleType:
     return module
 
 
-def _trace_one(fn: Callable, info: Export, opset: int | None, optimize: int,
+def _trace_one(fn: Callable, info: Export, opset: int | None, passes: Callable,
                model_path: str) -> tuple[Export, onnx.ModelProto, list[str]]:
     code = getattr(fn, "__code__", None)
     where = f"{model_path}:{code.co_firstlineno}" if code else model_path
@@ -123,7 +124,7 @@ def _trace_one(fn: Callable, info: Export, opset: int | None, optimize: int,
             traced = info.trace() if isinstance(info, TrainExport) else \
                 trace(fn, list(info.specs), name=info.name, input_names=list(info.input_names))
         with phase("passes"):
-            run_passes(traced.graph, optimize)
+            passes(traced.graph)
         with phase("lower"):
             model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=info.name)
         if isinstance(info, TrainExport):
@@ -137,7 +138,7 @@ def _trace_one(fn: Callable, info: Export, opset: int | None, optimize: int,
     return info, model, float64_ops
 
 
-def _trace_all(module, model_path: str, opset, optimize) -> list:
+def _trace_all(module, model_path: str, opset, passes: Callable) -> list:
     functions = [(fn, info) for fn in exported_functions(module) if (info := export_info(fn)) is not None]
     if not functions:
         raise GcompileError(f"{model_path} has no exported function: mark the functions to build with "
@@ -152,21 +153,22 @@ def _trace_all(module, model_path: str, opset, optimize) -> list:
         for fn, info in functions:
             bar.step(info.name)
             with timings() as times:
-                built.append((*_trace_one(fn, info, opset, optimize, model_path), times))
+                built.append((*_trace_one(fn, info, opset, passes, model_path), times))
             logger.info("%s: %s", info.name, times.format())
             bar.advance()
     return built
 
 
-def lower_all(model, opset: int | None = None, optimize: int = 2) -> tuple[str, list]:
+def lower_all(model, opset: int | None = None, optimize: int = 2, recompute: bool = False) -> tuple[str, list]:
     """(model path, [(export info, ONNX model, float64-only ops, timings)]) for every @gc.export
     function of `model` (a path or an imported module), in source order."""
+    passes = functools.partial(run_passes, level=optimize, recompute=recompute)
     if isinstance(model, types.ModuleType):
         model_path = getattr(model, "__file__", None) or model.__name__
-        return model_path, _trace_all(model, model_path, opset, optimize)
+        return model_path, _trace_all(model, model_path, opset, passes)
     model_path = os.fspath(model)
     with _on_path(os.path.dirname(os.path.abspath(model_path))):
-        return model_path, _trace_all(load_module(model_path), model_path, opset, optimize)
+        return model_path, _trace_all(load_module(model_path), model_path, opset, passes)
 
 
 def _check(name: str, data: bytes, weights: bytes | None, location: str, model, float64_ops,
@@ -186,14 +188,15 @@ def _check(name: str, data: bytes, weights: bytes | None, location: str, model, 
 
 
 def build(model, out_dir, opset: int | None = None, check: bool = False, provider: str = "auto",
-          optimize: int = 2, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD) -> BuildResult:
+          optimize: int = 2, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD,
+          recompute: bool = False) -> BuildResult:
     """Build every @gc.export function of `model` (a path or an imported module) into `out_dir`.
 
-    opset and optimize mean what they mean for gc.compile; check runs every artifact on
+    opset, optimize and recompute mean what they mean for gc.compile; check runs every artifact on
     random inputs of its specs (on `provider`) before anything is written. An artifact of
     `external_data_threshold` bytes or more keeps its weights in <name>.onnx.data beside it.
     """
-    model_path, built = lower_all(model, opset, optimize)
+    model_path, built = lower_all(model, opset, optimize, recompute)
     entries, blobs, checks, times = [], [], {}, {}
     resolved = resolve_provider(provider) if check else None
     for info, onnx_model, float64_ops, timed in built:

@@ -91,15 +91,17 @@ def _orders(entry: dict) -> str:
 @click.option("-O", "--optimize", type=click.IntRange(0, 2), default=2, show_default=True,
               help="graph passes: 0 none, 1 dead code + common subexpressions, 2 also folding and simplification")
 @click.option("--check", is_flag=True, help="run each artifact in onnxruntime on random inputs of its specs")
+@click.option("--recompute", is_flag=True,
+              help="recompute cheap forward nodes in the backward pass instead of keeping them (less memory)")
 @click.option("--external-data-threshold", type=click.IntRange(min=0), default=EXTERNAL_DATA_THRESHOLD,
               show_default=True, metavar="BYTES",
               help="an artifact this large keeps its weights in <name>.onnx.data beside it")
 @_PROVIDER
 @_guarded
-def build(model, out_dir, opset, optimize, check, external_data_threshold, provider):
+def build(model, out_dir, opset, optimize, check, recompute, external_data_threshold, provider):
     """Build every @gc.export function of MODEL (a .py file) into OUT/<name>.onnx and OUT/manifest.json."""
     result = build_artifacts(model, out_dir, opset=opset, check=check, provider=provider, optimize=optimize,
-                             external_data_threshold=external_data_threshold)
+                             external_data_threshold=external_data_threshold, recompute=recompute)
     for entry in result.manifest["artifacts"]:
         size = _size(entry["bytes"])
         if "external_data" in entry:

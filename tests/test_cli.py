@@ -3,6 +3,7 @@ and the exit codes and one-paragraph messages of user errors."""
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -288,6 +289,13 @@ def test_optimize_levels(model, tmp_path):
         assert result.exit_code == 0, result.output
         counts[level] = json.loads((tmp_path / level / "manifest.json").read_text())["artifacts"][1]["nodes"]
     assert counts["2"] < counts["0"]
+
+
+def test_recompute_flag_copies_forward_nodes_into_the_backward(model, tmp_path):
+    result = invoke("build", model, "-o", tmp_path / "re", "--recompute", "--check")
+    assert result.exit_code == 0, result.output
+    names = [n.name for n in onnx.load(str(tmp_path / "re" / "curvature.onnx")).graph.node]
+    assert any(re.match(r"re\d+_", name) for name in names), "recomputed copies are named re<order>_..."
 
 
 def test_check_refuses_float64_kernels_missing_on_cpu(tmp_path):
