@@ -17,7 +17,7 @@ from numpy.typing import ArrayLike
 
 from .frontend import pytree
 from .frontend.tensor import Tensor, as_tensor
-from .frontend.trace import trace
+from .frontend.trace import is_output_leaf, trace
 from .gradients import grad
 from .ir.evaluate import evaluate
 from .ops.basic import add_n
@@ -31,7 +31,7 @@ def _float_positions(arrays) -> list[int]:
 def _weighted_scalar(fn, rng_seed: int):
     """x ↦ Σ_k ⟨w_k, f_k(x)⟩ with fixed random w_k (one per float output leaf)."""
     def scalar(*xs):
-        leaves, _ = pytree.flatten(fn(*xs), lambda o: isinstance(o, Tensor))
+        leaves, _ = pytree.flatten(fn(*xs), is_output_leaf)
         rng = np.random.default_rng(rng_seed)
         terms = []
         for y in leaves:

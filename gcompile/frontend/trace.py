@@ -33,6 +33,11 @@ def argument_names(fn, n: int) -> list[str]:
     return names + [f"arg{i}" for i in range(len(names), n)]
 
 
+def is_output_leaf(value) -> bool:
+    """What a traced function may return as one output: a Tensor, or a constant array or number."""
+    return isinstance(value, (Tensor, np.ndarray, np.generic, int, float))
+
+
 def trace(fn, args, name: str | None = None, input_names: list[str] | None = None) -> Traced:
     """Trace `fn` with one graph input per element of `args` (Specs or example arrays)."""
     specs = [as_spec(a) for a in args]
@@ -46,7 +51,7 @@ def trace(fn, args, name: str | None = None, input_names: list[str] | None = Non
             params.append(Tensor(graph, node.out(0), s.type))
         result = fn(*params)
         try:
-            leaves, tree = pytree.flatten(result, lambda o: isinstance(o, (Tensor, np.ndarray, np.generic, int, float)))
+            leaves, tree = pytree.flatten(result, is_output_leaf)
         except TypeError as err:
             raise TraceError(f"{getattr(fn, '__name__', 'function')} must return Tensors (or tuples, lists, "
                              f"dicts of them): {err}") from None

@@ -221,3 +221,9 @@ def test_wgan_gp_in_float32_as_in_the_issue():
     np.testing.assert_allclose(pen, pen64, rtol=1e-5)
     for g, g64 in zip(grads, grads64):
         np.testing.assert_allclose(g, g64, rtol=1e-4, atol=1e-5)
+
+
+def test_check_grad_accepts_constant_outputs_beside_tensors():
+    from gcompile.testing import check_grad
+    x = np.random.default_rng(3).standard_normal((2, 3))
+    check_grad(lambda x: (F.tanh(x), np.ones(2)), [x])
