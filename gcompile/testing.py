@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .frontend import pytree
-from .frontend.tensor import Tensor, as_tensor
+from .frontend.tensor import as_tensor
 from .frontend.trace import is_output_leaf, trace
 from .gradients import grad
 from .ir.evaluate import evaluate
