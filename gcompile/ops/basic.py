@@ -120,3 +120,19 @@ def _lower_add_n(ctx, names, node):
 
 defop("add_n", infer=_add_n_infer, reference=lambda *xs: np.sum(np.broadcast_arrays(*xs), axis=0).astype(xs[0].dtype),
       lower=_lower_add_n, vjp=_add_n_vjp, traits={"elementwise", "cheap"})
+
+
+# -- scheduling ---------------------------------------------------------------------------------------
+def _lower_after(ctx, names, node):
+    """x concatenated with an empty slice of the token: x's value, with a data dependency on the token."""
+    x, token = names
+    t = ctx.graph.type_of(node.inputs[0])
+    flat = ctx.emit("Reshape", [x, ctx.int64s([-1])])
+    empty = ctx.emit("Slice", [ctx.emit("Reshape", [token, ctx.int64s([-1])]), ctx.int64s([0]), ctx.int64s([0])])
+    empty = ctx.emit("Cast", [empty], to=helper.np_dtype_to_tensor_dtype(t.dtype))
+    return ctx.emit("Reshape", [ctx.emit("Concat", [flat, empty], axis=0), ctx.shape_tensor(t.shape)])
+
+
+# Inserted by the recompute pass (gcompile/passes/recompute.py) after differentiation: never differentiated.
+defop("after", infer=lambda types: [types[0]], reference=lambda x, token: np.array(x, copy=True),
+      lower=_lower_after, traits={"nondiff"})

@@ -23,27 +23,9 @@ topological. Run it after the passes that merge equal nodes; it is idempotent.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..ir.graph import Graph, Node, ValueRef
-from ..ops.registry import defop, get_op
+from ..ops.registry import get_op
 from .base import PassResult
-
-
-def _lower_after(ctx, names, node):
-    """x concatenated with an empty slice of the token: x's value, with a data dependency on the token."""
-    from onnx import helper
-    x, token = names
-    t = ctx.graph.type_of(node.inputs[0])
-    flat = ctx.emit("Reshape", [x, ctx.int64s([-1])])
-    empty = ctx.emit("Slice", [ctx.emit("Reshape", [token, ctx.int64s([-1])]), ctx.int64s([0]), ctx.int64s([0])])
-    empty = ctx.emit("Cast", [empty], to=helper.np_dtype_to_tensor_dtype(t.dtype))
-    return ctx.emit("Reshape", [ctx.emit("Concat", [flat, empty], axis=0), ctx.shape_tensor(t.shape)])
-
-
-# Internal to this pass, which inserts it after differentiation: it is never differentiated.
-defop("after", infer=lambda types: [types[0]], reference=lambda x, token: np.array(x, copy=True),
-      lower=_lower_after, traits={"nondiff"})
 
 
 def _candidates(graph: Graph, cheap: bool) -> set[int]:
