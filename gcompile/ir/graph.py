@@ -117,9 +117,6 @@ class Graph:
     def consumers(self, node_id: int) -> list[Node]:
         return [self.nodes[i] for i in sorted(self.dag.successors(node_id))]
 
-    def input_nodes(self) -> list[Node]:
-        return [self.nodes[r.node] for r in self.inputs]
-
     def __len__(self) -> int:
         return len(self.nodes)
 
