@@ -16,6 +16,11 @@ import time
 
 import numpy as np
 
+# Alternating systems in one process is only fair if none of them keeps its worker threads
+# spinning between runs: gcompile's sessions do not (runtime/providers.py); PyTorch's OpenMP
+# threads are told not to. (Set before torch is imported.)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gcompile as gc  # noqa: E402
 import gcompile.functions as F  # noqa: E402
@@ -322,16 +327,22 @@ def jax_workloads():
 
 
 # -- measurement -------------------------------------------------------------------------------------
-def _median_ms(fns: dict, runs: int) -> dict:
+def _median_ms(fns: dict, runs: int, block: int = 5) -> dict:
+    """Median ms per call of each system, `runs` timed calls each after warm-up. Systems alternate
+    in blocks of `block` calls, each block after a pause and one untimed call: drift hits every
+    column alike, and no system is timed while another one's thread pool still spins."""
+    times: dict = {k: [] for k in fns}
     for f in fns.values():
         for _ in range(3):
             f()
-    times = {k: [] for k in fns}
-    for _ in range(runs):
-        for k, f in fns.items():   # alternate, so drift hits every column alike
-            t0 = time.perf_counter()
+    while any(len(t) < runs for t in times.values()):
+        for k, f in fns.items():
+            time.sleep(0.05)   # lets the previous system's worker threads stop spinning and park
             f()
-            times[k].append(time.perf_counter() - t0)
+            for _ in range(min(block, runs - len(times[k]))):
+                t0 = time.perf_counter()
+                f()
+                times[k].append(time.perf_counter() - t0)
     return {k: 1e3 * float(np.median(v)) for k, v in times.items()}
 
 
