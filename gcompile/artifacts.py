@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from .errors import GcompileError, InputError
-from .ir.dims import format_shape
+from .ir.dims import bind, format_shape
 from .runtime.providers import PROVIDERS
 
 _ORDER = re.compile(r"\border=(\d+)\b")
@@ -190,12 +190,11 @@ def check_feeds(model, feeds: dict) -> dict[str, np.ndarray]:
         if arr.dtype != dtype or arr.ndim != len(want) or any(
                 isinstance(d, int) and d != n for d, n in zip(want, arr.shape)):
             raise InputError(f"input {v.name!r}: expected {expected}, got {got}")
-        for d, n in zip(want, arr.shape):
-            if isinstance(d, str) and d != "?":
-                first = bound.setdefault(d, (n, v.name))
-                if first[0] != n:
-                    raise InputError(f"symbolic dim {d!r} is {first[0]} in input {first[1]!r} but {n} in "
-                                     f"input {v.name!r} (expected {expected}, got {got})")
+        conflict = bind(bound, want, arr.shape, v.name)
+        if conflict:
+            symbol, n, first_n, first_name = conflict
+            raise InputError(f"symbolic dim {symbol!r} is {first_n} in input {first_name!r} but {n} in "
+                             f"input {v.name!r} (expected {expected}, got {got})")
         checked[v.name] = np.ascontiguousarray(arr)
     return checked
 

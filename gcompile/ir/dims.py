@@ -76,3 +76,15 @@ def is_static(shape: Shape) -> bool:
 
 def format_shape(shape: Shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def bind(bindings: dict, declared: Shape, actual, source: str) -> tuple | None:
+    """Record the size each plain symbol of `declared` takes in `actual` (as (size, source) in
+    `bindings`); return (symbol, size, first size, first source) for the first symbol already
+    bound to another size, else None. Callers phrase the error for their context."""
+    for d, n in zip(declared, actual):
+        if isinstance(d, str) and d != "?" and "*" not in d:
+            first_n, first_source = bindings.setdefault(d, (n, source))
+            if first_n != n:
+                return d, n, first_n, first_source
+    return None

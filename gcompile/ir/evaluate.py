@@ -16,10 +16,11 @@ from .graph import Graph
 def bind_symbols(graph: Graph, arrays) -> dict:
     bindings: dict = {}
     for ref, arr in zip(graph.inputs, arrays):
-        for d, n in zip(graph.type_of(ref).shape, np.shape(arr)):
-            if isinstance(d, str) and "*" not in d and bindings.setdefault(d, n) != n:
-                raise InputError(f"symbolic dim {d!r} bound to both {bindings[d]} and {n}")
-    return bindings
+        conflict = dims.bind(bindings, graph.type_of(ref).shape, np.shape(arr), "")
+        if conflict:
+            symbol, n, first_n, _ = conflict
+            raise InputError(f"symbolic dim {symbol!r} bound to both {first_n} and {n}")
+    return {symbol: n for symbol, (n, _) in bindings.items()}
 
 
 def evaluate(graph: Graph, arrays, outputs=None) -> list[np.ndarray]:

@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike
 from ..errors import GcompileError, InputError
 from ..frontend import pytree
 from ..frontend.trace import Traced, trace
-from ..ir.dims import format_shape
+from ..ir.dims import bind, format_shape
 from ..ir.graph import Graph
 from ..lowering import to_onnx
 from ..lowering.export import EXTERNAL_DATA_THRESHOLD, external_data_name, serialize
@@ -112,11 +112,11 @@ class CompiledFunction:
                 raise InputError(f"input {name!r}: expected dtype {s.dtype.name}, got {np.dtype(dtype).name}")
             if len(shape) != len(s.shape) or any(isinstance(d, int) and d != n for d, n in zip(s.shape, shape)):
                 raise InputError(f"input {name!r}: expected shape {format_shape(s.shape)}, got {format_shape(shape)}")
-            for d, n in zip(s.shape, shape):
-                if isinstance(d, str) and bindings.setdefault(d, (n, name))[0] != n:
-                    other_n, other = bindings[d]
-                    raise InputError(f"symbolic dim {d!r} is {other_n} in input {other!r} but {n} in input {name!r} "
-                                     f"(shape {format_shape(shape)})")
+            conflict = bind(bindings, s.shape, shape, name)
+            if conflict:
+                symbol, n, other_n, other = conflict
+                raise InputError(f"symbolic dim {symbol!r} is {other_n} in input {other!r} but {n} in input {name!r} "
+                                 f"(shape {format_shape(shape)})")
             feeds[name] = value
         return feeds
 
