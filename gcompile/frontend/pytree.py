@@ -23,16 +23,17 @@ def flatten(obj, is_leaf: Callable[[Any], bool]) -> tuple[list, Any]:
 
 
 def unflatten(treedef, leaves) -> Any:
-    it = iter(leaves)
+    return _build(treedef, iter(leaves))
 
-    def build(d):
-        if d is None:
-            return next(it)
-        if d[0] is dict:
-            return {k: build(c) for k, c in zip(d[1], d[2])}
-        return d[0](build(c) for c in d[1])
 
-    return build(treedef)
+def _build(d, it):
+    # A module-level recursion on purpose: a nested closure that calls itself is a reference
+    # cycle, which would keep every call's output arrays alive until the cyclic collector runs.
+    if d is None:
+        return next(it)
+    if d[0] is dict:
+        return {k: _build(c, it) for k, c in zip(d[1], d[2])}
+    return d[0](_build(c, it) for c in d[1])
 
 
 def leaf_paths(treedef, prefix: str = "output") -> list[str]:
