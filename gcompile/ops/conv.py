@@ -257,33 +257,34 @@ def _lower_conv_transpose(ctx, names, node):
 
 
 def _lower_conv_weight_grad(ctx, names, node):
-    """gw[o, c, k] = sum over n, i of xpad[n, c, i*stride + k*dilation] * g[n, o, i]: slice each kernel
-    tap's strided window out of a padded, channels-last x (im2col), then one MatMul per group that
-    contracts batch and output positions at once. (A Conv with g as its kernel computes the same,
-    but onnxruntime runs such huge-kernel, tiny-output convolutions several times slower.)"""
+    """gw[o, c, k] = sum over n, i of xpad[n, c, i*stride + k*dilation] * g[n, o, i]: with batch and
+    channels swapped, slice each kernel tap's strided window out of the padded x and stack the taps
+    beside the channels (im2col whose copies move whole planes), then one MatMul per group that
+    contracts batch and output positions at once. Its (channel, tap) order is already the weight
+    layout. (A Conv with g as its kernel computes the same, but onnxruntime runs such huge-kernel,
+    tiny-output convolutions several times slower; a channels-last im2col spent more on its
+    last-axis Concat than on the product, and a product per image more on summing the images.)"""
     a = node.attrs
     groups, kernel = a["groups"], a["kernel"]
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
-    spatial, out, nsp = x_type.shape[2:], g_type.shape[2:], len(kernel)
+    out, nsp = g_type.shape[2:], len(kernel)
     ci, co, taps = x_type.shape[1] // groups, g_type.shape[1], math.prod(kernel)
-    axes = ctx.int64s(range(2, 2 + nsp))
-    x = ctx.emit("Reshape", [names[0], ctx.int64s([0, groups, ci, *spatial])])          # (N, G, Ci, *S)
-    x = ctx.emit("Transpose", [x], perm=[1, 0, *range(3, 3 + nsp), 2])                    # (G, N, *S, Ci)
+    swap = [1, 0, *range(2, 2 + nsp)]
+    x = ctx.emit("Transpose", [names[0]], perm=swap)                                      # (C, N, *S)
     if any(any(p) for p in a["pad"]):   # pads for every axis: ORT's layout optimizer mishandles `axes`
-        begins, ends = [0, 0, *(p[0] for p in a["pad"]), 0], [0, 0, *(p[1] for p in a["pad"]), 0]
+        begins, ends = [0, 0, *(p[0] for p in a["pad"])], [0, 0, *(p[1] for p in a["pad"])]
         x = ctx.emit("Pad", [x, ctx.int64s(begins + ends)])
+    axes, flat = ctx.int64s(range(2, 2 + nsp)), ctx.int64s([0, 1, -1])
     cols = []
     for tap in _taps(kernel):
         window = _tap_window(tap, a["stride"], a["dilation"], out)[1:]
-        cols.append(ctx.emit("Slice", [x, ctx.int64s([w.start for w in window]), ctx.int64s([w.stop for w in window]),
-                                       axes, ctx.int64s(a["stride"])]))
-    cols = ctx.emit("Concat", cols, axis=-1) if taps > 1 else cols[0]                    # (G, N, *O, T*Ci)
-    cols = ctx.emit("Reshape", [cols, ctx.int64s([groups, -1, taps * ci])])
-    g = ctx.emit("Reshape", [names[1], ctx.int64s([0, groups, co // groups, math.prod(out)])])
-    g = ctx.emit("Transpose", [g], perm=[1, 2, 0, 3])                                     # (G, Co/G, N, P)
-    g = ctx.emit("Reshape", [g, ctx.int64s([groups, co // groups, -1])])
-    gw = ctx.emit("MatMul", [g, cols])                                                    # (G, Co/G, T*Ci)
-    gw = ctx.emit("Transpose", [ctx.emit("Reshape", [gw, ctx.int64s([co, taps, ci])])], perm=[0, 2, 1])
+        cols.append(ctx.emit("Reshape", [ctx.emit("Slice", [
+            x, ctx.int64s([w.start for w in window]), ctx.int64s([w.stop for w in window]), axes,
+            ctx.int64s(a["stride"])]), flat]))                                          # (C, 1, N*P)
+    cols = ctx.emit("Concat", cols, axis=1) if taps > 1 else cols[0]                     # (C, T, N*P)
+    cols = ctx.emit("Reshape", [cols, ctx.int64s([groups, ci * taps, -1])])
+    g = ctx.emit("Reshape", [ctx.emit("Transpose", [names[1]], perm=swap), ctx.int64s([groups, co // groups, -1])])
+    gw = ctx.emit("MatMul", [g, ctx.emit("Transpose", [cols], perm=[0, 2, 1])])         # (G, Co/G, Ci*T)
     return ctx.emit("Reshape", [gw, ctx.int64s([co, ci, *kernel])])
 
 
