@@ -402,8 +402,13 @@ def _pool_scatter_reference(g, idx, shape):
 
 
 def _lower_pool_scatter(ctx, names, node):
-    shape = node.attrs["shape"]
-    zero = helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(node.outputs[0].dtype), [1], [0])
+    shape, window = node.attrs["shape"], node.attrs.get("window")
+    dtype = node.outputs[0].dtype
+    if window is not None and dtype != np.float64:   # onnxruntime's MaxUnpool has no double kernel
+        # Indices of disjoint windows never repeat, so a plain write is the scatter-add; MaxUnpool
+        # is several times faster than ScatterElements with reduction="add".
+        return ctx.emit("MaxUnpool", [*names, ctx.shape_tensor(shape)], **_window_attrs(*window))
+    zero = helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(dtype), [1], [0])
     zeros = ctx.emit("ConstantOfShape", [ctx.shape_tensor((dims.product(shape),))], value=zero)
     flat = [ctx.emit("Reshape", [n, ctx.int64s([-1])]) for n in names]
     out = ctx.emit("ScatterElements", [zeros, flat[1], flat[0]], axis=0, reduction="add")
@@ -426,14 +431,25 @@ def _max_pool_infer(types, kernel, stride, pad):
     return [tensor_type(types[0].dtype, shape), tensor_type(np.int64, shape)]
 
 
-defop("max_pool", infer=_max_pool_infer,
-      reference=_max_pool_reference, lower=_lower_max_pool, n_outputs=2,
-      vjp=lambda g, ins, outs, **a: [apply("pool_scatter", [g[0], outs[1]], shape=ins[0].shape)])
+def _max_pool_vjp(g, ins, outs, kernel, stride, pad):
+    disjoint = all(s >= k for s, k in zip(stride, kernel))
+    return [apply("pool_scatter", [g[0], outs[1]], shape=ins[0].shape,
+                  window=(kernel, stride, pad) if disjoint else None)]
+
+
+defop("max_pool", infer=_max_pool_infer, reference=_max_pool_reference, lower=_lower_max_pool, n_outputs=2,
+      vjp=_max_pool_vjp)
 # Zeros of `shape` with each value added at its flat index (repeats accumulate), and its adjoint.
-defop("pool_scatter", infer=_pool_scatter_infer, reference=_pool_scatter_reference, lower=_lower_pool_scatter,
-      vjp=lambda g, ins, outs, shape: [apply("pool_gather", [g[0], ins[1]]), None])
-defop("pool_gather", infer=_pool_gather_infer, reference=lambda h, idx: h.ravel()[idx], lower=_lower_pool_gather,
-      vjp=lambda g, ins, outs: [apply("pool_scatter", [g[0], ins[1]], shape=ins[0].shape), None])
+# `window` (kernel, stride, pad) says the indices come from a max_pool whose windows are disjoint,
+# so none repeats; it only picks the faster lowering and travels through the adjoints.
+defop("pool_scatter", infer=lambda types, shape, window=None: _pool_scatter_infer(types, shape),
+      reference=lambda g, idx, shape, window=None: _pool_scatter_reference(g, idx, shape),
+      lower=_lower_pool_scatter,
+      vjp=lambda g, ins, outs, shape, window=None: [apply("pool_gather", [g[0], ins[1]], window=window), None])
+defop("pool_gather", infer=lambda types, window=None: _pool_gather_infer(types),
+      reference=lambda h, idx, window=None: h.ravel()[idx], lower=_lower_pool_gather,
+      vjp=lambda g, ins, outs, window=None: [
+          apply("pool_scatter", [g[0], ins[1]], shape=ins[0].shape, window=window), None])
 
 
 def max_pool(x, kernel, stride=None, pad=0) -> Tensor:

@@ -363,6 +363,31 @@ def test_pool_scatter_and_gather_forward():
     check_forward(lambda t, i: apply("pool_gather", [t, i]), [table, index], table.ravel()[index])
 
 
+@pytest.mark.parametrize("case", ["2d", "2d-overlap", "3d-default-stride", "2x2"])
+def test_max_pool_gradients_through_onnxruntime_match_the_reference(case):
+    # Disjoint windows (stride >= kernel) lower the scatter to MaxUnpool, overlapping ones to
+    # ScatterElements; both, and the gather of the second order, must agree with numpy in float32.
+    shape, kw = POOL_CASES[case] if case in POOL_CASES else ((3, 2, 8, 6), dict(kernel=2))
+    x, v = distinct(*shape, seed=27), rand(*shape, seed=28)
+
+    def f(x, v):
+        g, = gc.grad(F.sum(F.max_pool(x, **kw) ** 3), [x])
+        return g, gc.grad(F.sum(g * v), [x])[0]
+
+    check_lowering(f, [x, v])
+    ops = {n.op_type for n in gc.compile(f, x, v, provider="cpu").model.graph.node}
+    disjoint = case in ("3d-default-stride", "2x2")
+    assert ("MaxUnpool" in ops) == disjoint and ("ScatterElements" in ops) != disjoint
+
+
+def test_pool_scatter_of_disjoint_windows_keeps_a_symbolic_batch():
+    x = distinct(4, 3, 6, 6, seed=29)
+    cf = gc.compile(lambda x: gc.grad(F.sum(F.max_pool(x, 3) ** 2), [x])[0], gc.spec(("n", 3, 6, 6)), provider="cpu")
+    y = x.reshape(4, 3, 2, 3, 2, 3).max(axis=(3, 5), keepdims=True)
+    expected = np.where(x.reshape(y.shape[:3] + (3,) + y.shape[4:5] + (3,)) == y, 2 * y, 0).reshape(x.shape)
+    np.testing.assert_allclose(cf(x), expected, rtol=1e-6)
+
+
 def test_global_avg_pool_grads():
     check_grads(lambda x: F.global_avg_pool(x) ** 2, [rand(2, 3, 4, 3, seed=26)])
 
