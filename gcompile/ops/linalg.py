@@ -42,8 +42,13 @@ def _matmul_infer(types):
 
 def _matmul_vjp(g, ins, outs):
     a, b = ins
-    return [sum_to_shape(matmul(g[0], swapaxes(b, -1, -2)), a.shape),
-            sum_to_shape(matmul(swapaxes(a, -1, -2), g[0]), b.shape)]
+    if b.ndim == 2 and a.ndim > 2:
+        # A matrix shared by a batch (x @ w in every layer): contract the batch inside one matrix
+        # product, rather than a product per batch element summed afterwards.
+        gb = matmul(swapaxes(reshape(a, -1, a.shape[-1]), 0, 1), reshape(g[0], -1, g[0].shape[-1]))
+    else:
+        gb = sum_to_shape(matmul(swapaxes(a, -1, -2), g[0]), b.shape)
+    return [sum_to_shape(matmul(g[0], swapaxes(b, -1, -2)), a.shape), gb]
 
 
 defop("matmul", infer=_matmul_infer, reference=np.matmul,

@@ -1,7 +1,8 @@
 """Algebraic simplification: identities that hold for every value, NaN and Inf included.
 
 x+0, x-0, x*1, x/1, -(-x), transpose∘transpose, reshape∘reshape, no-op reshape/expand/
-cast/identity/stop_gradient, one-term sums and where with a constant condition. A rewrite
+cast/identity/stop_gradient, one-term sums, where with a constant condition, and a sum of
+zero-padded pieces that tile an axis (the gradient of splitting a tensor) as their concat. A rewrite
 only applies when the surviving value has exactly the node's type (dtype and shape), so
 broadcasting is never lost.
 (x*0 and x-x are not rewritten: they are not 0 when x is Inf or NaN.)
@@ -75,18 +76,47 @@ def _fuse_with_producer(graph: Graph, node: Node) -> bool:
     return True
 
 
+def _tiling_pieces(graph: Graph, node: Node) -> tuple[int, list[ValueRef]] | None:
+    """(axis, pieces in axis order) when `node` sums slice_scatters that each place a piece along one
+    shared axis with step 1 and that together cover the axis exactly once; else None."""
+    if node.op != "add_n" or len(node.inputs) < 2:
+        return None
+    spans = []
+    for ref in node.inputs:
+        scatter = graph.nodes[ref.node]
+        a = scatter.attrs
+        if (scatter.op != "slice_scatter" or len(a["axes"]) != 1 or a["steps"] != (1,)
+                or not _same_type(graph, ref, node)):
+            return None
+        spans.append((a["starts"][0], a["ends"][0], a["axes"][0], scatter.inputs[0]))
+    spans.sort(key=lambda span: span[0])
+    axis = spans[0][2]
+    edges = [0] + [end for _, end, _, _ in spans]
+    if any(span[2] != axis for span in spans) or [start for start, _, _, _ in spans] != edges[:-1] \
+            or edges[-1] != node.outputs[0].shape[axis]:
+        return None
+    return axis, [piece for _, _, _, piece in spans]
+
+
 def simplify(graph: Graph) -> PassResult:
     changed = False
     for node in graph.topo_order():
         if node.op in ("input", "constant"):
             continue
+        tiling = _tiling_pieces(graph, node)
+        if tiling is not None:    # rewritten in place, so node ids stay a topological order
+            graph.replace_inputs(node, tiling[1])
+            node.op, node.attrs = "concat", {"axis": tiling[0]}
+            changed = True
         changed |= _fuse_with_producer(graph, node)
         replacement: ValueRef | None
         if node.op == "transpose" and node.attrs["perm"] == tuple(range(len(node.attrs["perm"]))):
             replacement = node.inputs[0]
         else:
             replacement = _passthrough(graph, node)
-        if replacement is not None:
+        # (a node nobody reads any more is left to dead-code elimination: rewiring its nonexistent
+        # readers again would report a change on every run)
+        if replacement is not None and (graph.consumers(node.id) or node.out(0) in graph.outputs):
             replace_uses(graph, node.out(0), replacement)
             changed = True
     return PassResult(graph, changed)

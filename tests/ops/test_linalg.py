@@ -13,7 +13,8 @@ def rand(*shape, seed=0, dtype=np.float32):
 
 
 MATMUL_SHAPES = [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)), ((2, 3, 4), (4, 5)),
-                 ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)), ((4,), (2, 4, 3)), ((2, 3, 4), (4,))]
+                 ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)), ((4,), (2, 4, 3)), ((2, 3, 4), (4,)),
+                 ((2, 2, 3, 4), (4, 5))]
 
 
 @pytest.mark.parametrize("sa, sb", MATMUL_SHAPES, ids=str)
@@ -38,6 +39,15 @@ def test_matmul_on_a_symbolic_batch():
         got = cf(x, y)
         np.testing.assert_allclose(got[0], x @ w, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got[1], x @ y, rtol=1e-5, atol=1e-6)
+
+
+def test_the_gradient_of_a_matrix_shared_by_a_batch_is_one_product_not_a_sum_of_products():
+    x, w = rand(2, 3, 5, 4, seed=3), rand(4, 6, seed=4)
+    cf = gc.compile(lambda x, w: gc.grad(F.sum(F.tanh(x @ w)), [w])[0], x, w, provider="cpu")
+    ops = [n.op_type for n in cf.model.graph.node]
+    assert "ReduceSum" not in ops and ops.count("Gemm") + ops.count("MatMul") == 2, ops
+    expected = np.einsum("abmk,abmn->kn", x, 1 - np.tanh(x @ w) ** 2)
+    np.testing.assert_allclose(cf(x, w), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_matmul_errors_name_both_shapes():

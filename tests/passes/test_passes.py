@@ -115,6 +115,34 @@ def test_reshape_chain_becomes_one_reshape():
     assert _ops(graph).count("reshape") == 1
 
 
+def test_the_gradient_of_a_split_becomes_a_concat_of_the_pieces():
+    # q, k, v = x[:, :1], x[:, 1:3], x[:, 3:]: the backward sums three zero-padded pieces.
+    def fn(x):
+        q, k, v = x[:, :1], x[:, 1:3], x[:, 3:]
+        return gc.grad(F.sum(F.sin(q) * 2) + F.sum(F.exp(k)) + F.sum(v * v), [x])[0]
+    before, after = _check(simplify, fn, [X])
+    graph = _graph(fn, X)
+    optimize(graph, 2)
+    assert "concat" in _ops(graph) and "slice_scatter" not in _ops(graph)
+
+
+@pytest.mark.parametrize("pieces", [
+    lambda x: (x[:, :1], x[:, 2:]),             # a gap: the zeros between stay
+    lambda x: (x[:, :3], x[:, 1:]),             # overlapping pieces add
+    lambda x: (x[:1, :2], x[1:, 2:]),           # different axes
+    lambda x: (x[:, ::2], x[:, 1::2]),          # strided pieces
+])
+def test_sums_of_pieces_that_do_not_tile_one_axis_stay_sums(pieces):
+    def fn(x):
+        return gc.grad(F.add_n([F.sum(F.sin(p)) for p in pieces(x)]), [x])[0]
+    graph = _graph(fn, X)
+    before = evaluate(graph, [X])
+    optimize(graph, 2)
+    _assert_valid(graph)
+    assert "concat" not in _ops(graph)
+    np.testing.assert_array_equal(before[0], evaluate(graph, [X])[0])
+
+
 def test_simplify_keeps_broadcasting():
     # x (3,4) + zeros (2,3,4) broadcasts: the add must stay.
     z = np.zeros((2, 3, 4))
