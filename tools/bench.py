@@ -17,8 +17,9 @@ import time
 import numpy as np
 
 # Alternating systems in one process is only fair if none of them keeps its worker threads
-# spinning between runs: gcompile's sessions do not (runtime/providers.py); PyTorch's OpenMP
-# threads are told not to. (Set before torch is imported.)
+# spinning into the next one's runs. onnxruntime's (and JAX's) spin only briefly after a run, and
+# _median_ms pauses before each block; PyTorch's OpenMP threads are told not to spin at all.
+# (Set before torch is imported.)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
