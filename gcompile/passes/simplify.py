@@ -1,8 +1,9 @@
 """Algebraic simplification: identities that hold for every value, NaN and Inf included.
 
 x+0, x-0, x*1, x/1, -(-x), transpose∘transpose, reshape∘reshape, no-op reshape/expand/
-cast/identity/stop_gradient, one-term sums, where with a constant condition, and a sum of
-zero-padded pieces that tile an axis (the gradient of splitting a tensor) as their concat. A rewrite
+cast/identity/stop_gradient, one-term sums, where with a constant condition, a sum of
+zero-padded pieces that tile an axis (the gradient of splitting a tensor) as their concat, and
+an expand feeding an op that broadcasts anyway (a bias gradient's VJP, fed to a sum). A rewrite
 only applies when the surviving value has exactly the node's type (dtype and shape), so
 broadcasting is never lost.
 (x*0 and x-x are not rewritten: they are not 0 when x is Inf or NaN.)
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ShapeError
 from ..ir.graph import Graph, Node, ValueRef
+from ..ops.shape_rules import broadcast_shapes
 from .base import PassResult, replace_uses
 
 
@@ -98,6 +101,33 @@ def _tiling_pieces(graph: Graph, node: Node) -> tuple[int, list[ValueRef]] | Non
     return axis, [piece for _, _, _, piece in spans]
 
 
+# Ops lowered to ONNX ops that broadcast every operand (Add, Sub, Mul, Div, Sum, Max, Min, Where).
+_BROADCASTING = frozenset({"add", "sub", "mul", "div", "add_n", "maximum", "minimum", "where"})
+
+
+def _drop_broadcast_expands(graph: Graph, node: Node) -> bool:
+    """op(..., expand(v), ...) -> op(..., v, ...) when broadcasting v with the other operands
+    still gives the output's shape: the op broadcasts by itself, without the materialised copy."""
+    if node.op not in _BROADCASTING:
+        return False
+    inputs = list(node.inputs)
+    for pos, ref in enumerate(inputs):
+        producer = graph.nodes[ref.node]
+        if producer.op != "expand":
+            continue
+        source = producer.inputs[0]
+        shapes = [graph.type_of(source if i == pos else r).shape for i, r in enumerate(inputs)]
+        try:
+            if broadcast_shapes(*shapes) == node.outputs[0].shape:
+                inputs[pos] = source
+        except ShapeError:   # symbolic dims whose broadcast cannot be decided: keep the expand
+            continue
+    if inputs == node.inputs:
+        return False
+    graph.replace_inputs(node, inputs)
+    return True
+
+
 def simplify(graph: Graph) -> PassResult:
     changed = False
     for node in graph.topo_order():
@@ -108,7 +138,7 @@ def simplify(graph: Graph) -> PassResult:
             graph.replace_inputs(node, tiling[1])
             node.op, node.attrs = "concat", {"axis": tiling[0]}
             changed = True
-        changed |= _fuse_with_producer(graph, node)
+        changed |= _fuse_with_producer(graph, node) | _drop_broadcast_expands(graph, node)
         replacement: ValueRef | None
         if node.op == "transpose" and node.attrs["perm"] == tuple(range(len(node.attrs["perm"]))):
             replacement = node.inputs[0]

@@ -143,6 +143,25 @@ def test_sums_of_pieces_that_do_not_tile_one_axis_stay_sums(pieces):
     np.testing.assert_array_equal(before[0], evaluate(graph, [X])[0])
 
 
+def test_an_expand_feeding_an_op_that_broadcasts_anyway_is_dropped():
+    b = RNG.standard_normal((1, 4))
+    before, after = _check(simplify, lambda x: F.add_n([x, x * 2, F.broadcast_to(F.exp(b), (3, 4))]) *
+                           F.broadcast_to(b, (3, 4)), [X])
+    graph = _graph(lambda x: x * F.broadcast_to(F.exp(x[:1]), (3, 4)), X)
+    optimize(graph, 2)
+    assert "expand" not in _ops(graph)
+
+
+def test_an_expand_that_sets_the_output_shape_stays():
+    graph = _graph(lambda x: F.broadcast_to(x[:1], (3, 4)) * F.broadcast_to(x[:, :1], (3, 4)) + F.exp(
+        F.broadcast_to(x[:1], (3, 4))), X)
+    before = evaluate(graph, [X])
+    optimize(graph, 2)
+    _assert_valid(graph)
+    np.testing.assert_array_equal(before[0], evaluate(graph, [X])[0])
+    assert _ops(graph).count("expand") >= 1     # exp needs its input expanded; one mul operand keeps its shape
+
+
 def test_simplify_keeps_broadcasting():
     # x (3,4) + zeros (2,3,4) broadcasts: the add must stay.
     z = np.zeros((2, 3, 4))
