@@ -62,6 +62,12 @@ class LowerContext:
         self.nodes.append(node)
         return outputs[0] if n_out == 1 else outputs
 
+    def is_read(self, node: Node, index: int) -> bool:
+        """Whether output `index` of `node` is a graph output or another node's operand (ops with
+        optional outputs emit them only then)."""
+        ref = node.out(index)
+        return ref in self.graph.outputs or any(ref in c.inputs for c in self.graph.consumers(node.id))
+
     def _touches_float64(self, node: Node) -> bool:
         types = [self.graph.type_of(r) for r in node.inputs] + node.outputs
         return any(t.dtype == np.float64 for t in types)

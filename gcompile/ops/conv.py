@@ -380,8 +380,7 @@ def _max_pool_reference(x, *, kernel, stride, pad):
 def _lower_max_pool(ctx, names, node):
     a = node.attrs
     attrs = _window_attrs(a["kernel"], a["stride"], a["pad"])
-    indices = node.out(1)
-    if indices in ctx.graph.outputs or any(indices in c.inputs for c in ctx.graph.consumers(node.id)):
+    if ctx.is_read(node, 1):
         return ctx.emit("MaxPool", names, n_out=2, storage_order=0, **attrs)
     return ctx.emit("MaxPool", names, **attrs)     # the single-output kernel is the faster one
 

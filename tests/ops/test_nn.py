@@ -8,6 +8,7 @@ import gcompile.functions as F
 from gcompile.frontend.tensor import apply_n
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
+from gcompile.testing import check_lowering
 
 from ..opcheck import check_forward, check_grads
 
@@ -220,6 +221,21 @@ def test_layer_norm_grads(axis):
     x = rand(2, 3, 4)
     shape = x.shape[axis % 3:]
     check_grads(lambda x, g, b: F.layer_norm(x, g, b, axis=axis), [x, rand(*shape, seed=6), rand(*shape, seed=7)])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_backward_reads_the_forward_statistics(dtype):
+    # float32: LayerNormalization's own Mean/InvStdDev outputs; float64 (whose statistics
+    # outputs would be float32): the statistics computed beside it. Both orders through ORT.
+    x, g, b = rand(3, 4, 5, dtype=dtype), rand(4, 5, seed=6, dtype=dtype), rand(4, 5, seed=7, dtype=dtype)
+
+    def fn(x, g, b):
+        gx, gg = gc.grad(F.sum(F.tanh(F.layer_norm(x, g, b, axis=1)) * x), [x, g])
+        return gx, gg, gc.grad(F.sum(gx * gx), [x])[0]
+
+    check_lowering(fn, [x, g, b], rtol=1e-4 if dtype == np.float32 else 1e-9)
+    norms = [n for n in gc.compile(fn, x, g, b, provider="cpu").model.graph.node if n.op_type == "LayerNormalization"]
+    assert len(norms) == 1 and len(norms[0].output) == (3 if dtype == np.float32 else 1)
 
 
 def test_layer_norm_third_order():
