@@ -3,7 +3,7 @@ same workloads in PyTorch (eager) and JAX (jit) when installed, timed in this pr
 alternating, median of --runs runs after warm-up. Also node counts per gradient order
 before and after passes, build latency, and compile-time scaling on deep MLPs.
 
-    python tools/bench.py [--runs 20] [--only W1,W4] [--json out.json] [--scaling 1000,10000,100000]
+    python tools/bench.py [--runs 20] [--repeat 3] [--only W1,W4] [--json out.json] [--scaling 1000,10000,100000]
     python tools/bench.py --memory     # peak RSS of a long LSTM step with and without recompute
 """
 from __future__ import annotations
@@ -397,6 +397,32 @@ def run_workloads(names, runs):
     return results
 
 
+def summarise(passes: list[dict]) -> dict:
+    """Across repeated passes: the median of each system's per-pass medians, and the range of
+    gcompile's ratios to each reference (this machine's speed drifts for minutes at a time, and
+    not alike for every system)."""
+    summary = {}
+    print(f"\nover {len(passes)} passes: median ms (ratio range)")
+    for key in passes[0]:
+        if not isinstance(passes[0][key], dict):
+            continue
+        ms = {system: float(np.median([p[key]["ms"][system] for p in passes])) for system in passes[0][key]["ms"]}
+        line, row = f"{key:4s} gcompile {ms['gcompile']:7.1f} ms", {"ms": ms}
+        for ref in ("torch", "jax"):
+            if ref in ms:
+                ratios = [p[key]["ms"]["gcompile"] / p[key]["ms"][ref] for p in passes]
+                row[f"ratio_{ref}"] = (min(ratios), float(np.median(ratios)), max(ratios))
+                line += (f"  {ref} {ms[ref]:7.1f} ms  ratio {np.median(ratios):.2f} "
+                         f"({min(ratios):.2f}-{max(ratios):.2f})")
+        print(line)
+        summary[key] = row
+    if all("W1_bwd_fwd_ratio" in p for p in passes):
+        ratios = [p["W1_bwd_fwd_ratio"] for p in passes]
+        print(f"W1 backward+forward / forward {np.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
+        summary["W1_bwd_fwd_ratio"] = (min(ratios), float(np.median(ratios)), max(ratios))
+    return summary
+
+
 def compile_scaling(sizes):
     """Trace + grad + passes + lowering of a deep narrow tanh MLP with about N nodes."""
     from gcompile.lowering import to_onnx
@@ -475,6 +501,7 @@ def recompute_memory() -> list[dict]:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=1, help="passes over the workloads, summarised at the end")
     parser.add_argument("--only", default=",".join(WORKLOADS))
     parser.add_argument("--scaling", default="1000,10000,100000", help="node counts; empty to skip")
     parser.add_argument("--json", help="write the figures to this file")
@@ -490,7 +517,11 @@ def main(argv=None):
             with open(args.json, "w") as f:
                 json.dump(results, f, indent=1, default=str)
         return
-    results = {"workloads": run_workloads([k for k in args.only.split(",") if k], args.runs)}
+    names = [k for k in args.only.split(",") if k]
+    passes = [run_workloads(names, args.runs) for _ in range(args.repeat)]
+    results: dict = {"workloads": passes[0] if args.repeat == 1 else passes}
+    if args.repeat > 1:
+        results["summary"] = summarise(passes)
     if args.scaling:
         results["scaling"] = compile_scaling([int(s) for s in args.scaling.split(",")])
     if args.json:
