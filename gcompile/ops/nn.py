@@ -8,6 +8,8 @@ of the ops they are built from, which keeps them stable and differentiable to an
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import GcompileError, ShapeError
@@ -220,11 +222,14 @@ def _layer_norm_vjp(g, ins, outs, axis, eps):
         gh = gy * gamma
         gx = r * (gh - mean(gh, axes, keepdims=True) - xhat * mean(gh * xhat, axes, keepdims=True))
         gamma_grad, beta_grad = sum_to_shape(gy * xhat, gamma.shape), sum_to_shape(gy, beta.shape)
-    # the statistics' own cotangents (they reach here only through this rule's first-order graph):
-    # d mean/dx = 1/n and d rstd/dx = -rstd² · xhat / n
-    n = float(np.prod(normalised)) if gmean is not None or grstd is not None else 1.0
-    for term in ([broadcast_to(gmean * (1 / n), x.shape)] if gmean is not None else []) + \
-                ([grstd * r * r * xhat * (-1 / n)] if grstd is not None else []):
+    # The statistics' own cotangents, which only this rule's first-order graph creates (static
+    # normalised dims): d mean/dx = 1/n and d rstd/dx = -rstd² · xhat / n.
+    terms = []
+    if gmean is not None:
+        terms.append(broadcast_to(gmean * (1 / math.prod(normalised)), x.shape))
+    if grstd is not None:
+        terms.append(grstd * r * r * xhat * (-1 / math.prod(normalised)))
+    for term in terms:
         gx = term if gx is None else gx + term
     return [gx, gamma_grad, beta_grad]
 
