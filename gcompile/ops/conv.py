@@ -400,10 +400,20 @@ def _pool_scatter_reference(g, idx, shape):
     return out.reshape(shape)
 
 
+def _unpool_accepts(window, pooled) -> bool:
+    """Whether onnxruntime's MaxUnpool runs for this pooling: it refuses a size it infers below 1
+    ((out - 1)·stride + kernel - pads, even with output_shape given), which happens where padding
+    covers a whole window, and symbolic pooled sizes cannot be checked here."""
+    kernel, stride, pad = window
+    return all(isinstance(o, int) and (o - 1) * s + k - sum(p) >= 1
+               for o, k, s, p in zip(pooled, kernel, stride, pad))
+
+
 def _lower_pool_scatter(ctx, names, node):
     shape, window = node.attrs["shape"], node.attrs.get("window")
     dtype = node.outputs[0].dtype
-    if window is not None and dtype != np.float64:   # onnxruntime's MaxUnpool has no double kernel
+    pooled = ctx.graph.type_of(node.inputs[0]).shape[2:]
+    if window is not None and dtype != np.float64 and _unpool_accepts(window, pooled):   # no double kernel
         # Indices of disjoint windows never repeat, so a plain write is the scatter-add; MaxUnpool
         # is several times faster than ScatterElements with reduction="add".
         return ctx.emit("MaxUnpool", [*names, ctx.shape_tensor(shape)], **_window_attrs(*window))

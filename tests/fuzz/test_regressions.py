@@ -74,3 +74,17 @@ def test_numpy_pad_with_constant_values():
 
     x = RNG.standard_normal((2, 3)).astype(np.float32)
     _all_checks(program, reference, [gc.spec((2, 3))], [x])
+
+
+def test_max_pool_gradient_where_padding_covers_a_whole_window():
+    """The backward of disjoint-window max pooling lowers to MaxUnpool, which refuses a size it
+    infers below 1 ((out-1)·stride + kernel - pads) even with output_shape given: one input
+    position, kernel 2, stride 2, one pad each side. Such poolings keep ScatterElements."""
+    def program(x):
+        return (F.max_pool(F.global_avg_pool(x), (2,), (2,), ((1, 1),)),)
+
+    def reference(x):
+        return (x.mean(axis=2, keepdims=True),)   # one window holding the mean and -inf padding
+
+    x = RNG.standard_normal((3, 2, 4)).astype(np.float32)
+    _all_checks(program, reference, [gc.spec(("batch", 2, 4))], [x])
