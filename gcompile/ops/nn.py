@@ -8,8 +8,6 @@ of the ops they are built from, which keeps them stable and differentiable to an
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..errors import GcompileError, ShapeError
@@ -22,7 +20,7 @@ from .elementwise import _promote, equal, exp, log1p, minimum, relu, rsqrt
 from .reduce import mean, sum_to_shape
 from .reduce import sum as reduce_sum
 from .registry import defop
-from .shape import broadcast_to, expand_dims, reshape
+from .shape import expand_dims, reshape
 from .shape_rules import normalize_axis, require_float, same_dtype, unary_float
 
 __all__ = ["batch_norm", "dropout", "layer_norm", "log_softmax", "mse", "one_hot", "sigmoid_cross_entropy",
@@ -165,11 +163,9 @@ def layer_norm(x, gamma, beta, axis: int = -1, eps: float = 1e-5) -> Tensor:
     gamma and beta have the normalised shape x.shape[axis:] (ONNX LayerNormalization).
     """
     x, gamma, beta = _promote(_float(x), gamma, beta)
-    return apply_n("layer_norm", [x, gamma, beta], axis=_axis(axis, x.ndim, "layer_norm"), eps=float(eps))[0]
+    return apply("layer_norm", [x, gamma, beta], axis=_axis(axis, x.ndim, "layer_norm"), eps=float(eps))
 
 
-# The op's second and third outputs are the statistics (mean and 1/sqrt(var + eps), kept with
-# x's rank) that LayerNormalization computes anyway: the VJP reads them instead of recomputing.
 def _layer_norm_infer(types, axis, eps):
     x = types[0]
     require_float(x)
@@ -179,63 +175,30 @@ def _layer_norm_infer(types, axis, eps):
         if t.shape != normalised:
             raise ShapeError(f"{name} must have the normalised shape {format_shape(normalised)} "
                              f"(axes {axis}..{x.ndim - 1}), got {format_shape(t.shape)}")
-    stats = tensor_type(x.dtype, x.shape[:axis] + (1,) * len(normalised))
-    return [x, stats, stats]
+    return [x]
 
 
 def _layer_norm_reference(x, gamma, beta, axis, eps):
     axes = tuple(range(axis, x.ndim))
-    mu = x.mean(axes, keepdims=True)
-    xc = x - mu
-    rstd = 1 / np.sqrt((xc * xc).mean(axes, keepdims=True) + eps)
-    return xc * rstd * gamma + beta, mu, rstd
-
-
-def _lower_layer_norm(ctx, names, node):
-    a = node.attrs
-    if not (ctx.is_read(node, 1) or ctx.is_read(node, 2)):
-        return ctx.emit("LayerNormalization", names, axis=a["axis"], epsilon=a["eps"])
-    dtype = node.outputs[0].dtype
-    if dtype == np.float32:     # the statistics outputs are float32 whatever x is (stash_type)
-        return ctx.emit("LayerNormalization", names, n_out=3, axis=a["axis"], epsilon=a["eps"])
-    axes = ctx.int64s(range(a["axis"], node.outputs[0].ndim))
-    mu = ctx.emit("ReduceMean", [names[0], axes], keepdims=1)
-    xc = ctx.emit("Sub", [names[0], mu])
-    var = ctx.emit("ReduceMean", [ctx.emit("Mul", [xc, xc]), axes], keepdims=1)
-    rstd = ctx.emit("Reciprocal", [ctx.emit("Sqrt", [ctx.emit("Add", [var, ctx.const(np.asarray(a["eps"], dtype))])])])
-    return [ctx.emit("LayerNormalization", names, axis=a["axis"], epsilon=a["eps"]), mu, rstd]
+    xc = x - x.mean(axes, keepdims=True)
+    return xc / np.sqrt((xc * xc).mean(axes, keepdims=True) + eps) * gamma + beta
 
 
 def _layer_norm_vjp(g, ins, outs, axis, eps):
     x, gamma, beta = ins
-    axes, normalised = tuple(range(axis, x.ndim)), x.shape[axis:]
-    if all(isinstance(d, int) for d in normalised):
-        r = outs[2]
-        xhat = (x - outs[1]) * r
-    else:   # symbolic normalised dims: recompute the statistics (nothing reads outs[1:] then)
-        _, xc, var = _centred(x, axes)
-        r = rsqrt(var + eps)
-        xhat = xc * r
-    gy, gmean, grstd = g
-    gx = gamma_grad = beta_grad = None
-    if gy is not None:
-        gh = gy * gamma
-        gx = r * (gh - mean(gh, axes, keepdims=True) - xhat * mean(gh * xhat, axes, keepdims=True))
-        gamma_grad, beta_grad = sum_to_shape(gy * xhat, gamma.shape), sum_to_shape(gy, beta.shape)
-    # The statistics' own cotangents, which only this rule's first-order graph creates (static
-    # normalised dims): d mean/dx = 1/n and d rstd/dx = -rstd² · xhat / n.
-    terms = []
-    if gmean is not None:
-        terms.append(broadcast_to(gmean * (1 / math.prod(normalised)), x.shape))
-    if grstd is not None:
-        terms.append(grstd * r * r * xhat * (-1 / math.prod(normalised)))
-    for term in terms:
-        gx = term if gx is None else gx + term
-    return [gx, gamma_grad, beta_grad]
+    axes = tuple(range(axis, x.ndim))
+    _, xc, var = _centred(x, axes)
+    r = rsqrt(var + eps)
+    xhat = xc * r
+    gh = g[0] * gamma
+    gx = r * (gh - mean(gh, axes, keepdims=True) - xhat * mean(gh * xhat, axes, keepdims=True))
+    return [gx, sum_to_shape(g[0] * xhat, gamma.shape), sum_to_shape(g[0], beta.shape)]
 
 
-defop("layer_norm", infer=_layer_norm_infer, reference=_layer_norm_reference, lower=_lower_layer_norm,
-      vjp=_layer_norm_vjp, n_outputs=3)
+defop("layer_norm", infer=_layer_norm_infer, reference=_layer_norm_reference,
+      lower=lambda ctx, names, node: ctx.emit("LayerNormalization", names, axis=node.attrs["axis"],
+                                              epsilon=node.attrs["eps"]),
+      vjp=_layer_norm_vjp)
 
 
 def batch_norm(x, gamma, beta, running_mean=None, running_var=None, axis: int = 1, eps: float = 1e-5,

@@ -224,9 +224,7 @@ def test_layer_norm_grads(axis):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_layer_norm_backward_reads_the_forward_statistics(dtype):
-    # float32: LayerNormalization's own Mean/InvStdDev outputs; float64 (whose statistics
-    # outputs would be float32): the statistics computed beside it. Both orders through ORT.
+def test_layer_norm_gradients_through_onnxruntime_match_the_reference(dtype):
     x, g, b = rand(3, 4, 5, dtype=dtype), rand(4, 5, seed=6, dtype=dtype), rand(4, 5, seed=7, dtype=dtype)
 
     def fn(x, g, b):
@@ -234,8 +232,6 @@ def test_layer_norm_backward_reads_the_forward_statistics(dtype):
         return gx, gg, gc.grad(F.sum(gx * gx), [x])[0]
 
     check_lowering(fn, [x, g, b], rtol=1e-4 if dtype == np.float32 else 1e-9)
-    norms = [n for n in gc.compile(fn, x, g, b, provider="cpu").model.graph.node if n.op_type == "LayerNormalization"]
-    assert len(norms) == 1 and len(norms[0].output) == (3 if dtype == np.float32 else 1)
 
 
 def test_layer_norm_third_order():
