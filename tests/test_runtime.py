@@ -283,3 +283,22 @@ def test_saved_artifacts_follow_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "m.onnx").stat().st_mode & 0o777 == 0o644
+
+
+def test_sessions_keep_zero_padding_before_a_max_pool_of_a_foreign_model():
+    # onnxruntime's Pad_Fusion would merge this Pad into the MaxPool, whose pads count as -inf:
+    # the padded zeros, each window's maximum here, would be lost. gcompile's sessions turn it off.
+    from onnx import TensorProto, helper, numpy_helper
+
+    from gcompile.runtime.providers import make_session
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ["x", "pads"], ["padded"]),
+         helper.make_node("MaxPool", ["padded"], ["y"], kernel_shape=[2], strides=[2])], "pad_then_pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(np.array([0, 0, 1, 0, 0, 1], np.int64), "pads")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    x = -np.array([[[0.3, 0.6, 0.9, 0.2]]], np.float32)
+    np.testing.assert_array_equal(make_session(model.SerializeToString(), "cpu").run(None, {"x": x})[0],
+                                  np.array([[[0.0, -0.6, 0.0]]], np.float32))

@@ -62,6 +62,15 @@ class LowerContext:
         self.nodes.append(node)
         return outputs[0] if n_out == 1 else outputs
 
+    def pad(self, x: str, begins: Sequence[int], ends: Sequence[int], fill: str = "", mode: str = "constant") -> str:
+        """An ONNX Pad of every axis of x (`begins`/`ends` hold one amount per axis). Its `axes`
+        input lists every axis, in order: a partial list is permuted wrongly by onnxruntime's
+        transpose optimizer (1.31), and with any `axes` input onnxruntime's Pad_Fusion leaves
+        the Pad alone; that rule would merge zero padding into a following MaxPool, whose pads
+        count as -inf, or into an AveragePool, which then refuses pads as large as its kernel."""
+        rank = len(begins)
+        return self.emit("Pad", [x, self.int64s([*begins, *ends]), fill, self.int64s(range(rank))], mode=mode)
+
     def is_read(self, node: Node, index: int) -> bool:
         """Whether output `index` of `node` is a graph output or another node's operand (ops with
         optional outputs emit them only then)."""

@@ -271,9 +271,8 @@ def _lower_conv_weight_grad(ctx, names, node):
     ci, co, taps = x_type.shape[1] // groups, g_type.shape[1], math.prod(kernel)
     swap = [1, 0, *range(2, 2 + nsp)]
     x = ctx.emit("Transpose", [names[0]], perm=swap)                                      # (C, N, *S)
-    if any(any(p) for p in a["pad"]):   # pads for every axis: ORT's layout optimizer mishandles `axes`
-        begins, ends = [0, 0, *(p[0] for p in a["pad"])], [0, 0, *(p[1] for p in a["pad"])]
-        x = ctx.emit("Pad", [x, ctx.int64s(begins + ends)])
+    if any(any(p) for p in a["pad"]):
+        x = ctx.pad(x, [0, 0, *(p[0] for p in a["pad"])], [0, 0, *(p[1] for p in a["pad"])])
     axes, flat = ctx.int64s(range(2, 2 + nsp)), ctx.int64s([0, 1, -1])
     cols = []
     for tap in _taps(kernel):

@@ -100,11 +100,9 @@ def _lower_slice_scatter(ctx, names, node):
     out, shape = names[0], list(ctx.graph.type_of(node.inputs[0]).shape)
 
     def pad(value, rank, axis, before, after):
-        # pads for every axis, not Pad's `axes` input: onnxruntime's transpose optimizer permutes
-        # a partial pads list as if it covered every axis (1.31), which breaks the model
-        amounts = [0] * (2 * rank)
-        amounts[axis], amounts[rank + axis] = before, after
-        return ctx.emit("Pad", [value, ctx.int64s(amounts)])
+        begins, ends = [0] * rank, [0] * rank
+        begins[axis], ends[axis] = before, after
+        return ctx.pad(value, begins, ends)
 
     for axis, start, _end, step in zip(a["axes"], a["starts"], a["ends"], a["steps"]):
         n, size = shape[axis], a["shape"][axis]
@@ -487,9 +485,8 @@ def _pad_reference(x, pads, mode, value):
 
 def _lower_pad(ctx, names, node):
     a = node.attrs
-    amounts = ctx.int64s([b for b, _ in a["pads"]] + [e for _, e in a["pads"]])
     fill = ctx.const(np.asarray(a["value"], node.outputs[0].dtype)) if a["mode"] == "constant" else ""
-    return ctx.emit("Pad", [names[0], amounts, fill], mode=a["mode"])
+    return ctx.pad(names[0], [b for b, _ in a["pads"]], [e for _, e in a["pads"]], fill, mode=a["mode"])
 
 
 def _pad_vjp(g, ins, outs, pads, mode, value):

@@ -58,4 +58,7 @@ def make_session(model: bytes | str, provider: str):
     options.intra_op_num_threads = os.cpu_count() or 1
     options.log_severity_level = 3
     providers = [PROVIDERS[provider]] + ([PROVIDERS["cpu"]] if provider != "cpu" else [])
-    return ort.InferenceSession(model, options, providers=providers)
+    # Pad_Fusion merges a zero Pad into a following MaxPool, whose pads count as -inf: wrong
+    # wherever a padded zero is a window's maximum. gcompile's own models never match it
+    # (LowerContext.pad); this keeps `gcompile run` right on other people's models too.
+    return ort.InferenceSession(model, options, providers=providers, disabled_optimizers=["Pad_Fusion"])

@@ -88,3 +88,22 @@ def test_max_pool_gradient_where_padding_covers_a_whole_window():
 
     x = RNG.standard_normal((3, 2, 4)).astype(np.float32)
     _all_checks(program, reference, [gc.spec(("batch", 2, 4))], [x])
+
+
+def test_zero_padding_before_pooling_is_not_merged_into_the_pool():
+    """onnxruntime's Pad_Fusion merged a zero Pad into the following pool's pads: a MaxPool's
+    pads count as -inf, so windows of negative values lost their padded zeros (a silent wrong
+    maximum), and an AveragePool with pads as large as its kernel failed to load. Every Pad
+    gcompile emits lists its axes, which that rule leaves alone."""
+    def pad(x, n):
+        return np.pad(x, ((0, 0), (0, 0), (n, n)))
+
+    x = -np.abs(RNG.standard_normal((3, 2, 4))).astype(np.float32) - 0.5
+    specs = [gc.spec(("batch", 2, 4))]
+    _all_checks(lambda x: (F.max_pool(F.pad(x, ((0, 0), (0, 0), (1, 1))), (2,), (2,)),),
+                lambda x: (pad(x, 1).reshape(x.shape[:2] + (-1, 2)).max(-1),), specs, [x])
+    for check in CHECKS:
+        if check != "float64":      # onnxruntime's CPU provider has no float64 AveragePool
+            run_check(check, lambda x: (F.avg_pool(F.pad(x, ((0, 0), (0, 0), (2, 2))), (1,), (2,), 0,
+                                                   count_include_pad=False),),
+                      lambda x: (pad(x, 2)[..., ::2],), specs, [x])
