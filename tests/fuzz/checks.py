@@ -48,12 +48,14 @@ def as_float64_specs(input_specs) -> list:
     return [gc.spec(s.shape, np.float64 if s.dtype.kind == "f" else s.dtype) for s in input_specs]
 
 
-def assert_close(got, want, what: str, rtol=RTOL, atol=ATOL) -> None:
+def assert_close(got, want, what: str, rtol=RTOL, atol=ATOL, noise: float = 0.0) -> None:
+    """`noise`: an error the same computation makes anyway at the lower precision, allowed 4 times
+    over (float32 cancellation leaves values that are exactly 0 in float64 at 1e-4)."""
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}"
     if not np.isfinite(want).all():
         raise AssertionError(f"{what}: the expected values are not finite: {want}")
-    bound = atol * max(1.0, float(np.abs(want).max(initial=0))) + rtol * np.abs(want)
+    bound = atol * max(1.0, float(np.abs(want).max(initial=0))) + rtol * np.abs(want) + 4 * noise
     err = np.abs(got.astype(np.float64) - want)
     if not (err <= bound).all():
         worst = np.unravel_index(np.argmax(err - bound), err.shape)
@@ -96,10 +98,15 @@ def check_derivatives(program, reference, input_specs, arrays) -> None:
     fn = derivatives(program, positions)
     graph = trace(fn, as_float64_specs(input_specs)).graph
     want = evaluate(graph, as_float64(arrays))
+    # The same graph evaluated by NumPy in float32 measures each output's rounding noise, so a
+    # cancellation that float32 cannot resolve is not mistaken for a wrong lowering.
+    want32 = evaluate(trace(fn, input_specs).graph, arrays)
     compiled = gc.compile(fn, *input_specs, provider="cpu")
     got = compiled.run_flat(*arrays)
-    for name, g, w in zip(compiled.graph.output_names, got, want):
-        assert_close(g, w, f"onnxruntime, {name}")
+    for name, g, w, w32 in zip(compiled.graph.output_names, got, want, want32):
+        diff = np.abs(np.asarray(w32, np.float64) - w)
+        noise = float(diff.max(initial=0)) if np.isfinite(diff).all() else 0.0
+        assert_close(g, w, f"onnxruntime, {name}", noise=noise)
     return {node.op for node in graph.nodes.values()} | {node.op for node in compiled.graph.nodes.values()}
 
 
