@@ -230,9 +230,32 @@ erf = _unary_def("erf", _erf_reference, _onnx("Erf"),
                  lambda g, ins, outs: [g[0] * (2 / math.sqrt(math.pi)) * exp(-(ins[0] * ins[0]))])
 
 
-# The mask reads relu's output (y > 0 exactly where x > 0), so x need not stay alive for backward.
-relu = _unary_def("relu", lambda x: np.maximum(x, 0), _onnx("Relu"),
-                  lambda g, ins, outs: [where(greater(outs[0], 0), g[0], zeros_scalar(g[0]))])
+def _pooled_gradient(g: Tensor, y: Tensor):
+    """(pooled gradient, indices, pooled values, scatter attrs) when g is the max-pool gradient
+    `pool_scatter(gp, idx)` of a max_pool that reads y itself; else None."""
+    scatter = g.node
+    if scatter.op != "pool_scatter":
+        return None
+    pool = g.graph.nodes[scatter.inputs[1].node]
+    if pool.op != "max_pool" or pool.inputs[0] != y.ref or scatter.inputs[1] != pool.out(1):
+        return None
+    gp, idx = (Tensor(g.graph, r, g.graph.type_of(r)) for r in scatter.inputs)
+    return gp, idx, Tensor(g.graph, pool.out(0), pool.outputs[0]), scatter.attrs
+
+
+def _relu_vjp(g, ins, outs):
+    """where(y > 0, g, 0): the mask reads relu's output (y > 0 exactly where x > 0), so x need not
+    stay alive for backward. Under a max_pool (relu then pool, as in most CNNs) g is zero except
+    at each window's maximum, where y > 0 exactly when the pooled value is: the select then runs
+    on the pooled gradient, before the scatter, on a tensor the pool's size."""
+    pooled = _pooled_gradient(g[0], outs[0])
+    if pooled is not None:
+        gp, idx, values, attrs = pooled
+        return [apply("pool_scatter", [where(greater(values, 0), gp, zeros_scalar(gp)), idx], **attrs)]
+    return [where(greater(outs[0], 0), g[0], zeros_scalar(g[0]))]
+
+
+relu = _unary_def("relu", lambda x: np.maximum(x, 0), _onnx("Relu"), _relu_vjp)
 
 
 def _lower_log1p(ctx, names, node):

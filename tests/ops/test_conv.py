@@ -8,6 +8,7 @@ import pytest
 import gcompile as gc
 import gcompile.functions as F
 from gcompile.frontend.tensor import apply, apply_n
+from gcompile.frontend.trace import trace
 from gcompile.testing import check_lowering
 
 from ..opcheck import check_forward, check_grads
@@ -330,6 +331,31 @@ def test_conv_third_order():
 def test_max_pool_grads(case):
     shape, kw = POOL_CASES[case]
     check_grads(lambda x: F.max_pool(x, **kw) ** 2, [distinct(*shape, seed=21)])
+
+
+@pytest.mark.parametrize("case", POOL_CASES)
+def test_relu_under_max_pool(case):
+    """relu then max_pool: relu's gradient selects on the pooled gradient (the window maxima),
+    before the scatter. Checked against direct loops on onnxruntime, with the relu output's own
+    gradient (which no mask touches) asked for too, and numerically to second order."""
+    shape, kw = POOL_CASES[case]
+    x = distinct(*shape, seed=30)
+    pooled, index = naive_max_pool(np.maximum(x, 0), **kw)
+    r = rand(*pooled.shape, seed=31)
+    grad_h = np.zeros(x.size)
+    np.add.at(grad_h, index.ravel(), r.ravel())
+    grad_h = grad_h.reshape(x.shape)
+
+    def f(x):
+        h = F.relu(x)
+        p = F.max_pool(h, **kw)
+        gx, gh = gc.grad(F.sum(p * r), [x, h])
+        return p, gx, gh
+
+    check_forward(f, [x], [pooled, np.where(x > 0, grad_h, 0), grad_h])
+    graph = trace(lambda x: gc.grad(F.sum(F.max_pool(F.relu(x), **kw) * r), [x])[0], [x]).graph
+    assert [n.outputs[0].shape for n in graph.nodes.values() if n.op == "where"] == [pooled.shape]
+    check_grads(lambda x: F.max_pool(F.relu(x), **kw) ** 2, [x.astype(np.float64)])
 
 
 @pytest.mark.parametrize("count_include_pad", [False, True])
