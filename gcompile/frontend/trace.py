@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..collector import collector_paused
 from ..errors import GcompileError, TraceError
 from ..ir.graph import Graph
 from . import pytree
@@ -38,6 +39,7 @@ def is_output_leaf(value) -> bool:
     return isinstance(value, (Tensor, np.ndarray, np.generic, int, float))
 
 
+@collector_paused
 def trace(fn, args, name: str | None = None, input_names: list[str] | None = None) -> Traced:
     """Trace `fn` with one graph input per element of `args` (Specs or example arrays)."""
     specs = [as_spec(a) for a in args]

@@ -8,6 +8,7 @@ import onnx
 from onnx import TensorProto, helper
 from onnx.external_data_helper import set_external_data
 
+from ..collector import collector_paused
 from ..errors import GcompileError
 from ..ir.graph import Graph, TensorType
 from ..ops.registry import get_op
@@ -20,6 +21,7 @@ def value_info(name: str, t: TensorType):
     return helper.make_tensor_value_info(name, elem, [d for d in t.shape])
 
 
+@collector_paused
 def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
             name: str = "gcompile") -> tuple[onnx.ModelProto, list[str]]:
     """Lower `graph` to a standard ai.onnx model.

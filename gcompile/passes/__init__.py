@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..collector import collector_paused
 from ..ir.graph import Graph
 from .base import PassResult, replace_uses, run_to_fixed_point
 from .cse import eliminate_common_subexpressions
@@ -25,6 +26,7 @@ PIPELINES: dict[int, list[Callable[[Graph], PassResult]]] = {
 }
 
 
+@collector_paused
 def optimize(graph: Graph, level: int = 2, recompute: bool = False) -> Graph:
     """Run the level's passes on `graph` (in place) until nothing changes, then the recompute
     pass once (last: CSE would merge its copies back)."""
