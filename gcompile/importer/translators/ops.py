@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .. import functions as F
-from ..ir import dims
-from ..ops.shape_rules import normalize_axes, normalize_axis
-from .onnx_table import SYMBOLIC_BINARY, SymInts, entries, onnx_op, sym_or_const
-from .tensor import Tensor, apply
+from ... import functions as F
+from ...frontend.tensor import Tensor, apply
+from ...ir import dims
+from ...ops.shape_rules import normalize_axes, normalize_axis
+from ..table import SYMBOLIC_BINARY, SymInts, entries, onnx_op, sym_or_const
 
 
 def _float(n, x, what="input"):
@@ -577,4 +577,4 @@ def _softmax_cross_entropy(n, scores, labels, weights=None):
     return _nll(n, logp, labels, weights), logp
 
 
-from . import onnx_rnn  # noqa: E402,F401  (registers LSTM, GRU and RNN; it reuses _float above)
+from . import rnn  # noqa: E402,F401  (registers LSTM, GRU and RNN; it reuses _float above)

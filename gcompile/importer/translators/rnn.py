@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import functions as F
-from ..errors import ShapeError
-from ..ops.recurrent import _direction
-from .onnx_ops import _float
-from .onnx_table import onnx_op
-from .tensor import as_tensor
+from ... import functions as F
+from ...errors import ShapeError
+from ...frontend.tensor import as_tensor
+from ...ops.recurrent import _direction
+from ..table import onnx_op
+from .ops import _float
 
 _ACTIVATIONS = {"sigmoid": F.sigmoid, "tanh": F.tanh, "relu": F.relu}
 _DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}

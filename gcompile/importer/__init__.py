@@ -1,0 +1,1 @@
+"""The ONNX importer: gc.load_onnx, an existing ONNX model as a traceable, differentiable callable."""

@@ -1,0 +1,1 @@
+"""The importer's translators: one function per ONNX op, written with gcompile ops."""
