@@ -21,7 +21,6 @@ from ..ir.evaluate import evaluate
 from ..ir.graph import Graph
 from ..ops.reduce import count
 from .table import DOMAINS, TRANSLATORS, NotSymbolic, SymInts
-from .translators import ops, shape  # noqa: F401  (register the translators)
 
 _COUNTABLE = {np.dtype(t) for t in ("float32", "float64", "int32", "int64")}
 

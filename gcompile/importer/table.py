@@ -133,6 +133,14 @@ def check_dtype(value: np.ndarray, what: str) -> np.ndarray:
     return value
 
 
+def require_float(n, x, what: str = "input"):
+    """`x` itself when it is a float operand of node `n`, else an UnsupportedError naming the node:
+    translators whose gcompile ops take floats only refuse other dtypes here, with the ONNX node named."""
+    if np.dtype(x.dtype).kind != "f":
+        raise n.unsupported(f"{n.op_type} on a {np.dtype(x.dtype).name} {what} is not supported (float only)")
+    return x
+
+
 @dataclass(frozen=True)
 class Translator:
     fn: Callable

@@ -16,13 +16,7 @@ from ... import functions as F
 from ...frontend.tensor import Tensor, apply
 from ...ir import dims
 from ...ops.shape_rules import normalize_axes, normalize_axis
-from ..table import SYMBOLIC_BINARY, SymInts, entries, onnx_op, sym_or_const
-
-
-def _float(n, x, what="input"):
-    if np.dtype(x.dtype).kind != "f":
-        raise n.unsupported(f"{n.op_type} on a {np.dtype(x.dtype).name} {what} is not supported (float only)")
-    return x
+from ..table import SYMBOLIC_BINARY, SymInts, entries, onnx_op, require_float, sym_or_const
 
 
 def _scalar(value, like) -> np.ndarray:
@@ -36,7 +30,7 @@ _UNARY = {"Sigmoid": F.sigmoid, "Tanh": F.tanh, "Exp": F.exp, "Log": F.log, "Sqr
 
 
 def _unary(fn):
-    return lambda n, x: fn(_float(n, x))
+    return lambda n, x: fn(require_float(n, x))
 
 
 for _op, _fn in _UNARY.items():
@@ -65,22 +59,22 @@ def _relu(n, x):
 
 @onnx_op("Reciprocal")
 def _reciprocal(n, x):
-    return F.divide(_scalar(1, _float(n, x)), x)
+    return F.divide(_scalar(1, require_float(n, x)), x)
 
 
 @onnx_op("Gelu")
 def _gelu(n, x):
-    return F.gelu(_float(n, x), approximate=n.attr("approximate", "none") == "tanh")
+    return F.gelu(require_float(n, x), approximate=n.attr("approximate", "none") == "tanh")
 
 
 @onnx_op("LeakyRelu")
 def _leaky_relu(n, x):
-    return F.leaky_relu(_float(n, x), n.attr("alpha", 0.01))
+    return F.leaky_relu(require_float(n, x), n.attr("alpha", 0.01))
 
 
 @onnx_op("Elu")
 def _elu(n, x):
-    return F.elu(_float(n, x), n.attr("alpha", 1.0))
+    return F.elu(require_float(n, x), n.attr("alpha", 1.0))
 
 
 def _expm1_negative(x, alpha):
@@ -91,50 +85,50 @@ def _expm1_negative(x, alpha):
 @onnx_op("Selu")
 def _selu(n, x):
     alpha, gamma = n.attr("alpha", 1.67326319217681884765625), n.attr("gamma", 1.05070102214813232421875)
-    x = _float(n, x)
+    x = require_float(n, x)
     return F.where(F.greater(x, _scalar(0, x)), x, _expm1_negative(x, alpha)) * gamma
 
 
 @onnx_op("Celu")
 def _celu(n, x):
     alpha = n.attr("alpha", 1.0)
-    x = _float(n, x)
+    x = require_float(n, x)
     return F.relu(x) + _expm1_negative(x / alpha, alpha)
 
 
 @onnx_op("HardSigmoid")
 def _hard_sigmoid(n, x):
-    x = _float(n, x)
+    x = require_float(n, x)
     return F.clip(x * n.attr("alpha", 0.2) + n.attr("beta", 0.5), _scalar(0, x), _scalar(1, x))
 
 
 @onnx_op("HardSwish")
 def _hard_swish(n, x):
-    x = _float(n, x)
+    x = require_float(n, x)
     return x * F.clip(x * (1 / 6) + 0.5, _scalar(0, x), _scalar(1, x))
 
 
 @onnx_op("Softsign")
 def _softsign(n, x):
-    x = _float(n, x)
+    x = require_float(n, x)
     return x / (F.abs(x) + 1)
 
 
 @onnx_op("Mish")
 def _mish(n, x):
-    x = _float(n, x)
+    x = require_float(n, x)
     return x * F.tanh(F.softplus(x))
 
 
 @onnx_op("ThresholdedRelu")
 def _thresholded_relu(n, x):
-    x = _float(n, x)
+    x = require_float(n, x)
     return F.where(F.greater(x, _scalar(n.attr("alpha", 1.0), x)), x, _scalar(0, x))
 
 
 @onnx_op("PRelu")
 def _prelu(n, x, slope):
-    x = _float(n, x)
+    x = require_float(n, x)
     return F.where(F.less(x, _scalar(0, x)), x * slope, x)
 
 
@@ -220,7 +214,7 @@ onnx_op("Sum")(_variadic(F.add))
 
 @onnx_op("Mean")
 def _mean(n, *xs):
-    return _variadic(F.add)(n, *xs) / _scalar(len(xs), _float(n, xs[0]))
+    return _variadic(F.add)(n, *xs) / _scalar(len(xs), require_float(n, xs[0]))
 
 
 @onnx_op("Where", symbolic=True)
@@ -322,7 +316,7 @@ def _arg_extremum(n, x):
 # -- softmax family ----------------------------------------------------------------------------------------
 def _softmax(fn):
     def translate(n, x):
-        x = _float(n, x)
+        x = require_float(n, x)
         if n.opset >= 13:
             return fn(x, n.attr("axis", -1))
         axis = normalize_axis(n.attr("axis", 1), x.ndim)     # opset < 13: over the axes from `axis` on
@@ -344,7 +338,7 @@ def _moments(x, axes):
 
 @onnx_op("LayerNormalization")
 def _layer_norm(n, x, scale, bias=None):
-    x = _float(n, x)
+    x = require_float(n, x)
     axis, eps = normalize_axis(n.attr("axis", -1), x.ndim), n.attr("epsilon", 1e-5)
     normalised = x.shape[axis:]
     if not n.wants(1) and not n.wants(2) and scale.shape == normalised and (bias is None or bias.shape == normalised):
@@ -357,7 +351,7 @@ def _layer_norm(n, x, scale, bias=None):
 
 @onnx_op("BatchNormalization")
 def _batch_norm(n, x, scale, bias, mean, var):
-    x, eps = _float(n, x), n.attr("epsilon", 1e-5)
+    x, eps = require_float(n, x), n.attr("epsilon", 1e-5)
     if not n.attr("training_mode", 0):
         if n.wants(1) or n.wants(2):
             raise n.unsupported("the running-statistics outputs of an inference-mode BatchNormalization")
@@ -370,7 +364,7 @@ def _batch_norm(n, x, scale, bias, mean, var):
 
 @onnx_op("InstanceNormalization")
 def _instance_norm(n, x, scale, bias):
-    x = _float(n, x)
+    x = require_float(n, x)
     _, xc, var = _moments(x, tuple(range(2, x.ndim)))
     per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
     y = xc * F.rsqrt(var + _scalar(n.attr("epsilon", 1e-5), var))
@@ -454,7 +448,7 @@ def _ceil_pad(n, size, k, s, pad):
 def _max_pool(n, x):
     if n.wants(1):
         raise n.unsupported("the Indices output of MaxPool")
-    kernel, strides, pads = _pool_geometry(n, _float(n, x))
+    kernel, strides, pads = _pool_geometry(n, require_float(n, x))
     return F.max_pool(x, kernel, strides, pads)
 
 
@@ -463,13 +457,13 @@ def _avg_pool(n, x):
     include = bool(n.attr("count_include_pad", 0))
     if include and n.attr("ceil_mode", 0):
         raise n.unsupported("AveragePool with both ceil_mode and count_include_pad")
-    kernel, strides, pads = _pool_geometry(n, _float(n, x))
+    kernel, strides, pads = _pool_geometry(n, require_float(n, x))
     return F.avg_pool(x, kernel, strides, pads, count_include_pad=include)
 
 
 @onnx_op("GlobalAveragePool")
 def _global_avg_pool(n, x):
-    return F.global_avg_pool(_float(n, x))
+    return F.global_avg_pool(require_float(n, x))
 
 
 @onnx_op("GlobalMaxPool")
@@ -481,32 +475,32 @@ def _global_max_pool(n, x):
 # -- more math, written with the ops above ------------------------------------------------------------------
 @onnx_op("Sinh", "Cosh")
 def _sinh_cosh(n, x):
-    x = _float(n, x)
+    x = require_float(n, x)
     e, inv = F.exp(x), F.exp(-x)
     return (e - inv if n.op_type == "Sinh" else e + inv) * 0.5
 
 
 @onnx_op("Asinh")
 def _asinh(n, x):
-    x = _float(n, x)
+    x = require_float(n, x)
     return F.log(x + F.sqrt(x * x + 1))
 
 
 @onnx_op("Acosh")
 def _acosh(n, x):
-    x = _float(n, x)
+    x = require_float(n, x)
     return F.log(x + F.sqrt(x * x - 1))
 
 
 @onnx_op("Atanh")
 def _atanh(n, x):
-    x = _float(n, x)
+    x = require_float(n, x)
     return F.log((1 + x) / (1 - x)) * 0.5
 
 
 @onnx_op("Swish")
 def _swish(n, x):
-    x = _float(n, x)
+    x = require_float(n, x)
     return x * F.sigmoid(x * n.attr("alpha", 1.0))
 
 
@@ -526,7 +520,7 @@ def _cumsum(n, x, axis):
 
 @onnx_op("LpNormalization")
 def _lp_normalization(n, x):
-    x, p = _float(n, x), n.attr("p", 2)
+    x, p = require_float(n, x), n.attr("p", 2)
     axis = n.attr("axis", -1)
     if p not in (1, 2):
         raise n.unsupported(f"p={p} (only 1 and 2)")
@@ -537,7 +531,7 @@ def _lp_normalization(n, x):
 
 @onnx_op("RMSNormalization")
 def _rms_norm(n, x, scale):
-    x = _float(n, x)
+    x = require_float(n, x)
     axes = tuple(range(normalize_axis(n.attr("axis", -1), x.ndim), x.ndim))
     return x * F.rsqrt(F.mean(x * x, axes, keepdims=True) + _scalar(n.attr("epsilon", 1e-5), x)) * scale
 
@@ -568,13 +562,11 @@ def _nll(n, logp, target, weight):
 
 @onnx_op("NegativeLogLikelihoodLoss")
 def _nll_loss(n, logp, target, weight=None):
-    return _nll(n, _float(n, logp), target, weight)
+    return _nll(n, require_float(n, logp), target, weight)
 
 
 @onnx_op("SoftmaxCrossEntropyLoss")
 def _softmax_cross_entropy(n, scores, labels, weights=None):
-    logp = F.log_softmax(_float(n, scores), axis=1)
+    logp = F.log_softmax(require_float(n, scores), axis=1)
     return _nll(n, logp, labels, weights), logp
 
-
-from . import rnn  # noqa: E402,F401  (registers LSTM, GRU and RNN; it reuses _float above)
