@@ -5,8 +5,8 @@
         y = f(x, params={"fc.weight": w})     # inlines the model's graph into this trace
         return F.sum(y * y)
 
-Calling the model while tracing translates each ONNX node into gcompile ops (see translators/ops.py
-and translators/shape.py), so gc.grad differentiates it to any order, w.r.t. its inputs, its
+Calling the model while tracing translates each ONNX node into gcompile ops (see inline.py and
+the translators/ package), so gc.grad differentiates it to any order, w.r.t. its inputs, its
 weights (passed through `params`) or both. Initializers not replaced stay constants.
 """
 from __future__ import annotations

@@ -9,6 +9,9 @@ when every operand of a node is known, the importer evaluates the node at import
 Shape arithmetic on symbolic dims (Shape -> Gather -> Concat -> Reshape with a symbolic batch)
 runs on SymInts, integer tensors whose entries are ints or dim names ("batch", "2*batch"), so a
 Reshape to [Shape(x)[0], -1] becomes a gcompile reshape to ("batch", 12).
+
+Also here: the ONNX element types gcompile traces (np_dtype, check_dtype) and the operand helpers
+every translator module shares (require_float, scalar_like).
 """
 from __future__ import annotations
 
@@ -139,6 +142,11 @@ def require_float(n, x, what: str = "input"):
     if np.dtype(x.dtype).kind != "f":
         raise n.unsupported(f"{n.op_type} on a {np.dtype(x.dtype).name} {what} is not supported (float only)")
     return x
+
+
+def scalar_like(value, like) -> np.ndarray:
+    """`value` as a 0-d array of `like`'s dtype: a constant operand that keeps the op's dtype."""
+    return np.asarray(value, dtype=like.dtype)
 
 
 @dataclass(frozen=True)
