@@ -13,8 +13,8 @@ from .gradients import transforms as _transforms  # noqa: E402
 from .gradients.transforms import *  # noqa: E402,F401,F403
 from .gradients import checkpoint as _checkpoint  # noqa: E402
 from .gradients.checkpoint import *  # noqa: E402,F401,F403
-from .frontend import onnx_import as _onnx_import  # noqa: E402
-from .frontend.onnx_import import *  # noqa: E402,F401,F403
+from .importer import load as _load  # noqa: E402
+from .importer.load import *  # noqa: E402,F401,F403
 from . import optim  # noqa: E402
 from . import training as _training  # noqa: E402
 from .training import *  # noqa: E402,F401,F403
@@ -26,4 +26,4 @@ _methods.install()
 __all__ = ["functions", "spec", "Spec", "Tensor", "grad", "compile", "CompiledFunction", "GcompileError",
            "InputError", "LoweringError", "ShapeError", "TraceError", "UnsupportedError", "__version__",
            "optim", "runtime", *_export_module.__all__, *_transforms.__all__, *_checkpoint.__all__,
-           *_onnx_import.__all__, *_training.__all__]
+           *_load.__all__, *_training.__all__]

@@ -248,7 +248,7 @@ def viz(source, out_path, optimize):
 @_guarded
 def grad_command(model, wrt, of, loss, target, order, out_path, opset):
     """Write a standard-ONNX model returning MODEL's outputs and their gradients (grad_<name>)."""
-    from .frontend.onnx_grad import gradient_model
+    from .importer.grad import gradient_model
     proto = gradient_model(model, wrt, of=of, loss=loss, target=target, order=order, opset=opset)
     try:
         atomic_write(out_path, proto.SerializeToString())

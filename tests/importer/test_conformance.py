@@ -17,8 +17,8 @@ import pytest
 
 import gcompile as gc
 from gcompile.errors import UnsupportedError
-from gcompile.frontend.onnx_table import SUPPORTED_DTYPES, TRANSLATORS
 from gcompile.frontend.trace import trace
+from gcompile.importer.table import SUPPORTED_DTYPES, TRANSLATORS
 from gcompile.ir.evaluate import evaluate
 
 # Only goes up: the number of op-supported cases that pass.

@@ -15,13 +15,12 @@ from onnx import AttributeProto, helper, numpy_helper
 
 from .. import functions as F
 from ..errors import GcompileError, ShapeError, TraceError, UnsupportedError
+from ..frontend.tensor import Tensor, as_tensor, tracing
 from ..ir import dims
 from ..ir.evaluate import evaluate
 from ..ir.graph import Graph
 from ..ops.reduce import count
-from . import onnx_ops, onnx_shape_ops  # noqa: F401  (register the translators)
-from .onnx_table import DOMAINS, TRANSLATORS, NotSymbolic, SymInts
-from .tensor import Tensor, as_tensor, tracing
+from .table import DOMAINS, TRANSLATORS, NotSymbolic, SymInts
 
 _COUNTABLE = {np.dtype(t) for t in ("float32", "float64", "int32", "int64")}
 
@@ -147,7 +146,7 @@ class Inliner:
             raise UnsupportedError(
                 f"ONNX op {proto.domain or 'ai.onnx'}::{proto.op_type} (opset {ctx.opset}) in node "
                 f"{proto.name or proto.output[0]!r} is not supported by gcompile's importer "
-                f"(supported: {len(TRANSLATORS) + 1} ai.onnx ops, listed in gcompile.frontend.onnx_table.TRANSLATORS)")
+                f"(supported: {len(TRANSLATORS) + 1} ai.onnx ops, listed in gcompile.importer.table.TRANSLATORS)")
         else:
             operands = []
             for name in proto.input:

@@ -16,12 +16,12 @@ import numpy as np
 
 from .. import functions as F
 from ..errors import GcompileError
+from ..frontend.spec import spec
+from ..frontend.trace import trace
 from ..gradients import grad
 from ..lowering import to_onnx
 from ..passes import optimize
-from .onnx_import import load_onnx
-from .spec import spec
-from .trace import trace
+from .load import load_onnx
 
 LOSSES = ("mse", "cross_entropy", "sum")
 

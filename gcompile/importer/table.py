@@ -9,6 +9,9 @@ when every operand of a node is known, the importer evaluates the node at import
 Shape arithmetic on symbolic dims (Shape -> Gather -> Concat -> Reshape with a symbolic batch)
 runs on SymInts, integer tensors whose entries are ints or dim names ("batch", "2*batch"), so a
 Reshape to [Shape(x)[0], -1] becomes a gcompile reshape to ("batch", 12).
+
+Also here: the ONNX element types gcompile traces (np_dtype, check_dtype) and the operand helpers
+every translator module shares (require_float, scalar_like).
 """
 from __future__ import annotations
 
@@ -131,6 +134,19 @@ def check_dtype(value: np.ndarray, what: str) -> np.ndarray:
     if value.dtype not in SUPPORTED_DTYPES:
         raise UnsupportedError(f"{what}: a constant of dtype {value.dtype} is not supported")
     return value
+
+
+def require_float(n, x, what: str = "input"):
+    """`x` itself when it is a float operand of node `n`, else an UnsupportedError naming the node:
+    translators whose gcompile ops take floats only refuse other dtypes here, with the ONNX node named."""
+    if np.dtype(x.dtype).kind != "f":
+        raise n.unsupported(f"{n.op_type} on a {np.dtype(x.dtype).name} {what} is not supported (float only)")
+    return x
+
+
+def scalar_like(value, like) -> np.ndarray:
+    """`value` as a 0-d array of `like`'s dtype: a constant operand that keeps the op's dtype."""
+    return np.asarray(value, dtype=like.dtype)
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import functions as F
-from ..ir import dims
-from ..ops.indexing import slice_axes
-from ..ops.shape_rules import broadcast_shapes, normalize_axes, normalize_axis
-from .onnx_table import NotSymbolic, SymInts, check_dtype, entries, np_dtype, onnx_op, sym_or_const
+from ... import functions as F
+from ...ir import dims
+from ...ops.indexing import slice_axes
+from ...ops.shape_rules import broadcast_shapes, normalize_axes, normalize_axis
+from ..table import NotSymbolic, SymInts, check_dtype, entries, np_dtype, onnx_op, sym_or_const
 
 
 def _on_entries(x: SymInts, fn):

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import functions as F
-from ..errors import ShapeError
-from ..ops.recurrent import _direction
-from .onnx_ops import _float
-from .onnx_table import onnx_op
-from .tensor import as_tensor
+from ... import functions as F
+from ...errors import ShapeError
+from ...frontend.tensor import as_tensor
+from ...ops.recurrent import _direction
+from ..table import onnx_op, require_float
 
 _ACTIVATIONS = {"sigmoid": F.sigmoid, "tanh": F.tanh, "relu": F.relu}
 _DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
@@ -112,7 +111,7 @@ def _masks(seq_lens, steps: int):
 
 @onnx_op("LSTM", "GRU", "RNN")
 def _recurrent_node(n, x, w, r, b=None, seq_lens=None, h0=None, c0=None, p=None):
-    x = _float(n, x)
+    x = require_float(n, x)
     layout = n.attr("layout", 0)
     if layout not in (0, 1):
         raise n.unsupported(f"layout={layout} (0 or 1)")

@@ -5,8 +5,8 @@
         y = f(x, params={"fc.weight": w})     # inlines the model's graph into this trace
         return F.sum(y * y)
 
-Calling the model while tracing translates each ONNX node into gcompile ops (see onnx_ops.py
-and onnx_shape_ops.py), so gc.grad differentiates it to any order, w.r.t. its inputs, its
+Calling the model while tracing translates each ONNX node into gcompile ops (see inline.py and
+the translators/ package), so gc.grad differentiates it to any order, w.r.t. its inputs, its
 weights (passed through `params`) or both. Initializers not replaced stay constants.
 """
 from __future__ import annotations
@@ -23,11 +23,11 @@ from onnx import AttributeProto, numpy_helper
 from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
 from ..errors import GcompileError, InputError, UnsupportedError
+from ..frontend.spec import Spec, spec
+from ..frontend.tensor import Tensor, current_frame
 from ..ir.dims import format_shape
-from .onnx_inline import Inliner
-from .onnx_table import check_dtype, np_dtype
-from .spec import Spec, spec
-from .tensor import Tensor, current_frame
+from .inline import Inliner
+from .table import check_dtype, np_dtype
 
 __all__ = ["load_onnx"]
 

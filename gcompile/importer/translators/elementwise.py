@@ -1,0 +1,265 @@
+"""ONNX translators for elementwise ops: arithmetic, comparisons, logic and activations.
+
+Each translator writes the ONNX op's semantics with gcompile ops (gcompile.functions), so the
+imported graph differentiates to any order through the existing VJP rules. The arithmetic and
+comparison ops that exporters apply to shapes (Add, Sub, Mul, Div, Equal, Where) also run on
+SymInts, so shape subgraphs stay symbolic. Where ONNX allows something gcompile does not express
+(a float-only activation on ints, Mod on run-time values), the translator raises a clear
+UnsupportedError instead of guessing.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ... import functions as F
+from ...frontend.tensor import Tensor, apply
+from ..table import SYMBOLIC_BINARY, SymInts, entries, onnx_op, require_float, scalar_like, sym_or_const
+
+# -- elementwise: unary ------------------------------------------------------------------------------
+_UNARY = {"Sigmoid": F.sigmoid, "Tanh": F.tanh, "Exp": F.exp, "Log": F.log, "Sqrt": F.sqrt, "Erf": F.erf,
+          "Sin": F.sin, "Cos": F.cos, "Tan": F.tan, "Floor": F.floor, "Ceil": F.ceil, "Round": F.round,
+          "Softplus": F.softplus}
+
+
+def _unary(fn):
+    return lambda n, x: fn(require_float(n, x))
+
+
+for _op, _fn in _UNARY.items():
+    onnx_op(_op)(_unary(_fn))
+
+
+@onnx_op("Neg")
+def _neg(n, x):
+    return F.negative(x)
+
+
+@onnx_op("Abs")
+def _abs(n, x):
+    return F.abs(x)
+
+
+@onnx_op("Sign")
+def _sign(n, x):
+    return F.sign(x)
+
+
+@onnx_op("Relu")
+def _relu(n, x):
+    return F.relu(x) if np.dtype(x.dtype).kind == "f" else F.maximum(x, scalar_like(0, x))
+
+
+@onnx_op("Reciprocal")
+def _reciprocal(n, x):
+    return F.divide(scalar_like(1, require_float(n, x)), x)
+
+
+@onnx_op("Gelu")
+def _gelu(n, x):
+    return F.gelu(require_float(n, x), approximate=n.attr("approximate", "none") == "tanh")
+
+
+@onnx_op("LeakyRelu")
+def _leaky_relu(n, x):
+    return F.leaky_relu(require_float(n, x), n.attr("alpha", 0.01))
+
+
+@onnx_op("Elu")
+def _elu(n, x):
+    return F.elu(require_float(n, x), n.attr("alpha", 1.0))
+
+
+def _expm1_negative(x, alpha):
+    """alpha·(exp(x) − 1) for x ≤ 0, written on min(x, 0) so the unused branch never overflows."""
+    return F.expm1(F.minimum(x, scalar_like(0, x))) * alpha
+
+
+@onnx_op("Selu")
+def _selu(n, x):
+    alpha, gamma = n.attr("alpha", 1.67326319217681884765625), n.attr("gamma", 1.05070102214813232421875)
+    x = require_float(n, x)
+    return F.where(F.greater(x, scalar_like(0, x)), x, _expm1_negative(x, alpha)) * gamma
+
+
+@onnx_op("Celu")
+def _celu(n, x):
+    alpha = n.attr("alpha", 1.0)
+    x = require_float(n, x)
+    return F.relu(x) + _expm1_negative(x / alpha, alpha)
+
+
+@onnx_op("HardSigmoid")
+def _hard_sigmoid(n, x):
+    x = require_float(n, x)
+    return F.clip(x * n.attr("alpha", 0.2) + n.attr("beta", 0.5), scalar_like(0, x), scalar_like(1, x))
+
+
+@onnx_op("HardSwish")
+def _hard_swish(n, x):
+    x = require_float(n, x)
+    return x * F.clip(x * (1 / 6) + 0.5, scalar_like(0, x), scalar_like(1, x))
+
+
+@onnx_op("Softsign")
+def _softsign(n, x):
+    x = require_float(n, x)
+    return x / (F.abs(x) + 1)
+
+
+@onnx_op("Mish")
+def _mish(n, x):
+    x = require_float(n, x)
+    return x * F.tanh(F.softplus(x))
+
+
+@onnx_op("ThresholdedRelu")
+def _thresholded_relu(n, x):
+    x = require_float(n, x)
+    return F.where(F.greater(x, scalar_like(n.attr("alpha", 1.0), x)), x, scalar_like(0, x))
+
+
+@onnx_op("PRelu")
+def _prelu(n, x, slope):
+    x = require_float(n, x)
+    return F.where(F.less(x, scalar_like(0, x)), x * slope, x)
+
+
+@onnx_op("Shrink")
+def _shrink(n, x):
+    lambd, bias = n.attr("lambd", 0.5), n.attr("bias", 0.0)
+    zero = scalar_like(0, x)
+    return F.where(F.less(x, scalar_like(-lambd, x)), x + scalar_like(bias, x),
+                   F.where(F.greater(x, scalar_like(lambd, x)), x - scalar_like(bias, x), zero))
+
+
+@onnx_op("IsNaN")
+def _isnan(n, x):
+    return F.not_equal(x, x)
+
+
+@onnx_op("IsInf")
+def _isinf(n, x):
+    pos = F.equal(x, scalar_like(np.inf, x)) if n.attr("detect_positive", 1) else None
+    neg = F.equal(x, scalar_like(-np.inf, x)) if n.attr("detect_negative", 1) else None
+    if pos is None or neg is None:
+        return pos if neg is None else neg
+    return F.logical_or(pos, neg)
+
+
+@onnx_op("Not")
+def _not(n, x):
+    return F.logical_not(x)
+
+
+# -- elementwise: binary and variadic -------------------------------------------------------------------
+def _symbolic(op_type, a, b):
+    """Elementwise shape arithmetic on SymInts (raises NotSymbolic when it leaves the dims' algebra)."""
+    fn = np.frompyfunc(SYMBOLIC_BINARY[op_type], 2, 1)
+    dtype = np.bool_ if op_type == "Equal" else next(v.dtype for v in (a, b) if isinstance(v, SymInts))
+    return sym_or_const(fn(entries(a), entries(b)), dtype)
+
+
+def _binary(op_type, fn):
+    def translate(n, a, b):
+        if isinstance(a, SymInts) or isinstance(b, SymInts):
+            return _symbolic(op_type, a, b)
+        return fn(a, b)
+    onnx_op(op_type, symbolic=op_type in SYMBOLIC_BINARY)(translate)
+
+
+def _div(a, b):
+    if np.dtype(a.dtype).kind == "f":
+        return F.divide(a, b)
+    return apply("div", [a, b])       # ONNX integer Div truncates toward zero, as gcompile's div op
+
+
+_BINARY: dict[str, Callable[..., Tensor]] = {
+    "Add": F.add, "Sub": F.subtract, "Mul": F.multiply, "Div": _div, "Equal": F.equal, "Less": F.less,
+    "LessOrEqual": F.less_equal, "Greater": F.greater, "GreaterOrEqual": F.greater_equal,
+    "And": F.logical_and, "Or": F.logical_or, "Xor": F.not_equal}
+for _op, _fn in _BINARY.items():
+    _binary(_op, _fn)
+
+
+@onnx_op("Pow")
+def _pow(n, x, y):
+    if np.dtype(x.dtype).kind == "f":
+        return F.power(x, F.cast(y, x.dtype))
+    if np.dtype(y.dtype).kind == "f":      # int base, float exponent: the result keeps the base's type
+        return F.cast(F.power(F.cast(x, np.float64), F.cast(y, np.float64)), x.dtype)
+    return F.power(x, F.cast(y, x.dtype))
+
+
+def _variadic(fn):
+    def translate(n, *xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = fn(out, x)
+        return out if len(xs) > 1 else F.identity(out)
+    return translate
+
+
+onnx_op("Max")(_variadic(F.maximum))
+onnx_op("Min")(_variadic(F.minimum))
+onnx_op("Sum")(_variadic(F.add))
+
+
+@onnx_op("Mean")
+def _mean(n, *xs):
+    return _variadic(F.add)(n, *xs) / scalar_like(len(xs), require_float(n, xs[0]))
+
+
+@onnx_op("Where", symbolic=True)
+def _where(n, cond, a, b):
+    if isinstance(a, SymInts) or isinstance(b, SymInts):
+        dtype = next(v.dtype for v in (a, b) if isinstance(v, SymInts))
+        return sym_or_const(np.where(entries(cond).astype(bool), entries(a), entries(b)), dtype)
+    return F.where(cond, a, b)
+
+
+@onnx_op("Clip")
+def _clip(n, x, lo=None, hi=None):
+    if n.has_attr("min") or n.has_attr("max"):     # opset < 11
+        lo, hi = n.attr("min"), n.attr("max")
+    lo = None if lo is None else F.cast(lo, x.dtype)
+    hi = None if hi is None else F.cast(hi, x.dtype)
+    return F.identity(x) if lo is None and hi is None else F.clip(x, lo, hi)
+
+
+@onnx_op("Mod", numpy_only=True)
+def _mod(n, a, b):
+    return np.fmod(a, b) if n.attr("fmod", 0) else np.mod(a, b)
+
+
+# -- hyperbolic functions and Swish, written with the ops above -----------------------------------------
+@onnx_op("Sinh", "Cosh")
+def _sinh_cosh(n, x):
+    x = require_float(n, x)
+    e, inv = F.exp(x), F.exp(-x)
+    return (e - inv if n.op_type == "Sinh" else e + inv) * 0.5
+
+
+@onnx_op("Asinh")
+def _asinh(n, x):
+    x = require_float(n, x)
+    return F.log(x + F.sqrt(x * x + 1))
+
+
+@onnx_op("Acosh")
+def _acosh(n, x):
+    x = require_float(n, x)
+    return F.log(x + F.sqrt(x * x - 1))
+
+
+@onnx_op("Atanh")
+def _atanh(n, x):
+    x = require_float(n, x)
+    return F.log((1 + x) / (1 - x)) * 0.5
+
+
+@onnx_op("Swish")
+def _swish(n, x):
+    x = require_float(n, x)
+    return x * F.sigmoid(x * n.attr("alpha", 1.0))

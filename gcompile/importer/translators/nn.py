@@ -1,0 +1,253 @@
+"""ONNX translators for neural-network layers: matrix products, softmax, normalisation,
+dropout, convolution, pooling and losses.
+
+Each translator writes the ONNX op's semantics with gcompile ops (gcompile.functions), so the
+imported graph differentiates to any order through the existing VJP rules. Where ONNX allows
+something gcompile does not express exactly (a dilated pooling window, Dropout in training mode,
+auto_pad on a symbolic size, ...), the translator raises a clear UnsupportedError instead of guessing.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ... import functions as F
+from ...ir import dims
+from ...ops.shape_rules import normalize_axis
+from ..table import onnx_op, require_float, scalar_like
+
+
+# -- matrix products -------------------------------------------------------------------------------------
+@onnx_op("MatMul")
+def _matmul(n, a, b):
+    return F.matmul(a, b)
+
+
+@onnx_op("Gemm")
+def _gemm(n, a, b, c=None):
+    a = F.transpose(a) if n.attr("transA", 0) else a
+    b = F.transpose(b) if n.attr("transB", 0) else b
+    y = F.matmul(a, b)
+    alpha, beta = n.attr("alpha", 1.0), n.attr("beta", 1.0)
+    if alpha != 1.0:
+        y = y * scalar_like(alpha, y)
+    if c is not None and beta != 0.0:
+        y = y + (c if beta == 1.0 else c * scalar_like(beta, y))
+    return y
+
+
+@onnx_op("Einsum")
+def _einsum(n, *xs):
+    return F.einsum(n.attr("equation"), *xs)
+
+
+# -- softmax family ----------------------------------------------------------------------------------------
+def _softmax(fn):
+    def translate(n, x):
+        x = require_float(n, x)
+        if n.opset >= 13:
+            return fn(x, n.attr("axis", -1))
+        axis = normalize_axis(n.attr("axis", 1), x.ndim)     # opset < 13: over the axes from `axis` on
+        flat = F.reshape(x, (dims.product(x.shape[:axis]), dims.product(x.shape[axis:])))
+        return F.reshape(fn(flat, -1), x.shape)
+    return translate
+
+
+onnx_op("Softmax")(_softmax(F.softmax))
+onnx_op("LogSoftmax")(_softmax(F.log_softmax))
+
+
+# -- normalisation -------------------------------------------------------------------------------------------
+def _moments(x, axes):
+    mu = F.mean(x, axes, keepdims=True)
+    xc = x - mu
+    return mu, xc, F.mean(xc * xc, axes, keepdims=True)
+
+
+@onnx_op("LayerNormalization")
+def _layer_norm(n, x, scale, bias=None):
+    x = require_float(n, x)
+    axis, eps = normalize_axis(n.attr("axis", -1), x.ndim), n.attr("epsilon", 1e-5)
+    normalised = x.shape[axis:]
+    if not n.wants(1) and not n.wants(2) and scale.shape == normalised and (bias is None or bias.shape == normalised):
+        return F.layer_norm(x, scale, F.zeros_like(scale) if bias is None else bias, axis=axis, eps=eps)
+    mu, xc, var = _moments(x, tuple(range(axis, x.ndim)))
+    inv = F.rsqrt(var + scalar_like(eps, var))
+    y = xc * inv * scale
+    return (y if bias is None else y + bias), mu, inv
+
+
+@onnx_op("BatchNormalization")
+def _batch_norm(n, x, scale, bias, mean, var):
+    x, eps = require_float(n, x), n.attr("epsilon", 1e-5)
+    if not n.attr("training_mode", 0):
+        if n.wants(1) or n.wants(2):
+            raise n.unsupported("the running-statistics outputs of an inference-mode BatchNormalization")
+        return F.batch_norm(x, scale, bias, mean, var, axis=1, eps=eps, training=False)
+    y, batch_mean, batch_var = F.batch_norm(x, scale, bias, axis=1, eps=eps, training=True, return_stats=True)
+    momentum = n.attr("momentum", 0.9)
+    m, one_m = scalar_like(momentum, batch_mean), scalar_like(1 - momentum, batch_mean)
+    return y, mean * m + batch_mean * one_m, var * m + batch_var * one_m
+
+
+@onnx_op("InstanceNormalization")
+def _instance_norm(n, x, scale, bias):
+    x = require_float(n, x)
+    _, xc, var = _moments(x, tuple(range(2, x.ndim)))
+    per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
+    y = xc * F.rsqrt(var + scalar_like(n.attr("epsilon", 1e-5), var))
+    return y * F.reshape(scale, per_channel) + F.reshape(bias, per_channel)
+
+
+@onnx_op("LpNormalization")
+def _lp_normalization(n, x):
+    x, p = require_float(n, x), n.attr("p", 2)
+    axis = n.attr("axis", -1)
+    if p not in (1, 2):
+        raise n.unsupported(f"p={p} (only 1 and 2)")
+    norm = F.sum(F.abs(x), axis, keepdims=True) if p == 1 else F.sqrt(F.sum(x * x, axis, keepdims=True))
+    zero = F.equal(norm, scalar_like(0, norm))
+    return F.where(zero, scalar_like(0, x), x / F.where(zero, scalar_like(1, norm), norm))
+
+
+@onnx_op("RMSNormalization")
+def _rms_norm(n, x, scale):
+    x = require_float(n, x)
+    axes = tuple(range(normalize_axis(n.attr("axis", -1), x.ndim), x.ndim))
+    return x * F.rsqrt(F.mean(x * x, axes, keepdims=True) + scalar_like(n.attr("epsilon", 1e-5), x)) * scale
+
+
+@onnx_op("Dropout")
+def _dropout(n, x, ratio=None, training=None):
+    training = training is not None and bool(n.known(training, "training_mode").reshape(-1)[0])
+    if training and (ratio is None or float(n.known(ratio, "ratio").reshape(-1)[0]) != 0.0):
+        raise n.unsupported("Dropout in training mode (a random mask) is not supported; export the model "
+                            "in inference mode")
+    mask = F.full(x.shape, 1, np.bool_) if n.wants(1) else None
+    return F.identity(x), mask
+
+
+# -- convolution and pooling ---------------------------------------------------------------------------------
+def _spatial_attrs(n, x, kernel, dilation=None):
+    """(strides, pads as (before, after) pairs) with auto_pad resolved on the static input size."""
+    nsp = len(kernel)
+    strides = tuple(n.attr("strides", [1] * nsp))
+    dilation = dilation or (1,) * nsp
+    auto_pad = n.attr("auto_pad", "NOTSET")
+    if auto_pad in ("NOTSET", "VALID"):
+        flat = n.attr("pads", [0] * (2 * nsp)) if auto_pad == "NOTSET" else [0] * (2 * nsp)
+        return strides, tuple(zip(flat[:nsp], flat[nsp:]))
+    pads = []
+    for size, k, s, d in zip(x.shape[2:], kernel, strides, dilation):
+        if not isinstance(size, int):
+            raise n.unsupported(f"auto_pad={auto_pad} on a symbolic spatial size {size!r}")
+        total = max((math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        small = total // 2
+        pads.append((total - small, small) if auto_pad == "SAME_LOWER" else (small, total - small))
+    return strides, tuple(pads)
+
+
+@onnx_op("Conv")
+def _conv(n, x, w, b=None):
+    kernel = tuple(w.shape[2:])
+    dilation = tuple(n.attr("dilations", [1] * len(kernel)))
+    strides, pads = _spatial_attrs(n, x, kernel, dilation)
+    return F.conv(x, w, b, stride=strides, pad=pads, dilation=dilation, groups=n.attr("group", 1))
+
+
+@onnx_op("ConvTranspose")
+def _conv_transpose(n, x, w, b=None):
+    kernel = tuple(w.shape[2:])
+    nsp = len(kernel)
+    if n.has_attr("output_shape") or n.attr("auto_pad", "NOTSET") != "NOTSET":
+        raise n.unsupported("ConvTranspose with output_shape or auto_pad (give pads and output_padding)")
+    flat = n.attr("pads", [0] * (2 * nsp))
+    return F.conv_transpose(x, w, b, stride=tuple(n.attr("strides", [1] * nsp)),
+                            pad=tuple(zip(flat[:nsp], flat[nsp:])), dilation=tuple(n.attr("dilations", [1] * nsp)),
+                            groups=n.attr("group", 1), output_padding=tuple(n.attr("output_padding", [0] * nsp)))
+
+
+def _pool_geometry(n, x):
+    kernel = tuple(n.attr("kernel_shape"))
+    if any(d != 1 for d in n.attr("dilations", [1] * len(kernel))):
+        raise n.unsupported("pooling with dilations")
+    strides, pads = _spatial_attrs(n, x, kernel)
+    if n.attr("ceil_mode", 0):
+        pads = tuple(_ceil_pad(n, size, k, s, p) for size, k, s, p in zip(x.shape[2:], kernel, strides, pads))
+    return kernel, strides, pads
+
+
+def _ceil_pad(n, size, k, s, pad):
+    """Extra end padding that makes the floor output size equal ONNX's ceil_mode size (whose last
+    window must start inside the input or its begin padding)."""
+    if not isinstance(size, int):
+        raise n.unsupported(f"ceil_mode on a symbolic spatial size {size!r}")
+    before, after = pad
+    span = size + before + after - k
+    out = -(-span // s) + 1
+    if (out - 1) * s >= size + before:
+        out -= 1
+    return before, after + max((out - 1) * s - span, 0)
+
+
+@onnx_op("MaxPool")
+def _max_pool(n, x):
+    if n.wants(1):
+        raise n.unsupported("the Indices output of MaxPool")
+    kernel, strides, pads = _pool_geometry(n, require_float(n, x))
+    return F.max_pool(x, kernel, strides, pads)
+
+
+@onnx_op("AveragePool")
+def _avg_pool(n, x):
+    include = bool(n.attr("count_include_pad", 0))
+    if include and n.attr("ceil_mode", 0):
+        raise n.unsupported("AveragePool with both ceil_mode and count_include_pad")
+    kernel, strides, pads = _pool_geometry(n, require_float(n, x))
+    return F.avg_pool(x, kernel, strides, pads, count_include_pad=include)
+
+
+@onnx_op("GlobalAveragePool")
+def _global_avg_pool(n, x):
+    return F.global_avg_pool(require_float(n, x))
+
+
+@onnx_op("GlobalMaxPool")
+def _global_max_pool(n, x):
+    return F.max(x, tuple(range(2, x.ndim)), keepdims=True)
+
+
+# -- losses (PyTorch exports nn.CrossEntropyLoss and nn.NLLLoss as these) -----------------------------------
+def _nll(n, logp, target, weight):
+    """-logp[n, target, ...] weighted per class, ignore_index skipped, reduced as ONNX says."""
+    classes = logp.shape[1]
+    if not isinstance(classes, int):
+        raise n.unsupported(f"a symbolic number of classes {classes!r}")
+    t = F.cast(target, np.int64)
+    ignore = n.attr("ignore_index")
+    valid = None if ignore is None else F.not_equal(t, np.int64(ignore))
+    safe = t if valid is None else F.where(valid, t, np.int64(0))
+    picked = -F.sum(logp * F.one_hot(safe, classes, axis=1, dtype=logp.dtype), 1)
+    w = None if weight is None else F.take(weight, safe)
+    if valid is not None:
+        mask = F.cast(valid, logp.dtype)
+        w = mask if w is None else w * mask
+    loss = picked if w is None else picked * w
+    reduction = n.attr("reduction", "mean")
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return F.sum(loss)
+    return F.mean(loss) if w is None else F.sum(loss) / F.sum(w)
+
+
+@onnx_op("NegativeLogLikelihoodLoss")
+def _nll_loss(n, logp, target, weight=None):
+    return _nll(n, require_float(n, logp), target, weight)
+
+
+@onnx_op("SoftmaxCrossEntropyLoss")
+def _softmax_cross_entropy(n, scores, labels, weights=None):
+    logp = F.log_softmax(require_float(n, scores), axis=1)
+    return _nll(n, logp, labels, weights), logp

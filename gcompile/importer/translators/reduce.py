@@ -1,0 +1,78 @@
+"""ONNX translators for reductions (ReduceSum ... ReduceLogSumExp, ArgMax, ArgMin) and CumSum.
+
+Each translator writes the ONNX op's semantics with gcompile ops, so the imported graph
+differentiates to any order through the existing VJP rules. ArgMax and ArgMin have no gradient
+and are only translated on values known at import time.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ... import functions as F
+from ...ops.shape_rules import normalize_axes, normalize_axis
+from ..table import onnx_op
+
+
+# -- reductions ----------------------------------------------------------------------------------------------
+def _reduce_axes(n, x, axes_operand):
+    """The axes to reduce (a tuple), or None for "no reduction" (noop_with_empty_axes)."""
+    axes = n.attr("axes") if n.has_attr("axes") else (
+        None if axes_operand is None else n.ints(axes_operand, "axes"))
+    if not axes:
+        if n.attr("noop_with_empty_axes", 0):
+            return None
+        return tuple(range(x.ndim))
+    return normalize_axes(axes, x.ndim)
+
+
+def _reduction(body, extremum=False):
+    def translate(n, x, axes=None):
+        ax = _reduce_axes(n, x, axes)
+        if ax is None:
+            return F.identity(x)
+        if extremum and any(x.shape[a] == 0 for a in ax):
+            raise n.unsupported("a maximum or minimum over an empty axis is not supported")
+        return body(x, ax, bool(n.attr("keepdims", 1)))
+    return translate
+
+
+_REDUCTIONS = {
+    "ReduceSum": (lambda x, ax, k: F.sum(x, ax, keepdims=k), False),
+    "ReduceMean": (lambda x, ax, k: F.mean(x, ax, keepdims=k), False),
+    "ReduceMax": (lambda x, ax, k: F.max(x, ax, keepdims=k), True),
+    "ReduceMin": (lambda x, ax, k: F.min(x, ax, keepdims=k), True),
+    "ReduceProd": (lambda x, ax, k: F.prod(x, ax, keepdims=k), False),
+    "ReduceL1": (lambda x, ax, k: F.sum(F.abs(x), ax, keepdims=k), False),
+    "ReduceL2": (lambda x, ax, k: F.sqrt(F.sum(x * x, ax, keepdims=k)), False),
+    "ReduceSumSquare": (lambda x, ax, k: F.sum(x * x, ax, keepdims=k), False),
+    "ReduceLogSum": (lambda x, ax, k: F.log(F.sum(x, ax, keepdims=k)), False),
+    "ReduceLogSumExp": (lambda x, ax, k: F.logsumexp(x, ax, keepdims=k), True),
+}
+for _op, (_body, _ext) in _REDUCTIONS.items():
+    onnx_op(_op)(_reduction(_body, _ext))
+
+
+@onnx_op("ArgMax", "ArgMin", numpy_only=True)
+def _arg_extremum(n, x):
+    axis = normalize_axis(n.attr("axis", 0), x.ndim)
+    flip = np.flip(x, axis) if n.attr("select_last_index", 0) else x
+    idx = (np.argmax if n.op_type == "ArgMax" else np.argmin)(flip, axis=axis)
+    if n.attr("select_last_index", 0):
+        idx = x.shape[axis] - 1 - idx
+    idx = idx.astype(np.int64)
+    return np.expand_dims(idx, axis) if n.attr("keepdims", 1) else idx
+
+
+# -- running sums ---------------------------------------------------------------------------------------------
+@onnx_op("CumSum")
+def _cumsum(n, x, axis):
+    """A product with a triangular matrix of ones along the axis (its gradient is the transposed one)."""
+    axis = normalize_axis(int(n.known(axis, "axis").reshape(-1)[0]), x.ndim)
+    size = x.shape[axis]
+    if not isinstance(size, int):
+        raise n.unsupported(f"CumSum along an axis of symbolic size {size!r}")
+    i, j = np.indices((size, size))
+    reverse, exclusive = n.attr("reverse", 0), n.attr("exclusive", 0)
+    mask = (i >= j if reverse else i <= j) & ((i != j) if exclusive else True)
+    moved = F.swapaxes(x, axis, -1)
+    return F.swapaxes(F.matmul(moved, mask.astype(x.dtype)), axis, -1)
