@@ -1,7 +1,6 @@
 """gcompile: trace numeric Python, differentiate it symbolically to any order, export standard ONNX."""
-__version__ = "0.1.0"
-
 from . import functions  # noqa: E402  (registers every op)
+from .version import __version__  # noqa: E402
 from . import export as _export_module  # noqa: E402
 from .errors import GcompileError, InputError, LoweringError, ShapeError, TraceError, UnsupportedError  # noqa: E402
 from .export import *  # noqa: E402,F401,F403

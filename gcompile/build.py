@@ -31,7 +31,7 @@ from .export import Export, export_info, exported_functions
 from .frontend.trace import trace
 from .logs import logger, phase, progress, timings
 from .lowering import to_onnx
-from .lowering.export import EXTERNAL_DATA_THRESHOLD, external_data_name, serialize
+from .lowering.serialize import EXTERNAL_DATA_THRESHOLD, external_data_name, serialize
 from .passes import optimize as run_passes
 from .runtime.compiled import load_session
 from .runtime.files import atomic_write

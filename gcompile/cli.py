@@ -21,7 +21,7 @@ from .build import build as build_artifacts
 from .build import lower_all
 from .errors import GcompileError
 from .ir.dims import format_shape
-from .lowering.export import EXTERNAL_DATA_THRESHOLD
+from .lowering.serialize import EXTERNAL_DATA_THRESHOLD
 from .runtime.files import atomic_write
 from .runtime.providers import make_session, resolve_provider
 
