@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from . import __version__, artifacts
+from .artifacts.describe import describe
 from .errors import GcompileError
 from .export import Export, export_info, exported_functions
 from .frontend.trace import trace
@@ -33,10 +33,12 @@ from .logs import logger, phase, progress, timings
 from .lowering import to_onnx
 from .lowering.serialize import EXTERNAL_DATA_THRESHOLD, external_data_name, serialize
 from .passes import optimize as run_passes
+from .runtime import modelfile
 from .runtime.compiled import load_session
 from .runtime.files import atomic_write
 from .runtime.providers import resolve_provider
 from .training import TrainExport
+from .version import __version__
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _module_ids = itertools.count()
@@ -46,7 +48,7 @@ _module_ids = itertools.count()
 class BuildResult:
     out_dir: str
     manifest: dict
-    checks: dict = field(default_factory=dict)   # artifact name -> artifacts.run() result
+    checks: dict = field(default_factory=dict)   # artifact name -> modelfile.run() result
     timings: dict = field(default_factory=dict)  # artifact name -> logs.Timings (trace, grad, passes, lower, check)
 
 
@@ -179,8 +181,8 @@ def _check(name: str, data: bytes, weights: bytes | None, location: str, model, 
     start = time.perf_counter()
     session = load_session(data, weights, provider, location)   # the very bytes about to be written
     load_ms = 1e3 * (time.perf_counter() - start)
-    feeds = artifacts.random_feeds(model) if feeds is None else feeds
-    result = {**artifacts.run(session, model, feeds), "load_ms": load_ms}
+    feeds = modelfile.random_feeds(model) if feeds is None else feeds
+    result = {**modelfile.run(session, model, feeds), "load_ms": load_ms}
     for out, value in result["outputs"].items():
         if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
             raise GcompileError(f"--check of {name!r}: output {out!r} has non-finite values on random inputs")
@@ -210,7 +212,7 @@ def build(model, out_dir, opset: int | None = None, check: bool = False, provide
                                            feeds)
             logger.info("%s: check on %s %.1f ms", info.name, resolved, 1e3 * timed["check"])
         times[info.name] = timed
-        entry = {"name": info.name, "file": file_name, **artifacts.describe(onnx_model),
+        entry = {"name": info.name, "file": file_name, **describe(onnx_model),
                  "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
         if isinstance(info, TrainExport):
             entry["train_step"] = info.layout.to_dict()

@@ -17,7 +17,6 @@ from typing import Any, TypeVar, overload
 import numpy as np
 import onnx
 
-from .artifacts import random_feeds
 from .errors import GcompileError
 from .export import _ARTIFACT_NAME, _MARK, Export
 from .frontend.spec import as_spec, spec
@@ -25,6 +24,7 @@ from .frontend.trace import Traced, argument_names, trace
 from .gradients.transforms import value_and_grad
 from .optim import Optimizer, state_name
 from .runtime.compiled import CompiledFunction, compile_traced
+from .runtime.modelfile import random_feeds
 from .runtime.trainer import StepLayout
 
 __all__ = ["TrainStep", "export_train", "export_train_step"]

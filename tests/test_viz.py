@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import gcompile as gc
 import gcompile.functions as F
-from gcompile import artifacts
+from gcompile.artifacts.describe import node_order
 from gcompile.cli import main
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -70,7 +70,7 @@ def test_svg_names_every_node_coloured_by_its_order(artifact, tmp_path):
     nodes = drawn_nodes(root)
     assert set(nodes) == {n.name for n in model.graph.node}
     for node in model.graph.node:
-        order = artifacts.node_order(node)
+        order = node_order(node)
         assert ("glue" if order is None else f"order-{order}") in nodes[node.name], node.name
     assert {c for cs in nodes.values() for c in cs} >= {"order-0", "order-1", "order-2"}
     style = root.find(f"{SVG}style").text

@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike
 from ..errors import GcompileError, InputError
 from ..ir.dims import format_shape
 from .files import atomic_write
+from .modelfile import load, signature
 from .providers import PROVIDERS, make_session, resolve_provider
 
 if TYPE_CHECKING:
@@ -111,7 +112,6 @@ def _load_model(step: Any) -> tuple[onnx.ModelProto, dict | None, str | None]:
     if isinstance(step, onnx.ModelProto):
         return step, None, None
     if isinstance(step, (str, os.PathLike)):
-        from ..artifacts import load  # not at module level: artifacts imports this package
         return load(step), None, None
     if hasattr(step, "model") and hasattr(step, "params"):
         return step.model, step.params, getattr(step, "provider", None)
@@ -132,7 +132,6 @@ class Trainer:
                  params: Mapping[str, ArrayLike] | None = None, provider: str | None = None) -> None:
         import onnxruntime as ort
 
-        from ..artifacts import signature  # not at module level: artifacts imports this package
         model, default_params, default_provider = _load_model(step)
         self.layout = StepLayout.from_model(model)
         params = default_params if params is None else params

@@ -1,0 +1,2 @@
+"""What `gcompile build` makes and the CLI reads back: describing saved ONNX artifacts for the manifest
+and `inspect`."""
