@@ -15,8 +15,7 @@ from .gradients.checkpoint import *  # noqa: E402,F401,F403
 from .frontend import onnx_import as _onnx_import  # noqa: E402
 from .frontend.onnx_import import *  # noqa: E402,F401,F403
 from . import optim  # noqa: E402
-from . import training as _training  # noqa: E402
-from .training import *  # noqa: E402,F401,F403
+from .training.step import TrainStep, export_train, export_train_step  # noqa: E402
 from . import runtime  # noqa: E402
 from .runtime import CompiledFunction, compile  # noqa: E402
 
@@ -25,4 +24,4 @@ _methods.install()
 __all__ = ["functions", "spec", "Spec", "Tensor", "grad", "compile", "CompiledFunction", "GcompileError",
            "InputError", "LoweringError", "ShapeError", "TraceError", "UnsupportedError", "__version__",
            "optim", "runtime", *_export_module.__all__, *_transforms.__all__, *_checkpoint.__all__,
-           *_onnx_import.__all__, *_training.__all__]
+           *_onnx_import.__all__, "TrainStep", "export_train", "export_train_step"]

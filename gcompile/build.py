@@ -37,7 +37,7 @@ from .runtime import modelfile
 from .runtime.compiled import load_session
 from .runtime.files import atomic_write
 from .runtime.providers import resolve_provider
-from .training import TrainExport
+from .training.step import TrainExport
 from .version import __version__
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

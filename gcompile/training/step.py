@@ -4,7 +4,7 @@ The step is traced as one function of (params, optimizer state, step counter, ba
 user's loss, its gradient w.r.t. every parameter (gc.grad), and the optimizer's update
 written with gcompile ops. Lowered, that is a single standard-ONNX model that any
 onnxruntime (CPU or CUDA) can run, with no training extension. Names follow
-gcompile.runtime.trainer.StepLayout, which is also stored in the model's metadata.
+gcompile.training.layout.StepLayout, which is also stored in the model's metadata.
 """
 from __future__ import annotations
 
@@ -17,22 +17,23 @@ from typing import Any, TypeVar, overload
 import numpy as np
 import onnx
 
-from .errors import GcompileError
-from .export import _ARTIFACT_NAME, _MARK, Export
-from .frontend.spec import as_spec, spec
-from .frontend.trace import Traced, argument_names, trace
-from .gradients.transforms import value_and_grad
+from ..errors import GcompileError
+from ..export import _ARTIFACT_NAME, _MARK, Export
+from ..frontend.spec import as_spec, spec
+from ..frontend.trace import Traced, argument_names, trace
+from ..gradients.transforms import value_and_grad
+from ..runtime.compiled import CompiledFunction, compile_traced
+from ..runtime.modelfile import random_feeds
+from .layout import StepLayout
 from .optim import Optimizer, state_name
-from .runtime.compiled import CompiledFunction, compile_traced
-from .runtime.modelfile import random_feeds
-from .runtime.trainer import StepLayout
 
 __all__ = ["TrainStep", "export_train", "export_train_step"]
 
 _F = TypeVar("_F", bound=Callable)
 
 
-def _check_params(params: Any, optimizer: Any) -> dict[str, np.ndarray]:
+def check_params(params: Any, optimizer: Any) -> dict[str, np.ndarray]:
+    """`params` as fresh numpy arrays, after checking names, dtypes and the optimizer."""
     if not isinstance(optimizer, Optimizer):
         raise GcompileError(f"optimizer must be a gc.optim optimizer (SGD, Adam, AdamW), got {optimizer!r}")
     if not isinstance(params, dict) or not params:
@@ -48,15 +49,16 @@ def _check_params(params: Any, optimizer: Any) -> dict[str, np.ndarray]:
     return checked
 
 
-def _layout(params: dict, optimizer: Optimizer, batch_names) -> StepLayout:
+def step_layout(params: dict, optimizer: Optimizer, batch_names) -> StepLayout:
+    """The names of the step model: the optimizer declares a state slot per parameter."""
     state = tuple((state_name(p, slot), p, fill) for p in params for slot, fill in optimizer.slots)
     return StepLayout(tuple(params), state, tuple(batch_names))
 
 
-def _trace_step(loss_fn: Callable, params: dict[str, np.ndarray], optimizer: Optimizer, batch_specs: Sequence,
+def trace_step(loss_fn: Callable, params: dict[str, np.ndarray], optimizer: Optimizer, batch_specs: Sequence,
                 batch_names: Sequence[str], name: str) -> tuple[Traced, StepLayout]:
     """(Traced step, its StepLayout)."""
-    layout = _layout(params, optimizer, batch_names)
+    layout = step_layout(params, optimizer, batch_names)
     n_params, n_state = len(layout.params), len(layout.state)
 
     def step_fn(*flat):
@@ -125,9 +127,9 @@ def export_train_step(loss_fn: Callable, params: dict[str, np.ndarray], optimize
     "step" (int64, steps taken) and the batch; outputs: "loss", "<name>.new" for every
     parameter and state entry, and "step.new".
     """
-    params = _check_params(params, optimizer)
+    params = check_params(params, optimizer)
     batch_names = argument_names(loss_fn, 1 + len(batch_specs))[1:]
-    traced, layout = _trace_step(loss_fn, params, optimizer, batch_specs, batch_names, name)
+    traced, layout = trace_step(loss_fn, params, optimizer, batch_specs, batch_names, name)
     compiled = compile_traced(traced, provider=provider, opset=opset, optimize=optimize)
     layout.attach(compiled.model)
     return TrainStep(compiled, layout, params)
@@ -142,11 +144,11 @@ class TrainExport(Export):
 
     @property
     def layout(self) -> StepLayout:
-        return _layout(self.params, self.optimizer, self.input_names)
+        return step_layout(self.params, self.optimizer, self.input_names)
 
     def trace(self) -> Traced:
         """The traced step; `gcompile build` runs its passes and lowering, then `layout.attach`es."""
-        return _trace_step(self.loss_fn, self.params, self.optimizer, self.specs, self.input_names, self.name)[0]
+        return trace_step(self.loss_fn, self.params, self.optimizer, self.specs, self.input_names, self.name)[0]
 
     def check_feeds(self, model: onnx.ModelProto) -> dict[str, np.ndarray]:
         """Feeds for `gcompile build --check`: a random batch, the initial parameters and state."""
@@ -175,7 +177,7 @@ def export_train(fn: _F | None = None, /, *, params: dict[str, np.ndarray], opti
     parameter needs a spec. The manifest marks the artifact as a training step
     ("train_step": its input/output layout). The function is returned unchanged.
     """
-    checked = _check_params(params, optimizer)
+    checked = check_params(params, optimizer)
 
     def mark(f: _F) -> _F:
         label = getattr(f, "__qualname__", repr(f))
@@ -200,7 +202,7 @@ def export_train(fn: _F | None = None, /, *, params: dict[str, np.ndarray], opti
         if not _ARTIFACT_NAME.fullmatch(artifact or ""):
             raise GcompileError(f"@gc.export_train on {label}: artifact name {artifact!r} must be letters, digits, "
                                 "'_', '.' or '-' (it becomes the file name NAME.onnx)")
-        _layout(checked, optimizer, [p.name for p in batch])   # name clashes fail here, at the decorator
+        step_layout(checked, optimizer, [p.name for p in batch])   # name clashes fail here, at the decorator
         record = TrainExport(artifact, tuple(p.name for p in batch), specs, loss_fn=f, params=checked,
                              optimizer=optimizer)
         setattr(f, _MARK, record)
