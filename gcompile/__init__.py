@@ -1,9 +1,9 @@
 """gcompile: trace numeric Python, differentiate it symbolically to any order, export standard ONNX."""
 from . import functions  # noqa: E402  (registers every op)
 from .version import __version__  # noqa: E402
-from . import export as _export_module  # noqa: E402
+from .artifacts import marks as _export_module  # noqa: E402
 from .errors import GcompileError, InputError, LoweringError, ShapeError, TraceError, UnsupportedError  # noqa: E402
-from .export import *  # noqa: E402,F401,F403
+from .artifacts.marks import *  # noqa: E402,F401,F403
 from .frontend import methods as _methods  # noqa: E402
 from .frontend.spec import Spec, spec  # noqa: E402
 from .frontend.tensor import Tensor  # noqa: E402

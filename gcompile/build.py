@@ -26,8 +26,8 @@ import numpy as np
 import onnx
 
 from .artifacts.describe import describe
+from .artifacts.marks import Export, export_info, exported_functions
 from .errors import GcompileError
-from .export import Export, export_info, exported_functions
 from .frontend.trace import trace
 from .logs import logger, phase, progress, timings
 from .lowering import to_onnx

@@ -17,8 +17,8 @@ from typing import Any, TypeVar, overload
 import numpy as np
 import onnx
 
+from ..artifacts.marks import _ARTIFACT_NAME, _MARK, Export
 from ..errors import GcompileError
-from ..export import _ARTIFACT_NAME, _MARK, Export
 from ..frontend.spec import as_spec, spec
 from ..frontend.trace import Traced, argument_names, trace
 from ..gradients.transforms import value_and_grad

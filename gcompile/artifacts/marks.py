@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
-from .errors import GcompileError
-from .frontend.spec import Spec, as_spec
+from ..errors import GcompileError
+from ..frontend.spec import Spec, as_spec
 
 __all__ = ["export"]
 
