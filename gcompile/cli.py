@@ -16,10 +16,10 @@ import click
 import numpy as np
 
 from . import logs
-from . import viz as viz_module
+from .artifacts import viz as viz_module
+from .artifacts.build import build as build_artifacts
+from .artifacts.build import lower_all
 from .artifacts.describe import describe, op_histogram, order_label
-from .build import build as build_artifacts
-from .build import lower_all
 from .errors import GcompileError
 from .ir.dims import format_shape
 from .lowering.serialize import EXTERNAL_DATA_THRESHOLD

@@ -14,7 +14,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
-import gcompile.build
+import gcompile.artifacts.build
 import gcompile.lowering.lower
 from gcompile.cli import main
 
@@ -316,6 +316,6 @@ def test_check_refuses_float64_kernels_missing_on_cpu(tmp_path):
 def test_build_from_an_imported_module(tmp_path):
     module = types.ModuleType("in_memory_model")
     exec(compile(MODEL, "in_memory_model.py", "exec"), module.__dict__)
-    result = gcompile.build.build(module, tmp_path / "out")
+    result = gcompile.artifacts.build.build(module, tmp_path / "out")
     assert [e["name"] for e in result.manifest["artifacts"]] == ["predict", "curvature"]
     assert sorted(os.listdir(tmp_path / "out")) == ["curvature.onnx", "manifest.json", "predict.onnx"]

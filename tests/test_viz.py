@@ -134,7 +134,7 @@ def test_a_foreign_model_without_orders_or_known_shapes(tmp_path):
 
 
 def test_viz_of_a_compiled_model_in_python(tmp_path):
-    from gcompile import viz
+    from gcompile.artifacts import viz
     cf = gc.compile(lambda x: F.relu(x) * 2, np.ones(3, np.float32))
     viz.write(tmp_path / "g.svg", [("f", cf.model)], title="f")
     assert "order-0" in (tmp_path / "g.svg").read_text()

@@ -1,8 +1,10 @@
-"""@gc.export: marking functions for `gcompile build`.
+"""@gc.export and @gc.export_train: marking functions for `gcompile build`.
 
-The decorator only records the input specs on the function (and checks them against its
-signature right away, so a typo fails at import with the decorator's line); `gcompile
-build` later finds the marked functions of a model file and traces each one.
+A decorator only records what to build on the function (and checks it against the
+function's signature right away, so a typo fails at import with the decorator's line);
+`gcompile build` later finds the marked functions of a model file and builds each one.
+The record's kind says how: an Export traces the function itself, a TrainExport the
+training step around a loss function. Build asks the record and never its type.
 """
 from __future__ import annotations
 
@@ -10,13 +12,21 @@ import inspect
 import re
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
+
+import numpy as np
+import onnx
 
 from ..errors import GcompileError
 from ..frontend.spec import Spec, as_spec
+from ..frontend.trace import Traced, trace
+from ..runtime.modelfile import random_feeds
+from ..training.layout import StepLayout
+from ..training.optim import Optimizer
+from ..training.step import check_params, step_layout, trace_step
 
-__all__ = ["export"]
+__all__ = ["export", "export_train"]
 
 _MARK = "__gcompile_export__"
 _ARTIFACT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -29,6 +39,21 @@ class Export:
     name: str
     input_names: tuple[str, ...]
     specs: tuple[Spec, ...]
+
+    def trace(self, fn: Callable) -> Traced:
+        """The graph `gcompile build` optimises, lowers and writes: `fn` on the specs."""
+        return trace(fn, list(self.specs), name=self.name, input_names=list(self.input_names))
+
+    def finish(self, model: onnx.ModelProto) -> None:
+        """Add to the lowered model what reading it back needs; a plain function needs nothing."""
+
+    def check_feeds(self, model: onnx.ModelProto) -> dict[str, np.ndarray]:
+        """Inputs for `gcompile build --check`: random values fitting the model's inputs."""
+        return random_feeds(model)
+
+    def manifest_extra(self) -> dict:
+        """Entries this kind of artifact adds to its manifest record; none for a plain function."""
+        return {}
 
 
 @overload
@@ -98,11 +123,96 @@ def _make_export(fn: Any, name: str | None, specs: dict[str, Any]) -> Export:
     if missing:
         raise GcompileError(f"@gc.export on {label}: missing spec for parameter {', '.join(map(repr, missing))}; "
                             f"write e.g. @gc.export({missing[0]}=gc.spec((\"batch\", 16), \"float32\"))")
+    return Export(_artifact_name("@gc.export", label, fn, name), tuple(input_names), tuple(resolved))
+
+
+def _artifact_name(decorator: str, label: str, fn: Any, name: str | None) -> str:
+    """`name`, else the function's name, checked: it becomes the file name NAME.onnx."""
     artifact = name if name is not None else getattr(fn, "__name__", "")
     if not _ARTIFACT_NAME.fullmatch(artifact or ""):
-        raise GcompileError(f"@gc.export on {label}: artifact name {artifact!r} must be letters, digits, "
+        raise GcompileError(f"{decorator} on {label}: artifact name {artifact!r} must be letters, digits, "
                             "'_', '.' or '-' (it becomes the file name NAME.onnx)")
-    return Export(artifact, tuple(input_names), tuple(resolved))
+    return artifact
+
+
+@dataclass(frozen=True)
+class TrainExport(Export):
+    """@gc.export_train's record: `input_names`/`specs` describe the batch; the marked function is the
+    loss, and what `gcompile build` traces, writes and checks is the whole training step around it."""
+    params: dict[str, np.ndarray] = field(kw_only=True, compare=False, hash=False)
+    optimizer: Optimizer = field(kw_only=True, compare=False, hash=False)
+
+    @property
+    def layout(self) -> StepLayout:
+        return step_layout(self.params, self.optimizer, self.input_names)
+
+    def trace(self, fn: Callable) -> Traced:
+        """The training step of loss function `fn`: loss, gradients and the optimizer's update."""
+        return trace_step(fn, self.params, self.optimizer, self.specs, self.input_names, self.name)[0]
+
+    def finish(self, model: onnx.ModelProto) -> None:
+        """Store the step's layout in its metadata, so gc.runtime.Trainer can run the saved file."""
+        self.layout.attach(model)
+
+    def check_feeds(self, model: onnx.ModelProto) -> dict[str, np.ndarray]:
+        """A random batch, the initial parameters and the initial optimizer state."""
+        state, count = self.layout.initial_state(self.params)
+        return {**random_feeds(model), **self.params, **state, "step": count}
+
+    def manifest_extra(self) -> dict:
+        """A "train_step" entry holding the layout, so a reader of the manifest knows how to feed the step."""
+        return {"train_step": self.layout.to_dict()}
+
+
+@overload
+def export_train(fn: _F, /, *, params: dict[str, np.ndarray], optimizer: Optimizer, name: str | None = None,
+                 **batch_specs: Any) -> _F: ...
+
+
+@overload
+def export_train(fn: None = None, /, *, params: dict[str, np.ndarray], optimizer: Optimizer, name: str | None = None,
+                 **batch_specs: Any) -> Callable[[_F], _F]: ...
+
+
+def export_train(fn: _F | None = None, /, *, params: dict[str, np.ndarray], optimizer: Optimizer,
+                 name: str | None = None, **batch_specs: Any) -> _F | Callable[[_F], _F]:
+    """Mark a loss function for `gcompile build`, which writes its training step as NAME.onnx:
+
+        @gc.export_train(params=weights, optimizer=gc.optim.Adam(1e-3), x=gc.spec(("batch", 8)))
+        def train_step(p, x): ...
+
+    The function's first parameter receives the params dict; every other positional
+    parameter needs a spec. The manifest marks the artifact as a training step
+    ("train_step": its input/output layout). The function is returned unchanged.
+    """
+    checked = check_params(params, optimizer)
+
+    def mark(f: _F) -> _F:
+        label = getattr(f, "__qualname__", repr(f))
+        positional = [p for p in inspect.signature(f).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if not positional:
+            raise GcompileError(f"@gc.export_train on {label}: the loss function's first parameter receives "
+                                "the params dict; it has no positional parameter")
+        batch = positional[1:]
+        unknown = [k for k in batch_specs if k not in {p.name for p in batch}]
+        missing = [p.name for p in batch if p.name not in batch_specs]
+        if unknown or missing:
+            raise GcompileError(f"@gc.export_train on {label}: "
+                                + (f"no batch parameter named {', '.join(map(repr, unknown))}; " if unknown else "")
+                                + (f"missing spec for {', '.join(map(repr, missing))}; " if missing else "")
+                                + f"batch parameters: {', '.join(p.name for p in batch) or 'none'}")
+        try:
+            specs = tuple(as_spec(batch_specs[p.name]) for p in batch)
+        except GcompileError as err:
+            raise GcompileError(f"@gc.export_train on {label}: {err}") from None
+        artifact = _artifact_name("@gc.export_train", label, f, name)
+        step_layout(checked, optimizer, [p.name for p in batch])   # name clashes fail here, at the decorator
+        record = TrainExport(artifact, tuple(p.name for p in batch), specs, params=checked, optimizer=optimizer)
+        setattr(f, _MARK, record)
+        return f
+
+    return mark if fn is None else mark(fn)
 
 
 def export_info(fn: Any) -> Export | None:

@@ -16,12 +16,12 @@ from xml.sax.saxutils import escape
 import numpy as np
 import onnx
 
-from .artifacts.describe import describe, node_order, order_label
-from .errors import GcompileError
-from .ir.dims import format_shape
-from .logs import logger
-from .runtime.files import atomic_write
-from .runtime.modelfile import graph_inputs, signature
+from ..errors import GcompileError
+from ..ir.dims import format_shape
+from ..logs import logger
+from ..runtime.files import atomic_write
+from ..runtime.modelfile import graph_inputs, signature
+from .describe import describe, node_order, order_label
 
 NODE_H, GAP_X, GAP_Y, MARGIN, CHAR_W = 40, 28, 76, 20, 7
 PALETTE = ["#cfe2ff", "#ffd8a8", "#f4b6c2", "#d3c4f0", "#c3ecd0", "#f6eeb0"]   # order 0, 1, 2, ...
