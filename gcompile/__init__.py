@@ -1,29 +1,26 @@
 """gcompile: trace numeric Python, differentiate it symbolically to any order, export standard ONNX."""
-__version__ = "0.1.0"
-
-from . import functions  # noqa: E402  (registers every op)
-from . import export as _export_module  # noqa: E402
-from .errors import GcompileError, InputError, LoweringError, ShapeError, TraceError, UnsupportedError  # noqa: E402
-from .export import *  # noqa: E402,F401,F403
-from .frontend import methods as _methods  # noqa: E402
-from .frontend.spec import Spec, spec  # noqa: E402
-from .frontend.tensor import Tensor  # noqa: E402
-from .gradients import grad  # noqa: E402
-from .gradients import transforms as _transforms  # noqa: E402
-from .gradients.transforms import *  # noqa: E402,F401,F403
-from .gradients import checkpoint as _checkpoint  # noqa: E402
-from .gradients.checkpoint import *  # noqa: E402,F401,F403
-from .importer import load as _load  # noqa: E402
-from .importer.load import *  # noqa: E402,F401,F403
-from . import optim  # noqa: E402
-from . import training as _training  # noqa: E402
-from .training import *  # noqa: E402,F401,F403
-from . import runtime  # noqa: E402
-from .runtime import CompiledFunction, compile  # noqa: E402
+from . import functions  # registers every op before anything traces
+from .version import __version__
+from .errors import GcompileError, InputError, LoweringError, ShapeError, TraceError, UnsupportedError
+from .artifacts.marks import export, export_train
+from .frontend import methods as _methods
+from .frontend.spec import Spec, spec
+from .frontend.tensor import Tensor
+from .gradients import grad
+from .gradients import transforms as _transforms
+from .gradients.transforms import *  # noqa: F401,F403
+from .gradients import checkpoint as _checkpoint
+from .gradients.checkpoint import *  # noqa: F401,F403
+from .importer import load as _load
+from .importer.load import *  # noqa: F401,F403
+from . import optim
+from .training.step import TrainStep, export_train_step
+from . import runtime
+from .runtime import CompiledFunction, compile
 
 _methods.install()
 
 __all__ = ["functions", "spec", "Spec", "Tensor", "grad", "compile", "CompiledFunction", "GcompileError",
            "InputError", "LoweringError", "ShapeError", "TraceError", "UnsupportedError", "__version__",
-           "optim", "runtime", *_export_module.__all__, *_transforms.__all__, *_checkpoint.__all__,
-           *_load.__all__, *_training.__all__]
+           "optim", "runtime", "export", *_transforms.__all__, *_checkpoint.__all__,
+           *_load.__all__, "TrainStep", "export_train", "export_train_step"]

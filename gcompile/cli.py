@@ -15,15 +15,18 @@ import traceback
 import click
 import numpy as np
 
-from . import __version__, artifacts, logs
-from . import viz as viz_module
-from .build import build as build_artifacts
-from .build import lower_all
+from . import logs
+from .artifacts import viz as viz_module
+from .artifacts.build import build as build_artifacts
+from .artifacts.build import lower_all
+from .artifacts.describe import describe, op_histogram, order_label
 from .errors import GcompileError
 from .ir.dims import format_shape
-from .lowering.export import EXTERNAL_DATA_THRESHOLD
+from .lowering.serialize import EXTERNAL_DATA_THRESHOLD
+from .runtime import modelfile
 from .runtime.files import atomic_write
 from .runtime.providers import make_session, resolve_provider
+from .version import __version__
 
 _PROVIDER = click.option("--provider", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
                          show_default=True, help="onnxruntime execution provider")
@@ -77,7 +80,7 @@ def _size(n: int) -> str:
 
 
 def _orders(entry: dict) -> str:
-    parts = [f"{artifacts.order_label(int(k))} {v}" for k, v in entry["nodes_by_order"].items()]
+    parts = [f"{order_label(int(k))} {v}" for k, v in entry["nodes_by_order"].items()]
     if entry["untagged_nodes"]:
         parts.append(f"glue {entry['untagged_nodes']}")
     return f"{entry['nodes']} ({', '.join(parts)})"
@@ -107,8 +110,8 @@ def build(model, out_dir, opset, optimize, check, recompute, external_data_thres
         if "external_data" in entry:
             size += f" + {_size(entry['external_data']['bytes'])} in {entry['external_data']['file']}"
         timed = result.timings[entry["name"]]
-        rows = [("inputs", ", ".join(map(artifacts.format_sig, entry["inputs"]))),
-                ("outputs", ", ".join(map(artifacts.format_sig, entry["outputs"]))),
+        rows = [("inputs", ", ".join(map(modelfile.format_sig, entry["inputs"]))),
+                ("outputs", ", ".join(map(modelfile.format_sig, entry["outputs"]))),
                 ("nodes", _orders(entry)),
                 ("params", f"{entry['parameters']:,}"),
                 ("size", f"{size}, opset {entry['opset']}, ir_version {entry['ir_version']}"),
@@ -160,16 +163,15 @@ def _summary(value: np.ndarray) -> str:
 @_guarded
 def run(artifact, inputs, out_dir, provider):
     """Run ARTIFACT (.onnx) on .npy inputs with onnxruntime and print its outputs."""
-    model = artifacts.load(artifact)
-    artifacts.check_runnable(model, artifact)
+    model = modelfile.load(artifact)
+    modelfile.check_runnable(model, artifact)
     feeds = _parse_inputs(inputs)
     used = resolve_provider(provider)
     try:   # from the path, so onnxruntime finds external data beside the model from any working directory
         session = make_session(os.path.abspath(artifact), used)
     except Exception as err:
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise GcompileError(f"onnxruntime cannot load {artifact} on {used}: {reason}") from None
-    result = artifacts.run(session, model, feeds)
+        raise GcompileError(f"onnxruntime cannot load {artifact} on {used}: {modelfile.first_line(err)}") from None
+    result = modelfile.run(session, model, feeds)
     click.echo(f"ran {artifact} on {result['provider']} in {result['run_ms']:.1f} ms")
     for name, value in result["outputs"].items():
         click.echo(f"  {name}: {value.dtype.name}{format_shape(value.shape)}  {_summary(value)}")
@@ -189,24 +191,24 @@ def run(artifact, inputs, out_dir, provider):
 @_guarded
 def inspect(artifact):
     """Show ARTIFACT's inputs, outputs, opset, op histogram and node counts per gradient order."""
-    model = artifacts.load(artifact)
+    model = modelfile.load(artifact)
     try:
-        artifacts.check_runnable(model, artifact)
+        modelfile.check_runnable(model, artifact)
     except GcompileError as err:   # still worth inspecting: say why it will not run, then describe it
         click.echo(f"warning: {err}", err=True)
-    info = artifacts.describe(model)
+    info = describe(model)
     click.echo(f"{artifact}: graph {model.graph.name!r}, producer {model.producer_name or '?'} "
                f"{model.producer_version}, ir_version {info['ir_version']}, opset {info['opset']}")
     for key in ("inputs", "outputs"):
         click.echo(f"{key}:")
         for entry in info[key]:
-            click.echo(f"  {artifacts.format_sig(entry)}")
-    external = sorted(set(artifacts.external_files(model)))
+            click.echo(f"  {modelfile.format_sig(entry)}")
+    external = sorted(set(modelfile.external_files(model)))
     click.echo(f"initializers: {len(model.graph.initializer)} ({info['parameters']} values)"
                + (f", external data in {', '.join(external)}" if external else ""))
     click.echo(f"nodes: {_orders(info)}")
     click.echo("op histogram:")
-    for op, count in artifacts.op_histogram(model):
+    for op, count in op_histogram(model):
         click.echo(f"  {op:<24} {count}")
 
 
@@ -224,7 +226,7 @@ def viz(source, out_path, optimize):
         _, built = lower_all(source, optimize=optimize)
         sections = [(info.name, model) for info, model, *_ in built]
     else:
-        model = artifacts.load(source)
+        model = modelfile.load(source)
         sections = [(model.graph.name or os.path.basename(source), model)]
     viz_module.write(out_path, sections, title=os.path.basename(source))
     click.echo(f"wrote {out_path} ({sum(len(m.graph.node) for _, m in sections)} nodes in "
@@ -255,7 +257,7 @@ def grad_command(model, wrt, of, loss, target, order, out_path, opset):
     except OSError as err:
         raise GcompileError(f"cannot write {out_path}: {err.strerror or err}") from None
     for key, values in (("inputs", proto.graph.input), ("outputs", proto.graph.output)):
-        click.echo(f"  {key:<8} " + ", ".join(map(artifacts.format_sig, artifacts.signature(values))))
+        click.echo(f"  {key:<8} " + ", ".join(map(modelfile.format_sig, modelfile.signature(values))))
     click.echo(f"wrote {out_path}")
 
 

@@ -14,8 +14,8 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
-import gcompile.build
-import gcompile.lowering.export
+import gcompile.artifacts.build
+import gcompile.lowering.lower
 from gcompile.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -253,7 +253,7 @@ def test_failed_build_keeps_previous_artifacts(model, built):
 
 def test_internal_error_exits_1_and_debug_shows_traceback(model, tmp_path, monkeypatch):
     # an op without a lowering rule: the failure is raised inside gcompile, so it is a bug, not a user error
-    monkeypatch.setattr(gcompile.lowering.export, "get_op", lambda name: types.SimpleNamespace(lower=None))
+    monkeypatch.setattr(gcompile.lowering.lower, "get_op", lambda name: types.SimpleNamespace(lower=None))
     result = invoke("build", model, "-o", tmp_path / "out")
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "internal error: TypeError" in result.stderr and "gcompile bug" in result.stderr
@@ -316,6 +316,6 @@ def test_check_refuses_float64_kernels_missing_on_cpu(tmp_path):
 def test_build_from_an_imported_module(tmp_path):
     module = types.ModuleType("in_memory_model")
     exec(compile(MODEL, "in_memory_model.py", "exec"), module.__dict__)
-    result = gcompile.build.build(module, tmp_path / "out")
+    result = gcompile.artifacts.build.build(module, tmp_path / "out")
     assert [e["name"] for e in result.manifest["artifacts"]] == ["predict", "curvature"]
     assert sorted(os.listdir(tmp_path / "out")) == ["curvature.onnx", "manifest.json", "predict.onnx"]

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 import gcompile as gc
-import gcompile.build
+import gcompile.artifacts.build
 import gcompile.functions as F
 from gcompile.cli import main
 from gcompile.lowering.versions import runtime_limits
@@ -192,7 +192,7 @@ def run_inf_output_with_check_numerics(tmp_path):
 
 # -- build time (the Python API of `gcompile build`) ---------------------------------------------
 def build(tmp_path, model):
-    return lambda: gcompile.build.build(model, tmp_path / "out")
+    return lambda: gcompile.artifacts.build.build(model, tmp_path / "out")
 
 
 @case

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import gcompile as gc
-from gcompile.export import export_info, exported_functions
+from gcompile.artifacts.marks import export_info, exported_functions
 
 
 def test_export_records_specs_in_parameter_order_and_returns_the_function():

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 import gcompile as gc
 import gcompile.functions as F
 from gcompile.cli import main
-from gcompile.lowering.export import EXTERNAL_DATA_THRESHOLD, serialize
+from gcompile.lowering.serialize import EXTERNAL_DATA_THRESHOLD, serialize
 
 RNG = np.random.default_rng(0)
 W1 = RNG.standard_normal((32, 16)).astype(np.float32)      # 2 KiB: goes external

@@ -7,7 +7,7 @@ import numpy as np
 from click.testing import CliRunner
 
 import gcompile as gc
-import gcompile.build
+import gcompile.artifacts.build
 import gcompile.functions as F
 from gcompile import logs
 from gcompile.cli import main
@@ -73,7 +73,7 @@ def test_build_shows_progress_over_its_functions(tmp_path, monkeypatch):
     (tmp_path / "model.py").write_text(MODEL)
     tty = Terminal()
     monkeypatch.setattr("sys.stderr", tty)
-    gcompile.build.build(tmp_path / "model.py", tmp_path / "out")
+    gcompile.artifacts.build.build(tmp_path / "model.py", tmp_path / "out")
     drawn = tty.getvalue()
     assert "build [" in drawn and "0/2 first" in drawn and "1/2 second" in drawn and "2/2" in drawn
 

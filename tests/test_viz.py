@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import gcompile as gc
 import gcompile.functions as F
-from gcompile import artifacts
+from gcompile.artifacts.describe import node_order
 from gcompile.cli import main
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -70,7 +70,7 @@ def test_svg_names_every_node_coloured_by_its_order(artifact, tmp_path):
     nodes = drawn_nodes(root)
     assert set(nodes) == {n.name for n in model.graph.node}
     for node in model.graph.node:
-        order = artifacts.node_order(node)
+        order = node_order(node)
         assert ("glue" if order is None else f"order-{order}") in nodes[node.name], node.name
     assert {c for cs in nodes.values() for c in cs} >= {"order-0", "order-1", "order-2"}
     style = root.find(f"{SVG}style").text
@@ -134,7 +134,7 @@ def test_a_foreign_model_without_orders_or_known_shapes(tmp_path):
 
 
 def test_viz_of_a_compiled_model_in_python(tmp_path):
-    from gcompile import viz
+    from gcompile.artifacts import viz
     cf = gc.compile(lambda x: F.relu(x) * 2, np.ones(3, np.float32))
     viz.write(tmp_path / "g.svg", [("f", cf.model)], title="f")
     assert "order-0" in (tmp_path / "g.svg").read_text()

@@ -16,7 +16,7 @@ from ..frontend.trace import Traced, trace
 from ..ir.dims import bind, format_shape
 from ..ir.graph import Graph
 from ..lowering import to_onnx
-from ..lowering.export import EXTERNAL_DATA_THRESHOLD, external_data_name, serialize
+from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, external_data_name, serialize
 from .files import atomic_write
 from .providers import make_session, resolve_provider
 

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import gcompile as gc
 import gcompile.functions as F
-from gcompile.build import build
+from gcompile.artifacts.build import build
 from gcompile.frontend.trace import trace
 from gcompile.testing import check_grad
 

@@ -1,22 +1,18 @@
-"""Reading, describing and running saved ONNX artifacts (what `gcompile build/run/inspect` share).
+"""Saved ONNX model files: loading and validating them, their input/output signatures, and
+running them once on checked feeds (what Trainer, `gcompile run` and `build --check` share).
 
-Everything here works from the ONNX file alone, so `gcompile run` and `inspect` handle any
-model, and the build's manifest reports exactly what `inspect` shows for the same file.
+Everything here works from the ONNX file alone, so it handles any model, not only gcompile's.
 """
 from __future__ import annotations
 
-import collections
 import os
-import re
 import time
 
 import numpy as np
 
-from .errors import GcompileError, InputError
-from .ir.dims import bind, format_shape
-from .runtime.providers import PROVIDERS
-
-_ORDER = re.compile(r"\border=(\d+)\b")
+from ..errors import GcompileError, InputError
+from ..ir.dims import bind, format_shape
+from .providers import PROVIDERS
 
 
 def load(path):
@@ -33,7 +29,7 @@ def load(path):
     try:
         model = onnx.load(path, load_external_data=False)
     except Exception as err:
-        raise GcompileError(f"{path} is not a valid ONNX model ({_first_line(err)})") from None
+        raise GcompileError(f"{path} is not a valid ONNX model ({first_line(err)})") from None
     folder = os.path.dirname(os.path.abspath(path))
     missing = sorted({loc for loc in external_files(model) if not os.path.isfile(os.path.join(folder, loc))})
     if missing:
@@ -42,11 +38,12 @@ def load(path):
     try:
         onnx.checker.check_model(path)   # from the path: the checker follows external data itself
     except Exception as err:
-        raise GcompileError(f"{path} is not a valid ONNX model ({_first_line(err)})") from None
+        raise GcompileError(f"{path} is not a valid ONNX model ({first_line(err)})") from None
     return model
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (onnx and onnxruntime errors run on for pages)."""
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
@@ -65,7 +62,7 @@ def opset_of(model) -> int | None:
 def check_runnable(model, path) -> None:
     """A clear error for a model newer than the installed onnxruntime (opset or IR version),
     instead of onnxruntime's own message at session creation."""
-    from .lowering.versions import runtime_limits
+    from ..lowering.versions import runtime_limits
     max_ir, max_opset = runtime_limits()
     opset = opset_of(model)
     if opset is not None and opset > max_opset:
@@ -92,63 +89,15 @@ def signature(values) -> list[dict]:
     return [{"name": v.name, "shape": list(_dims(v)), "dtype": _dtype(v).name} for v in values]
 
 
+def format_sig(entry: dict) -> str:
+    """'name: dtype[shape]' for one signature() entry."""
+    return f"{entry['name']}: {entry['dtype']}{format_shape(tuple(entry['shape']))}"
+
+
 def graph_inputs(model) -> list:
     """Inputs a caller must feed (initializers listed as inputs by old exporters are optional)."""
     init = {t.name for t in model.graph.initializer}
     return [v for v in model.graph.input if v.name not in init]
-
-
-def order_counts(model) -> tuple[dict[int, int], int]:
-    """(nodes per gradient order, untagged nodes) from the "order=N" gcompile writes in doc_strings.
-
-    Untagged nodes are glue that belongs to no single traced op: output Identities and the
-    run-time shape computations of symbolic dims.
-    """
-    counts: dict[int, int] = collections.Counter()
-    untagged = 0
-    for node in model.graph.node:
-        order = node_order(node)
-        if order is None:
-            untagged += 1
-        else:
-            counts[order] += 1
-    return dict(sorted(counts.items())), untagged
-
-
-def node_order(node) -> int | None:
-    """The gradient order gcompile wrote into a node's doc_string, or None for untagged glue."""
-    match = _ORDER.search(node.doc_string or "")
-    return int(match.group(1)) if match else None
-
-
-def describe(model) -> dict:
-    """What the manifest and `inspect` report about a model."""
-    by_order, untagged = order_counts(model)
-    return {
-        "inputs": signature(graph_inputs(model)),
-        "outputs": signature(model.graph.output),
-        "opset": opset_of(model),
-        "ir_version": model.ir_version,
-        "parameters": sum(int(np.prod(t.dims)) for t in model.graph.initializer),
-        "nodes": len(model.graph.node),
-        "nodes_by_order": {str(k): v for k, v in by_order.items()},
-        "untagged_nodes": untagged,
-    }
-
-
-def op_histogram(model) -> list[tuple[str, int]]:
-    """(op type, count), most frequent first."""
-    counts = collections.Counter((f"{n.domain}." if n.domain not in ("", "ai.onnx") else "") + n.op_type
-                                 for n in model.graph.node)
-    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-
-
-def order_label(order: int) -> str:
-    return {0: "fwd", 1: "bwd", 2: "2nd", 3: "3rd"}.get(order, f"{order}th")
-
-
-def format_sig(entry: dict) -> str:
-    return f"{entry['name']}: {entry['dtype']}{format_shape(tuple(entry['shape']))}"
 
 
 def random_feeds(model, seed: int = 0) -> dict[str, np.ndarray]:

@@ -16,11 +16,12 @@ from xml.sax.saxutils import escape
 import numpy as np
 import onnx
 
-from . import artifacts
-from .errors import GcompileError
-from .ir.dims import format_shape
-from .logs import logger
-from .runtime.files import atomic_write
+from ..errors import GcompileError
+from ..ir.dims import format_shape
+from ..logs import logger
+from ..runtime.files import atomic_write
+from ..runtime.modelfile import graph_inputs, signature
+from .describe import describe, node_order, order_label
 
 NODE_H, GAP_X, GAP_Y, MARGIN, CHAR_W = 40, 28, 76, 20, 7
 PALETTE = ["#cfe2ff", "#ffd8a8", "#f4b6c2", "#d3c4f0", "#c3ecd0", "#f6eeb0"]   # order 0, 1, 2, ...
@@ -50,7 +51,7 @@ def _tensor_types(model) -> dict[str, str]:
     types = {}
     for value in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
         if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type:
-            sig = artifacts.signature([value])[0]
+            sig = signature([value])[0]
             types[value.name] = f"{sig['dtype']}{format_shape(tuple(sig['shape']))}"
     for t in model.graph.initializer:
         types[t.name] = f"{onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name}{format_shape(tuple(t.dims))}"
@@ -58,7 +59,7 @@ def _tensor_types(model) -> dict[str, str]:
 
 
 def _order_class(node) -> str:
-    order = artifacts.node_order(node)
+    order = node_order(node)
     return "glue" if order is None else f"order-{order}"
 
 
@@ -67,7 +68,7 @@ def _boxes(model) -> tuple[dict[str, Box], list[tuple[str, str, str]]]:
     initializers = {t.name for t in model.graph.initializer}
     boxes: dict[str, Box] = {}
     producer: dict[str, str] = {}
-    for value in artifacts.graph_inputs(model):
+    for value in graph_inputs(model):
         boxes[f"in:{value.name}"] = Box(f"in:{value.name}", value.name, "input", "io", f"graph input {value.name}")
         producer[value.name] = f"in:{value.name}"
     edges = []
@@ -143,7 +144,7 @@ def _svg_graph(model, top: float) -> tuple[list[str], float, float]:
 def _legend(orders: list[str], top: float) -> list[str]:
     parts, x = [], MARGIN
     for css in orders:
-        label = "glue (no order)" if css == "glue" else f"{artifacts.order_label(int(css[6:]))} (order {css[6:]})"
+        label = "glue (no order)" if css == "glue" else f"{order_label(int(css[6:]))} (order {css[6:]})"
         parts.append(f'<g class="node {css}"><rect x="{x}" y="{top}" width="16" height="16" rx="3"/></g>'
                      f'<text class="legend" x="{x + 22}" y="{top + 13}">{escape(label)}</text>')
         x += 40 + CHAR_W * len(label)
@@ -194,8 +195,8 @@ def render_html(sections: list[tuple[str, object]], title: str) -> str:
     """A page with one section per graph: its node counts per order, then its drawing."""
     body = []
     for name, model in sections:
-        info = artifacts.describe(model)
-        counts = [f"{artifacts.order_label(int(k))} {v}" for k, v in info["nodes_by_order"].items()]
+        info = describe(model)
+        counts = [f"{order_label(int(k))} {v}" for k, v in info["nodes_by_order"].items()]
         if info["untagged_nodes"]:
             counts.append(f"glue {info['untagged_nodes']}")
         body.append(f"<section><h2>{escape(name)}</h2>\n<p>{info['nodes']} nodes ({escape(', '.join(counts))}); "

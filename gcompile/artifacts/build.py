@@ -25,20 +25,20 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from . import __version__, artifacts
-from .errors import GcompileError
-from .export import Export, export_info, exported_functions
-from .frontend.trace import trace
-from .logs import logger, phase, progress, timings
-from .lowering import to_onnx
-from .lowering.export import EXTERNAL_DATA_THRESHOLD, external_data_name, serialize
-from .passes import optimize as run_passes
-from .runtime.compiled import load_session
-from .runtime.files import atomic_write
-from .runtime.providers import resolve_provider
-from .training import TrainExport
+from ..errors import GcompileError
+from ..logs import logger, phase, progress, timings
+from ..lowering import to_onnx
+from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, external_data_name, serialize
+from ..passes import optimize as run_passes
+from ..runtime import modelfile
+from ..runtime.compiled import load_session
+from ..runtime.files import atomic_write
+from ..runtime.providers import resolve_provider
+from ..version import __version__
+from .describe import describe
+from .marks import Export, export_info, exported_functions
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # gcompile/, not artifacts/
 _module_ids = itertools.count()
 
 
@@ -46,7 +46,7 @@ _module_ids = itertools.count()
 class BuildResult:
     out_dir: str
     manifest: dict
-    checks: dict = field(default_factory=dict)   # artifact name -> artifacts.run() result
+    checks: dict = field(default_factory=dict)   # artifact name -> modelfile.run() result
     timings: dict = field(default_factory=dict)  # artifact name -> logs.Timings (trace, grad, passes, lower, check)
 
 
@@ -121,14 +121,12 @@ def _trace_one(fn: Callable, info: Export, opset: int | None, passes: Callable,
     where = f"{model_path}:{code.co_firstlineno}" if code else model_path
     try:
         with phase("trace"):
-            traced = info.trace() if isinstance(info, TrainExport) else \
-                trace(fn, list(info.specs), name=info.name, input_names=list(info.input_names))
+            traced = info.trace(fn)
         with phase("passes"):
             passes(traced.graph)
         with phase("lower"):
             model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=info.name)
-        if isinstance(info, TrainExport):
-            info.layout.attach(model)
+        info.finish(model)
     except GcompileError as err:
         raise GcompileError(f"cannot build {info.name!r} ({where}): {err}") from None
     except Exception as err:
@@ -172,15 +170,14 @@ def lower_all(model, opset: int | None = None, optimize: int = 2, recompute: boo
 
 
 def _check(name: str, data: bytes, weights: bytes | None, location: str, model, float64_ops,
-           provider: str, feeds: dict | None = None) -> dict:
+           provider: str, feeds: dict) -> dict:
     if provider == "cpu" and float64_ops:
         raise GcompileError(f"--check of {name!r}: onnxruntime's CPU provider has no float64 kernel for "
                             + "; ".join(float64_ops) + ". Export this function in float32 to run it on CPU")
     start = time.perf_counter()
     session = load_session(data, weights, provider, location)   # the very bytes about to be written
     load_ms = 1e3 * (time.perf_counter() - start)
-    feeds = artifacts.random_feeds(model) if feeds is None else feeds
-    result = {**artifacts.run(session, model, feeds), "load_ms": load_ms}
+    result = {**modelfile.run(session, model, feeds), "load_ms": load_ms}
     for out, value in result["outputs"].items():
         if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
             raise GcompileError(f"--check of {name!r}: output {out!r} has non-finite values on random inputs")
@@ -205,15 +202,12 @@ def build(model, out_dir, opset: int | None = None, check: bool = False, provide
         data, weights = serialize(onnx_model, location, external_data_threshold)
         if resolved is not None:   # --check
             with timed.phase("check"):
-                feeds = info.check_feeds(onnx_model) if isinstance(info, TrainExport) else None
                 checks[info.name] = _check(info.name, data, weights, location, onnx_model, float64_ops, resolved,
-                                           feeds)
+                                           info.check_feeds(onnx_model))
             logger.info("%s: check on %s %.1f ms", info.name, resolved, 1e3 * timed["check"])
         times[info.name] = timed
-        entry = {"name": info.name, "file": file_name, **artifacts.describe(onnx_model),
-                 "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        if isinstance(info, TrainExport):
-            entry["train_step"] = info.layout.to_dict()
+        entry = {"name": info.name, "file": file_name, **describe(onnx_model),
+                 "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), **info.manifest_extra()}
         if weights is not None:
             entry["external_data"] = {"file": location, "bytes": len(weights),
                                       "sha256": hashlib.sha256(weights).hexdigest()}

@@ -1,38 +1,33 @@
-"""A whole training step as one ONNX model: gc.export_train_step and @gc.export_train.
+"""A whole training step as one ONNX model: gc.export_train_step (and the tracing behind @gc.export_train).
 
 The step is traced as one function of (params, optimizer state, step counter, batch): the
 user's loss, its gradient w.r.t. every parameter (gc.grad), and the optimizer's update
 written with gcompile ops. Lowered, that is a single standard-ONNX model that any
 onnxruntime (CPU or CUDA) can run, with no training extension. Names follow
-gcompile.runtime.trainer.StepLayout, which is also stored in the model's metadata.
+gcompile.training.layout.StepLayout, which is also stored in the model's metadata.
 """
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any
 
 import numpy as np
 import onnx
 
-from .artifacts import random_feeds
-from .errors import GcompileError
-from .export import _ARTIFACT_NAME, _MARK, Export
-from .frontend.spec import as_spec, spec
-from .frontend.trace import Traced, argument_names, trace
-from .gradients.transforms import value_and_grad
+from ..errors import GcompileError
+from ..frontend.spec import spec
+from ..frontend.trace import Traced, argument_names, trace
+from ..gradients.transforms import value_and_grad
+from ..runtime.compiled import CompiledFunction, compile_traced
+from .layout import StepLayout
 from .optim import Optimizer, state_name
-from .runtime.compiled import CompiledFunction, compile_traced
-from .runtime.trainer import StepLayout
 
-__all__ = ["TrainStep", "export_train", "export_train_step"]
-
-_F = TypeVar("_F", bound=Callable)
+__all__ = ["TrainStep", "export_train_step"]
 
 
-def _check_params(params: Any, optimizer: Any) -> dict[str, np.ndarray]:
+def check_params(params: Any, optimizer: Any) -> dict[str, np.ndarray]:
+    """`params` as fresh numpy arrays, after checking names, dtypes and the optimizer."""
     if not isinstance(optimizer, Optimizer):
         raise GcompileError(f"optimizer must be a gc.optim optimizer (SGD, Adam, AdamW), got {optimizer!r}")
     if not isinstance(params, dict) or not params:
@@ -48,15 +43,16 @@ def _check_params(params: Any, optimizer: Any) -> dict[str, np.ndarray]:
     return checked
 
 
-def _layout(params: dict, optimizer: Optimizer, batch_names) -> StepLayout:
+def step_layout(params: dict, optimizer: Optimizer, batch_names) -> StepLayout:
+    """The names of the step model: the optimizer declares a state slot per parameter."""
     state = tuple((state_name(p, slot), p, fill) for p in params for slot, fill in optimizer.slots)
     return StepLayout(tuple(params), state, tuple(batch_names))
 
 
-def _trace_step(loss_fn: Callable, params: dict[str, np.ndarray], optimizer: Optimizer, batch_specs: Sequence,
+def trace_step(loss_fn: Callable, params: dict[str, np.ndarray], optimizer: Optimizer, batch_specs: Sequence,
                 batch_names: Sequence[str], name: str) -> tuple[Traced, StepLayout]:
     """(Traced step, its StepLayout)."""
-    layout = _layout(params, optimizer, batch_names)
+    layout = step_layout(params, optimizer, batch_names)
     n_params, n_state = len(layout.params), len(layout.state)
 
     def step_fn(*flat):
@@ -125,85 +121,9 @@ def export_train_step(loss_fn: Callable, params: dict[str, np.ndarray], optimize
     "step" (int64, steps taken) and the batch; outputs: "loss", "<name>.new" for every
     parameter and state entry, and "step.new".
     """
-    params = _check_params(params, optimizer)
+    params = check_params(params, optimizer)
     batch_names = argument_names(loss_fn, 1 + len(batch_specs))[1:]
-    traced, layout = _trace_step(loss_fn, params, optimizer, batch_specs, batch_names, name)
+    traced, layout = trace_step(loss_fn, params, optimizer, batch_specs, batch_names, name)
     compiled = compile_traced(traced, provider=provider, opset=opset, optimize=optimize)
     layout.attach(compiled.model)
     return TrainStep(compiled, layout, params)
-
-
-@dataclass(frozen=True)
-class TrainExport(Export):
-    """@gc.export_train's record: `input_names`/`specs` describe the batch; `build` traces the step."""
-    loss_fn: Callable = field(kw_only=True, compare=False, hash=False)
-    params: dict[str, np.ndarray] = field(kw_only=True, compare=False, hash=False)
-    optimizer: Optimizer = field(kw_only=True, compare=False, hash=False)
-
-    @property
-    def layout(self) -> StepLayout:
-        return _layout(self.params, self.optimizer, self.input_names)
-
-    def trace(self) -> Traced:
-        """The traced step; `gcompile build` runs its passes and lowering, then `layout.attach`es."""
-        return _trace_step(self.loss_fn, self.params, self.optimizer, self.specs, self.input_names, self.name)[0]
-
-    def check_feeds(self, model: onnx.ModelProto) -> dict[str, np.ndarray]:
-        """Feeds for `gcompile build --check`: a random batch, the initial parameters and state."""
-        state, count = self.layout.initial_state(self.params)
-        return {**random_feeds(model), **self.params, **state, "step": count}
-
-
-@overload
-def export_train(fn: _F, /, *, params: dict[str, np.ndarray], optimizer: Optimizer, name: str | None = None,
-                 **batch_specs: Any) -> _F: ...
-
-
-@overload
-def export_train(fn: None = None, /, *, params: dict[str, np.ndarray], optimizer: Optimizer, name: str | None = None,
-                 **batch_specs: Any) -> Callable[[_F], _F]: ...
-
-
-def export_train(fn: _F | None = None, /, *, params: dict[str, np.ndarray], optimizer: Optimizer,
-                 name: str | None = None, **batch_specs: Any) -> _F | Callable[[_F], _F]:
-    """Mark a loss function for `gcompile build`, which writes its training step as NAME.onnx:
-
-        @gc.export_train(params=weights, optimizer=gc.optim.Adam(1e-3), x=gc.spec(("batch", 8)))
-        def train_step(p, x): ...
-
-    The function's first parameter receives the params dict; every other positional
-    parameter needs a spec. The manifest marks the artifact as a training step
-    ("train_step": its input/output layout). The function is returned unchanged.
-    """
-    checked = _check_params(params, optimizer)
-
-    def mark(f: _F) -> _F:
-        label = getattr(f, "__qualname__", repr(f))
-        positional = [p for p in inspect.signature(f).parameters.values()
-                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        if not positional:
-            raise GcompileError(f"@gc.export_train on {label}: the loss function's first parameter receives "
-                                "the params dict; it has no positional parameter")
-        batch = positional[1:]
-        unknown = [k for k in batch_specs if k not in {p.name for p in batch}]
-        missing = [p.name for p in batch if p.name not in batch_specs]
-        if unknown or missing:
-            raise GcompileError(f"@gc.export_train on {label}: "
-                                + (f"no batch parameter named {', '.join(map(repr, unknown))}; " if unknown else "")
-                                + (f"missing spec for {', '.join(map(repr, missing))}; " if missing else "")
-                                + f"batch parameters: {', '.join(p.name for p in batch) or 'none'}")
-        try:
-            specs = tuple(as_spec(batch_specs[p.name]) for p in batch)
-        except GcompileError as err:
-            raise GcompileError(f"@gc.export_train on {label}: {err}") from None
-        artifact = name if name is not None else getattr(f, "__name__", "")
-        if not _ARTIFACT_NAME.fullmatch(artifact or ""):
-            raise GcompileError(f"@gc.export_train on {label}: artifact name {artifact!r} must be letters, digits, "
-                                "'_', '.' or '-' (it becomes the file name NAME.onnx)")
-        _layout(checked, optimizer, [p.name for p in batch])   # name clashes fail here, at the decorator
-        record = TrainExport(artifact, tuple(p.name for p in batch), specs, loss_fn=f, params=checked,
-                             optimizer=optimizer)
-        setattr(f, _MARK, record)
-        return f
-
-    return mark if fn is None else mark(fn)

@@ -1,0 +1,95 @@
+"""The contract of a training-step model: the names of its inputs and outputs, and where the
+model records them.
+
+A training-step model (gc.export_train_step, @gc.export_train) maps (params, optimizer
+state, step counter, batch) to (loss, new params, new state, new step counter). Its
+StepLayout travels as JSON in the model's metadata, so gc.runtime.Trainer can run a saved
+file without the Python code that exported it.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from numpy.typing import ArrayLike
+
+from ..errors import GcompileError
+
+__all__ = ["METADATA_KEY", "StepLayout"]
+
+METADATA_KEY = "gcompile.train_step"
+
+
+@dataclass(frozen=True)
+class StepLayout:
+    """Input and output names of a training-step model (stored as JSON in its metadata_props).
+
+    Inputs: the parameters, the optimizer state, "step" (int64 scalar: steps taken so far),
+    then the batch. Outputs: "loss", "<name>.new" for every parameter and state entry, and
+    "step.new" (= step + 1).
+    """
+    params: tuple           # parameter names
+    state: tuple            # (state name, its parameter, initial value)
+    batch: tuple            # batch input names
+
+    def __post_init__(self):
+        names = list(self.inputs) + list(self.outputs)
+        clashes = sorted({n for n in names if names.count(n) > 1})
+        if clashes:
+            raise GcompileError(f"training step: the name {clashes[0]!r} is used twice (parameters, optimizer "
+                                "state '<param>.<slot>', 'step', batch inputs and '<name>.new' outputs must all "
+                                "differ); rename the parameter or batch argument")
+
+    @staticmethod
+    def new(name: str) -> str:
+        return f"{name}.new"
+
+    @property
+    def state_names(self) -> tuple:
+        return tuple(s[0] for s in self.state)
+
+    @property
+    def carried(self) -> tuple:
+        """What one step hands to the next: parameters, state and the step counter."""
+        return self.params + self.state_names + ("step",)
+
+    @property
+    def inputs(self) -> tuple:
+        return self.carried + self.batch
+
+    @property
+    def outputs(self) -> tuple:
+        return ("loss",) + tuple(self.new(n) for n in self.carried)
+
+    def initial_state(self, params: Mapping[str, ArrayLike]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """(optimizer state, step counter) before the first step, for these parameter values."""
+        state = {name: np.full_like(np.asarray(params[param]), fill) for name, param, fill in self.state}
+        return state, np.array(0, np.int64)
+
+    def attach(self, model: onnx.ModelProto) -> None:
+        """Record the layout in the model's metadata (Trainer reads it back from a saved file)."""
+        entry = model.metadata_props.add()
+        entry.key = METADATA_KEY
+        entry.value = json.dumps(self.to_dict())
+
+    def to_dict(self) -> dict:
+        return {"params": list(self.params), "state": [list(s) for s in self.state], "batch": list(self.batch),
+                "step": "step", "loss": "loss", "outputs": list(self.outputs)}
+
+    @classmethod
+    def from_model(cls, model: onnx.ModelProto) -> StepLayout:
+        raw = {p.key: p.value for p in model.metadata_props}.get(METADATA_KEY)
+        if raw is None:
+            raise GcompileError(f"model {model.graph.name!r} is not a training step (no {METADATA_KEY!r} metadata); "
+                                "export one with gc.export_train_step or @gc.export_train")
+        d = json.loads(raw)
+        layout = cls(tuple(d["params"]), tuple(tuple(s) for s in d["state"]), tuple(d["batch"]))
+        graph_inputs = tuple(v.name for v in model.graph.input)
+        graph_outputs = tuple(v.name for v in model.graph.output)
+        if graph_inputs != layout.inputs or graph_outputs != layout.outputs:
+            raise GcompileError(f"training-step model {model.graph.name!r}: its inputs/outputs do not match its "
+                                f"{METADATA_KEY!r} metadata (was the file edited?)")
+        return layout
