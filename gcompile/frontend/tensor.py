@@ -26,6 +26,14 @@ class _Frame:
     order: int = 0                      # gradient order of the nodes being recorded
     constants: dict = field(default_factory=dict)   # id(array) -> (array, Tensor): one node per closed-over array
 
+    def forget_nodes(self, removed) -> None:
+        """Drop the cached constants whose node was removed from the graph (`removed`: Nodes)."""
+        gone = {node.id for node in removed if node.op == "constant"}
+        if not gone:   # the common case: don't walk the cache at every VJP rule
+            return
+        for key in [k for k, (_, t) in self.constants.items() if t.ref.node in gone]:
+            del self.constants[key]
+
 
 _STACK: list[_Frame] = []
 

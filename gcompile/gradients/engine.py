@@ -142,7 +142,7 @@ def _run_rule(graph: Graph, node, gs, wanted, cotangents) -> None:
         raise AssertionError(f"{node.op} has no vjp rule")
     ins = [Tensor(graph, r, graph.type_of(r)) for r in node.inputs]
     outs = [Tensor(graph, node.out(i), t) for i, t in enumerate(node.outputs)]
-    first_new = graph._next_id
+    mark = graph.mark()
     results = op.vjp(gs, ins, outs, **node.attrs)
     if len(results) != len(ins):
         raise AssertionError(f"vjp of {node.op} returned {len(results)} gradients for {len(ins)} inputs")
@@ -155,27 +155,10 @@ def _run_rule(graph: Graph, node, gs, wanted, cotangents) -> None:
             raise AssertionError(f"vjp of {node.op}: gradient {g.type} for input of type {ins[i].type}")
         cotangents.setdefault(node.inputs[i], []).append(g)
         keep_refs.append(g.ref)
-    prune_new_nodes(graph, first_new, keep_refs)
+    prune_new_nodes(graph, mark, keep_refs)
 
 
-def prune_new_nodes(graph: Graph, first_new: int, keep_refs) -> None:
-    """Remove nodes created since `first_new` that none of `keep_refs` depends on."""
-    new_ids = [i for i in range(first_new, graph._next_id) if i in graph.nodes]
-    if not new_ids:
-        return
-    keep = set()
-    stack = [r.node for r in keep_refs if r.node >= first_new]
-    while stack:
-        i = stack.pop()
-        if i in keep:
-            continue
-        keep.add(i)
-        stack.extend(r.node for r in graph.nodes[i].inputs if r.node >= first_new)
-    dropped = sorted(set(new_ids) - keep, reverse=True)
-    dropped_constants = {i for i in dropped if graph.nodes[i].op == "constant"}
-    for i in dropped:
-        graph.remove_node(i)
-    if dropped_constants:   # forget cached lifts of arrays whose constant node is gone
-        constants = current_frame().constants
-        for key in [k for k, (_, t) in constants.items() if t.ref.node in dropped_constants]:
-            del constants[key]
+def prune_new_nodes(graph: Graph, mark: int, keep_refs: list[ValueRef]) -> None:
+    """Remove the nodes recorded since `mark` that none of `keep_refs` depends on, and forget the
+    trace's cached lifts of arrays whose constant node went with them."""
+    current_frame().forget_nodes(graph.prune_since(mark, keep_refs))
