@@ -10,7 +10,7 @@ import numpy as np
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.graph import tensor_type
 from .basic import cast
-from .registry import defop
+from .registry import Trait, defop
 from .shape_rules import binary_broadcast, compare_broadcast, unary_float
 
 __all__ = ["abs", "add", "ceil", "clip", "cos", "divide", "elu", "equal", "erf", "exp", "expm1", "floor",
@@ -56,13 +56,13 @@ def _float_or_none(x, grad):
 
 
 defop("add", infer=binary_broadcast, reference=np.add, lower=_onnx("Add"),
-      vjp=lambda g, ins, outs: [_sum_to(g[0], x.shape) for x in ins], traits={"elementwise", "cheap", "commutative"})
+      vjp=lambda g, ins, outs: [_sum_to(g[0], x.shape) for x in ins], traits={Trait.CHEAP, Trait.BROADCASTS})
 defop("sub", infer=binary_broadcast, reference=np.subtract, lower=_onnx("Sub"),
       vjp=lambda g, ins, outs: [_sum_to(g[0], ins[0].shape), _sum_to(-g[0], ins[1].shape)],
-      traits={"elementwise", "cheap"})
+      traits={Trait.CHEAP, Trait.BROADCASTS})
 defop("mul", infer=binary_broadcast, reference=np.multiply, lower=_onnx("Mul"),
       vjp=lambda g, ins, outs: [_sum_to(g[0] * ins[1], ins[0].shape), _sum_to(g[0] * ins[0], ins[1].shape)],
-      traits={"elementwise", "cheap", "commutative"})
+      traits={Trait.CHEAP, Trait.BROADCASTS})
 
 
 def _div_vjp(g, ins, outs):
@@ -87,7 +87,7 @@ def divide(a, b) -> Tensor:
 
 
 defop("div", infer=binary_broadcast, reference=_div_reference, lower=_onnx("Div"), vjp=_div_vjp,
-      traits={"elementwise", "cheap"})
+      traits={Trait.CHEAP, Trait.BROADCASTS})
 
 
 def _pow_vjp(g, ins, outs):
@@ -100,7 +100,7 @@ def _pow_vjp(g, ins, outs):
 
 
 defop("pow", infer=binary_broadcast, reference=np.power, lower=_onnx("Pow"), vjp=_pow_vjp,
-      traits={"elementwise"})
+      traits={Trait.BROADCASTS})
 
 
 def _minmax_vjp(pick_first):
@@ -117,9 +117,9 @@ def zeros_scalar(like: Tensor) -> Tensor:
 
 
 defop("maximum", infer=binary_broadcast, reference=np.maximum, lower=_onnx("Max"),
-      vjp=_minmax_vjp(lambda a, b: greater_equal(a, b)), traits={"elementwise", "cheap", "commutative"})
+      vjp=_minmax_vjp(lambda a, b: greater_equal(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS})
 defop("minimum", infer=binary_broadcast, reference=np.minimum, lower=_onnx("Min"),
-      vjp=_minmax_vjp(lambda a, b: less_equal(a, b)), traits={"elementwise", "cheap", "commutative"})
+      vjp=_minmax_vjp(lambda a, b: less_equal(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS})
 
 
 # -- comparisons and logic (no gradient) ---------------------------------------------------------
@@ -127,7 +127,8 @@ def _compare(op, onnx_op, reference, negate=False) -> Callable[..., Tensor]:
     def lower(ctx, names, node):
         out = ctx.emit(onnx_op, names)
         return ctx.emit("Not", [out]) if negate else out
-    defop(op, infer=compare_broadcast, reference=reference, lower=lower, traits={"nondiff", "elementwise", "cheap"})
+    defop(op, infer=compare_broadcast, reference=reference, lower=lower,
+          traits={Trait.NONDIFF, Trait.CHEAP, Trait.BROADCASTS})
     fn = _binary(op)
     return fn
 
@@ -148,9 +149,12 @@ def _bool_infer(types, **_):
     return compare_broadcast(types)
 
 
-defop("logical_and", infer=_bool_infer, reference=np.logical_and, lower=_onnx("And"), traits={"nondiff", "elementwise"})
-defop("logical_or", infer=_bool_infer, reference=np.logical_or, lower=_onnx("Or"), traits={"nondiff", "elementwise"})
-defop("logical_not", infer=_bool_infer, reference=np.logical_not, lower=_onnx("Not"), traits={"nondiff", "elementwise"})
+defop("logical_and", infer=_bool_infer, reference=np.logical_and, lower=_onnx("And"),
+      traits={Trait.NONDIFF, Trait.BROADCASTS})
+defop("logical_or", infer=_bool_infer, reference=np.logical_or, lower=_onnx("Or"),
+      traits={Trait.NONDIFF, Trait.BROADCASTS})
+defop("logical_not", infer=_bool_infer, reference=np.logical_not, lower=_onnx("Not"),
+      traits={Trait.NONDIFF})
 
 
 def logical_and(a, b) -> Tensor:
@@ -188,7 +192,7 @@ def _where_vjp(g, ins, outs):
 
 
 defop("where", infer=_where_infer, reference=np.where, lower=_onnx("Where"), vjp=_where_vjp,
-      traits={"elementwise", "cheap"})
+      traits={Trait.CHEAP, Trait.BROADCASTS})
 
 
 # -- unary math ----------------------------------------------------------------------------------
@@ -202,8 +206,8 @@ def _unary(op) -> Callable[..., Tensor]:
     return fn
 
 
-def _unary_def(op, reference, lower, vjp, traits=("elementwise", "cheap"), infer=unary_float) -> Callable[..., Tensor]:
-    defop(op, infer=infer, reference=reference, lower=lower, vjp=vjp, traits=set(traits))
+def _unary_def(op, reference, lower, vjp, traits=(Trait.CHEAP,), infer=unary_float) -> Callable[..., Tensor]:
+    defop(op, infer=infer, reference=reference, lower=lower, vjp=vjp, traits=traits)
     return _unary(op)
 
 
@@ -283,11 +287,11 @@ log1p = _unary_def("log1p", np.log1p, _lower_log1p, lambda g, ins, outs: [g[0] /
 expm1 = _unary_def("expm1", np.expm1, _lower_expm1, lambda g, ins, outs: [g[0] * (outs[0] + 1)])
 
 # Piecewise-constant ops: declared non-differentiable (zero gradient, never an error).
-sign: Callable[..., Tensor] = _unary_def("sign", np.sign, _onnx("Sign"), None, traits=("elementwise", "nondiff"),
+sign: Callable[..., Tensor] = _unary_def("sign", np.sign, _onnx("Sign"), None, traits=(Trait.NONDIFF,),
                                          infer=_numeric)
-floor = _unary_def("floor", np.floor, _onnx("Floor"), None, traits=("elementwise", "nondiff"))
-ceil = _unary_def("ceil", np.ceil, _onnx("Ceil"), None, traits=("elementwise", "nondiff"))
-round = _unary_def("round", np.round, _onnx("Round"), None, traits=("elementwise", "nondiff"))
+floor = _unary_def("floor", np.floor, _onnx("Floor"), None, traits=(Trait.NONDIFF,))
+ceil = _unary_def("ceil", np.ceil, _onnx("Ceil"), None, traits=(Trait.NONDIFF,))
+round = _unary_def("round", np.round, _onnx("Round"), None, traits=(Trait.NONDIFF,))
 
 
 def square(x) -> Tensor:
@@ -331,7 +335,7 @@ def _lower_leaky_relu(ctx, names, node):
 defop("leaky_relu", infer=unary_float, reference=lambda x, slope: np.where(x > 0, x, slope * x),
       lower=_lower_leaky_relu,
       vjp=lambda g, ins, outs, slope: [where(greater(ins[0], 0), g[0], g[0] * slope)],
-      traits={"elementwise", "cheap"})
+      traits={Trait.CHEAP})
 
 
 def elu(x, alpha: float = 1.0) -> Tensor:
@@ -348,7 +352,7 @@ def _lower_elu(ctx, names, node):
 defop("elu", infer=unary_float, reference=lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))),
       lower=_lower_elu,
       vjp=lambda g, ins, outs, alpha: [g[0] * where(greater(ins[0], 0), 1.0, outs[0] + alpha)],
-      traits={"elementwise", "cheap"})
+      traits={Trait.CHEAP})
 
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772, 1.0507009873554805
 
@@ -368,7 +372,7 @@ defop("selu", infer=unary_float,
       reference=lambda x: _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(np.minimum(x, 0))),
       lower=_lower_selu,
       vjp=lambda g, ins, outs: [g[0] * where(greater(ins[0], 0), _SELU_SCALE, outs[0] + _SELU_ALPHA * _SELU_SCALE)],
-      traits={"elementwise", "cheap"})
+      traits={Trait.CHEAP})
 
 
 def softplus(x, beta: float = 1.0) -> Tensor:
@@ -395,7 +399,7 @@ def _lower_softplus(ctx, names, node):
 
 
 defop("softplus", infer=unary_float, reference=_softplus_reference, lower=_lower_softplus,
-      vjp=lambda g, ins, outs, beta: [g[0] * sigmoid(ins[0] * beta)], traits={"elementwise", "cheap"})
+      vjp=lambda g, ins, outs, beta: [g[0] * sigmoid(ins[0] * beta)], traits={Trait.CHEAP})
 
 
 def silu(x) -> Tensor:
@@ -446,8 +450,7 @@ def _gelu_vjp(g, ins, outs, approximate):
     return [g[0] * (cdf + x * pdf)]
 
 
-defop("gelu", infer=unary_float, reference=_gelu_reference, lower=_lower_gelu, vjp=_gelu_vjp,
-      traits={"elementwise"})
+defop("gelu", infer=unary_float, reference=_gelu_reference, lower=_lower_gelu, vjp=_gelu_vjp)
 
 
 def clip(x, lo=None, hi=None) -> Tensor:

@@ -19,7 +19,7 @@ from .basic import cast
 from .elementwise import _promote, equal, exp, log1p, minimum, relu, rsqrt
 from .reduce import mean, sum_to_shape
 from .reduce import sum as reduce_sum
-from .registry import defop
+from .registry import Trait, defop
 from .shape import expand_dims, reshape
 from .shape_rules import normalize_axis, require_float, same_dtype, unary_float
 
@@ -265,4 +265,4 @@ def _dropout_vjp(g, ins, outs, ratio, seed):
 
 
 defop("dropout", infer=lambda types, ratio, seed: [types[0], tensor_type(np.bool_, types[0].shape)],
-      reference=_dropout_reference, lower=_lower_dropout, vjp=_dropout_vjp, traits={"random"}, n_outputs=2)
+      reference=_dropout_reference, lower=_lower_dropout, vjp=_dropout_vjp, traits={Trait.RANDOM}, n_outputs=2)

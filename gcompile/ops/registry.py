@@ -13,10 +13,41 @@ Rule signatures (one per rule kind, used by every op):
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import enum
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..errors import UnsupportedError
+
+
+class Trait(enum.Enum):
+    """A property an op declares in `defop(traits=...)`; each is read where said, so a new op gets
+    that treatment by declaring it.
+
+    NONDIFF            no gradient: gc.grad treats the output as a constant (zeros, never an error);
+                       comparisons, rounding, fills, stop_gradient. Read by gradients/engine.py (via
+                       OpDef.differentiable); an op without a vjp rule must declare it.
+    RANDOM             draws random numbers when run: two nodes never hold the same value, and a copy
+                       would draw others. Never merged (passes/cse.py), folded (passes/fold.py) nor
+                       recomputed (passes/recompute.py).
+    CHEAP              cheaper to compute again than to keep alive for the backward (elementwise math,
+                       views, fills): passes/recompute.py with cheap=True copies it into the backward.
+    BROADCASTS         the ONNX lowering broadcasts every operand to the output's shape (numpy rules),
+                       so an operand expanded only to be broadcast can be read unexpanded: passes/simplify.py
+                       drops such expands.
+    ELEMENT_COPY       every output element is an element of the first operand (moved, repeated, or
+                       converted by a cast, which keeps 0 and 1): a value that is 0 or 1 everywhere stays
+                       so. passes/simplify.py looks through these for the neutral constants of x+0, x*1.
+    NOOP_IF_SAME_TYPE  with a single operand of the output's exact type, the output is that operand (a
+                       reshape to the same shape, a cast to the same dtype, a one-term add_n):
+                       passes/simplify.py removes such nodes.
+    """
+    NONDIFF = "nondiff"
+    RANDOM = "random"
+    CHEAP = "cheap"
+    BROADCASTS = "broadcasts"
+    ELEMENT_COPY = "element_copy"
+    NOOP_IF_SAME_TYPE = "noop_if_same_type"
 
 
 @dataclass(frozen=True)
@@ -26,28 +57,32 @@ class OpDef:
     reference: Callable
     lower: Callable
     vjp: Callable | None = None
-    # "nondiff": declared to have no gradient (comparisons, floor, ...): zeros, never an error.
-    # "elementwise", "cheap": used by passes (recompute, simplification).
-    # "random": never merged by CSE nor folded.
-    traits: frozenset = field(default_factory=frozenset)
+    traits: frozenset[Trait] = field(default_factory=frozenset)
     n_outputs: int = 1
 
     @property
     def differentiable(self) -> bool:
-        return "nondiff" not in self.traits
+        return Trait.NONDIFF not in self.traits
 
 
 REGISTRY: dict[str, OpDef] = {}
 
 
-def defop(name: str, *, infer, reference, lower, vjp=None, traits=(), n_outputs=1) -> OpDef:
+def defop(name: str, *, infer, reference, lower, vjp=None, traits: Iterable[Trait] = (), n_outputs=1) -> OpDef:
+    traits = frozenset(traits)
     if name in REGISTRY:
         raise ValueError(f"op {name!r} registered twice")
-    if vjp is None and "nondiff" not in traits:
-        raise ValueError(f"op {name!r} needs a vjp rule or the 'nondiff' trait")
-    op = OpDef(name, infer, reference, lower, vjp, frozenset(traits), n_outputs)
+    if not all(isinstance(t, Trait) for t in traits):
+        raise TypeError(f"op {name!r}: traits must be Trait members, got {sorted(map(str, traits))}")
+    if vjp is None and Trait.NONDIFF not in traits:
+        raise ValueError(f"op {name!r} needs a vjp rule or the Trait.NONDIFF trait")
+    op = OpDef(name, infer, reference, lower, vjp, traits, n_outputs)
     REGISTRY[name] = op
     return op
+
+
+def has_trait(op_name: str, trait: Trait) -> bool:
+    return trait in get_op(op_name).traits
 
 
 def get_op(name: str) -> OpDef:

@@ -9,7 +9,7 @@ from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
-from .registry import defop
+from .registry import Trait, defop
 from .shape_rules import broadcast_shapes, normalize_axes, normalize_axis
 
 __all__ = ["broadcast_to", "expand_dims", "flatten", "ravel", "reshape", "squeeze", "swapaxes", "transpose"]
@@ -52,7 +52,8 @@ def _lower_reshape(ctx, names, node):
 
 defop("reshape", infer=lambda types, shape: [tensor_type(types[0].dtype, shape)],
       reference=lambda x, shape: np.reshape(x, shape), lower=_lower_reshape,
-      vjp=lambda g, ins, outs, shape: [reshape(g[0], ins[0].shape)], traits={"cheap", "view"})
+      vjp=lambda g, ins, outs, shape: [reshape(g[0], ins[0].shape)],
+      traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE})
 
 
 # -- transpose ---------------------------------------------------------------------------------
@@ -76,7 +77,8 @@ def swapaxes(x, a: int, b: int) -> Tensor:
 defop("transpose", infer=lambda types, perm: [tensor_type(types[0].dtype, tuple(types[0].shape[p] for p in perm))],
       reference=lambda x, perm: np.transpose(x, perm),
       lower=lambda ctx, names, node: ctx.emit("Transpose", names, perm=list(node.attrs["perm"])),
-      vjp=lambda g, ins, outs, perm: [transpose(g[0], tuple(np.argsort(perm)))], traits={"cheap", "view"})
+      vjp=lambda g, ins, outs, perm: [transpose(g[0], tuple(np.argsort(perm)))],
+      traits={Trait.CHEAP, Trait.ELEMENT_COPY})   # not NOOP_IF_SAME_TYPE: a square matrix's transpose has its type
 
 
 # -- broadcast ---------------------------------------------------------------------------------
@@ -103,7 +105,7 @@ def _expand_vjp(g, ins, outs, shape):
 defop("expand", infer=lambda types, shape: [tensor_type(types[0].dtype, shape)],
       reference=lambda x, shape: np.broadcast_to(x, shape).copy(),
       lower=lambda ctx, names, node: ctx.emit("Expand", [names[0], ctx.shape_tensor(node.attrs["shape"])]),
-      vjp=_expand_vjp, traits={"cheap"})
+      vjp=_expand_vjp, traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE})
 
 
 # -- squeeze / expand_dims / flatten (all reshapes) ---------------------------------------------

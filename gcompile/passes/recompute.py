@@ -6,11 +6,11 @@ until they run. This pass gives those consumers their own copy of the node, reco
 their order and placed just before the first of them, so the forward original can be
 freed once the forward is done with it. Copied are:
   - nodes marked by gc.checkpoint (their region's inputs and outputs stay kept);
-  - with cheap=True, also cheap nodes (trait "cheap": elementwise, views, fills) whose
+  - with cheap=True, also cheap nodes (Trait.CHEAP: elementwise math, views, fills) whose
     operands are kept for the backward anyway (graph inputs, constants, values the
     backward reads directly, or other copied nodes), so copying never makes the backward
     keep a value it did not keep before.
-Random ops are never copied (a copy would draw different numbers). One copy is made per
+Random ops (Trait.RANDOM) are never copied (a copy would draw different numbers). One copy is made per
 node and consumer order, shared by all consumers of that order.
 
 A copy only depends on forward values, so a runtime free to reorder (onnxruntime is)
@@ -24,7 +24,7 @@ topological. Run it after the passes that merge equal nodes; it is idempotent.
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node, ValueRef
-from ..ops.registry import get_op
+from ..ops.registry import Trait, has_trait
 from .base import PassResult
 
 
@@ -33,9 +33,9 @@ def _candidates(graph: Graph, cheap: bool) -> set[int]:
     read_later = {r.node for n in graph.nodes.values() for r in n.inputs if graph.nodes[r.node].order < n.order}
     chosen: set[int] = set()
     for node in graph.topo_order():
-        if node.op in ("input", "constant") or "random" in get_op(node.op).traits:
+        if node.op in ("input", "constant") or has_trait(node.op, Trait.RANDOM):
             continue
-        if node.recompute or cheap and "cheap" in get_op(node.op).traits and all(
+        if node.recompute or cheap and has_trait(node.op, Trait.CHEAP) and all(
                 graph.nodes[r.node].op in ("input", "constant") or r.node in chosen or r.node in read_later
                 for r in node.inputs):
             chosen.add(node.id)
