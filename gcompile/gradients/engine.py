@@ -22,7 +22,9 @@ from ..frontend.tensor import Tensor, as_tensor, current_frame, recording_order
 from ..ir.graph import Graph, ValueRef
 from ..logs import phase
 from ..ops.basic import add_n, cast, ones_like, zeros_like
+from ..ops.reduce import sum_to_shape
 from ..ops.registry import get_op
+from ..ops.shape_rules import broadcasts_to
 
 
 def _is_float(graph: Graph, ref: ValueRef) -> bool:
@@ -136,7 +138,10 @@ def _total(terms):
 
 
 def _run_rule(graph: Graph, node, gs, wanted, cotangents) -> None:
-    """Apply the node's VJP rule; drop what it built only for inputs that need no gradient."""
+    """Apply the node's VJP rule; drop what it built only for inputs that need no gradient.
+
+    A rule may return an input's gradient at a shape the input broadcasts to (the output's, for
+    a broadcasting op): it is summed back to the input's shape here, once for every rule."""
     op = get_op(node.op)
     if op.vjp is None:   # the sweep only reaches differentiable ops
         raise AssertionError(f"{node.op} has no vjp rule")
@@ -151,6 +156,8 @@ def _run_rule(graph: Graph, node, gs, wanted, cotangents) -> None:
         g = results[i]
         if g is None:
             continue
+        if g.shape != ins[i].shape and broadcasts_to(ins[i].shape, g.shape):
+            g = sum_to_shape(g, ins[i].shape)
         if g.shape != ins[i].shape or g.dtype != ins[i].dtype:
             raise AssertionError(f"vjp of {node.op}: gradient {g.type} for input of type {ins[i].type}")
         cotangents.setdefault(node.inputs[i], []).append(g)

@@ -105,11 +105,6 @@ def _add_n_infer(types):
     return [tensor_type(same_dtype(types), broadcast_shapes(*(t.shape for t in types)))]
 
 
-def _add_n_vjp(g, ins, outs):
-    from .reduce import sum_to_shape
-    return [sum_to_shape(g[0], x.shape) for x in ins]
-
-
 def _lower_add_n(ctx, names, node):
     if node.outputs[0].dtype.kind == "f":
         return ctx.emit("Sum", names)
@@ -120,7 +115,8 @@ def _lower_add_n(ctx, names, node):
 
 
 defop("add_n", infer=_add_n_infer, reference=lambda *xs: np.sum(np.broadcast_arrays(*xs), axis=0).astype(xs[0].dtype),
-      lower=_lower_add_n, vjp=_add_n_vjp, traits={Trait.CHEAP, Trait.BROADCASTS, Trait.NOOP_IF_SAME_TYPE})
+      lower=_lower_add_n, vjp=lambda g, ins, outs: [g[0]] * len(ins),   # summed to each operand's shape by gc.grad
+      traits={Trait.CHEAP, Trait.BROADCASTS, Trait.NOOP_IF_SAME_TYPE})
 
 
 # -- scheduling ---------------------------------------------------------------------------------------

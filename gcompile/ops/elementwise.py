@@ -7,11 +7,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..errors import ShapeError
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.graph import tensor_type
 from .basic import cast
 from .registry import Trait, defop
-from .shape_rules import binary_broadcast, compare_broadcast, unary_float
+from .shape_rules import binary_broadcast, broadcast_shapes, compare_broadcast, same_dtype, unary_float
 
 __all__ = ["abs", "add", "ceil", "clip", "cos", "divide", "elu", "equal", "erf", "exp", "expm1", "floor",
            "gelu", "greater", "greater_equal", "leaky_relu", "less", "less_equal", "log", "log1p",
@@ -46,29 +47,24 @@ power = _binary("pow")
 maximum, minimum = _binary("maximum"), _binary("minimum")
 
 
-def _sum_to(g, shape):
-    from .reduce import sum_to_shape
-    return sum_to_shape(g, shape)
-
-
 def _float_or_none(x, grad):
     return grad if x.dtype.kind == "f" else None
 
 
 defop("add", infer=binary_broadcast, reference=np.add, lower=_onnx("Add"),
-      vjp=lambda g, ins, outs: [_sum_to(g[0], x.shape) for x in ins], traits={Trait.CHEAP, Trait.BROADCASTS})
+      vjp=lambda g, ins, outs: [g[0], g[0]], traits={Trait.CHEAP, Trait.BROADCASTS})
 defop("sub", infer=binary_broadcast, reference=np.subtract, lower=_onnx("Sub"),
-      vjp=lambda g, ins, outs: [_sum_to(g[0], ins[0].shape), _sum_to(-g[0], ins[1].shape)],
+      vjp=lambda g, ins, outs: [g[0], -g[0]],
       traits={Trait.CHEAP, Trait.BROADCASTS})
 defop("mul", infer=binary_broadcast, reference=np.multiply, lower=_onnx("Mul"),
-      vjp=lambda g, ins, outs: [_sum_to(g[0] * ins[1], ins[0].shape), _sum_to(g[0] * ins[0], ins[1].shape)],
+      vjp=lambda g, ins, outs: [g[0] * ins[1], g[0] * ins[0]],
       traits={Trait.CHEAP, Trait.BROADCASTS})
 
 
 def _div_vjp(g, ins, outs):
     a, b = ins
     ga = g[0] / b
-    return [_sum_to(ga, a.shape), _sum_to(-ga * outs[0], b.shape)]
+    return [ga, -ga * outs[0]]
 
 
 def _div_reference(a, b):
@@ -96,7 +92,7 @@ def _pow_vjp(g, ins, outs):
     # derivatives of every order (passes drop the where when y is a nonzero constant)
     gx = g[0] * y * power(where(equal(y, 0), 1, x), y - 1)
     gy = g[0] * outs[0] * log(x) if y.dtype.kind == "f" else None
-    return [_sum_to(gx, x.shape), None if gy is None else _sum_to(gy, y.shape)]
+    return [gx, gy]
 
 
 defop("pow", infer=binary_broadcast, reference=np.power, lower=_onnx("Pow"), vjp=_pow_vjp,
@@ -108,7 +104,7 @@ def _minmax_vjp(pick_first):
         a, b = ins
         first = pick_first(a, b)          # where a wins (ties go to a)
         zero = zeros_scalar(g[0])
-        return [_sum_to(where(first, g[0], zero), a.shape), _sum_to(where(first, zero, g[0]), b.shape)]
+        return [where(first, g[0], zero), where(first, zero, g[0])]
     return vjp
 
 
@@ -144,7 +140,6 @@ not_equal = _compare("not_equal", "Equal", np.not_equal, negate=True)
 def _bool_infer(types, **_):
     for t in types:
         if t.dtype != np.bool_:
-            from ..errors import ShapeError
             raise ShapeError(f"logical ops need bool operands, got {t.dtype.name}")
     return compare_broadcast(types)
 
@@ -180,7 +175,6 @@ def where(cond, a, b) -> Tensor:
 
 
 def _where_infer(types):
-    from .shape_rules import broadcast_shapes, same_dtype
     dtype = same_dtype(types[1:])
     return [tensor_type(dtype, broadcast_shapes(*(t.shape for t in types)))]
 
@@ -188,7 +182,7 @@ def _where_infer(types):
 def _where_vjp(g, ins, outs):
     cond, a, b = ins
     zero = zeros_scalar(g[0])
-    return [None, _sum_to(where(cond, g[0], zero), a.shape), _sum_to(where(cond, zero, g[0]), b.shape)]
+    return [None, where(cond, g[0], zero), where(cond, zero, g[0])]
 
 
 defop("where", infer=_where_infer, reference=np.where, lower=_onnx("Where"), vjp=_where_vjp,

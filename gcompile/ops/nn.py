@@ -17,7 +17,7 @@ from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from .basic import cast
 from .elementwise import _promote, equal, exp, log1p, minimum, relu, rsqrt
-from .reduce import mean, sum_to_shape
+from .reduce import mean
 from .reduce import sum as reduce_sum
 from .registry import Trait, defop
 from .shape import expand_dims, reshape
@@ -192,7 +192,7 @@ def _layer_norm_vjp(g, ins, outs, axis, eps):
     xhat = xc * r
     gh = g[0] * gamma
     gx = r * (gh - mean(gh, axes, keepdims=True) - xhat * mean(gh * xhat, axes, keepdims=True))
-    return [gx, sum_to_shape(g[0] * xhat, gamma.shape), sum_to_shape(g[0], beta.shape)]
+    return [gx, g[0] * xhat, g[0]]
 
 
 defop("layer_norm", infer=_layer_norm_infer, reference=_layer_norm_reference,

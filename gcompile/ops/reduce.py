@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper
 
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
@@ -109,7 +110,6 @@ def count(x, axes) -> Tensor:
 
 
 def _lower_count(ctx, names, node):
-    from onnx import helper
     dim = dims.product(ctx.graph.type_of(node.inputs[0]).shape[a] for a in node.attrs["axes"])
     n = ctx.shape_tensor((dim,))
     total = ctx.emit("Reshape", [n, ctx.int64s([])])

@@ -9,7 +9,9 @@ Rule signatures (one per rule kind, used by every op):
   lower(ctx, names: list[str], node) -> str | list[str]             emit ai.onnx nodes via ctx
   vjp(grads, inputs, outputs, **attrs) -> list[Tensor | None]       gcompile ops only
      `grads` has one entry per output, None where that output has no cotangent;
-     return one entry per input, None where the input gets no gradient.
+     return one entry per input, None where the input gets no gradient, with the input's dtype
+     and its shape or one it broadcasts to: gc.grad sums the broadcast axes away (so the rule
+     of a broadcasting op returns its cotangents at the output's shape).
 """
 from __future__ import annotations
 

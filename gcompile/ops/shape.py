@@ -10,7 +10,7 @@ from ..ir import dims
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from .registry import Trait, defop
-from .shape_rules import broadcast_shapes, normalize_axes, normalize_axis
+from .shape_rules import broadcasts_to, normalize_axes, normalize_axis
 
 __all__ = ["broadcast_to", "expand_dims", "flatten", "ravel", "reshape", "squeeze", "swapaxes", "transpose"]
 
@@ -87,25 +87,17 @@ def broadcast_to(x, shape) -> Tensor:
     x, shape = as_tensor(x), tuple(shape)
     if x.shape == shape:
         return x
-    try:
-        fits = broadcast_shapes(x.shape, shape) == shape
-    except ShapeError:
-        fits = False
-    if not fits:
+    if not broadcasts_to(x.shape, shape):
         raise ShapeError(f"broadcast_to: cannot broadcast {format_shape(x.shape)} to {format_shape(shape)} "
                          f"(at {user_location()})")
     return apply("expand", [x], shape=shape)
 
 
-def _expand_vjp(g, ins, outs, shape):
-    from .reduce import sum_to_shape
-    return [sum_to_shape(g[0], ins[0].shape)]
-
-
 defop("expand", infer=lambda types, shape: [tensor_type(types[0].dtype, shape)],
       reference=lambda x, shape: np.broadcast_to(x, shape).copy(),
       lower=lambda ctx, names, node: ctx.emit("Expand", [names[0], ctx.shape_tensor(node.attrs["shape"])]),
-      vjp=_expand_vjp, traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE})
+      vjp=lambda g, ins, outs, shape: [g[0]],   # summed back to the input shape by gc.grad
+      traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE})
 
 
 # -- squeeze / expand_dims / flatten (all reshapes) ---------------------------------------------

@@ -6,23 +6,8 @@ import gcompile.functions as F
 from gcompile.frontend.tensor import apply
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
-from gcompile.ops.registry import REGISTRY, Trait, defop
-from gcompile.ops.shape_rules import binary_broadcast
+from gcompile.ops.registry import REGISTRY, Trait
 from gcompile.passes import eliminate_dead_code, simplify
-
-
-@pytest.fixture
-def scratch_op():
-    """defop under a test name, removed from the registry afterwards."""
-    names = []
-
-    def define(name, **rules):
-        names.append(name)
-        return defop(name, infer=binary_broadcast, reference=np.maximum,
-                     lower=lambda ctx, names, node: ctx.emit("Max", names), **rules)
-    yield define
-    for name in names:
-        REGISTRY.pop(name, None)
 
 
 def test_traits_must_be_trait_members(scratch_op):
