@@ -17,7 +17,12 @@ def _not_lowered(ctx, names, node):  # inputs and constants are handled by the l
     raise AssertionError(f"{node.op} is lowered by the driver")
 
 
-defop("input", infer=lambda types, **a: [a["type"]], reference=None, lower=_not_lowered, traits={Trait.NONDIFF})
+def _not_evaluated(**attrs):  # an input's value is the caller's array, bound by the evaluator itself
+    raise AssertionError("graph inputs are bound by the evaluator")
+
+
+defop("input", infer=lambda types, **a: [a["type"]], reference=_not_evaluated, lower=_not_lowered,
+      traits={Trait.NONDIFF})
 defop("constant", infer=lambda types, value: [tensor_type(value.dtype, value.shape)],
       reference=lambda value: value, lower=_not_lowered, traits={Trait.NONDIFF, Trait.CHEAP})
 

@@ -1,25 +1,53 @@
 """The op registry: one OpDef per op, holding everything gcompile knows about it.
 
 An op's shape/dtype rule, numpy reference, ONNX lowering and VJP rule sit side by side
-in one `defop(...)` call, so adding an op is one self-contained change.
-
-Rule signatures (one per rule kind, used by every op):
-  infer(types: list[TensorType], **attrs) -> list[TensorType]      raise ShapeError on misuse
-  reference(*arrays, **attrs) -> array | tuple[array, ...]          numpy, float64-exact
-  lower(ctx, names: list[str], node) -> str | list[str]             emit ai.onnx nodes via ctx
-  vjp(grads, inputs, outputs, **attrs) -> list[Tensor | None]       gcompile ops only
-     `grads` has one entry per output, None where that output has no cotangent;
-     return one entry per input, None where the input gets no gradient, with the input's dtype
-     and its shape or one it broadcasts to: gc.grad sums the broadcast axes away (so the rule
-     of a broadcasting op returns its cotangents at the output's shape).
+in one `defop(...)` call, so adding an op is one self-contained change. The four rule
+kinds have one signature each, written out as the Protocols below.
 """
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UnsupportedError
+from ..ir.graph import Node, TensorType
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..frontend.tensor import Tensor
+
+
+Rule = Callable[..., Any]   # a rule as defop receives it: its keyword arguments are the attributes it names
+
+
+class InferRule(Protocol):
+    """The output types from the operand types and the node's attributes; raises ShapeError on misuse."""
+    def __call__(self, types: list[TensorType], /, **attrs: Any) -> list[TensorType]: ...
+
+
+class ReferenceRule(Protocol):
+    """The numpy reference, float64-exact: one array per operand in, one array (a tuple of them for
+    several outputs) out. The evaluator (ir/evaluate.py) and constant folding run it."""
+    def __call__(self, *arrays: np.ndarray, **attrs: Any) -> Any: ...
+
+
+class LowerRule(Protocol):
+    """Emits the ai.onnx nodes computing `node` through `ctx` (a lowering.context.LoweringContext) from
+    the ONNX value names of its operands; returns the name of its output (a list for several)."""
+    def __call__(self, ctx: Any, names: list[str], node: Node, /) -> str | list[str]: ...
+
+
+class VjpRule(Protocol):
+    """Reverse mode, written with gcompile ops (so it differentiates again). `grads` has one entry
+    per output, None where that output has no cotangent; the result has one entry per input, None
+    where the input gets no gradient, with the input's dtype and its shape or one it broadcasts to:
+    gc.grad sums the broadcast axes away (so a broadcasting op's rule returns its cotangents at the
+    output's shape)."""
+    def __call__(self, grads: list[Tensor | None], inputs: list[Tensor], outputs: list[Tensor], /,
+                 **attrs: Any) -> list[Tensor | None]: ...
 
 
 class Trait(enum.Enum):
@@ -55,10 +83,10 @@ class Trait(enum.Enum):
 @dataclass(frozen=True)
 class OpDef:
     name: str
-    infer: Callable
-    reference: Callable
-    lower: Callable
-    vjp: Callable | None = None
+    infer: InferRule
+    reference: ReferenceRule
+    lower: LowerRule
+    vjp: VjpRule | None = None
     traits: frozenset[Trait] = field(default_factory=frozenset)
     n_outputs: int = 1
 
@@ -70,7 +98,10 @@ class OpDef:
 REGISTRY: dict[str, OpDef] = {}
 
 
-def defop(name: str, *, infer, reference, lower, vjp=None, traits: Iterable[Trait] = (), n_outputs=1) -> OpDef:
+def defop(name: str, *, infer: Rule, reference: Rule, lower: Rule, vjp: Rule | None = None,
+          traits: Iterable[Trait] = (), n_outputs: int = 1) -> OpDef:
+    """Register an op. The rules follow InferRule, ReferenceRule, LowerRule and VjpRule, each taking
+    the node's attributes as the keyword arguments it names (so no Protocol can check them here)."""
     traits = frozenset(traits)
     if name in REGISTRY:
         raise ValueError(f"op {name!r} registered twice")
