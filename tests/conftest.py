@@ -1,9 +1,11 @@
-"""Shared fixtures: `scratch_op` defines ops that live in the registry for one test only."""
+"""Shared test set-up: graph passes lint the graph after every run, and `scratch_op` defines ops
+that live in the registry for one test only."""
 import numpy as np
 import pytest
 
 from gcompile.ops.registry import REGISTRY, defop
 from gcompile.ops.shape_rules import binary_broadcast
+from gcompile.passes import base as passes_base
 
 
 @pytest.fixture
@@ -20,3 +22,8 @@ def scratch_op():
     yield define
     for name in names:
         REGISTRY.pop(name, None)
+
+
+def pytest_configure(config):
+    """Every graph pass run in the tests is followed by Graph.lint()."""
+    passes_base.LINT = True

@@ -1,5 +1,11 @@
 """Pass plumbing: a pass rewrites a Graph in place and says whether it changed anything;
-the manager runs a pipeline of passes until none changes the graph (a fixed point)."""
+the manager runs a pipeline of passes until none changes the graph (a fixed point).
+
+With LINT set, every pass run through here is followed by Graph.lint(), and a broken
+invariant names the pass that broke it. The tests (tests/conftest.py) and the fuzzer
+(tools/fuzz.py) set it; compiles do not: on a 90k-node graph one lint takes about 0.3 s,
+as long as a cheap pass, and a level-2 pipeline runs some fifteen passes.
+"""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -16,6 +22,8 @@ class PassResult:
 
 Pass = Callable[[Graph], PassResult]
 
+LINT = False
+
 
 def replace_uses(graph: Graph, old: ValueRef, new: ValueRef) -> None:
     """Make every consumer of `old` (and the graph outputs) read `new` instead."""
@@ -25,11 +33,22 @@ def replace_uses(graph: Graph, old: ValueRef, new: ValueRef) -> None:
     graph.outputs = [new if r == old else r for r in graph.outputs]
 
 
+def run_pass(graph: Graph, p: Pass) -> PassResult:
+    """p(graph), linted afterwards when LINT is set."""
+    result = p(graph)
+    if LINT:
+        try:
+            graph.lint()
+        except AssertionError as err:
+            raise AssertionError(f"after the pass {getattr(p, '__name__', p)}: {err}") from None
+    return result
+
+
 def run_to_fixed_point(graph: Graph, passes: list[Pass], max_rounds: int = 10) -> Graph:
     for _ in range(max_rounds):
         changed = False
         for p in passes:
-            changed |= p(graph).changed
+            changed |= run_pass(graph, p).changed
         if not changed:
             break
     return graph
