@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import GcompileError, ShapeError, TraceError
 from ..ir.dims import format_shape, product
-from ..ir.graph import Graph, TensorType, ValueRef, tensor_type
+from ..ir.graph import Graph, Node, TensorType, ValueRef, tensor_type
 from ..ops.registry import get_op
 from .source import user_location
 
@@ -26,8 +26,8 @@ class _Frame:
     order: int = 0                      # gradient order of the nodes being recorded
     constants: dict = field(default_factory=dict)   # id(array) -> (array, Tensor): one node per closed-over array
 
-    def forget_nodes(self, removed) -> None:
-        """Drop the cached constants whose node was removed from the graph (`removed`: Nodes)."""
+    def forget_nodes(self, removed: list[Node]) -> None:
+        """Drop the cached constants whose node was removed from the graph."""
         gone = {node.id for node in removed if node.op == "constant"}
         if not gone:   # the common case: don't walk the cache at every VJP rule
             return
@@ -172,7 +172,6 @@ class Tensor:
     def __array__(self, *args, **kwargs):
         raise TraceError(f"{self!r} has no value while tracing: it cannot be converted to a numpy array "
                          f"(at {user_location()}); use gcompile.functions instead of numpy on Tensors")
-
 
 
 def _lift_array(value, dtype=None) -> Tensor:

@@ -3,8 +3,9 @@ the manager runs a pipeline of passes until none changes the graph (a fixed poin
 
 With LINT set, every pass run through here is followed by Graph.lint(), and a broken
 invariant names the pass that broke it. The tests (tests/conftest.py) and the fuzzer
-(tools/fuzz.py) set it; compiles do not: on a 90k-node graph one lint takes about 0.3 s,
-as long as a cheap pass, and a level-2 pipeline runs some fifteen passes.
+(tests/fuzz/checks.py, also for tools/fuzz.py) set it; compiles do not: one lint walks every
+operand, about as long as a cheap pass, and on the gradient of a 92k-node deep MLP linting
+after every pass made optimize(level=2) take 3.7 s instead of 2.3 s.
 """
 from __future__ import annotations
 
