@@ -60,9 +60,10 @@ class Node:
 class Graph:
     """Owns the nodes; `inputs` and `outputs` are ValueRefs in the caller's order.
 
-    Read nodes through `nodes` (id -> Node), `topo_order` and `consumers`; change the graph only
-    through the methods here, which keep the DiGraph in step with the operand lists and the ids
-    in creation order.
+    Read nodes through `nodes` (id -> Node), `topo_order`, `consumers` and `ancestors`. Add, remove,
+    rewire and renumber nodes only through the methods here, which keep the DiGraph in step with
+    the operand lists and the ids in creation order (a pass may still change a node's op and attrs
+    in place).
     """
     nodes: dict[int, Node] = field(default_factory=dict)
     inputs: list[ValueRef] = field(default_factory=list)
