@@ -1,6 +1,7 @@
 """Fuzz the compiler: random programs (tests/fuzz/programs.py) through every check of
 tests/fuzz/checks.py (forward on onnxruntime against NumPy, outputs + gradient + double
-gradient on onnxruntime against the float64 reference evaluator, numeric gradient checks).
+gradient on onnxruntime against the float64 reference evaluator, numeric gradient checks), with
+Graph.lint() after every graph pass (tests/fuzz/checks.py switches passes.base.LINT on).
 
     python tools/fuzz.py --n 5000 [--seed S] [--out DIR] [--jobs J] [--min-ops 5] [--max-ops 40]
 

@@ -1,11 +1,14 @@
-"""Tensor's operators and methods, installed from one table onto the Tensor class.
+"""Tensor's operators, methods and numpy hooks, installed from one table onto the Tensor class.
 
 Each entry maps a method name to the gcompile.functions call it stands for, so
-`x + 1`, `x @ w` and `x.sum(axis=1)` record the same nodes as F.add, F.matmul, F.sum.
+`x + 1`, `x @ w` and `x.sum(axis=1)` record the same nodes as F.add, F.matmul, F.sum, and
+np.exp(x) goes through numpy's protocols to F.exp. Installing them here keeps the tracing core
+(frontend/tensor.py) free of the op library, which is built on it.
 """
 from __future__ import annotations
 
 from .. import functions as F
+from .numpy_dispatch import array_function, array_ufunc
 from .tensor import Tensor
 
 
@@ -39,6 +42,7 @@ METHODS = {
     "sum": F.sum, "mean": F.mean, "max": F.max, "min": F.min, "prod": F.prod,
     "astype": F.cast, "exp": F.exp, "log": F.log, "sqrt": F.sqrt, "tanh": F.tanh,
     "T": property(lambda self: F.transpose(self)),
+    "__array_ufunc__": array_ufunc, "__array_function__": array_function,
 }
 
 

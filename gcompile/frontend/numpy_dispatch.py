@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 
+from .. import functions as F
 from ..errors import TraceError
 from .source import user_location
 
@@ -14,7 +15,6 @@ _KEYWORDS = {"pad": {"constant_values": "value"}}
 
 
 def _lookup(name: str, module: str = "numpy"):
-    from .. import functions as F
     target = _RENAMES.get(name, name)
     if target in F.__all__:
         return getattr(F, target)
@@ -25,13 +25,15 @@ def _lookup(name: str, module: str = "numpy"):
     raise TraceError(f"{module}.{name} is not supported on traced Tensors (at {user_location()}){hint}")
 
 
-def dispatch_ufunc(ufunc, method, inputs, kwargs):
+def array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    """Tensor.__array_ufunc__: np.exp(x), x + np.float32(1), ..."""
     if method != "__call__" or kwargs.get("out") is not None:
         raise TraceError(f"numpy.{ufunc.__name__}.{method} is not supported on traced Tensors (at {user_location()})")
     return _lookup(ufunc.__name__)(*inputs)
 
 
-def dispatch_function(func, args, kwargs):
+def array_function(self, func, types, args, kwargs):
+    """Tensor.__array_function__: np.sum(x, axis=1), np.concatenate([x, y]), ..."""
     keywords = _KEYWORDS.get(func.__name__, {})
     kwargs = {keywords.get(k, k): v for k, v in kwargs.items()}
     return _lookup(func.__name__, getattr(func, "__module__", None) or "numpy")(*args, **kwargs)

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import GcompileError, ShapeError, TraceError
-from ..ir.dims import format_shape
-from ..ir.graph import Graph, TensorType, ValueRef, tensor_type
+from ..ir.dims import format_shape, product
+from ..ir.graph import Graph, Node, TensorType, ValueRef, tensor_type
 from ..ops.registry import get_op
 from .source import user_location
 
@@ -25,6 +25,14 @@ class _Frame:
     graph: Graph
     order: int = 0                      # gradient order of the nodes being recorded
     constants: dict = field(default_factory=dict)   # id(array) -> (array, Tensor): one node per closed-over array
+
+    def forget_nodes(self, removed: list[Node]) -> None:
+        """Drop the cached constants whose node was removed from the graph."""
+        gone = {node.id for node in removed if node.op == "constant"}
+        if not gone:   # the common case: don't walk the cache at every VJP rule
+            return
+        for key in [k for k, (_, t) in self.constants.items() if t.ref.node in gone]:
+            del self.constants[key]
 
 
 _STACK: list[_Frame] = []
@@ -65,7 +73,9 @@ class Tensor:
     def __init__(self, graph: Graph, ref: ValueRef, type_: TensorType):
         self.graph, self.ref, self.type = graph, ref, type_
 
-    if TYPE_CHECKING:   # installed at import time from frontend/methods.py's table; declared for type checkers
+    # Operators, methods and numpy's hooks (__array_ufunc__, __array_function__) are installed at import
+    # time from frontend/methods.py's table, so this module needs no op library.
+    if TYPE_CHECKING:   # declared for type checkers
         def __add__(self, other: Any) -> Tensor: ...
         def __radd__(self, other: Any) -> Tensor: ...
         def __sub__(self, other: Any) -> Tensor: ...
@@ -123,7 +133,6 @@ class Tensor:
 
     @property
     def size(self):
-        from ..ir.dims import product
         return product(self.shape)
 
     @property
@@ -163,14 +172,6 @@ class Tensor:
     def __array__(self, *args, **kwargs):
         raise TraceError(f"{self!r} has no value while tracing: it cannot be converted to a numpy array "
                          f"(at {user_location()}); use gcompile.functions instead of numpy on Tensors")
-
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        from .numpy_dispatch import dispatch_ufunc
-        return dispatch_ufunc(ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        from .numpy_dispatch import dispatch_function
-        return dispatch_function(func, args, kwargs)
 
 
 def _lift_array(value, dtype=None) -> Tensor:

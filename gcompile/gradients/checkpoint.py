@@ -27,12 +27,11 @@ def checkpoint(fn: Callable[..., _R], *args: Any) -> _R:
     optimisation level, or passes.recompute on a graph).
     """
     graph = current_frame().graph
-    first = graph._next_id
+    mark = graph.mark()
     result = fn(*args)
     leaves, _ = pytree.flatten(result, lambda o: True)
     kept = {leaf.ref.node for leaf in leaves if isinstance(leaf, Tensor)}
-    for node_id in range(first, graph._next_id):
-        node = graph.nodes.get(node_id)
-        if node is not None and node_id not in kept and node.op not in ("input", "constant"):
+    for node in graph.nodes_since(mark):
+        if node.id not in kept and node.op not in ("input", "constant"):
             node.recompute = True
     return result

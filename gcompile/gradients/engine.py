@@ -22,7 +22,9 @@ from ..frontend.tensor import Tensor, as_tensor, current_frame, recording_order
 from ..ir.graph import Graph, ValueRef
 from ..logs import phase
 from ..ops.basic import add_n, cast, ones_like, zeros_like
+from ..ops.reduce import sum_to_shape
 from ..ops.registry import get_op
+from ..ops.shape_rules import broadcasts_to
 
 
 def _is_float(graph: Graph, ref: ValueRef) -> bool:
@@ -136,13 +138,16 @@ def _total(terms):
 
 
 def _run_rule(graph: Graph, node, gs, wanted, cotangents) -> None:
-    """Apply the node's VJP rule; drop what it built only for inputs that need no gradient."""
+    """Apply the node's VJP rule; drop what it built only for inputs that need no gradient.
+
+    A rule may return an input's gradient at a shape the input broadcasts to (the output's, for
+    a broadcasting op): it is summed back to the input's shape here, once for every rule."""
     op = get_op(node.op)
     if op.vjp is None:   # the sweep only reaches differentiable ops
         raise AssertionError(f"{node.op} has no vjp rule")
     ins = [Tensor(graph, r, graph.type_of(r)) for r in node.inputs]
     outs = [Tensor(graph, node.out(i), t) for i, t in enumerate(node.outputs)]
-    first_new = graph._next_id
+    mark = graph.mark()
     results = op.vjp(gs, ins, outs, **node.attrs)
     if len(results) != len(ins):
         raise AssertionError(f"vjp of {node.op} returned {len(results)} gradients for {len(ins)} inputs")
@@ -151,31 +156,16 @@ def _run_rule(graph: Graph, node, gs, wanted, cotangents) -> None:
         g = results[i]
         if g is None:
             continue
+        if g.shape != ins[i].shape and broadcasts_to(ins[i].shape, g.shape):
+            g = sum_to_shape(g, ins[i].shape)
         if g.shape != ins[i].shape or g.dtype != ins[i].dtype:
             raise AssertionError(f"vjp of {node.op}: gradient {g.type} for input of type {ins[i].type}")
         cotangents.setdefault(node.inputs[i], []).append(g)
         keep_refs.append(g.ref)
-    prune_new_nodes(graph, first_new, keep_refs)
+    prune_new_nodes(graph, mark, keep_refs)
 
 
-def prune_new_nodes(graph: Graph, first_new: int, keep_refs) -> None:
-    """Remove nodes created since `first_new` that none of `keep_refs` depends on."""
-    new_ids = [i for i in range(first_new, graph._next_id) if i in graph.nodes]
-    if not new_ids:
-        return
-    keep = set()
-    stack = [r.node for r in keep_refs if r.node >= first_new]
-    while stack:
-        i = stack.pop()
-        if i in keep:
-            continue
-        keep.add(i)
-        stack.extend(r.node for r in graph.nodes[i].inputs if r.node >= first_new)
-    dropped = sorted(set(new_ids) - keep, reverse=True)
-    dropped_constants = {i for i in dropped if graph.nodes[i].op == "constant"}
-    for i in dropped:
-        graph.remove_node(i)
-    if dropped_constants:   # forget cached lifts of arrays whose constant node is gone
-        constants = current_frame().constants
-        for key in [k for k, (_, t) in constants.items() if t.ref.node in dropped_constants]:
-            del constants[key]
+def prune_new_nodes(graph: Graph, mark: int, keep_refs: list[ValueRef]) -> None:
+    """Remove the nodes recorded since `mark` that none of `keep_refs` depends on, and forget the
+    trace's cached lifts of arrays whose constant node went with them."""
+    current_frame().forget_nodes(graph.prune_since(mark, keep_refs))

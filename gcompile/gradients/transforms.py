@@ -112,13 +112,13 @@ def jvp(fn: Callable, primals: Any, tangents: Any) -> tuple[Any, Any]:
     outputs = fn(*primals)
     outs = [as_tensor(y) for y in _as_tuple(outputs)]
     graph = current_frame().graph
-    first_new = graph._next_id
+    mark = graph.mark()
     floats = [y for y in outs if y.dtype.kind == "f"]
     placeholders = [zeros_like(y) for y in floats]
     pulled = grad(floats, primals, placeholders)
     pushed = iter(grad(_inner(pulled, tangents), placeholders) if floats else [])
     results = [next(pushed) if y.dtype.kind == "f" else zeros_like(y) for y in outs]
-    prune_new_nodes(graph, first_new, [r.ref for r in results])
+    prune_new_nodes(graph, mark, [r.ref for r in results])
     return outputs, results[0] if not isinstance(outputs, (tuple, list)) else type(outputs)(results)
 
 
@@ -132,10 +132,10 @@ def hvp(fn: Callable[..., Tensor], primals: Any, vectors: Any) -> Tensor | tuple
     single = not isinstance(primals, (tuple, list))
     primals, vectors = _paired(primals, vectors, "vectors")
     graph = current_frame().graph
-    first_new = graph._next_id
+    mark = graph.mark()
     value = _scalar(fn(*primals), "hvp")
     result = grad(_inner(grad(value, primals), vectors), primals)
-    prune_new_nodes(graph, first_new, [r.ref for r in result])
+    prune_new_nodes(graph, mark, [r.ref for r in result])
     return result[0] if single else tuple(result)
 
 

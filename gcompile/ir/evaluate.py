@@ -33,7 +33,7 @@ def evaluate(graph: Graph, arrays, outputs=None) -> list[np.ndarray]:
     wanted = list(graph.outputs if outputs is None else outputs)
     needed = set()
     for ref in wanted:
-        needed |= {ref.node} | set(_ancestors(graph, ref.node))
+        needed |= {ref.node} | graph.ancestors(ref.node)
     with np.errstate(all="ignore"):   # Inf/NaN propagate as they would at run time
         _run(graph, values, needed, bindings)
     return [values[r] for r in wanted]
@@ -52,7 +52,3 @@ def _run(graph: Graph, values: dict, needed: set, bindings: dict) -> None:
         for i, (r, t) in enumerate(zip(results, node.outputs)):
             values[node.out(i)] = np.asarray(r, dtype=t.dtype)
 
-
-def _ancestors(graph: Graph, node_id: int):
-    import networkx as nx
-    return nx.ancestors(graph.dag, node_id)

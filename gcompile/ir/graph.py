@@ -58,14 +58,20 @@ class Node:
 
 @dataclass
 class Graph:
-    """Owns the nodes; `inputs` and `outputs` are ValueRefs in the caller's order."""
-    dag: nx.DiGraph = field(default_factory=nx.DiGraph)
+    """Owns the nodes; `inputs` and `outputs` are ValueRefs in the caller's order.
+
+    Read nodes through `nodes` (id -> Node), `topo_order`, `consumers` and `ancestors`. Add, remove,
+    rewire and renumber nodes only through the methods here, which keep the DiGraph in step with
+    the operand lists and the ids in creation order (a pass may still change a node's op and attrs
+    in place).
+    """
     nodes: dict[int, Node] = field(default_factory=dict)
     inputs: list[ValueRef] = field(default_factory=list)
     outputs: list[ValueRef] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
+    _dag: nx.DiGraph = field(default_factory=nx.DiGraph, repr=False)
     _next_id: int = 0
-    _name_counts: dict[str, int] = field(default_factory=dict)
+    _name_counts: dict[str, int] = field(default_factory=dict, repr=False)
 
     def add_node(self, op: str, inputs: list[ValueRef], attrs: dict, outputs: list[TensorType],
                  order: int = 0, source: str = "", name: str | None = None) -> Node:
@@ -77,9 +83,9 @@ class Graph:
         node = Node(self._next_id, name, op, list(inputs), dict(attrs), list(outputs), order, source)
         self._next_id += 1
         self.nodes[node.id] = node
-        self.dag.add_node(node.id)
+        self._dag.add_node(node.id)
         for ref in node.inputs:
-            self.dag.add_edge(ref.node, node.id)
+            self._dag.add_edge(ref.node, node.id)
         return node
 
     def type_of(self, ref: ValueRef) -> TensorType:
@@ -96,7 +102,7 @@ class Graph:
             for ref in node.inputs:
                 if ref.node not in self.nodes or ref.node >= node.id:
                     raise AssertionError(f"{node.name} reads {ref}, which is missing or not created before it")
-                if not self.dag.has_edge(ref.node, node.id):
+                if not self._dag.has_edge(ref.node, node.id):
                     raise AssertionError(f"edge {ref.node} -> {node.name} missing from the DiGraph")
         for ref in self.outputs:
             if ref.node not in self.nodes:
@@ -104,18 +110,71 @@ class Graph:
 
     def replace_inputs(self, node: Node, new_inputs: list[ValueRef]) -> None:
         for ref in node.inputs:
-            if self.dag.has_edge(ref.node, node.id):
-                self.dag.remove_edge(ref.node, node.id)
+            if self._dag.has_edge(ref.node, node.id):
+                self._dag.remove_edge(ref.node, node.id)
         node.inputs = list(new_inputs)
         for ref in node.inputs:
-            self.dag.add_edge(ref.node, node.id)
+            self._dag.add_edge(ref.node, node.id)
 
     def remove_node(self, node_id: int) -> None:
-        self.dag.remove_node(node_id)
+        self._dag.remove_node(node_id)
         del self.nodes[node_id]
 
+    # -- regions of nodes recorded after a point (the gradient engine, gc.checkpoint) ----------------
+    def mark(self) -> int:
+        """An opaque position in the recording: the nodes added after it are `nodes_since(mark)`.
+        Valid until `renumber`."""
+        return self._next_id
+
+    def nodes_since(self, mark: int) -> list[Node]:
+        """The nodes added after `mark` and still present, in creation order."""
+        return [self.nodes[i] for i in range(mark, self._next_id) if i in self.nodes]
+
+    def prune_since(self, mark: int, keep: list[ValueRef]) -> list[Node]:
+        """Remove the nodes added after `mark` that none of `keep` depends on; return them.
+
+        The gradient engine records a VJP rule's whole result and keeps only what the wanted
+        gradients need."""
+        kept: set[int] = set()
+        stack = [r.node for r in keep if r.node >= mark]
+        while stack:
+            i = stack.pop()
+            if i not in kept:
+                kept.add(i)
+                stack.extend(r.node for r in self.nodes[i].inputs if r.node >= mark)
+        dropped = [n for n in reversed(self.nodes_since(mark)) if n.id not in kept]
+        for node in dropped:
+            self.remove_node(node.id)
+        return dropped
+
+    def renumber(self, order: list[int]) -> None:
+        """Give the nodes ids 0, 1, ... in `order` (every node id once, a topological order): a
+        pass that added nodes meant to run before existing ones (passes/recompute.py) restores
+        the id order invariant with it. Operand lists, graph inputs and outputs follow; marks expire."""
+        if len(order) != len(self.nodes) or set(order) != self.nodes.keys():
+            raise ValueError("renumber needs every node id exactly once")
+        new_id = {old: new for new, old in enumerate(order)}
+        nodes = [self.nodes[i] for i in order]
+        self.nodes.clear()
+        self._dag.clear()
+        for node in nodes:
+            node.id = new_id[node.id]
+            node.inputs = [ValueRef(new_id[r.node], r.index) for r in node.inputs]
+            self.nodes[node.id] = node
+            self._dag.add_node(node.id)
+            self._dag.add_edges_from((r.node, node.id) for r in node.inputs)
+        self.inputs = [ValueRef(new_id[r.node], r.index) for r in self.inputs]
+        self.outputs = [ValueRef(new_id[r.node], r.index) for r in self.outputs]
+        self._next_id = len(nodes)
+
+    # -- topology queries ------------------------------------------------------------------------------
+    def ancestors(self, node_id: int) -> set[int]:
+        """Ids of the nodes `node_id` depends on (itself excluded)."""
+        return nx.ancestors(self._dag, node_id)
+
     def consumers(self, node_id: int) -> list[Node]:
-        return [self.nodes[i] for i in sorted(self.dag.successors(node_id))]
+        """The nodes reading an output of `node_id`, in id order."""
+        return [self.nodes[i] for i in sorted(self._dag.successors(node_id))]
 
     def __len__(self) -> int:
         return len(self.nodes)

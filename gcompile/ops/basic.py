@@ -7,7 +7,7 @@ from onnx import helper
 from ..errors import ShapeError
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.graph import tensor_type
-from .registry import defop
+from .registry import Trait, defop
 from .shape_rules import broadcast_shapes, same_dtype, unary_any
 
 __all__ = ["add_n", "cast", "constant", "full", "identity", "ones_like", "stop_gradient", "zeros_like"]
@@ -17,9 +17,14 @@ def _not_lowered(ctx, names, node):  # inputs and constants are handled by the l
     raise AssertionError(f"{node.op} is lowered by the driver")
 
 
-defop("input", infer=lambda types, **a: [a["type"]], reference=None, lower=_not_lowered, traits={"nondiff"})
+def _not_evaluated(**attrs):  # an input's value is the caller's array, bound by the evaluator itself
+    raise AssertionError("graph inputs are bound by the evaluator")
+
+
+defop("input", infer=lambda types, **a: [a["type"]], reference=_not_evaluated, lower=_not_lowered,
+      traits={Trait.NONDIFF})
 defop("constant", infer=lambda types, value: [tensor_type(value.dtype, value.shape)],
-      reference=lambda value: value, lower=_not_lowered, traits={"nondiff", "cheap"})
+      reference=lambda value: value, lower=_not_lowered, traits={Trait.NONDIFF, Trait.CHEAP})
 
 
 # -- cast --------------------------------------------------------------------------------------
@@ -39,7 +44,7 @@ defop("cast",
       infer=lambda types, dtype: [tensor_type(dtype, types[0].shape)],
       reference=lambda x, dtype: x.astype(dtype),
       lower=lambda ctx, names, node: ctx.emit("Cast", names, to=helper.np_dtype_to_tensor_dtype(node.attrs["dtype"])),
-      vjp=_cast_vjp, traits={"elementwise", "cheap"})
+      vjp=_cast_vjp, traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE})
 
 
 # -- identity and stop_gradient ----------------------------------------------------------------
@@ -54,9 +59,10 @@ def stop_gradient(x) -> Tensor:
 
 defop("identity", infer=unary_any, reference=lambda x: x.copy(),
       lower=lambda ctx, names, node: ctx.emit("Identity", names),
-      vjp=lambda g, ins, outs: [g[0]], traits={"elementwise", "cheap"})
+      vjp=lambda g, ins, outs: [g[0]], traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE})
 defop("stop_gradient", infer=unary_any, reference=lambda x: x.copy(),
-      lower=lambda ctx, names, node: ctx.emit("Identity", names), traits={"nondiff", "cheap"})
+      lower=lambda ctx, names, node: ctx.emit("Identity", names),
+      traits={Trait.NONDIFF, Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE})
 
 
 # -- fills ---------------------------------------------------------------------------------------
@@ -84,7 +90,7 @@ def _lower_fill(ctx, names, node):
 
 defop("fill", infer=lambda types, shape, value, dtype: [tensor_type(dtype, shape)],
       reference=lambda shape, value, dtype: np.full(shape, value, dtype=dtype), lower=_lower_fill,
-      traits={"nondiff", "cheap"})
+      traits={Trait.NONDIFF, Trait.CHEAP})
 
 
 def constant(value, dtype=None) -> Tensor:
@@ -104,11 +110,6 @@ def _add_n_infer(types):
     return [tensor_type(same_dtype(types), broadcast_shapes(*(t.shape for t in types)))]
 
 
-def _add_n_vjp(g, ins, outs):
-    from .reduce import sum_to_shape
-    return [sum_to_shape(g[0], x.shape) for x in ins]
-
-
 def _lower_add_n(ctx, names, node):
     if node.outputs[0].dtype.kind == "f":
         return ctx.emit("Sum", names)
@@ -119,7 +120,8 @@ def _lower_add_n(ctx, names, node):
 
 
 defop("add_n", infer=_add_n_infer, reference=lambda *xs: np.sum(np.broadcast_arrays(*xs), axis=0).astype(xs[0].dtype),
-      lower=_lower_add_n, vjp=_add_n_vjp, traits={"elementwise", "cheap"})
+      lower=_lower_add_n, vjp=lambda g, ins, outs: [g[0]] * len(ins),   # summed to each operand's shape by gc.grad
+      traits={Trait.CHEAP, Trait.BROADCASTS, Trait.NOOP_IF_SAME_TYPE})
 
 
 # -- scheduling ---------------------------------------------------------------------------------------
@@ -135,4 +137,4 @@ def _lower_after(ctx, names, node):
 
 # Inserted by the recompute pass (gcompile/passes/recompute.py) after differentiation: never differentiated.
 defop("after", infer=lambda types: [types[0]], reference=lambda x, token: np.array(x, copy=True),
-      lower=_lower_after, traits={"nondiff"})
+      lower=_lower_after, traits={Trait.NONDIFF})

@@ -7,11 +7,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..errors import ShapeError
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.graph import tensor_type
 from .basic import cast
-from .registry import defop
-from .shape_rules import binary_broadcast, compare_broadcast, unary_float
+from .registry import Trait, defop
+from .shape_rules import binary_broadcast, broadcast_shapes, compare_broadcast, same_dtype, unary_float
 
 __all__ = ["abs", "add", "ceil", "clip", "cos", "divide", "elu", "equal", "erf", "exp", "expm1", "floor",
            "gelu", "greater", "greater_equal", "leaky_relu", "less", "less_equal", "log", "log1p",
@@ -46,29 +47,24 @@ power = _binary("pow")
 maximum, minimum = _binary("maximum"), _binary("minimum")
 
 
-def _sum_to(g, shape):
-    from .reduce import sum_to_shape
-    return sum_to_shape(g, shape)
-
-
 def _float_or_none(x, grad):
     return grad if x.dtype.kind == "f" else None
 
 
 defop("add", infer=binary_broadcast, reference=np.add, lower=_onnx("Add"),
-      vjp=lambda g, ins, outs: [_sum_to(g[0], x.shape) for x in ins], traits={"elementwise", "cheap", "commutative"})
+      vjp=lambda g, ins, outs: [g[0], g[0]], traits={Trait.CHEAP, Trait.BROADCASTS})
 defop("sub", infer=binary_broadcast, reference=np.subtract, lower=_onnx("Sub"),
-      vjp=lambda g, ins, outs: [_sum_to(g[0], ins[0].shape), _sum_to(-g[0], ins[1].shape)],
-      traits={"elementwise", "cheap"})
+      vjp=lambda g, ins, outs: [g[0], -g[0]],
+      traits={Trait.CHEAP, Trait.BROADCASTS})
 defop("mul", infer=binary_broadcast, reference=np.multiply, lower=_onnx("Mul"),
-      vjp=lambda g, ins, outs: [_sum_to(g[0] * ins[1], ins[0].shape), _sum_to(g[0] * ins[0], ins[1].shape)],
-      traits={"elementwise", "cheap", "commutative"})
+      vjp=lambda g, ins, outs: [g[0] * ins[1], g[0] * ins[0]],
+      traits={Trait.CHEAP, Trait.BROADCASTS})
 
 
 def _div_vjp(g, ins, outs):
     a, b = ins
     ga = g[0] / b
-    return [_sum_to(ga, a.shape), _sum_to(-ga * outs[0], b.shape)]
+    return [ga, -ga * outs[0]]
 
 
 def _div_reference(a, b):
@@ -87,7 +83,7 @@ def divide(a, b) -> Tensor:
 
 
 defop("div", infer=binary_broadcast, reference=_div_reference, lower=_onnx("Div"), vjp=_div_vjp,
-      traits={"elementwise", "cheap"})
+      traits={Trait.CHEAP, Trait.BROADCASTS})
 
 
 def _pow_vjp(g, ins, outs):
@@ -96,11 +92,11 @@ def _pow_vjp(g, ins, outs):
     # derivatives of every order (passes drop the where when y is a nonzero constant)
     gx = g[0] * y * power(where(equal(y, 0), 1, x), y - 1)
     gy = g[0] * outs[0] * log(x) if y.dtype.kind == "f" else None
-    return [_sum_to(gx, x.shape), None if gy is None else _sum_to(gy, y.shape)]
+    return [gx, gy]
 
 
 defop("pow", infer=binary_broadcast, reference=np.power, lower=_onnx("Pow"), vjp=_pow_vjp,
-      traits={"elementwise"})
+      traits={Trait.BROADCASTS})
 
 
 def _minmax_vjp(pick_first):
@@ -108,7 +104,7 @@ def _minmax_vjp(pick_first):
         a, b = ins
         first = pick_first(a, b)          # where a wins (ties go to a)
         zero = zeros_scalar(g[0])
-        return [_sum_to(where(first, g[0], zero), a.shape), _sum_to(where(first, zero, g[0]), b.shape)]
+        return [where(first, g[0], zero), where(first, zero, g[0])]
     return vjp
 
 
@@ -117,9 +113,9 @@ def zeros_scalar(like: Tensor) -> Tensor:
 
 
 defop("maximum", infer=binary_broadcast, reference=np.maximum, lower=_onnx("Max"),
-      vjp=_minmax_vjp(lambda a, b: greater_equal(a, b)), traits={"elementwise", "cheap", "commutative"})
+      vjp=_minmax_vjp(lambda a, b: greater_equal(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS})
 defop("minimum", infer=binary_broadcast, reference=np.minimum, lower=_onnx("Min"),
-      vjp=_minmax_vjp(lambda a, b: less_equal(a, b)), traits={"elementwise", "cheap", "commutative"})
+      vjp=_minmax_vjp(lambda a, b: less_equal(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS})
 
 
 # -- comparisons and logic (no gradient) ---------------------------------------------------------
@@ -127,7 +123,8 @@ def _compare(op, onnx_op, reference, negate=False) -> Callable[..., Tensor]:
     def lower(ctx, names, node):
         out = ctx.emit(onnx_op, names)
         return ctx.emit("Not", [out]) if negate else out
-    defop(op, infer=compare_broadcast, reference=reference, lower=lower, traits={"nondiff", "elementwise", "cheap"})
+    defop(op, infer=compare_broadcast, reference=reference, lower=lower,
+          traits={Trait.NONDIFF, Trait.CHEAP, Trait.BROADCASTS})
     fn = _binary(op)
     return fn
 
@@ -143,14 +140,16 @@ not_equal = _compare("not_equal", "Equal", np.not_equal, negate=True)
 def _bool_infer(types, **_):
     for t in types:
         if t.dtype != np.bool_:
-            from ..errors import ShapeError
             raise ShapeError(f"logical ops need bool operands, got {t.dtype.name}")
     return compare_broadcast(types)
 
 
-defop("logical_and", infer=_bool_infer, reference=np.logical_and, lower=_onnx("And"), traits={"nondiff", "elementwise"})
-defop("logical_or", infer=_bool_infer, reference=np.logical_or, lower=_onnx("Or"), traits={"nondiff", "elementwise"})
-defop("logical_not", infer=_bool_infer, reference=np.logical_not, lower=_onnx("Not"), traits={"nondiff", "elementwise"})
+defop("logical_and", infer=_bool_infer, reference=np.logical_and, lower=_onnx("And"),
+      traits={Trait.NONDIFF, Trait.BROADCASTS})
+defop("logical_or", infer=_bool_infer, reference=np.logical_or, lower=_onnx("Or"),
+      traits={Trait.NONDIFF, Trait.BROADCASTS})
+defop("logical_not", infer=_bool_infer, reference=np.logical_not, lower=_onnx("Not"),
+      traits={Trait.NONDIFF})
 
 
 def logical_and(a, b) -> Tensor:
@@ -176,7 +175,6 @@ def where(cond, a, b) -> Tensor:
 
 
 def _where_infer(types):
-    from .shape_rules import broadcast_shapes, same_dtype
     dtype = same_dtype(types[1:])
     return [tensor_type(dtype, broadcast_shapes(*(t.shape for t in types)))]
 
@@ -184,11 +182,11 @@ def _where_infer(types):
 def _where_vjp(g, ins, outs):
     cond, a, b = ins
     zero = zeros_scalar(g[0])
-    return [None, _sum_to(where(cond, g[0], zero), a.shape), _sum_to(where(cond, zero, g[0]), b.shape)]
+    return [None, where(cond, g[0], zero), where(cond, zero, g[0])]
 
 
 defop("where", infer=_where_infer, reference=np.where, lower=_onnx("Where"), vjp=_where_vjp,
-      traits={"elementwise", "cheap"})
+      traits={Trait.CHEAP, Trait.BROADCASTS})
 
 
 # -- unary math ----------------------------------------------------------------------------------
@@ -202,8 +200,8 @@ def _unary(op) -> Callable[..., Tensor]:
     return fn
 
 
-def _unary_def(op, reference, lower, vjp, traits=("elementwise", "cheap"), infer=unary_float) -> Callable[..., Tensor]:
-    defop(op, infer=infer, reference=reference, lower=lower, vjp=vjp, traits=set(traits))
+def _unary_def(op, reference, lower, vjp, traits=(Trait.CHEAP,), infer=unary_float) -> Callable[..., Tensor]:
+    defop(op, infer=infer, reference=reference, lower=lower, vjp=vjp, traits=traits)
     return _unary(op)
 
 
@@ -283,11 +281,11 @@ log1p = _unary_def("log1p", np.log1p, _lower_log1p, lambda g, ins, outs: [g[0] /
 expm1 = _unary_def("expm1", np.expm1, _lower_expm1, lambda g, ins, outs: [g[0] * (outs[0] + 1)])
 
 # Piecewise-constant ops: declared non-differentiable (zero gradient, never an error).
-sign: Callable[..., Tensor] = _unary_def("sign", np.sign, _onnx("Sign"), None, traits=("elementwise", "nondiff"),
+sign: Callable[..., Tensor] = _unary_def("sign", np.sign, _onnx("Sign"), None, traits=(Trait.NONDIFF,),
                                          infer=_numeric)
-floor = _unary_def("floor", np.floor, _onnx("Floor"), None, traits=("elementwise", "nondiff"))
-ceil = _unary_def("ceil", np.ceil, _onnx("Ceil"), None, traits=("elementwise", "nondiff"))
-round = _unary_def("round", np.round, _onnx("Round"), None, traits=("elementwise", "nondiff"))
+floor = _unary_def("floor", np.floor, _onnx("Floor"), None, traits=(Trait.NONDIFF,))
+ceil = _unary_def("ceil", np.ceil, _onnx("Ceil"), None, traits=(Trait.NONDIFF,))
+round = _unary_def("round", np.round, _onnx("Round"), None, traits=(Trait.NONDIFF,))
 
 
 def square(x) -> Tensor:
@@ -331,7 +329,7 @@ def _lower_leaky_relu(ctx, names, node):
 defop("leaky_relu", infer=unary_float, reference=lambda x, slope: np.where(x > 0, x, slope * x),
       lower=_lower_leaky_relu,
       vjp=lambda g, ins, outs, slope: [where(greater(ins[0], 0), g[0], g[0] * slope)],
-      traits={"elementwise", "cheap"})
+      traits={Trait.CHEAP})
 
 
 def elu(x, alpha: float = 1.0) -> Tensor:
@@ -348,7 +346,7 @@ def _lower_elu(ctx, names, node):
 defop("elu", infer=unary_float, reference=lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))),
       lower=_lower_elu,
       vjp=lambda g, ins, outs, alpha: [g[0] * where(greater(ins[0], 0), 1.0, outs[0] + alpha)],
-      traits={"elementwise", "cheap"})
+      traits={Trait.CHEAP})
 
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772, 1.0507009873554805
 
@@ -368,7 +366,7 @@ defop("selu", infer=unary_float,
       reference=lambda x: _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(np.minimum(x, 0))),
       lower=_lower_selu,
       vjp=lambda g, ins, outs: [g[0] * where(greater(ins[0], 0), _SELU_SCALE, outs[0] + _SELU_ALPHA * _SELU_SCALE)],
-      traits={"elementwise", "cheap"})
+      traits={Trait.CHEAP})
 
 
 def softplus(x, beta: float = 1.0) -> Tensor:
@@ -395,7 +393,7 @@ def _lower_softplus(ctx, names, node):
 
 
 defop("softplus", infer=unary_float, reference=_softplus_reference, lower=_lower_softplus,
-      vjp=lambda g, ins, outs, beta: [g[0] * sigmoid(ins[0] * beta)], traits={"elementwise", "cheap"})
+      vjp=lambda g, ins, outs, beta: [g[0] * sigmoid(ins[0] * beta)], traits={Trait.CHEAP})
 
 
 def silu(x) -> Tensor:
@@ -446,8 +444,7 @@ def _gelu_vjp(g, ins, outs, approximate):
     return [g[0] * (cdf + x * pdf)]
 
 
-defop("gelu", infer=unary_float, reference=_gelu_reference, lower=_lower_gelu, vjp=_gelu_vjp,
-      traits={"elementwise"})
+defop("gelu", infer=unary_float, reference=_gelu_reference, lower=_lower_gelu, vjp=_gelu_vjp)
 
 
 def clip(x, lo=None, hi=None) -> Tensor:

@@ -18,7 +18,7 @@ from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from .basic import full, zeros_like
 from .elementwise import _promote
-from .registry import defop
+from .registry import Trait, defop
 from .shape import broadcast_to, expand_dims, ravel, reshape, transpose
 from .shape_rules import broadcast_shapes, normalize_axis
 
@@ -125,7 +125,7 @@ def _lower_slice_scatter(ctx, names, node):
 defop("slice", infer=_slice_infer,
       reference=lambda x, axes, starts, ends, steps: x[_slices(x.ndim, axes, starts, ends, steps)].copy(),
       lower=_lower_slice,
-      vjp=lambda g, ins, outs, **a: [slice_scatter(g[0], ins[0].shape, **a)], traits={"cheap"})
+      vjp=lambda g, ins, outs, **a: [slice_scatter(g[0], ins[0].shape, **a)], traits={Trait.CHEAP})
 defop("slice_scatter", infer=_slice_scatter_infer, reference=_slice_scatter_reference, lower=_lower_slice_scatter,
       vjp=lambda g, ins, outs, shape, **a: [slice_axes(g[0], **a)])
 

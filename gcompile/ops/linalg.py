@@ -47,8 +47,8 @@ def _matmul_vjp(g, ins, outs):
         # product, rather than a product per batch element summed afterwards.
         gb = matmul(swapaxes(reshape(a, -1, a.shape[-1]), 0, 1), reshape(g[0], -1, g[0].shape[-1]))
     else:
-        gb = sum_to_shape(matmul(swapaxes(a, -1, -2), g[0]), b.shape)
-    return [sum_to_shape(matmul(g[0], swapaxes(b, -1, -2)), a.shape), gb]
+        gb = matmul(swapaxes(a, -1, -2), g[0])
+    return [matmul(g[0], swapaxes(b, -1, -2)), gb]
 
 
 defop("matmul", infer=_matmul_infer, reference=np.matmul,
@@ -137,10 +137,11 @@ def _einsum_vjp(g, ins, outs, equation):
         kept = "".join(c for c in term if c in available)
         operands = [g[0]] + [y for j, y in enumerate(ins) if j != i]
         gx = apply("einsum", operands, equation=",".join([out] + others) + "->" + kept)
-        if kept != term:   # indices summed only inside this operand: broadcast back over them
+        if kept != term:   # indices summed only inside this operand: broadcast back over them, after
+            # summing over those x has at size 1 (elsewhere gc.grad sums a gradient back to x's shape)
             gx = reshape(gx, tuple(gx.shape[kept.index(c)] if c in kept else 1 for c in term))
-            gx = sum_to_shape(gx, tuple(d if c in kept else 1 for c, d in zip(term, x.shape)))
-        grads.append(broadcast_to(sum_to_shape(gx, x.shape) if kept == term else gx, x.shape))
+            gx = broadcast_to(sum_to_shape(gx, tuple(d if c in kept else 1 for c, d in zip(term, x.shape))), x.shape)
+        grads.append(gx)
     return grads
 
 
@@ -170,7 +171,7 @@ def _gemm_vjp(g, ins, outs, trans_a, trans_b):
     a, b = _gemm_operands(ins[0], ins[1], trans_a, trans_b)
     ga, gb = matmul(g[0], swapaxes(b, 0, 1)), matmul(swapaxes(a, 0, 1), g[0])
     grads = [swapaxes(ga, 0, 1) if trans_a else ga, swapaxes(gb, 0, 1) if trans_b else gb]
-    return grads + [sum_to_shape(g[0], c.shape) for c in ins[2:]]
+    return grads + [g[0] for _ in ins[2:]]
 
 
 defop("gemm", infer=_gemm_infer, reference=_gemm_reference,

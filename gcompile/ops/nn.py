@@ -17,9 +17,9 @@ from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from .basic import cast
 from .elementwise import _promote, equal, exp, log1p, minimum, relu, rsqrt
-from .reduce import mean, sum_to_shape
+from .reduce import mean
 from .reduce import sum as reduce_sum
-from .registry import defop
+from .registry import Trait, defop
 from .shape import expand_dims, reshape
 from .shape_rules import normalize_axis, require_float, same_dtype, unary_float
 
@@ -192,7 +192,7 @@ def _layer_norm_vjp(g, ins, outs, axis, eps):
     xhat = xc * r
     gh = g[0] * gamma
     gx = r * (gh - mean(gh, axes, keepdims=True) - xhat * mean(gh * xhat, axes, keepdims=True))
-    return [gx, sum_to_shape(g[0] * xhat, gamma.shape), sum_to_shape(g[0], beta.shape)]
+    return [gx, g[0] * xhat, g[0]]
 
 
 defop("layer_norm", infer=_layer_norm_infer, reference=_layer_norm_reference,
@@ -265,4 +265,4 @@ def _dropout_vjp(g, ins, outs, ratio, seed):
 
 
 defop("dropout", infer=lambda types, ratio, seed: [types[0], tensor_type(np.bool_, types[0].shape)],
-      reference=_dropout_reference, lower=_lower_dropout, vjp=_dropout_vjp, traits={"random"}, n_outputs=2)
+      reference=_dropout_reference, lower=_lower_dropout, vjp=_dropout_vjp, traits={Trait.RANDOM}, n_outputs=2)

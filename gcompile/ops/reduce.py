@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper
 
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
 from ..ir.graph import tensor_type
 from .basic import cast, stop_gradient
 from .elementwise import equal, exp, log
-from .registry import defop
+from .registry import Trait, defop
 from .shape import broadcast_to, reshape
 from .shape_rules import normalize_axes, reduced_shape
 
@@ -73,15 +74,15 @@ def _np_reduce(fn):
 
 
 defop("reduce_sum", infer=_reduce_infer, reference=_np_reduce(np.sum), lower=_lower_reduce("ReduceSum"),
-      vjp=_sum_vjp, traits={"reduction"})
+      vjp=_sum_vjp)
 defop("reduce_mean", infer=_reduce_infer, reference=_np_reduce(np.mean), lower=_lower_reduce("ReduceMean"),
-      vjp=_mean_vjp, traits={"reduction"})
+      vjp=_mean_vjp)
 defop("reduce_max", infer=_reduce_infer, reference=_np_reduce(np.max), lower=_lower_reduce("ReduceMax"),
-      vjp=_extremum_vjp, traits={"reduction"})
+      vjp=_extremum_vjp)
 defop("reduce_min", infer=_reduce_infer, reference=_np_reduce(np.min), lower=_lower_reduce("ReduceMin"),
-      vjp=_extremum_vjp, traits={"reduction"})
+      vjp=_extremum_vjp)
 defop("reduce_prod", infer=_reduce_infer, reference=_np_reduce(np.prod), lower=_lower_reduce("ReduceProd"),
-      vjp=_prod_vjp, traits={"reduction"})
+      vjp=_prod_vjp)
 
 sum = _reduction("reduce_sum")
 mean = _reduction("reduce_mean")
@@ -109,7 +110,6 @@ def count(x, axes) -> Tensor:
 
 
 def _lower_count(ctx, names, node):
-    from onnx import helper
     dim = dims.product(ctx.graph.type_of(node.inputs[0]).shape[a] for a in node.attrs["axes"])
     n = ctx.shape_tensor((dim,))
     total = ctx.emit("Reshape", [n, ctx.int64s([])])
@@ -118,7 +118,7 @@ def _lower_count(ctx, names, node):
 
 defop("count", infer=lambda types, axes: [tensor_type(types[0].dtype, ())],
       reference=lambda x, axes: np.asarray(np.prod([x.shape[a] for a in axes]), x.dtype),
-      lower=_lower_count, traits={"nondiff", "cheap"})
+      lower=_lower_count, traits={Trait.NONDIFF, Trait.CHEAP})
 
 
 # -- the adjoint of broadcasting ---------------------------------------------------------------------

@@ -1,53 +1,121 @@
 """The op registry: one OpDef per op, holding everything gcompile knows about it.
 
 An op's shape/dtype rule, numpy reference, ONNX lowering and VJP rule sit side by side
-in one `defop(...)` call, so adding an op is one self-contained change.
-
-Rule signatures (one per rule kind, used by every op):
-  infer(types: list[TensorType], **attrs) -> list[TensorType]      raise ShapeError on misuse
-  reference(*arrays, **attrs) -> array | tuple[array, ...]          numpy, float64-exact
-  lower(ctx, names: list[str], node) -> str | list[str]             emit ai.onnx nodes via ctx
-  vjp(grads, inputs, outputs, **attrs) -> list[Tensor | None]       gcompile ops only
-     `grads` has one entry per output, None where that output has no cotangent;
-     return one entry per input, None where the input gets no gradient.
+in one `defop(...)` call, so adding an op is one self-contained change. The four rule
+kinds have one signature each, written out as the Protocols below.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import enum
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UnsupportedError
+from ..ir.graph import Node, TensorType
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..frontend.tensor import Tensor
+
+
+Rule = Callable[..., Any]   # a rule as defop receives it: its keyword arguments are the attributes it names
+
+
+class InferRule(Protocol):
+    """The output types from the operand types and the node's attributes; raises ShapeError on misuse."""
+    def __call__(self, types: list[TensorType], /, **attrs: Any) -> list[TensorType]: ...
+
+
+class ReferenceRule(Protocol):
+    """The numpy reference, float64-exact: one array per operand in, one array (a tuple of them for
+    several outputs) out. The evaluator (ir/evaluate.py) and constant folding run it."""
+    def __call__(self, *arrays: np.ndarray, **attrs: Any) -> Any: ...
+
+
+class LowerRule(Protocol):
+    """Emits the ai.onnx nodes computing `node` through `ctx` (a lowering.context.LoweringContext) from
+    the ONNX value names of its operands; returns the name of its output (a list for several)."""
+    def __call__(self, ctx: Any, names: list[str], node: Node, /) -> str | list[str]: ...
+
+
+class VjpRule(Protocol):
+    """Reverse mode, written with gcompile ops (so it differentiates again). `grads` has one entry
+    per output, None where that output has no cotangent; the result has one entry per input, None
+    where the input gets no gradient, with the input's dtype and its shape or one it broadcasts to:
+    gc.grad sums the broadcast axes away (so a broadcasting op's rule returns its cotangents at the
+    output's shape)."""
+    def __call__(self, grads: list[Tensor | None], inputs: list[Tensor], outputs: list[Tensor], /,
+                 **attrs: Any) -> list[Tensor | None]: ...
+
+
+class Trait(enum.Enum):
+    """A property an op declares in `defop(traits=...)`; each is read where said, so a new op gets
+    that treatment by declaring it.
+
+    NONDIFF            no gradient: gc.grad treats the output as a constant (zeros, never an error);
+                       comparisons, rounding, fills, stop_gradient. Read by gradients/engine.py (via
+                       OpDef.differentiable); an op without a vjp rule must declare it.
+    RANDOM             draws random numbers when run: two nodes never hold the same value, and a copy
+                       would draw others. Never merged (passes/cse.py), folded (passes/fold.py) nor
+                       recomputed (passes/recompute.py).
+    CHEAP              cheaper to compute again than to keep alive for the backward (elementwise math,
+                       views, fills): passes/recompute.py with cheap=True copies it into the backward.
+    BROADCASTS         the ONNX lowering broadcasts every operand to the output's shape (numpy rules),
+                       so an operand expanded only to be broadcast can be read unexpanded: passes/simplify.py
+                       drops such expands.
+    ELEMENT_COPY       every output element is an element of the first operand (moved, repeated, or
+                       converted by a cast, which keeps 0 and 1): a value that is 0 or 1 everywhere stays
+                       so. passes/simplify.py looks through these for the neutral constants of x+0, x*1.
+    NOOP_IF_SAME_TYPE  with a single operand of the output's exact type, the output is that operand (a
+                       reshape to the same shape, a cast to the same dtype, a one-term add_n):
+                       passes/simplify.py removes such nodes.
+    """
+    NONDIFF = "nondiff"
+    RANDOM = "random"
+    CHEAP = "cheap"
+    BROADCASTS = "broadcasts"
+    ELEMENT_COPY = "element_copy"
+    NOOP_IF_SAME_TYPE = "noop_if_same_type"
 
 
 @dataclass(frozen=True)
 class OpDef:
     name: str
-    infer: Callable
-    reference: Callable
-    lower: Callable
-    vjp: Callable | None = None
-    # "nondiff": declared to have no gradient (comparisons, floor, ...): zeros, never an error.
-    # "elementwise", "cheap": used by passes (recompute, simplification).
-    # "random": never merged by CSE nor folded.
-    traits: frozenset = field(default_factory=frozenset)
+    infer: InferRule
+    reference: ReferenceRule
+    lower: LowerRule
+    vjp: VjpRule | None = None
+    traits: frozenset[Trait] = field(default_factory=frozenset)
     n_outputs: int = 1
 
     @property
     def differentiable(self) -> bool:
-        return "nondiff" not in self.traits
+        return Trait.NONDIFF not in self.traits
 
 
 REGISTRY: dict[str, OpDef] = {}
 
 
-def defop(name: str, *, infer, reference, lower, vjp=None, traits=(), n_outputs=1) -> OpDef:
+def defop(name: str, *, infer: Rule, reference: Rule, lower: Rule, vjp: Rule | None = None,
+          traits: Iterable[Trait] = (), n_outputs: int = 1) -> OpDef:
+    """Register an op. The rules follow InferRule, ReferenceRule, LowerRule and VjpRule, each taking
+    the node's attributes as the keyword arguments it names (so no Protocol can check them here)."""
+    traits = frozenset(traits)
     if name in REGISTRY:
         raise ValueError(f"op {name!r} registered twice")
-    if vjp is None and "nondiff" not in traits:
-        raise ValueError(f"op {name!r} needs a vjp rule or the 'nondiff' trait")
-    op = OpDef(name, infer, reference, lower, vjp, frozenset(traits), n_outputs)
+    if not all(isinstance(t, Trait) for t in traits):
+        raise TypeError(f"op {name!r}: traits must be Trait members, got {sorted(map(str, traits))}")
+    if vjp is None and Trait.NONDIFF not in traits:
+        raise ValueError(f"op {name!r} needs a vjp rule or the Trait.NONDIFF trait")
+    op = OpDef(name, infer, reference, lower, vjp, traits, n_outputs)
     REGISTRY[name] = op
     return op
+
+
+def has_trait(op_name: str, trait: Trait) -> bool:
+    return trait in get_op(op_name).traits
 
 
 def get_op(name: str) -> OpDef:

@@ -9,8 +9,8 @@ from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
-from .registry import defop
-from .shape_rules import broadcast_shapes, normalize_axes, normalize_axis
+from .registry import Trait, defop
+from .shape_rules import broadcasts_to, normalize_axes, normalize_axis
 
 __all__ = ["broadcast_to", "expand_dims", "flatten", "ravel", "reshape", "squeeze", "swapaxes", "transpose"]
 
@@ -52,7 +52,8 @@ def _lower_reshape(ctx, names, node):
 
 defop("reshape", infer=lambda types, shape: [tensor_type(types[0].dtype, shape)],
       reference=lambda x, shape: np.reshape(x, shape), lower=_lower_reshape,
-      vjp=lambda g, ins, outs, shape: [reshape(g[0], ins[0].shape)], traits={"cheap", "view"})
+      vjp=lambda g, ins, outs, shape: [reshape(g[0], ins[0].shape)],
+      traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE})
 
 
 # -- transpose ---------------------------------------------------------------------------------
@@ -76,7 +77,8 @@ def swapaxes(x, a: int, b: int) -> Tensor:
 defop("transpose", infer=lambda types, perm: [tensor_type(types[0].dtype, tuple(types[0].shape[p] for p in perm))],
       reference=lambda x, perm: np.transpose(x, perm),
       lower=lambda ctx, names, node: ctx.emit("Transpose", names, perm=list(node.attrs["perm"])),
-      vjp=lambda g, ins, outs, perm: [transpose(g[0], tuple(np.argsort(perm)))], traits={"cheap", "view"})
+      vjp=lambda g, ins, outs, perm: [transpose(g[0], tuple(np.argsort(perm)))],
+      traits={Trait.CHEAP, Trait.ELEMENT_COPY})   # not NOOP_IF_SAME_TYPE: a square matrix's transpose has its type
 
 
 # -- broadcast ---------------------------------------------------------------------------------
@@ -85,25 +87,17 @@ def broadcast_to(x, shape) -> Tensor:
     x, shape = as_tensor(x), tuple(shape)
     if x.shape == shape:
         return x
-    try:
-        fits = broadcast_shapes(x.shape, shape) == shape
-    except ShapeError:
-        fits = False
-    if not fits:
+    if not broadcasts_to(x.shape, shape):
         raise ShapeError(f"broadcast_to: cannot broadcast {format_shape(x.shape)} to {format_shape(shape)} "
                          f"(at {user_location()})")
     return apply("expand", [x], shape=shape)
 
 
-def _expand_vjp(g, ins, outs, shape):
-    from .reduce import sum_to_shape
-    return [sum_to_shape(g[0], ins[0].shape)]
-
-
 defop("expand", infer=lambda types, shape: [tensor_type(types[0].dtype, shape)],
       reference=lambda x, shape: np.broadcast_to(x, shape).copy(),
       lower=lambda ctx, names, node: ctx.emit("Expand", [names[0], ctx.shape_tensor(node.attrs["shape"])]),
-      vjp=_expand_vjp, traits={"cheap"})
+      vjp=lambda g, ins, outs, shape: [g[0]],   # summed back to the input shape by gc.grad
+      traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE})
 
 
 # -- squeeze / expand_dims / flatten (all reshapes) ---------------------------------------------

@@ -30,6 +30,11 @@ def broadcast_shapes(*shapes) -> tuple:
     return tuple(result)
 
 
+def broadcasts_to(shape, target) -> bool:
+    """Whether numpy broadcasting takes `shape` to exactly `target` (each dim 1 or equal, aligned from the right)."""
+    return len(shape) <= len(target) and all(d == 1 or d == t for d, t in zip(shape[::-1], target[::-1]))
+
+
 def normalize_axis(axis: int, ndim: int) -> int:
     if not -ndim <= axis < ndim:
         raise ShapeError(f"axis {axis} is out of range for a tensor of rank {ndim}")

@@ -7,11 +7,12 @@ the cheap forward nodes (DESIGN.md §5).
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from ..collector import collector_paused
 from ..ir.graph import Graph
-from .base import PassResult, replace_uses, run_to_fixed_point
+from .base import PassResult, replace_uses, run_pass, run_to_fixed_point
 from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .fold import fold_constants
@@ -33,8 +34,8 @@ def optimize(graph: Graph, level: int = 2, recompute: bool = False) -> Graph:
     if level not in PIPELINES:
         raise ValueError(f"optimization level must be 0, 1 or 2, got {level}")
     run_to_fixed_point(graph, PIPELINES[level])
-    if recompute_pass(graph, cheap=recompute).changed:
-        eliminate_dead_code(graph)
+    if run_pass(graph, functools.partial(recompute_pass, cheap=recompute)).changed:
+        run_pass(graph, eliminate_dead_code)
     return graph
 
 

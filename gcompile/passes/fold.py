@@ -7,7 +7,7 @@ import numpy as np
 
 from ..ir import dims
 from ..ir.graph import Graph
-from ..ops.registry import get_op
+from ..ops.registry import Trait, get_op, has_trait
 from .base import PassResult
 
 MAX_FOLD_ELEMENTS = 4096
@@ -16,7 +16,7 @@ MAX_FOLD_ELEMENTS = 4096
 def fold_constants(graph: Graph) -> PassResult:
     changed = False
     for node in graph.topo_order():
-        if node.op in ("input", "constant") or "random" in get_op(node.op).traits:
+        if node.op in ("input", "constant") or has_trait(node.op, Trait.RANDOM):
             continue
         if len(node.outputs) != 1 or not dims.is_static(node.outputs[0].shape):
             continue

@@ -6,11 +6,11 @@ until they run. This pass gives those consumers their own copy of the node, reco
 their order and placed just before the first of them, so the forward original can be
 freed once the forward is done with it. Copied are:
   - nodes marked by gc.checkpoint (their region's inputs and outputs stay kept);
-  - with cheap=True, also cheap nodes (trait "cheap": elementwise, views, fills) whose
+  - with cheap=True, also cheap nodes (Trait.CHEAP: elementwise math, views, fills) whose
     operands are kept for the backward anyway (graph inputs, constants, values the
     backward reads directly, or other copied nodes), so copying never makes the backward
     keep a value it did not keep before.
-Random ops are never copied (a copy would draw different numbers). One copy is made per
+Random ops (Trait.RANDOM) are never copied (a copy would draw different numbers). One copy is made per
 node and consumer order, shared by all consumers of that order.
 
 A copy only depends on forward values, so a runtime free to reorder (onnxruntime is)
@@ -18,13 +18,13 @@ would run it early and keep its output as long as the original: nothing saved. S
 operands a group of copies reads from outside it pass through `after(x, token)`, which is
 x but cannot run before `token`, the latest backward node already placed that depends on
 the end of the forward; this keeps the copies in the backward, where they belong, and also stops
-onnxruntime's CSE from merging them back. The graph is renumbered so that id order stays
+onnxruntime's CSE from merging them back. The graph is renumbered (Graph.renumber) so that id order stays
 topological. Run it after the passes that merge equal nodes; it is idempotent.
 """
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node, ValueRef
-from ..ops.registry import get_op
+from ..ops.registry import Trait, has_trait
 from .base import PassResult
 
 
@@ -33,9 +33,9 @@ def _candidates(graph: Graph, cheap: bool) -> set[int]:
     read_later = {r.node for n in graph.nodes.values() for r in n.inputs if graph.nodes[r.node].order < n.order}
     chosen: set[int] = set()
     for node in graph.topo_order():
-        if node.op in ("input", "constant") or "random" in get_op(node.op).traits:
+        if node.op in ("input", "constant") or has_trait(node.op, Trait.RANDOM):
             continue
-        if node.recompute or cheap and "cheap" in get_op(node.op).traits and all(
+        if node.recompute or cheap and has_trait(node.op, Trait.CHEAP) and all(
                 graph.nodes[r.node].op in ("input", "constant") or r.node in chosen or r.node in read_later
                 for r in node.inputs):
             chosen.add(node.id)
@@ -62,67 +62,53 @@ def recompute(graph: Graph, cheap: bool = True) -> PassResult:
     if not chosen:
         return PassResult(graph, False)
     carriers = _gradient_carriers(graph)
-    sequence: list = []                 # node ids and copy keys, in the new topological order
-    inputs: dict = {}                   # key -> operand list of (key, output index)
-    copies: dict = {}                   # key -> new Node
-    latest: dict[int, int] = {}         # order -> latest gradient-carrying node emitted at >= that order
+    originals = graph.topo_order()
+    sequence: list[int] = []            # node ids in the new topological order
+    made: dict[tuple, Node] = {}        # ("copy", id, order) or ("after", ref, token) -> the node added
+    rewired: dict[int, list[ValueRef]] = {}    # original node id -> its operands once copies exist
+    latest: dict[int, int] = {}         # order -> latest gradient-carrying node placed at >= that order
 
-    def emit(key, node: Node, operands) -> tuple:
-        copies[key], inputs[key] = node, operands
-        sequence.append(key)
-        return key
+    def place(key: tuple, node: Node) -> Node:
+        made[key] = node
+        sequence.append(node.id)
+        return node
 
-    def operand(ref: ValueRef, order: int):
+    def operand(ref: ValueRef, order: int) -> ValueRef:
         producer = graph.nodes[ref.node]
         if ref.node in chosen and producer.order < order:
-            return copy(producer, order), ref.index
-        return ref.node, ref.index
+            return copy(producer, order).out(ref.index)
+        return ref
 
-    def boundary(ref: ValueRef, order: int):
+    def boundary(ref: ValueRef, order: int) -> ValueRef:
         """An outside operand of a copy, made to wait for the backward's progress."""
         token = latest.get(order)
         if token is None or graph.nodes[ref.node].op == "constant":
-            return ref.node, ref.index
+            return ref
         key = ("after", ref, token)
-        if key not in copies:
-            emit(key, Node(-1, f"after{order}_{graph.nodes[ref.node].name}", "after", [], {},
-                           [graph.type_of(ref)], order), [(ref.node, ref.index), (token, 0)])
-        return key, 0
+        if key not in made:
+            place(key, graph.add_node("after", [ref, ValueRef(token)], {}, [graph.type_of(ref)], order,
+                                      name=f"after{order}_{graph.nodes[ref.node].name}"))
+        return made[key].out(0)
 
-    def copy(node: Node, order: int) -> tuple:
+    def copy(node: Node, order: int) -> Node:
         key = ("copy", node.id, order)
-        if key not in copies:
+        if key not in made:   # node.inputs are still the original operands: rewiring waits for the end
             operands = [operand(r, order) if r.node in chosen else boundary(r, order) for r in node.inputs]
-            emit(key, Node(-1, f"re{order}_{node.name}", node.op, [], dict(node.attrs), list(node.outputs),
-                           order, node.source), operands)
-        return key
+            return place(key, graph.add_node(node.op, operands, node.attrs, node.outputs, order, node.source,
+                                             f"re{order}_{node.name}"))
+        return made[key]
 
-    for node in graph.topo_order():
-        inputs[node.id] = [operand(r, node.order) for r in node.inputs]
+    for node in originals:
+        operands = [operand(r, node.order) for r in node.inputs]
+        if operands != node.inputs:
+            rewired[node.id] = operands
         sequence.append(node.id)
         for k, reached in carriers.items():
             if node.id in reached:
                 latest[k] = node.id
-    if not any(key[0] == "copy" for key in copies):
+    if not made:   # (an "after" is only ever made for a copy)
         return PassResult(graph, False)
-    _renumber(graph, sequence, inputs, copies)
+    for node_id, operands in rewired.items():
+        graph.replace_inputs(graph.nodes[node_id], operands)
+    graph.renumber(sequence)
     return PassResult(graph, True)
-
-
-def _renumber(graph: Graph, sequence: list, inputs: dict, copies: dict) -> None:
-    """Rebuild the graph in place with ids 0.. in `sequence` order."""
-    new_id = {key: i for i, key in enumerate(sequence)}
-    old_nodes = graph.nodes
-    graph.nodes = {}
-    graph.dag.clear()
-    for key in sequence:
-        node = copies[key] if isinstance(key, tuple) else old_nodes[key]
-        node.id = new_id[key]
-        node.inputs = [ValueRef(new_id[k], i) for k, i in inputs[key]]
-        graph.nodes[node.id] = node
-        graph.dag.add_node(node.id)
-        for ref in node.inputs:
-            graph.dag.add_edge(ref.node, node.id)
-    graph.inputs = [ValueRef(new_id[r.node], r.index) for r in graph.inputs]
-    graph.outputs = [ValueRef(new_id[r.node], r.index) for r in graph.outputs]
-    graph._next_id = len(sequence)

@@ -1,11 +1,11 @@
 """Algebraic simplification: identities that hold for every value, NaN and Inf included.
 
-x+0, x-0, x*1, x/1, -(-x), transpose∘transpose, reshape∘reshape, no-op reshape/expand/
-cast/identity/stop_gradient, one-term sums, where with a constant condition, a sum of
-zero-padded pieces that tile an axis (the gradient of splitting a tensor) as their concat, and
-an expand feeding an op that broadcasts anyway (a bias gradient's VJP, fed to a sum). A rewrite
-only applies when the surviving value has exactly the node's type (dtype and shape), so
-broadcasting is never lost.
+x+0, x-0, x*1, x/1, -(-x), transpose∘transpose, reshape∘reshape, ops that are no-ops on their
+operand's type (Trait.NOOP_IF_SAME_TYPE: reshape, expand, cast, identity, stop_gradient, one-term
+add_n), where with a constant condition, a sum of zero-padded pieces that tile an axis (the
+gradient of splitting a tensor) as their concat, and an expand feeding an op that broadcasts
+anyway (Trait.BROADCASTS; a bias gradient's VJP, fed to a sum). A rewrite only applies when the
+surviving value has exactly the node's type (dtype and shape), so broadcasting is never lost.
 (x*0 and x-x are not rewritten: they are not 0 when x is Inf or NaN.)
 """
 from __future__ import annotations
@@ -14,15 +14,16 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node, ValueRef
+from ..ops.registry import Trait, has_trait
 from ..ops.shape_rules import broadcast_shapes
 from .base import PassResult, replace_uses
 
 
 def _constant_equal_to(graph: Graph, ref: ValueRef, value: float) -> bool:
-    """Whether `ref` is `value` everywhere: a constant or fill, possibly reshaped, broadcast or cast
-    (as the ones a gradient seed leaves behind)."""
+    """Whether `ref` is `value` (0 or 1) everywhere: a constant or fill, possibly reshaped, broadcast or
+    cast (as the ones a gradient seed leaves behind): Trait.ELEMENT_COPY."""
     node = graph.nodes[ref.node]
-    while node.op in ("reshape", "expand", "cast"):
+    while has_trait(node.op, Trait.ELEMENT_COPY):
         node = graph.nodes[node.inputs[0].node]
     if node.op == "constant":
         arr = node.attrs["value"]
@@ -54,7 +55,7 @@ def _passthrough(graph: Graph, node: Node) -> ValueRef | None:
         return _neutral_operand(graph, node, 1, (0, 1))
     if op == "div":
         return _neutral_operand(graph, node, 1, (1,))
-    if op in ("identity", "stop_gradient", "reshape", "expand", "cast", "add_n") and len(node.inputs) == 1:
+    if has_trait(op, Trait.NOOP_IF_SAME_TYPE) and len(node.inputs) == 1:
         return node.inputs[0] if _same_type(graph, node.inputs[0], node) else None
     if op == "neg":
         inner = graph.nodes[node.inputs[0].node]
@@ -101,14 +102,11 @@ def _tiling_pieces(graph: Graph, node: Node) -> tuple[int, list[ValueRef]] | Non
     return axis, [piece for _, _, _, piece in spans]
 
 
-# Ops lowered to ONNX ops that broadcast every operand (Add, Sub, Mul, Div, Sum, Max, Min, Where).
-_BROADCASTING = frozenset({"add", "sub", "mul", "div", "add_n", "maximum", "minimum", "where"})
-
-
 def _drop_broadcast_expands(graph: Graph, node: Node) -> bool:
     """op(..., expand(v), ...) -> op(..., v, ...) when broadcasting v with the other operands
-    still gives the output's shape: the op broadcasts by itself, without the materialised copy."""
-    if node.op not in _BROADCASTING:
+    still gives the output's shape: the op broadcasts by itself (Trait.BROADCASTS), without the
+    materialised copy."""
+    if not has_trait(node.op, Trait.BROADCASTS):
         return False
     inputs = list(node.inputs)
     for pos, ref in enumerate(inputs):

@@ -26,9 +26,13 @@ import gcompile as gc
 import gcompile.functions as F
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
+from gcompile.passes import base as passes_base
 from gcompile.testing import check_grad
 
 from . import npsem
+
+# Every graph pass the fuzzer runs is followed by Graph.lint(), under pytest, tools/fuzz.py or a reproducer.
+passes_base.LINT = True
 
 SAFE = 1e-3                  # the closest a kink or jump may be to the checked point
 RTOL, ATOL = 1e-3, 1e-4      # float32 against float64: |got - want| <= ATOL * max(1, |want|max) + RTOL * |want|

@@ -1,12 +1,12 @@
 """gc.grad's contract: pruning, zeros for unused inputs, errors, stop_gradient, seeds,
 intermediates, fan-out accumulation, order tags, non-differentiable ops, ONNX export,
 symbolic broadcasting and the WGAN-GP example from the issue."""
-import networkx as nx
 import numpy as np
 import pytest
 
 import gcompile as gc
 from gcompile import functions as F
+from gcompile.frontend.tensor import apply
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
 from gcompile.testing import check_grad, check_lowering
@@ -29,7 +29,7 @@ def _tanh_sin(x, w):
 def test_grad_wrt_one_input_adds_no_node_of_another_inputs_path():
     graph, (gw,) = _traced(lambda x, w: gc.grad(_tanh_sin(x, w), [w]), [X, W])
     out = graph.outputs[0].node
-    needed = nx.ancestors(graph.dag, out) | {out}      # the seed is among these ancestors
+    needed = graph.ancestors(out) | {out}     # the seed is among these ancestors
     backward = {i for i, n in graph.nodes.items() if n.order >= 1}
     assert backward and backward <= needed, [graph.nodes[i].name for i in backward - needed]
     np.testing.assert_allclose(gw, X.T @ (1 - np.tanh(X @ W) ** 2), rtol=1e-12)
@@ -227,3 +227,23 @@ def test_check_grad_accepts_constant_outputs_beside_tensors():
     from gcompile.testing import check_grad
     x = np.random.default_rng(3).standard_normal((2, 3))
     check_grad(lambda x: (F.tanh(x), np.ones(2)), [x])
+
+
+# -- the VJP rule contract ------------------------------------------------------------------------
+def _maximum_cotangents(g, ins, outs):
+    """Left at the output's shape: gc.grad sums each back to its operand's shape."""
+    first = F.greater_equal(ins[0], ins[1])
+    return [F.where(first, g[0], 0.0), F.where(first, 0.0, g[0])]
+
+
+def test_a_rule_may_leave_cotangents_at_the_broadcast_shape(scratch_op):
+    scratch_op("test_max_unsummed", vjp=_maximum_cotangents)
+    x, b = np.array([[0.5, -2.0, 3.0], [1.0, 4.0, -1.0]]), np.array([0.0, 1.0, 2.0])
+    check_grad(lambda x, b: F.sum(apply("test_max_unsummed", [x, b]) ** 2), [x, b])
+
+
+def test_a_rule_returning_a_gradient_its_input_cannot_broadcast_to_is_a_bug(scratch_op):
+    scratch_op("test_max_bad_vjp", vjp=lambda g, ins, outs: [F.sum(g[0], axis=0), g[0]])
+    with pytest.raises(AssertionError, match="vjp of test_max_bad_vjp: gradient float64"):
+        trace(lambda x, b: gc.grad(F.sum(apply("test_max_bad_vjp", [x, b])), [x]),
+              [np.zeros((2, 3)), np.zeros(3)])

@@ -1,7 +1,6 @@
 """gc.value_and_grad, vjp, jvp, hvp, jacobian, hessian against closed forms and finite
 differences, each compiled through ONNX/onnxruntime (float64) and compared with the
 reference evaluator by gcompile.testing.check_lowering."""
-import networkx as nx
 import numpy as np
 import pytest
 
@@ -23,7 +22,7 @@ def _run(fn, *arrays):
 def _dead_nodes(fn, *arrays) -> list[str]:
     """Names of the nodes (other than inputs) no output of fn depends on."""
     graph = trace(fn, list(arrays)).graph
-    live = set().union(*({r.node} | nx.ancestors(graph.dag, r.node) for r in graph.outputs))
+    live = set().union(*({r.node} | graph.ancestors(r.node) for r in graph.outputs))
     return [n.name for n in graph.nodes.values() if n.op != "input" and n.id not in live]
 
 

@@ -7,6 +7,7 @@ import gcompile as gc
 import gcompile.functions as F
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
+from gcompile.passes import base as passes_base
 from gcompile.passes import eliminate_common_subexpressions, eliminate_dead_code, fold_constants, optimize, simplify
 
 RNG = np.random.default_rng(0)
@@ -43,6 +44,21 @@ def _check(pass_fn, fn, arrays, expect_change=True):
 
 def _ops(graph):
     return sorted(n.op for n in graph.nodes.values())
+
+
+def _reads_a_later_node(graph):
+    """A broken pass: the first exp reads the graph's last node."""
+    node = next(n for n in graph.topo_order() if n.op == "exp")
+    graph.replace_inputs(node, [graph.outputs[0]])
+    return passes_base.PassResult(graph, True)
+
+
+def test_linting_after_every_pass_names_the_pass_that_broke_the_graph(monkeypatch):
+    assert passes_base.LINT, "tests/conftest.py switches linting on"
+    with pytest.raises(AssertionError, match="after the pass _reads_a_later_node: exp_0 reads"):
+        passes_base.run_to_fixed_point(_graph(lambda x: F.exp(x) * 2, X), [_reads_a_later_node])
+    monkeypatch.setattr(passes_base, "LINT", False)   # compiles skip the check
+    passes_base.run_to_fixed_point(_graph(lambda x: F.exp(x) * 2, X), [_reads_a_later_node], max_rounds=1)
 
 
 def test_dce_removes_unused_nodes():
