@@ -3,7 +3,7 @@ from . import functions  # registers every op before anything traces
 from .version import __version__
 from .errors import GcompileError, InputError, LoweringError, ShapeError, TraceError, UnsupportedError
 from .artifacts.marks import export, export_train
-from .frontend import methods as _methods
+from .ops import methods as _methods
 from .frontend.spec import Spec, spec
 from .frontend.tensor import Tensor
 from .gradients import grad

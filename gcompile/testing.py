@@ -1,4 +1,4 @@
-"""Numeric checks users can run on their own code (DESIGN.md §4).
+"""Numeric checks users can run on their own code (ARCHITECTURE.md §9.3).
 
 check_grad compares, in float64, the central difference (L(x+εr) − L(x−εr)) / 2ε along
 one random unit direction r over all float inputs with ⟨∇L(x), r⟩ from gc.grad, where

@@ -3,7 +3,7 @@ that live in the registry for one test only."""
 import numpy as np
 import pytest
 
-from gcompile.ops.registry import REGISTRY, defop
+from gcompile.ir.registry import REGISTRY, defop
 from gcompile.ops.shape_rules import binary_broadcast
 from gcompile.passes import base as passes_base
 

@@ -1,4 +1,4 @@
-"""Benchmark: the six workloads of DESIGN.md §7 through gcompile on onnxruntime, and the
+"""Benchmark: the benchmark workloads of docs/performance.md through gcompile on onnxruntime, and the
 same workloads in PyTorch (eager) and JAX (jit) when installed, timed in this process,
 alternating, median of --runs runs after warm-up. Also node counts per gradient order
 before and after passes, build latency, and compile-time scaling on deep MLPs.
@@ -493,7 +493,7 @@ def _lstm_memory_run(mode: str, steps: int = 100, batch: int = 512, hidden: int 
 def recompute_memory() -> list[dict]:
     """Peak RSS growth of one ORT run of a 100-step LSTM (batch 512, hidden 64) forward +
     weight gradients: no recompute, recompute=True (cheap nodes), and gc.checkpoint per step
-    (DESIGN.md §5). Each variant runs in a fresh process so that arenas do not mix."""
+    (ARCHITECTURE.md §9.4). Each variant runs in a fresh process so that arenas do not mix."""
     import subprocess
     rows = []
     for mode in ("none", "cheap", "checkpoint"):

@@ -23,7 +23,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from gcompile.ops.registry import REGISTRY
+from gcompile.ir.registry import REGISTRY
 from tests.fuzz.checks import CHECKS, run_program
 from tests.fuzz.programs import Program, RandomDraw, generate
 

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import GcompileError, ShapeError, TraceError
 from ..ir.dims import format_shape, product
 from ..ir.graph import Graph, Node, TensorType, ValueRef, tensor_type
-from ..ops.registry import get_op
+from ..ir.registry import get_op
 from .source import user_location
 
 
@@ -74,7 +74,7 @@ class Tensor:
         self.graph, self.ref, self.type = graph, ref, type_
 
     # Operators, methods and numpy's hooks (__array_ufunc__, __array_function__) are installed at import
-    # time from frontend/methods.py's table, so this module needs no op library.
+    # time from ops/methods.py's table, so this module needs no op library.
     if TYPE_CHECKING:   # declared for type checkers
         def __add__(self, other: Any) -> Tensor: ...
         def __radd__(self, other: Any) -> Tensor: ...

@@ -1,4 +1,4 @@
-"""gc.grad: pruned reverse mode on the traced graph (DESIGN.md §2).
+"""gc.grad: pruned reverse mode on the traced graph (ARCHITECTURE.md §9.1).
 
 Three steps, as in Chainer's `grad`:
   1. backward enumeration: values the outputs depend on through differentiable ops;
@@ -20,10 +20,10 @@ from ..errors import GcompileError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, as_tensor, current_frame, recording_order
 from ..ir.graph import Graph, ValueRef
+from ..ir.registry import get_op
 from ..logs import phase
 from ..ops.basic import add_n, cast, ones_like, zeros_like
 from ..ops.reduce import sum_to_shape
-from ..ops.registry import get_op
 from ..ops.shape_rules import broadcasts_to
 
 

@@ -11,6 +11,7 @@ import numpy as np
 from ..errors import InputError
 from . import dims
 from .graph import Graph
+from .registry import get_op
 
 
 def bind_symbols(graph: Graph, arrays) -> dict:
@@ -40,7 +41,6 @@ def evaluate(graph: Graph, arrays, outputs=None) -> list[np.ndarray]:
 
 
 def _run(graph: Graph, values: dict, needed: set, bindings: dict) -> None:
-    from ..ops.registry import get_op
     for node in graph.topo_order():
         if node.id not in needed or node.op == "input":
             continue

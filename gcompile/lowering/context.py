@@ -15,7 +15,7 @@ from ..errors import LoweringError
 from ..ir import dims
 from ..ir.graph import Graph, Node
 
-# onnxruntime's CPU provider has no float64 kernel for these (DESIGN.md §6).
+# onnxruntime's CPU provider has no float64 kernel for these (ARCHITECTURE.md §10).
 NO_FLOAT64_CPU_KERNEL = frozenset({"Conv", "ConvTranspose", "AveragePool", "GlobalAveragePool", "Erf", "Tan"})
 
 

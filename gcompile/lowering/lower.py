@@ -7,7 +7,7 @@ from onnx import helper
 
 from ..collector import collector_paused
 from ..ir.graph import Graph, TensorType
-from ..ops.registry import get_op
+from ..ir.registry import get_op
 from ..version import __version__
 from .context import LowerContext
 from .versions import choose_opset, runtime_limits

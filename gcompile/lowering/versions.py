@@ -1,4 +1,4 @@
-"""Which ONNX IR version and opsets the installed onnxruntime accepts (DESIGN.md §6).
+"""Which ONNX IR version and opsets the installed onnxruntime accepts (ARCHITECTURE.md §10).
 
 onnx may write a newer IR version than onnxruntime reads, so we probe: build a one-node
 model per candidate and keep the newest that loads. Probed once per process (~10 ms).

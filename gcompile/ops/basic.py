@@ -7,7 +7,7 @@ from onnx import helper
 from ..errors import ShapeError
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.graph import tensor_type
-from .registry import Trait, defop
+from ..ir.registry import Trait, defop
 from .shape_rules import broadcast_shapes, same_dtype, unary_any
 
 __all__ = ["add_n", "cast", "constant", "full", "identity", "ones_like", "stop_gradient", "zeros_like"]

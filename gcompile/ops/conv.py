@@ -25,10 +25,10 @@ from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir import dims
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
+from ..ir.registry import defop
 from .elementwise import _promote
 from .reduce import mean
 from .reduce import sum as reduce_sum
-from .registry import defop
 from .shape_rules import require_float, same_dtype
 
 __all__ = ["avg_pool", "conv", "conv_transpose", "global_avg_pool", "max_pool"]

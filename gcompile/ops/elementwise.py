@@ -10,13 +10,13 @@ import numpy as np
 from ..errors import ShapeError
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.graph import tensor_type
+from ..ir.registry import Trait, defop
 from .basic import cast
-from .registry import Trait, defop
 from .shape_rules import binary_broadcast, broadcast_shapes, compare_broadcast, same_dtype, unary_float
 
 __all__ = ["abs", "add", "ceil", "clip", "cos", "divide", "elu", "equal", "erf", "exp", "expm1", "floor",
            "gelu", "greater", "greater_equal", "leaky_relu", "less", "less_equal", "log", "log1p",
-           "logical_and", "logical_not", "logical_or", "maximum", "minimum", "multiply", "negative",
+           "logaddexp", "logical_and", "logical_not", "logical_or", "maximum", "minimum", "multiply", "negative",
            "not_equal", "pow", "power", "relu", "round", "rsqrt", "selu", "sigmoid", "sign", "silu", "sin",
            "softplus", "sqrt", "square", "subtract", "tan", "tanh", "where"]
 
@@ -116,6 +116,39 @@ defop("maximum", infer=binary_broadcast, reference=np.maximum, lower=_onnx("Max"
       vjp=_minmax_vjp(lambda a, b: greater_equal(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS})
 defop("minimum", infer=binary_broadcast, reference=np.minimum, lower=_onnx("Min"),
       vjp=_minmax_vjp(lambda a, b: less_equal(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS})
+
+
+def logaddexp(a, b) -> Tensor:
+    """log(exp(a) + exp(b)) without overflow, as numpy.logaddexp (integer operands give float64)."""
+    a, b = _promote(a, b)
+    if a.dtype.kind in "biu":
+        a, b = cast(a, np.float64), cast(b, np.float64)
+    return apply("logaddexp", [a, b])
+
+
+def _lower_logaddexp(ctx, names, node):
+    # max(a, b) + log(1 + exp(-|a - b|)); where a == b (both infinite included, where a - b is NaN)
+    # the result is a + log 2.
+    a, b = names
+    dtype = node.outputs[0].dtype
+    gap = ctx.emit("Neg", [ctx.emit("Abs", [ctx.emit("Sub", [a, b])])])
+    if dtype == np.float64:   # onnxruntime's CPU provider has no float64 Softplus
+        tail = ctx.emit("Log", [ctx.emit("Add", [ctx.emit("Exp", [gap]), ctx.const(np.ones((), dtype))])])
+    else:
+        tail = ctx.emit("Softplus", [gap])
+    general = ctx.emit("Add", [ctx.emit("Max", [a, b]), tail])
+    tie = ctx.emit("Add", [a, ctx.const(np.asarray(math.log(2), dtype))])
+    return ctx.emit("Where", [ctx.emit("Equal", [a, b]), tie, general])
+
+
+def _logaddexp_vjp(g, ins, outs):
+    # d/da = exp(a) / (exp(a) + exp(b)) = sigmoid(a - b): exact at ties too (half to each operand)
+    a, b = ins
+    return [g[0] * sigmoid(a - b), g[0] * sigmoid(b - a)]
+
+
+defop("logaddexp", infer=binary_broadcast, reference=np.logaddexp, lower=_lower_logaddexp, vjp=_logaddexp_vjp,
+      traits={Trait.CHEAP, Trait.BROADCASTS})
 
 
 # -- comparisons and logic (no gradient) ---------------------------------------------------------

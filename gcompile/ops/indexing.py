@@ -16,9 +16,9 @@ from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
+from ..ir.registry import Trait, defop
 from .basic import full, zeros_like
 from .elementwise import _promote
-from .registry import Trait, defop
 from .shape import broadcast_to, expand_dims, ravel, reshape, transpose
 from .shape_rules import broadcast_shapes, normalize_axis
 

@@ -6,9 +6,9 @@ import numpy as np
 from ..errors import ShapeError, UnsupportedError
 from ..frontend.tensor import Tensor, apply
 from ..ir.graph import tensor_type
+from ..ir.registry import defop
 from .elementwise import _promote
 from .reduce import sum_to_shape
-from .registry import defop
 from .shape import broadcast_to, expand_dims, reshape, squeeze, swapaxes
 from .shape_rules import broadcast_shapes, same_dtype
 

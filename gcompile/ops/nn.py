@@ -4,7 +4,7 @@ softmax, log_softmax, layer_norm and dropout are primitive ops so they lower to 
 fused kernels; their VJP rules are written with gcompile ops, so they differentiate
 again. The losses and batch_norm are compositions: their gradients come from the rules
 of the ops they are built from, which keeps them stable and differentiable to any order
-(DESIGN.md §3: the cross-entropy gradient falls out as (softmax(x) - onehot(t))·dz).
+(ARCHITECTURE.md §9.2: the cross-entropy gradient falls out as (softmax(x) - onehot(t))·dz).
 """
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
+from ..ir.registry import Trait, defop
 from .basic import cast
 from .elementwise import _promote, equal, exp, log1p, minimum, relu, rsqrt
 from .reduce import mean
 from .reduce import sum as reduce_sum
-from .registry import Trait, defop
 from .shape import expand_dims, reshape
 from .shape_rules import normalize_axis, require_float, same_dtype, unary_float
 

@@ -7,9 +7,9 @@ from onnx import helper
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
 from ..ir.graph import tensor_type
+from ..ir.registry import Trait, defop
 from .basic import cast, stop_gradient
 from .elementwise import equal, exp, log
-from .registry import Trait, defop
 from .shape import broadcast_to, reshape
 from .shape_rules import normalize_axes, reduced_shape
 

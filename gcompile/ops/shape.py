@@ -9,7 +9,7 @@ from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
-from .registry import Trait, defop
+from ..ir.registry import Trait, defop
 from .shape_rules import broadcasts_to, normalize_axes, normalize_axis
 
 __all__ = ["broadcast_to", "expand_dims", "flatten", "ravel", "reshape", "squeeze", "swapaxes", "transpose"]

@@ -3,7 +3,7 @@
 Levels: 0 none; 1 dead code + common subexpressions; 2 adds constant folding,
 algebraic simplification and Gemm fusion. After them, the recompute pass copies the regions
 marked with gc.checkpoint into the backward (at every level), and with recompute=True also
-the cheap forward nodes (DESIGN.md §5).
+the cheap forward nodes (ARCHITECTURE.md §9.4).
 """
 from __future__ import annotations
 

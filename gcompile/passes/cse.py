@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Graph
-from ..ops.registry import Trait, has_trait
+from ..ir.registry import Trait, has_trait
 from .base import PassResult, replace_uses
 
 _MAX_CONSTANT_BYTES = 1 << 16   # larger constants are compared by identity only

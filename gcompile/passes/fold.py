@@ -7,7 +7,7 @@ import numpy as np
 
 from ..ir import dims
 from ..ir.graph import Graph
-from ..ops.registry import Trait, get_op, has_trait
+from ..ir.registry import Trait, get_op, has_trait
 from .base import PassResult
 
 MAX_FOLD_ELEMENTS = 4096

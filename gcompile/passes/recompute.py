@@ -1,4 +1,4 @@
-"""Recompute (rematerialisation, DESIGN.md §5): trade compute for the memory reverse mode
+"""Recompute (rematerialisation, ARCHITECTURE.md §9.4): trade compute for the memory reverse mode
 keeps alive between the forward and the backward part.
 
 A node read by nodes of a higher gradient order (its backward) keeps its output alive
@@ -24,7 +24,7 @@ topological. Run it after the passes that merge equal nodes; it is idempotent.
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node, ValueRef
-from ..ops.registry import Trait, has_trait
+from ..ir.registry import Trait, has_trait
 from .base import PassResult
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node, ValueRef
-from ..ops.registry import Trait, has_trait
+from ..ir.registry import Trait, has_trait
 from ..ops.shape_rules import broadcast_shapes
 from .base import PassResult, replace_uses
 

@@ -2,7 +2,7 @@
 
 onnxruntime-gpu lists the CUDA provider even where CUDA cannot load, and then prints a
 loud error and runs on CPU; so we probe once, with logging silenced, and report the
-provider that really runs (DESIGN.md §6).
+provider that really runs (ARCHITECTURE.md §10).
 """
 from __future__ import annotations
 

@@ -393,6 +393,7 @@ _BINARY = [
     ("div", "{a} / ({b} * {b} + 1)", "{a} / ({b} * {b} + 1)", lambda p, q: p),
     ("maximum", "F.maximum({a}, {b})", "N.maximum({a}, {b})", max),
     ("minimum", "F.minimum({a}, {b})", "N.minimum({a}, {b})", max),
+    ("logaddexp", "F.logaddexp({a}, {b})", "np.logaddexp({a}, {b})", lambda p, q: max(p, q) + 1),
     ("add", "F.add({a}, {b})", "{a} + {b}", lambda p, q: p + q),
     ("sub", "F.subtract({a}, {b})", "{a} - {b}", lambda p, q: p + q),
     ("mul", "F.multiply({a}, {b})", "{a} * {b}", lambda p, q: p * q),

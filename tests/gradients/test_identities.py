@@ -1,4 +1,4 @@
-"""The exact second-order identities of DESIGN.md §3, checked on the generated gradient graphs.
+"""The exact second-order identities of ARCHITECTURE.md §9.2, checked on the generated gradient graphs.
 
 Each test differentiates a backward graph ⟨g, backward(dy)⟩ and compares the result,
 evaluated in float64 by the reference evaluator, with its closed form computed in numpy.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gcompile.ops.registry import REGISTRY
+from gcompile.ir.registry import REGISTRY
 
 from ..opcheck import GRAD_CHECKED_OPS
 

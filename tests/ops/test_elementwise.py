@@ -287,3 +287,31 @@ def test_grad_unary(name):
     else:
         x = np.clip(away_from_zero(2, 3, seed=22, dtype=np.float64), low + 0.05, high - 0.05)
     check_grads(fn, [x])
+
+
+def test_logaddexp_forward_matches_numpy_with_broadcasting_and_extremes():
+    a = rand(3, 4, seed=1) * 50
+    b = rand(4, seed=2) * 50
+    check_forward(F.logaddexp, [a, b], np.logaddexp(a, b), rtol=1e-6)
+    inf = np.inf
+    x = np.array([inf, -inf, inf, -inf, 3.0, 0.0, 1e4, -1e4, np.nan, 2.0], np.float32)
+    y = np.array([inf, -inf, -inf, 5.0, 3.0, -200.0, 1e4, 1e4, 1.0, np.nan], np.float32)
+    with np.errstate(invalid="ignore"):
+        expected = np.logaddexp(x, y)
+    for dtype in (np.float32, np.float64):
+        got = check_forward(F.logaddexp, [x.astype(dtype), y.astype(dtype)], expected.astype(dtype))
+        assert got[0][0] == inf and got[0][1] == -inf and got[0][2] == inf
+
+
+def test_logaddexp_of_integers_is_float64_as_in_numpy():
+    a, b = np.arange(4), np.array([3, 2, 1, 0])
+    check_forward(F.logaddexp, [a, b], np.logaddexp(a, b))
+
+
+def test_grad_logaddexp_away_from_and_at_ties():
+    a, b = rand(3, 4, seed=3), rand(4, seed=4)
+    check_grads(F.logaddexp, [a, b], order=2)
+    check_grads(F.logaddexp, [a, a.copy()], order=2)   # ties: half the gradient to each operand
+    g = gc.compile(lambda a, b: gc.grad(F.sum(F.logaddexp(a, b)), [a, b]), a, a)(a, a)
+    np.testing.assert_allclose(g[0], 0.5, rtol=1e-6)
+    np.testing.assert_allclose(g[1], 0.5, rtol=1e-6)

@@ -1,5 +1,5 @@
 """nn functions: forward through onnxruntime against numpy written here, numeric gradient
-checks to second (and third) order, and the exact gradient identities of DESIGN.md §3."""
+checks to second (and third) order, and the exact gradient identities of ARCHITECTURE.md §9.2."""
 import numpy as np
 import pytest
 

@@ -6,7 +6,7 @@ import gcompile.functions as F
 from gcompile.frontend.tensor import apply
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
-from gcompile.ops.registry import REGISTRY, Trait
+from gcompile.ir.registry import REGISTRY, Trait
 from gcompile.passes import eliminate_dead_code, simplify
 
 

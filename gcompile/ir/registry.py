@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UnsupportedError
-from ..ir.graph import Node, TensorType
+from .graph import Node, TensorType
 
 if TYPE_CHECKING:
     import numpy as np

@@ -6,7 +6,7 @@ import difflib
 
 from .. import functions as F
 from ..errors import TraceError
-from .source import user_location
+from ..frontend.source import user_location
 
 # numpy name -> gcompile.functions name, where they differ
 _RENAMES = {"absolute": "abs", "true_divide": "divide", "amax": "max", "amin": "min", "concatenate": "concat"}

@@ -8,8 +8,8 @@ np.exp(x) goes through numpy's protocols to F.exp. Installing them here keeps th
 from __future__ import annotations
 
 from .. import functions as F
+from ..frontend.tensor import Tensor
 from .numpy_dispatch import array_function, array_ufunc
-from .tensor import Tensor
 
 
 def _swap(fn):
