@@ -13,6 +13,9 @@ it gets the first free suffix `_1`, `_2`, ... (`grad_x_1` beside a model output 
 the order listed above, so the same model always gives the same names; the CLI prints them.
 A --target given explicitly that clashes is refused instead.
 
+The model is read with gc.load_onnx, so a hostile or broken file is refused as load.py says,
+with a GcompileError naming the file and the offending piece.
+
 Without --loss the output named by --of is differentiated as the sum of its entries (a scalar
 output as itself): for a classifier's logits that is the saliency of the summed scores.
 """
