@@ -7,6 +7,15 @@ tensor. Its outputs: the model's outputs, `loss` (with --loss), `grad_<name>` fo
 differentiated tensor, and for --order 2 `hvp_<name>`, the Hessian-vector product H·v of the
 differentiated scalar w.r.t. all of them jointly.
 
+A generated name never replaces one the model already uses: when `target` (the default
+--target), `v_<name>`, `loss`, `grad_<name>` or `hvp_<name>` is already a model input or output,
+it gets the first free suffix `_1`, `_2`, ... (`grad_x_1` beside a model output `grad_x`), in
+the order listed above, so the same model always gives the same names; the CLI prints them.
+A --target given explicitly that clashes is refused instead.
+
+The model is read with gc.load_onnx, so a hostile or broken file is refused as load.py says,
+with a GcompileError naming the file and the offending piece.
+
 Without --loss the output named by --of is differentiated as the sum of its entries (a scalar
 output as itself): for a classifier's logits that is the saliency of the summed scores.
 """
@@ -42,6 +51,16 @@ def _wrt_names(f, wrt: str) -> list[str]:
     return names
 
 
+def _fresh(name: str, taken: set[str]) -> str:
+    """`name`, or the first of name_1, name_2, ... not in `taken`; the result is added to `taken`."""
+    candidate, suffix = name, 0
+    while candidate in taken:
+        suffix += 1
+        candidate = f"{name}_{suffix}"
+    taken.add(candidate)
+    return candidate
+
+
 def _output_types(f, specs) -> dict:
     traced = trace(lambda *xs: f(*xs), specs, input_names=f.input_names)
     return {name: traced.graph.type_of(ref) for name, ref in zip(f.output_names, traced.graph.outputs)}
@@ -66,7 +85,6 @@ def gradient_model(model, wrt: str, of: str | None = None, loss: str | None = No
     needs_target = loss in ("mse", "cross_entropy")
     if target is not None and not needs_target:
         raise GcompileError("--target names the loss target input: use it with --loss mse or cross_entropy")
-    target = (target or "target") if needs_target else None
     y_type = out_types[of]
     if y_type.dtype.kind != "f":
         raise GcompileError(f"output {of!r} is {y_type.dtype.name}: only float outputs can be differentiated")
@@ -79,14 +97,20 @@ def gradient_model(model, wrt: str, of: str | None = None, loss: str | None = No
             raise GcompileError(f"--wrt {n!r}: it is {s.dtype.name}; only float tensors can be differentiated")
         specs.setdefault(n, s)
     diff_params = [n for n in names if n in f.params]
+    taken = set(f.input_names) | set(f.output_names) | set(diff_params)
+    if target in taken:
+        raise GcompileError(f"--target {target!r} is already used by the model (inputs: {', '.join(f.input_names)}; "
+                            f"outputs: {', '.join(f.output_names)}); choose another name")
     extra = {n: specs[n] for n in diff_params}
-    if target:
+    if needs_target:
+        target = target or _fresh("target", taken)
+        taken.add(target)
         extra[target] = (spec(y_type.shape, y_type.dtype) if loss == "mse" else spec(y_type.shape[:-1], np.int64))
-    if order == 2:
-        extra.update({f"v_{n}": specs[n] for n in names})
-    clash = sorted(set(extra) & set(f.input_names) | ({"loss"} & set(f.output_names) if loss else set()))
-    if clash:
-        raise GcompileError(f"names {clash} are already used by the model; rename the target with --target")
+    v_names = {n: _fresh(f"v_{n}", taken) for n in names} if order == 2 else {}
+    extra.update({v_names[n]: specs[n] for n in v_names})
+    loss_name = _fresh("loss", taken) if loss else None
+    grad_names = {n: _fresh(f"grad_{n}", taken) for n in names}
+    hvp_names = {n: _fresh(f"hvp_{n}", taken) for n in v_names}
     input_names = f.input_names + list(extra)
 
     def fn(*args):
@@ -95,19 +119,21 @@ def gradient_model(model, wrt: str, of: str | None = None, loss: str | None = No
         result = dict(zip(f.output_names, outs if isinstance(outs, tuple) else (outs,)))
         y = result[of]
         if loss == "mse":
-            scalar = result["loss"] = F.mse(y, by_name[target])
+            scalar = F.mse(y, by_name[target])
         elif loss == "cross_entropy":
-            scalar = result["loss"] = F.softmax_cross_entropy(y, by_name[target])
+            scalar = F.softmax_cross_entropy(y, by_name[target])
         elif loss == "sum":
-            scalar = result["loss"] = F.sum(y)
+            scalar = F.sum(y)
         else:
             scalar = y
+        if loss_name:
+            result[loss_name] = scalar
         wrt_tensors = [by_name[n] for n in names]
         grads = grad(scalar, wrt_tensors)
-        result.update({f"grad_{n}": g for n, g in zip(names, grads)})
+        result.update({grad_names[n]: g for n, g in zip(names, grads)})
         if order == 2:
-            inner = F.add_n([F.sum(g * by_name[f"v_{n}"]) for n, g in zip(names, grads)])
-            result.update({f"hvp_{n}": h for n, h in zip(names, grad(inner, wrt_tensors))})
+            inner = F.add_n([F.sum(g * by_name[v_names[n]]) for n, g in zip(names, grads)])
+            result.update({hvp_names[n]: h for n, h in zip(names, grad(inner, wrt_tensors))})
         return result
 
     all_specs = {**specs, **extra}

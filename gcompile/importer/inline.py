@@ -5,13 +5,19 @@ initializers, Constants and everything computed from them alone) or a SymInts (a
 symbolic dims). A node whose operands are all known is evaluated at import time, by tracing its
 translator into a scratch graph and running that on the numpy reference evaluator, so shape
 subgraphs never become run-time data and their results stay exact.
+
+That evaluation is bounded like the graph passes' constant folding: a node that would compute a
+value of more than MAX_FOLD_ELEMENTS (4,096) elements is traced into the model instead, fed by its
+known operands as constants, so a few hundred bytes of ConstantOfShape, Expand, Tile or Range
+never make the importer allocate gigabytes; the runtime computes such values. A value that must
+be known at import time (a shape, axes, pads, ...) but depends on one of those is refused.
 """
 from __future__ import annotations
 
 from collections import ChainMap
 
 import numpy as np
-from onnx import AttributeProto, helper, numpy_helper
+from onnx import AttributeProto, helper
 
 from .. import functions as F
 from ..errors import GcompileError, ShapeError, TraceError, UnsupportedError
@@ -20,15 +26,18 @@ from ..ir import dims
 from ..ir.evaluate import evaluate
 from ..ir.graph import Graph
 from ..ops.reduce import count
+from ..passes.fold import MAX_FOLD_ELEMENTS
 from .table import DOMAINS, TRANSLATORS, NotSymbolic, SymInts
+from .validate import node_name, tensor_array
 
 _COUNTABLE = {np.dtype(t) for t in ("float32", "float64", "int32", "int64")}
 
 
-def attribute_value(attr):
-    """An ONNX attribute as a plain Python value (strings decoded, tensors as numpy arrays)."""
+def attribute_value(attr, what: str):
+    """An ONNX attribute as a plain Python value (strings decoded, tensors as numpy arrays once
+    their declared size is checked against their data)."""
     if attr.type == AttributeProto.TENSOR:
-        return numpy_helper.to_array(attr.t)
+        return tensor_array(attr.t, what)
     if attr.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS, AttributeProto.SPARSE_TENSOR,
                      AttributeProto.TENSORS, AttributeProto.TYPE_PROTO, AttributeProto.TYPE_PROTOS):
         return helper.get_attribute_value(attr)
@@ -49,11 +58,11 @@ class NodeContext:
         self._attrs = {a.name: a for a in proto.attribute}
 
     def describe(self) -> str:
-        return f"ONNX node {self.proto.name or self.proto.output[0]!r} ({self.op_type}, opset {self.opset})"
+        return f"ONNX node {node_name(self.proto)!r} ({self.op_type}, opset {self.opset})"
 
     def attr(self, name: str, default=None):
         a = self._attrs.get(name)
-        return default if a is None else attribute_value(a)
+        return default if a is None else attribute_value(a, f"the {name} of {self.describe()}")
 
     def has_attr(self, name: str) -> bool:
         return name in self._attrs
@@ -72,6 +81,10 @@ class NodeContext:
         """`value` as a numpy array; an error if it is only known at run time."""
         if isinstance(value, np.ndarray):
             return value
+        if isinstance(value, Tensor) and value.ref in self.inliner.deferred:
+            raise self.unsupported(f"its {what} depends on a value larger than the import-time bound "
+                                   f"({MAX_FOLD_ELEMENTS} elements), which is left to the runtime; it must be known "
+                                   "at import time (refused)")
         raise self.unsupported(f"its {what} must be known at import time (a constant, an initializer or a "
                                "computation on shapes), but it is computed at run time")
 
@@ -84,6 +97,13 @@ class NodeContext:
             return tuple(value.values.reshape(-1).tolist())
         return tuple(self.ints(value, what))
 
+    def shape(self, value, what: str = "shape") -> tuple:
+        """A 1-D operand of sizes (ConstantOfShape's, Expand's): dims, none negative."""
+        target = self.dims(value, what)
+        if any(isinstance(d, int) and d < 0 for d in target):
+            raise ShapeError(f"its {what} {target} has a negative dim")
+        return target
+
     def note_dims(self, x) -> None:
         self.inliner.note_dims(x)
 
@@ -94,6 +114,7 @@ class Inliner:
     def __init__(self, opsets: dict):
         self.opsets = {("" if d == "ai.onnx" else d): v for d, v in opsets.items()}
         self.dim_sources: dict = {}     # dim name -> (Tensor, axis) holding it, to compute it at run time
+        self.deferred: set = set()      # refs of Tensors known in principle but too large to compute at import
 
     def note_dims(self, x) -> None:
         if isinstance(x, Tensor):
@@ -145,7 +166,7 @@ class Inliner:
         elif translator is None:
             raise UnsupportedError(
                 f"ONNX op {proto.domain or 'ai.onnx'}::{proto.op_type} (opset {ctx.opset}) in node "
-                f"{proto.name or proto.output[0]!r} is not supported by gcompile's importer "
+                f"{node_name(proto)!r} is not supported by gcompile's importer "
                 f"(supported: {len(TRANSLATORS) + 1} ai.onnx ops, listed in gcompile.importer.table.TRANSLATORS)")
         else:
             operands = []
@@ -157,6 +178,9 @@ class Inliner:
                 outs = self._translate(translator, ctx, operands)
             except (ShapeError, TraceError) as err:
                 raise type(err)(f"{ctx.describe()}: {err}") from None
+            except (ValueError, IndexError, KeyError, ArithmeticError) as err:
+                # numpy or a translator refusing operands or attributes no valid model has
+                raise ShapeError(f"{ctx.describe()}: cannot be imported ({type(err).__name__}: {err})") from err
         outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
         for i, name in enumerate(proto.output):
             if not name:
@@ -168,13 +192,12 @@ class Inliner:
     def _translate(self, translator, ctx, operands):
         present = [v for v in operands if v is not None]
         if all(isinstance(v, np.ndarray) for v in present):
-            if translator.numpy_only:
-                return translator.fn(ctx, *operands)
-            return self._fold(translator, ctx, operands)
+            outs = translator.fn(ctx, *operands) if translator.numpy_only else self._fold(translator, ctx, operands)
+            return self._defer(outs)
         if translator.numpy_only:
             raise ctx.unsupported(f"{ctx.op_type} is only supported on values known at import time (such as "
                                   "shape computations); here an operand is only known at run time (computed from data "
-                                  "or from a symbolic dim)")
+                                  "or from a symbolic dim, or too large to compute at import time)")
         if any(isinstance(v, SymInts) for v in present):
             if translator.symbolic:
                 try:
@@ -182,25 +205,48 @@ class Inliner:
                 except NotSymbolic:
                     pass
             operands = [self.materialize(v) if isinstance(v, SymInts) else v for v in operands]
-        return translator.fn(ctx, *operands)
+        outs = translator.fn(ctx, *operands)
+        if all(isinstance(v, np.ndarray) or (isinstance(v, Tensor) and v.ref in self.deferred) for v in present):
+            self._defer(outs)
+        return outs
+
+    def _defer(self, outs):
+        """`outs` itself; those computed at run time although their operands were known are noted in
+        self.deferred, so a translator needing their values refuses them clearly."""
+        for out in outs if isinstance(outs, (tuple, list)) else [outs]:
+            if isinstance(out, Tensor):
+                self.deferred.add(out.ref)
+        return outs
 
     def _fold(self, translator, ctx, operands):
-        """Evaluate a node on known operands at import time (numpy reference of the ops it uses)."""
+        """Evaluate a node on known operands at import time (numpy reference of the ops it uses), or
+        trace it into the model when it computes a value over MAX_FOLD_ELEMENTS elements."""
         scratch = Graph()
         with tracing(scratch):
             outs = translator.fn(ctx, *operands)
-            many = isinstance(outs, (tuple, list))
-            outs = list(outs) if many else [outs]
-            refs = [o.ref for o in outs if isinstance(o, Tensor)]
-            values = iter(evaluate(scratch, [], refs) if refs else [])
+        if any(not dims.is_static(t.shape) or int(dims.product(t.shape)) > MAX_FOLD_ELEMENTS
+               for node in scratch.topo_order() if node.op != "constant" for t in node.outputs):
+            return translator.fn(ctx, *operands)
+        many = isinstance(outs, (tuple, list))
+        outs = list(outs) if many else [outs]
+        refs = [o.ref for o in outs if isinstance(o, Tensor)]
+        values = iter(evaluate(scratch, [], refs) if refs else [])
         outs = [next(values) if isinstance(o, Tensor) else o for o in outs]
         return outs if many else outs[0]
 
     def _if(self, ctx, env):
+        if not ctx.proto.input or ctx.proto.input[0] not in env:
+            raise GcompileError(f"{ctx.describe()} reads a condition that no earlier node produces")
         cond = ctx.known(env[ctx.proto.input[0]], "condition")
         if cond.size != 1:
             raise ctx.unsupported(f"the condition has {cond.size} elements, not one")
-        branch = ctx.attr("then_branch" if bool(cond.reshape(-1)[0]) else "else_branch")
+        name = "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
+        branch = ctx.attr(name)
+        if branch is None:
+            raise ctx.unsupported(f"the condition selects its {name}, which it lacks")
         scope = ChainMap({}, env)
         self.run(branch, scope)
+        missing = [o.name for o in branch.output if o.name not in scope]
+        if missing:
+            raise GcompileError(f"{ctx.describe()}: its {name} does not compute its outputs {missing}")
         return [scope[o.name] for o in branch.output]

@@ -8,9 +8,20 @@
 Calling the model while tracing translates each ONNX node into gcompile ops (see inline.py and
 the translators/ package), so gc.grad differentiates it to any order, w.r.t. its inputs, its
 weights (passed through `params`) or both. Initializers not replaced stay constants.
+
+A model is untrusted input. Before converting anything, load_onnx refuses (with a GcompileError
+whose message starts with the model's path, "the given bytes" or "the given ModelProto" and
+names the offending piece) an empty file, bytes that do not parse, a model breaking the rules
+validate.py lists (single assignment, negative dims, onnx.checker's node check, each tensor
+storing exactly the bytes it declares), and external data that leaves the model's folder, has
+a NUL byte in its location or holds other than the bytes its initializer declares (checked
+before it is read). Errors found while the graph is translated carry the same prefix, and the
+values computed at import time are bounded (inline.py): a few hundred bytes declaring 10^10
+elements import as ops the runtime computes.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -19,7 +30,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, numpy_helper
+from onnx import AttributeProto
 from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
 from ..errors import GcompileError, InputError, UnsupportedError
@@ -27,7 +38,8 @@ from ..frontend.spec import Spec, spec
 from ..frontend.tensor import Tensor, current_frame
 from ..ir.dims import format_shape
 from .inline import Inliner
-from .table import check_dtype, np_dtype
+from .table import np_dtype
+from .validate import check_model, declared_bytes, size_mismatch, tensor_array
 
 __all__ = ["load_onnx"]
 
@@ -41,25 +53,44 @@ def load_onnx(model: str | os.PathLike | bytes | bytearray | onnx.ModelProto) ->
     a gcompile build's manifest.json beside the model lists it, the file and its external data
     must have the sha256 the manifest records.
     """
+    folder = None                # where external data is read from: beside a model given by its path
     if isinstance(model, onnx.ModelProto):
-        proto = model
+        source, proto = "the given ModelProto", model
     elif isinstance(model, (bytes, bytearray)):
-        proto = _parse(lambda: onnx.load_from_string(bytes(model)), "the given bytes")
+        source = "the given bytes"
+        if not model:
+            raise GcompileError(f"{source}: empty, not an ONNX model")
+        proto = _parse(lambda: onnx.load_from_string(bytes(model)), source)
     elif isinstance(model, (str, os.PathLike)):
-        path = os.fspath(model)
-        if not os.path.isfile(path):
-            raise GcompileError(f"{path}: no such ONNX file")
-        with open(path, "rb") as fh:
+        source = os.fspath(model)
+        if not os.path.isfile(source):
+            raise GcompileError(f"{source}: no such ONNX file")
+        with open(source, "rb") as fh:
             data = fh.read()
-        _check_manifest(path, data)
-        proto = _parse(lambda: onnx.load_from_string(data), path)
-        _load_external_data(proto, os.path.dirname(os.path.abspath(path)), path)
+        if not data:
+            raise GcompileError(f"{source}: the file is empty (0 bytes), not an ONNX model")
+        _check_manifest(source, data)
+        proto = _parse(lambda: onnx.load_from_string(data), source)
+        folder = os.path.dirname(os.path.abspath(source))
     else:
         raise GcompileError(f"load_onnx takes a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
-    if any(uses_external_data(t) for t in _tensors(proto.graph)):
-        raise GcompileError("this model keeps initializers in external data files: pass its path to "
-                            "gc.load_onnx so they are read from the model's folder")
-    return OnnxModel(proto)
+    with naming(source):
+        check_model(proto)
+        if folder is not None:
+            _load_external_data(proto, folder)
+        if any(uses_external_data(t) for t in _tensors(proto.graph)):
+            raise GcompileError("this model keeps initializers in external data files: pass its path to "
+                                "gc.load_onnx so they are read from the model's folder")
+        return OnnxModel(proto, source)
+
+
+@contextlib.contextmanager
+def naming(source: str):
+    """Put `source` (where the model came from) in front of the GcompileErrors raised in the block."""
+    try:
+        yield
+    except GcompileError as err:
+        raise type(err)(f"{source}: {err}") from None
 
 
 def _parse(load, what: str):
@@ -121,27 +152,40 @@ def _tensors(graph):
                     yield from _tensors(g)
 
 
-def _load_external_data(proto, folder: str, path: str) -> None:
-    """Read external initializers, refusing any location that escapes the model's folder."""
+def _load_external_data(proto, folder: str) -> None:
+    """Read external initializers, refusing a location that escapes the model's folder or holds a NUL
+    byte, and, before reading it, a file part whose size differs from what its initializer declares."""
     external = [t for t in _tensors(proto.graph) if uses_external_data(t)]
     root = os.path.realpath(folder)
     for tensor in external:
-        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        what = f"initializer {tensor.name!r}"
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        if "\0" in location:
+            raise GcompileError(f"{what} points to external data at {location!r}, a location with a NUL byte "
+                                "(refused)")
         parts = location.replace("\\", "/").split("/")
         target = os.path.realpath(os.path.join(root, location))
         if (not location or os.path.isabs(location) or re.match(r"^[A-Za-z]:", location) or ".." in parts
                 or os.path.commonpath([root, target]) != root):
-            raise GcompileError(f"{path}: initializer {tensor.name!r} points to external data at {location!r}, "
-                                "outside the model's folder; external data must be a relative path inside "
-                                f"{folder} (refused for safety)")
+            raise GcompileError(f"{what} points to external data at {location!r}, outside the model's folder; "
+                                f"external data must be a relative path inside {folder} (refused for safety)")
         if not os.path.isfile(target):
-            raise GcompileError(f"{path}: the external data file {location!r} of initializer {tensor.name!r} "
-                                f"is missing from {folder}")
+            raise GcompileError(f"the external data file {location!r} of {what} is missing from {folder}")
+        nbytes, dtype = declared_bytes(tensor, what)
+        try:
+            offset, length = int(info.get("offset", 0)), int(info.get("length", -1))
+        except ValueError:
+            raise GcompileError(f"{what}: the offset or length of its external data is not an integer") from None
+        held = max(os.path.getsize(target) - offset, 0) if offset >= 0 else -1
+        held = min(held, length) if "length" in info else held
+        if held != nbytes:
+            raise size_mismatch(tensor, what, nbytes, dtype, f"its external data {location!r} holds {held} bytes")
     if external:
         try:
             load_external_data_for_model(proto, folder)
         except Exception as err:
-            raise GcompileError(f"{path}: cannot read its external data ({err})") from None
+            raise GcompileError(f"cannot read its external data ({err})") from None
 
 
 def _symbol(name: str) -> str:
@@ -158,14 +202,13 @@ class OnnxModel:
     `input_specs()`: gc.Specs from the declared inputs, dim_params as symbolic dims.
     """
 
-    def __init__(self, proto: onnx.ModelProto) -> None:
+    def __init__(self, proto: onnx.ModelProto, source: str = "the given ModelProto") -> None:
         graph = proto.graph
         if graph.sparse_initializer:
             raise UnsupportedError("sparse initializers are not supported")
-        self.proto = proto
+        self.proto, self.source = proto, source
         self.opsets = {o.domain: o.version for o in proto.opset_import}
-        self._params = {t.name: check_dtype(numpy_helper.to_array(t), f"initializer {t.name!r}")
-                        for t in graph.initializer}
+        self._params = {t.name: tensor_array(t, f"initializer {t.name!r}") for t in graph.initializer}
         self._inputs = [v for v in graph.input if v.name not in self._params]
         self.input_names = [v.name for v in self._inputs]
         self.output_names = [v.name for v in graph.output]
@@ -181,7 +224,8 @@ class OnnxModel:
     def input_specs(self) -> list[Spec]:
         """One gc.spec per model input from its declared type (symbolic dims from dim_param;
         a dim with neither value nor name gets a made-up symbol)."""
-        return [self._spec(v) for v in self._inputs]
+        with naming(self.source):
+            return [self._spec(v) for v in self._inputs]
 
     def _spec(self, value_info) -> Spec:
         if not value_info.type.HasField("tensor_type"):
@@ -197,10 +241,13 @@ class OnnxModel:
 
     def __call__(self, *inputs: Any, params: dict[str, Any] | None = None) -> Tensor | tuple[Tensor, ...]:
         current_frame()    # a clear error when called outside a traced function
+        with naming(self.source):
+            return self._inline(inputs, dict(params or {}))
+
+    def _inline(self, inputs, params: dict):
         if len(inputs) != len(self.input_names):
             raise InputError(f"the ONNX model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
                              f"got {len(inputs)}")
-        params = dict(params or {})
         unknown = sorted(set(params) - set(self._params))
         if unknown:
             raise InputError(f"params {unknown} are not initializers of the model (it has: "

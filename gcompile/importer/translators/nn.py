@@ -16,6 +16,7 @@ from ... import functions as F
 from ...ir import dims
 from ...ops.shape_rules import normalize_axis
 from ..table import onnx_op, require_float, scalar_like
+from .shape import one_hot_mask
 
 
 # -- matrix products -------------------------------------------------------------------------------------
@@ -173,6 +174,10 @@ def _pool_geometry(n, x):
     if any(d != 1 for d in n.attr("dilations", [1] * len(kernel))):
         raise n.unsupported("pooling with dilations")
     strides, pads = _spatial_attrs(n, x, kernel)
+    if len(kernel) != x.ndim - 2 or any(k < 1 or (isinstance(size, int) and k > size + sum(pad))
+                                        for k, size, pad in zip(kernel, x.shape[2:], pads)):
+        raise n.unsupported(f"kernel_shape {list(kernel)} does not fit the input's spatial shape {x.shape[2:]} "
+                            f"padded by {list(pads)}")
     if n.attr("ceil_mode", 0):
         pads = tuple(_ceil_pad(n, size, k, s, p) for size, k, s, p in zip(x.shape[2:], kernel, strides, pads))
     return kernel, strides, pads
@@ -221,6 +226,8 @@ def _global_max_pool(n, x):
 # -- losses (PyTorch exports nn.CrossEntropyLoss and nn.NLLLoss as these) -----------------------------------
 def _nll(n, logp, target, weight):
     """-logp[n, target, ...] weighted per class, ignore_index skipped, reduced as ONNX says."""
+    if logp.ndim < 2:
+        raise n.unsupported(f"scores of rank {logp.ndim} (it needs a class axis 1)")
     classes = logp.shape[1]
     if not isinstance(classes, int):
         raise n.unsupported(f"a symbolic number of classes {classes!r}")
@@ -228,7 +235,7 @@ def _nll(n, logp, target, weight):
     ignore = n.attr("ignore_index")
     valid = None if ignore is None else F.not_equal(t, np.int64(ignore))
     safe = t if valid is None else F.where(valid, t, np.int64(0))
-    picked = -F.sum(logp * F.one_hot(safe, classes, axis=1, dtype=logp.dtype), 1)
+    picked = -F.sum(F.where(one_hot_mask(safe, classes, 1), logp, np.zeros((), logp.dtype)), 1)
     w = None if weight is None else F.take(weight, safe)
     if valid is not None:
         mask = F.cast(valid, logp.dtype)

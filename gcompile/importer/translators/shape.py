@@ -3,15 +3,25 @@
 The ones marked symbolic also run on SymInts (shape vectors with symbolic dims), which is what
 keeps exporters' shape subgraphs (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) exact and
 symbolic at import time instead of turning them into run-time computations.
+
+Translators that make values from sizes alone (ConstantOfShape, Range, EyeLike, Trilu's mask,
+OneHot's class indices) build them as numpy arrays only up to MAX_FOLD_ELEMENTS elements; beyond,
+they trace ops fed by small constants (`iota`), so a model declaring 10^10 elements costs the
+importer nothing and leaves the work to the runtime (see inline.py).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ... import functions as F
+from ...errors import ShapeError
+from ...frontend.tensor import Tensor
 from ...ir import dims
 from ...ops.indexing import slice_axes
 from ...ops.shape_rules import broadcast_shapes, normalize_axes, normalize_axis
+from ...passes.fold import MAX_FOLD_ELEMENTS
 from ..table import NotSymbolic, SymInts, check_dtype, entries, np_dtype, onnx_op, sym_or_const
 
 
@@ -103,9 +113,9 @@ def _unsqueeze(n, x, axes=None):
 
 @onnx_op("Expand", symbolic=True)
 def _expand(n, x, shape):
-    target = broadcast_shapes(tuple(x.shape), n.dims(shape, "shape"))
+    target = broadcast_shapes(tuple(x.shape), n.shape(shape))
     if isinstance(x, SymInts):
-        if not dims.is_static(target):
+        if not dims.is_static(target) or dims.product(target) > MAX_FOLD_ELEMENTS:
             raise NotSymbolic()
         return _on_entries(x, lambda v: np.broadcast_to(v, target).copy())
     return F.broadcast_to(x, target)
@@ -122,7 +132,11 @@ def _concat(n, *xs):
     axis = n.attr("axis")
     sym = [x for x in xs if isinstance(x, SymInts)]
     if sym:
-        return sym_or_const(np.concatenate([entries(x) for x in xs], axis=axis), sym[0].dtype)
+        parts = [entries(x) for x in xs]
+        axis = normalize_axis(axis, parts[0].ndim)
+        if len({p.shape[:axis] + p.shape[axis + 1:] for p in parts}) != 1 or len({p.ndim for p in parts}) != 1:
+            raise ShapeError(f"cannot concatenate shapes {[p.shape for p in parts]} along axis {axis}")
+        return sym_or_const(np.concatenate(parts, axis=axis), sym[0].dtype)
     return F.concat(list(xs), axis)
 
 
@@ -139,6 +153,8 @@ def _split(n, x, split=None):
     sizes = _axes(n, split, "split")
     if sizes is None:
         k = n.attr("num_outputs", n.n_outputs)
+        if k != n.n_outputs or k < 1:
+            raise n.unsupported(f"num_outputs {k} with {n.n_outputs} outputs")
         chunk = -(-size // k)
         sizes = [min(chunk, max(size - chunk * i, 0)) for i in range(k)]
     if sum(sizes) != size or any(s < 0 for s in sizes):
@@ -191,6 +207,9 @@ def _gather(n, x, indices):
     if isinstance(x, SymInts) or isinstance(indices, SymInts):
         if not isinstance(x, SymInts) or not isinstance(indices, np.ndarray):
             raise NotSymbolic()
+        axis = normalize_axis(axis, x.ndim)
+        if indices.size and not -x.shape[axis] <= int(indices.min()) <= int(indices.max()) < x.shape[axis]:
+            raise ShapeError(f"indices {indices.tolist()} are out of range for an axis of size {x.shape[axis]}")
         return _on_entries(x, lambda v: np.take(v, indices, axis=axis))
     return F.take(x, indices, axis)
 
@@ -200,22 +219,52 @@ def _gather_elements(n, x, indices):
     return F.take_along_axis(x, indices, n.attr("axis", 0))
 
 
+def iota(size: int) -> np.ndarray | Tensor:
+    """0, 1, ..., size-1 (int64): a numpy array up to MAX_FOLD_ELEMENTS, else computed at run time as
+    row * width + column over a grid of about sqrt(size) by sqrt(size), flattened and cut to size,
+    so no constant longer than about sqrt(size) is built."""
+    if size <= MAX_FOLD_ELEMENTS:
+        return np.arange(size, dtype=np.int64)
+    width = math.isqrt(size - 1) + 1
+    rows = -(-size // width)
+    grid = F.reshape(iota(rows), (rows, 1)) * np.int64(width) + F.reshape(iota(width), (1, width))
+    return slice_axes(F.reshape(grid, (rows * width,)), (0,), (0,), (size,), (1,))
+
+
+def _offsets(n, x):
+    """column - row for every position of x's last two axes (the diagonal index Trilu and EyeLike use)."""
+    if x.ndim < 2:
+        raise n.unsupported(f"an input of rank {x.ndim} (it needs a matrix)")
+    rows, cols = (_static(n, d, n.op_type) for d in x.shape[-2:])
+    row, col = iota(rows), iota(cols)
+    if max(rows, cols, rows * cols) <= MAX_FOLD_ELEMENTS:
+        return col[None, :] - row[:, None]
+    return F.reshape(col, (1, cols)) - F.reshape(row, (rows, 1))
+
+
+def one_hot_mask(indices, depth: int, axis: int):
+    """indices == class along a new axis `axis` of size depth (bool; indices outside [0, depth) give all
+    False), compared with iota(depth), so a huge depth costs no import-time memory."""
+    classes = F.reshape(iota(depth), (depth,) + (1,) * (indices.ndim - axis))
+    return F.equal(F.expand_dims(indices, axis), classes)
+
+
 @onnx_op("OneHot")
 def _one_hot(n, indices, depth, values):
     depth = int(n.known(depth, "depth").reshape(-1)[0])
+    if depth < 0:
+        raise n.unsupported(f"a negative depth {depth}")
     idx = F.cast(indices, np.int64)
     idx = F.where(F.less(idx, np.int64(0)), idx + np.int64(depth), idx)   # negative indices count from the end
-    hot = F.one_hot(idx, depth, n.attr("axis", -1), dtype=np.bool_)
+    hot = one_hot_mask(idx, depth, normalize_axis(n.attr("axis", -1), idx.ndim + 1))
     return F.where(hot, values[1], values[0])
 
 
 @onnx_op("Trilu")
 def _trilu(n, x, k=None):
-    rows, cols = (_static(n, d, "Trilu") for d in x.shape[-2:])
     k = 0 if k is None else int(n.known(k, "k").reshape(-1)[0])
-    ones = np.ones((rows, cols), dtype=bool)
-    mask = np.triu(ones, k) if n.attr("upper", 1) else np.tril(ones, k)
-    return F.where(mask, x, np.zeros((), dtype=x.dtype))
+    offsets = _offsets(n, x)
+    return F.where(offsets >= k if n.attr("upper", 1) else offsets <= k, x, np.zeros((), dtype=x.dtype))
 
 
 @onnx_op("Pad")
@@ -253,9 +302,11 @@ def _constant(n):
 def _constant_of_shape(n, shape):
     value = n.attr("value")
     value = np.zeros(1, np.float32) if value is None else check_dtype(value, n.describe())
-    target = n.dims(shape, "shape")
+    if value.size != 1:
+        raise n.unsupported(f"a value of {value.size} elements (it must have one)")
+    target = n.shape(shape)
     fill = value.reshape(-1)[0]
-    if dims.is_static(target):
+    if dims.is_static(target) and dims.product(target) <= MAX_FOLD_ELEMENTS:
         return np.full(target, fill, dtype=value.dtype)
     return F.full(target, fill.item(), value.dtype)
 
@@ -263,8 +314,13 @@ def _constant_of_shape(n, shape):
 @onnx_op("Range", numpy_only=True)
 def _range(n, start, limit, delta):
     start, limit, delta = (v.reshape(-1)[0] for v in (start, limit, delta))
-    count = max(int(np.ceil((limit - start) / delta)), 0)
-    return (start + np.arange(count) * delta).astype(start.dtype)
+    span = (limit - start) / delta if delta else np.nan
+    if not np.isfinite(span):
+        raise n.unsupported(f"Range from {start} to {limit} by {delta} has no finite length")
+    index = iota(max(math.ceil(span), 0))
+    if isinstance(index, np.ndarray):
+        return (start + index * delta).astype(start.dtype)
+    return F.cast(index, start.dtype) * delta + start
 
 
 @onnx_op("DepthToSpace", "SpaceToDepth")
@@ -289,6 +345,7 @@ def _depth_space(n, x):
 
 @onnx_op("EyeLike")
 def _eye_like(n, x):
-    rows, cols = (_static(n, d, "EyeLike") for d in x.shape)
+    if x.ndim != 2:
+        raise n.unsupported(f"an input of rank {x.ndim} (it takes a matrix)")
     dtype = np.dtype(x.dtype) if n.attr("dtype") is None else np_dtype(n.attr("dtype"), n.describe())
-    return np.eye(rows, cols, n.attr("k", 0), dtype=dtype)
+    return F.cast(F.equal(_offsets(n, x), np.int64(n.attr("k", 0))), dtype)

@@ -1,0 +1,141 @@
+"""What gc.load_onnx checks in an ONNX model before it converts or allocates anything from it.
+
+A model file is untrusted input: a few hundred bytes can declare a terabyte-sized tensor, name a
+tensor twice or carry a node the ONNX schema forbids. Each check raises a GcompileError naming the
+offending initializer, value, node or tensor (load.py puts where the model came from in front):
+
+- every text field (names, attributes' strings) is valid UTF-8 (protobuf hands over bytes otherwise);
+- the model has a graph with outputs, each computed by a node or given as an input or initializer;
+- no tensor is written twice (by two nodes, or by a node and a graph input or initializer: the
+  single-assignment rule, subgraphs included) and no initializer is given twice;
+- no declared type (graph inputs, outputs, value_info) and no tensor has a negative dim;
+- every node of an op gcompile translates passes onnx.checker's node check (its schema:
+  attributes, input and output counts, the sizes of tensor attributes); for If and other nodes
+  holding subgraphs, the nodes inside are checked instead;
+- every tensor (initializers, and tensor attributes such as a Constant's value when translated)
+  stores exactly the bytes its shape and dtype declare, checked before numpy sees it
+  (`tensor_array`), so a tensor declaring 10^12 elements backed by 8 bytes is refused, not allocated.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx.checker
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
+
+from ..errors import GcompileError
+from .table import DOMAINS, TRANSLATORS, check_dtype, np_dtype
+
+
+def node_name(node) -> str:
+    """How messages name an ONNX node: its name, else its first output."""
+    return node.name or next((o for o in node.output if o), "(unnamed)")
+
+
+def node_label(node) -> str:
+    return f"node {node_name(node)!r} ({node.op_type})"
+
+
+def check_model(proto) -> None:
+    """Refuse a ModelProto that breaks one of the rules in the module docstring (tensor sizes are
+    checked as each tensor is converted, by tensor_array, once external data is read)."""
+    bad_text = _bad_text(proto)
+    if bad_text:
+        raise GcompileError(f"{bad_text} is not valid UTF-8 text")
+    if not proto.HasField("graph"):
+        raise GcompileError("it has no graph, so it is not an ONNX model")
+    if not proto.graph.output:
+        raise GcompileError("its graph declares no outputs")
+    checker = onnx.checker.C.CheckerContext()
+    checker.ir_version = proto.ir_version or onnx.IR_VERSION
+    checker.opset_imports = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
+    _check_graph(proto.graph, {}, checker)
+
+
+def _bad_text(message) -> str | None:
+    """The first string field of `message` or the messages in it that is not UTF-8 text (named as
+    Type.field 'value'), else None. Repeated numeric fields, such as tensor data, are not visited."""
+    for field, value in message.ListFields():
+        if field.type not in (field.TYPE_STRING, field.TYPE_MESSAGE):
+            continue
+        single = isinstance(value, (str, bytes)) or hasattr(value, "ListFields")   # else a repeated field
+        for item in [value] if single else value:
+            if field.type == field.TYPE_MESSAGE:
+                bad = _bad_text(item)
+                if bad:
+                    return bad
+            elif not isinstance(item, str):
+                return f"{message.DESCRIPTOR.name}.{field.name} {item!r}"
+    return None
+
+
+def _check_graph(graph, outer: dict, checker) -> None:
+    written = dict(outer)         # tensor name -> how a second writer's message ends
+    for tensor in graph.initializer:
+        if tensor.name in written:
+            raise GcompileError(f"initializer {tensor.name!r} is given twice")
+        written[tensor.name] = "is already an initializer"
+        _check_dims(tensor.dims, f"initializer {tensor.name!r}")
+    for value in graph.input:
+        written.setdefault(value.name, "is already a graph input")   # older exporters list initializers as inputs
+    for kind, values in (("input", graph.input), ("output", graph.output), ("value_info", graph.value_info)):
+        for value in values:
+            if value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape"):
+                _check_dims([d.dim_value for d in value.type.tensor_type.shape.dim], f"{kind} {value.name!r}")
+    for node in graph.node:
+        _check_node(node, written, checker)
+        for name in filter(None, node.output):
+            if name in written:
+                raise GcompileError(f"tensor {name!r} is written by {node_label(node)} but {written[name]} (an ONNX "
+                                    "graph assigns each tensor once)")
+            written[name] = f"already by {node_label(node)}"
+    for value in graph.output:
+        if value.name not in written:
+            raise GcompileError(f"output {value.name!r} of graph {graph.name!r} is computed by no node")
+
+
+def _check_node(node, written: dict, checker) -> None:
+    subgraphs = [g for a in node.attribute for g in ([a.g] if a.type == AttributeProto.GRAPH else a.graphs)]
+    for graph in subgraphs:
+        _check_graph(graph, written, checker)
+    if subgraphs or node.domain not in DOMAINS or node.op_type not in TRANSLATORS:
+        return                   # other ops are refused when translated, with the supported ones listed
+    if node.domain:              # the checker knows the default domain by its empty name only
+        node = helper.make_node(node.op_type, node.input, node.output, node.name, **{
+            a.name: helper.get_attribute_value(a) for a in node.attribute})
+    try:
+        onnx.checker.check_node(node, checker)
+    except onnx.checker.ValidationError as err:
+        raise GcompileError(f"{node_label(node)} is not valid ONNX: {str(err).strip().splitlines()[0]}") from None
+
+
+def _check_dims(dims, what: str) -> None:
+    if any(d < 0 for d in dims):
+        raise GcompileError(f"{what} declares a negative dim in its shape {tuple(dims)}")
+
+
+def declared_bytes(tensor, what: str) -> tuple[int, np.dtype]:
+    """The bytes a tensor's shape and dtype declare (Python ints: never overflows), and its dtype."""
+    _check_dims(tensor.dims, what)
+    dtype = np_dtype(tensor.data_type, what)
+    return math.prod(tensor.dims) * dtype.itemsize, dtype
+
+
+def size_mismatch(tensor, what: str, nbytes: int, dtype: np.dtype, stored: str) -> GcompileError:
+    return GcompileError(f"{what} declares shape {tuple(tensor.dims)} {dtype.name} ({nbytes} bytes) but {stored}")
+
+
+def tensor_array(tensor, what: str) -> np.ndarray:
+    """A TensorProto (initializer or tensor attribute, external data already read) as a numpy array,
+    once it is known to store exactly the bytes its shape and dtype declare."""
+    nbytes, dtype = declared_bytes(tensor, what)
+    if tensor.data_location == TensorProto.EXTERNAL:
+        raise GcompileError(f"{what} keeps its data in an external file, which was not read")
+    if tensor.HasField("raw_data"):
+        stored = len(tensor.raw_data)
+    else:
+        stored = len(getattr(tensor, helper.tensor_dtype_to_field(tensor.data_type))) * dtype.itemsize
+    if stored != nbytes:
+        raise size_mismatch(tensor, what, nbytes, dtype, f"stores {stored} bytes")
+    return check_dtype(numpy_helper.to_array(tensor), what)

@@ -1,0 +1,283 @@
+"""Hostile and broken ONNX files: gc.load_onnx and `gcompile grad` refuse them with a GcompileError
+naming the file and the offending piece, before allocating what they declare, and values computed at
+import time stay small (bigger ones are left to the runtime).
+
+The size bombs run under `small_memory`: an address-space limit turns a regression into a
+MemoryError in this test instead of an exhausted machine, and tracemalloc bounds the peak."""
+import contextlib
+import os
+import re
+import tracemalloc
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+import gcompile as gc
+from gcompile.cli import main
+from gcompile.frontend.trace import trace
+from gcompile.importer.grad import gradient_model
+from gcompile.lowering import to_onnx
+from gcompile.passes import optimize
+
+from .helpers import mlp_model
+
+resource = pytest.importorskip("resource")
+FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
+HUGE = 10 ** 10          # elements: 37 GiB of float32, if anything tried to hold them
+
+
+@contextlib.contextmanager
+def small_memory(peak=64 << 20, headroom=1 << 30):
+    """Run the block with at most `headroom` more address space than now, and check that the
+    memory Python and numpy allocated in it peaked under `peak` bytes."""
+    status = "/proc/self/status"
+    match = re.search(r"VmSize:\s+(\d+) kB", open(status).read()) if os.path.exists(status) else None  # noqa: SIM115
+    if not match:
+        pytest.skip("needs Linux's /proc/self/status")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = int(match.group(1)) * 1024 + headroom
+    resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    tracemalloc.start()
+    try:
+        yield
+        used = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    assert used < peak, f"peak {used} bytes"
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=20):
+    """inputs/outputs: (name, elem_type, shape) triples; initializers: TensorProtos."""
+    info = [helper.make_tensor_value_info(*v) for v in inputs], [helper.make_tensor_value_info(*v) for v in outputs]
+    graph = helper.make_graph(nodes, "hostile", *info, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _tensor(name, dims, data_type=FLOAT, raw=None, **fields):
+    """A TensorProto exactly as given (onnx.helper would refuse the inconsistent ones)."""
+    t = TensorProto(name=name, data_type=data_type, dims=dims, **fields)
+    if raw is not None:
+        t.raw_data = raw
+    return t
+
+
+def _const(name, values, dtype=np.int64):
+    return numpy_helper.from_array(np.asarray(values, dtype), name)
+
+
+def _save(tmp_path, proto, name="m.onnx"):
+    path = tmp_path / name
+    path.write_bytes(proto.SerializeToString())
+    return str(path)
+
+
+def _add_model(w):
+    """y = x + w, w the given initializer."""
+    return _model([helper.make_node("Add", ["x", "w"], ["y"])], [("x", FLOAT, [3])], [("y", FLOAT, None)], [w])
+
+
+def _traced(f):
+    traced = trace(lambda *xs: f(*xs), f.input_specs(), input_names=f.input_names)
+    optimize(traced.graph, 2)
+    return traced, to_onnx(traced.graph, f.input_names)[0]
+
+
+# -- initializers whose declared size disagrees with their data ----------------------------------------
+@pytest.mark.parametrize("tensor, declared", [
+    (_tensor("w", [3], raw=b"\0" * 8), r"shape \(3,\) float32 \(12 bytes\) but stores 8 bytes"),
+    (_tensor("w", [10 ** 6, 10 ** 6], raw=b"\0" * 8), r"\(1000000, 1000000\) float32 \(4000000000000 bytes\)"),
+    (_tensor("w", [2 ** 62, 2 ** 62], raw=b"\0" * 8), r"\(4611686018427387904, 4611686018427387904\)"),
+    (_tensor("w", [5], float_data=[1.0, 2.0]), r"\(5,\) float32 \(20 bytes\) but stores 8 bytes"),
+    (_tensor("w", [3], raw=b"\0" * 16), r"\(12 bytes\) but stores 16 bytes"),
+], ids=["short-raw", "1e12-elements", "overflowing-dims", "short-float-data", "long-raw"])
+def test_an_initializer_whose_data_does_not_fill_its_shape_is_refused(tmp_path, tensor, declared):
+    path = _save(tmp_path, _add_model(tensor))
+    with small_memory(), pytest.raises(gc.GcompileError) as err:
+        gc.load_onnx(path)
+    assert f"{path}: initializer 'w' declares shape" in str(err.value)
+    assert re.search(declared, str(err.value)), err.value
+
+
+def test_a_constant_node_whose_data_does_not_fill_its_shape_is_refused():
+    value = _tensor("value", [10 ** 6, 10 ** 6], raw=b"\0" * 8)
+    m = _model([helper.make_node("Constant", [], ["c"], name="the_constant", value=value),
+                helper.make_node("Add", ["x", "c"], ["y"])], [("x", FLOAT, [3])], [("y", FLOAT, None)])
+    refusal = r"the given ModelProto: node 'the_constant' \(Constant\) is not valid ONNX: .*4000000000000 bytes"
+    with small_memory(), pytest.raises(gc.GcompileError, match=refusal):
+        gc.load_onnx(m)
+
+
+def _external_model(folder, location, stored=b"\0" * 12, dims=(3,)):
+    w = _tensor("w", list(dims), data_location=TensorProto.EXTERNAL)
+    w.external_data.add(key="location", value=location)
+    if "\0" not in location:
+        (folder / location).write_bytes(stored)
+    return _save(folder, _add_model(w))
+
+
+def test_external_data_location_with_a_nul_byte_is_refused(tmp_path):
+    path = _external_model(tmp_path, "w\0.bin")
+    with pytest.raises(gc.GcompileError, match=rf"{re.escape(path)}: initializer 'w' points to external data at "
+                                               r"'w\\x00.bin'"):
+        gc.load_onnx(path)
+
+
+def test_external_data_shorter_than_its_shape_is_refused_before_reading(tmp_path):
+    path = _external_model(tmp_path, "w.bin", stored=b"\0" * 8, dims=(10 ** 6, 10 ** 6))
+    with small_memory(), pytest.raises(gc.GcompileError, match=r"initializer 'w' declares shape \(1000000, 1000000\) "
+                                                               r"float32 \(4000000000000 bytes\) but its external "
+                                                               r"data 'w.bin' holds 8 bytes"):
+        gc.load_onnx(path)
+
+
+# -- values computed at import time: bounded; bigger ones are left to the runtime ----------------------
+def _bomb(op):
+    """A model of a few hundred bytes y = x + c whose node `op` makes c of HUGE elements (or 2 * HUGE)."""
+    side, one = [10 ** 5, 10 ** 5], _const("one", [1.0], np.float32)
+    inputs = [("x", FLOAT, side if op in ("EyeLike", "Trilu") else [1])]
+    nodes, inits = {
+        "ConstantOfShape": ([helper.make_node(op, ["s"], ["c"])], [_const("s", side)]),
+        "Expand": ([helper.make_node(op, ["one", "s"], ["c"])], [one, _const("s", side)]),
+        "Tile": ([helper.make_node(op, ["one", "r"], ["c"])], [one, _const("r", [HUGE])]),
+        "Range": ([helper.make_node(op, ["a", "b", "d"], ["r"]), helper.make_node("Cast", ["r"], ["c"], to=FLOAT)],
+                  [_const("a", 0), _const("b", HUGE), _const("d", 1)]),
+        "EyeLike": ([helper.make_node(op, ["x"], ["c"])], []),
+        "Trilu": ([helper.make_node(op, ["x"], ["c"])], []),
+        "OneHot": ([helper.make_node(op, ["i", "depth", "v"], ["c"])],
+                   [_const("depth", [HUGE]), _const("v", [0.0, 1.0], np.float32)]),
+    }[op]
+    if op == "OneHot":
+        inputs.append(("i", INT64, [2]))
+    return _model(nodes + [helper.make_node("Add", ["x", "c"], ["y"])], inputs, [("y", FLOAT, None)], inits)
+
+
+BOMBS = ["ConstantOfShape", "Expand", "Tile", "Range", "EyeLike", "Trilu", "OneHot"]
+
+
+@pytest.mark.parametrize("op", BOMBS)
+def test_huge_values_are_left_to_the_runtime_not_built_at_import(op):
+    m = _bomb(op)
+    assert m.ByteSize() < 400
+    with small_memory():
+        f = gc.load_onnx(m)
+        traced, lowered = _traced(f)
+    size = int(np.prod([d for d in traced.graph.type_of(traced.graph.outputs[0]).shape], dtype=object))
+    assert size in (HUGE, 2 * HUGE)
+    assert lowered.ByteSize() < 64 << 10
+    biggest = max((int(np.prod(n.attrs["value"].shape)) for n in traced.graph.topo_order() if n.op == "constant"),
+                  default=0)
+    assert biggest <= 4096
+
+
+def test_gcompile_grad_of_a_size_bomb_stays_small(tmp_path):
+    path = _save(tmp_path, _bomb("ConstantOfShape"))
+    with small_memory():
+        proto = gradient_model(path, "x", loss="sum")
+    assert [o.name for o in proto.graph.output] == ["y", "loss", "grad_x"]
+
+
+def test_small_values_are_still_computed_at_import():
+    # ConstantOfShape([2, 3]) -> Range(0, 6) -> Reshape: all known, all folded to one constant
+    nodes = [helper.make_node("Range", ["a", "b", "d"], ["r"]), helper.make_node("Reshape", ["r", "s"], ["c"]),
+             helper.make_node("Cast", ["c"], ["cf"], to=FLOAT), helper.make_node("Add", ["x", "cf"], ["y"])]
+    m = _model(nodes, [("x", FLOAT, [2, 3])], [("y", FLOAT, None)],
+               [_const("a", 0), _const("b", 6), _const("d", 1), _const("s", [2, 3])])
+    traced, _ = _traced(gc.load_onnx(m))
+    constants = [n.attrs["value"] for n in traced.graph.topo_order() if n.op == "constant"]
+    assert any(np.array_equal(c, np.arange(6.0).reshape(2, 3)) for c in constants)
+
+
+def test_a_huge_value_needed_at_import_is_refused():
+    nodes = [helper.make_node("ConstantOfShape", ["n"], ["s"], value=_const("v", [1])),
+             helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape_it")]
+    m = _model(nodes, [("x", FLOAT, [1])], [("y", FLOAT, None)], [_const("n", [HUGE])])
+    refusal = (r"the given ModelProto: ONNX node 'reshape_it' \(Reshape, opset 20\): its shape depends on a value "
+               r"larger than the import-time bound \(4096 elements\)")
+    with small_memory(), pytest.raises(gc.UnsupportedError, match=refusal):
+        _traced(gc.load_onnx(m))
+
+
+# -- files that are not models, negative dims, SSA violations -----------------------------------------
+def test_an_empty_file_is_refused(tmp_path):
+    path = tmp_path / "empty.onnx"
+    path.write_bytes(b"")
+    with pytest.raises(gc.GcompileError, match=rf"{re.escape(str(path))}: the file is empty"):
+        gc.load_onnx(str(path))
+    with pytest.raises(gc.GcompileError, match="the given bytes: empty"):
+        gc.load_onnx(b"")
+    with pytest.raises(gc.GcompileError, match="the given ModelProto: it has no graph"):
+        gc.load_onnx(onnx.ModelProto())
+    result = CliRunner().invoke(main, ["grad", str(path), "--wrt", "x", "-o", str(tmp_path / "g.onnx")])
+    assert result.exit_code == 2 and "the file is empty" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("where", ["input", "output", "value_info", "initializer"])
+def test_a_negative_dim_in_a_declared_type_is_refused(tmp_path, where):
+    shape = {w: [-3] if w == where else [3] for w in ("input", "output", "value_info")}
+    w = _tensor("w", [-1] if where == "initializer" else [1], float_data=[1.0])
+    m = _model([helper.make_node("Add", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+               [("x", FLOAT, shape["input"])], [("y", FLOAT, shape["output"])], [w])
+    m.graph.value_info.append(helper.make_tensor_value_info("h", FLOAT, shape["value_info"]))
+    name = {"input": "x", "output": "y", "value_info": "h", "initializer": "w"}[where]
+    path = _save(tmp_path, m)
+    with pytest.raises(gc.GcompileError, match=rf"{re.escape(path)}: .*'{name}'.* negative dim"):
+        gc.load_onnx(path)
+
+
+@pytest.mark.parametrize("op", ["ConstantOfShape", "Expand"])
+def test_a_negative_dim_in_a_shape_operand_is_refused(op):
+    node = helper.make_node(op, ["s"] if op == "ConstantOfShape" else ["x", "s"], ["c"], name="n1")
+    m = _model([node, helper.make_node("Add", ["x", "c"], ["y"])], [("x", FLOAT, [1])], [("y", FLOAT, None)],
+               [_const("s", [-2, 3])])
+    f = gc.load_onnx(m)
+    with pytest.raises(gc.GcompileError, match=rf"the given ModelProto: ONNX node 'n1' \({op}, opset 20\): its shape "
+                                               r"\(-2, 3\) has a negative dim"):
+        _traced(f)
+
+
+def test_two_nodes_writing_one_tensor_are_refused(tmp_path):
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="first"), helper.make_node("Neg", ["x"], ["y"], name="second")]
+    m = _model(nodes, [("x", FLOAT, [3])], [("y", FLOAT, None)])
+    path = _save(tmp_path, m)
+    with pytest.raises(gc.GcompileError, match=rf"{re.escape(path)}: tensor 'y' is written by node 'second' \(Neg\) "
+                                               r"but already by node 'first' \(Relu\)"):
+        gc.load_onnx(path)
+    m = _model([helper.make_node("Relu", ["x"], ["w"], name="over")], [("x", FLOAT, [3])], [("w", FLOAT, None)],
+               [_const("w", [1.0, 2.0, 3.0], np.float32)])
+    with pytest.raises(gc.GcompileError, match=r"tensor 'w' is written by node 'over' \(Relu\) but is already an "
+                                               r"initializer"):
+        gc.load_onnx(m)
+
+
+def test_a_malformed_node_is_refused_by_the_onnx_checker(tmp_path):
+    m = _model([helper.make_node("Transpose", ["x"], ["y"], name="t", perm=1.5)], [("x", FLOAT, [3])],
+               [("y", FLOAT, None)])
+    path = _save(tmp_path, m)
+    with pytest.raises(gc.GcompileError, match=rf"{re.escape(path)}: node 't' \(Transpose\) is not valid ONNX: "):
+        gc.load_onnx(path)
+
+
+# -- corrupted bytes: a working model or a GcompileError, nothing else ---------------------------------
+def test_corrupted_files_load_or_raise_gcompile_errors():
+    data = mlp_model().SerializeToString()
+    rng = np.random.default_rng(1234)
+    variants = [data[:n] for n in np.linspace(1, len(data) - 1, 20).astype(int)]
+    for _ in range(70):
+        corrupt = bytearray(data)
+        for at in rng.integers(0, len(data), rng.integers(1, 4)):
+            corrupt[at] ^= int(rng.integers(1, 256))
+        variants.append(bytes(corrupt))
+    outcomes = {"loaded": 0, "refused": 0}
+    with small_memory(peak=256 << 20):
+        for variant in variants:
+            try:
+                _traced(gc.load_onnx(variant))
+                outcomes["loaded"] += 1
+            except gc.GcompileError as err:
+                assert str(err).startswith("the given bytes"), err
+                outcomes["refused"] += 1
+    assert outcomes["loaded"] and outcomes["refused"], outcomes
