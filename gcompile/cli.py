@@ -25,7 +25,7 @@ from .ir.dims import format_shape
 from .lowering.serialize import EXTERNAL_DATA_THRESHOLD
 from .runtime import modelfile
 from .runtime.files import atomic_write
-from .runtime.providers import make_session, resolve_provider
+from .runtime.providers import resolve_provider
 from .version import __version__
 
 _PROVIDER = click.option("--provider", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
@@ -163,14 +163,15 @@ def _summary(value: np.ndarray) -> str:
 @_guarded
 def run(artifact, inputs, out_dir, provider):
     """Run ARTIFACT (.onnx) on .npy inputs with onnxruntime and print its outputs."""
-    model = modelfile.load(artifact)
-    modelfile.check_runnable(model, artifact)
-    feeds = _parse_inputs(inputs)
-    used = resolve_provider(provider)
-    try:   # from the path, so onnxruntime finds external data beside the model from any working directory
-        session = make_session(os.path.abspath(artifact), used)
-    except Exception as err:
-        raise GcompileError(f"onnxruntime cannot load {artifact} on {used}: {modelfile.first_line(err)}") from None
+    with modelfile.opened(artifact) as opened:
+        model = opened.model
+        modelfile.check_runnable(model, artifact)
+        feeds = _parse_inputs(inputs)
+        used = resolve_provider(provider)
+        try:
+            session = modelfile.session(opened, used)
+        except Exception as err:
+            raise GcompileError(f"onnxruntime cannot load {artifact} on {used}: {modelfile.first_line(err)}") from None
     result = modelfile.run(session, model, feeds)
     click.echo(f"ran {artifact} on {result['provider']} in {result['run_ms']:.1f} ms")
     for name, value in result["outputs"].items():

@@ -9,10 +9,12 @@ parameters are copied to numpy only when `.params` is read.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import io
 import os
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,8 +23,9 @@ from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError
 from ..ir.dims import format_shape
+from ..runtime import modelfile
 from ..runtime.files import atomic_write
-from ..runtime.modelfile import load, signature
+from ..runtime.modelfile import signature
 from ..runtime.providers import PROVIDERS, make_session, resolve_provider
 from .layout import StepLayout
 
@@ -32,16 +35,23 @@ if TYPE_CHECKING:
 __all__ = ["Trainer"]
 
 
-def _load_model(step: Any) -> tuple[onnx.ModelProto, dict | None, str | None]:
-    """(ModelProto, default params, default provider) from a compiled step, a ModelProto or a path."""
-    if isinstance(step, onnx.ModelProto):
-        return step, None, None
+@contextlib.contextmanager
+def _opened(step: Any) -> Iterator[tuple[onnx.ModelProto, dict | None, str | None, Callable[[str], Any]]]:
+    """(ModelProto, default params, default provider, session maker) from a compiled step, a
+    ModelProto or a path; a path is read once and verified (modelfile.opened), and the session
+    is made from those bytes."""
     if isinstance(step, (str, os.PathLike)):
-        return load(step), None, None
-    if hasattr(step, "model") and hasattr(step, "params"):
-        return step.model, step.params, getattr(step, "provider", None)
-    raise GcompileError(f"Trainer takes a compiled training step (gc.export_train_step), an onnx.ModelProto "
-                        f"or the path of a saved training-step model, got {type(step).__name__}")
+        with modelfile.opened(step) as f:
+            yield f.model, None, None, functools.partial(modelfile.session, f)
+        return
+    if isinstance(step, onnx.ModelProto):
+        model, params, provider = step, None, None
+    elif hasattr(step, "model") and hasattr(step, "params"):
+        model, params, provider = step.model, step.params, getattr(step, "provider", None)
+    else:
+        raise GcompileError(f"Trainer takes a compiled training step (gc.export_train_step), an onnx.ModelProto "
+                            f"or the path of a saved training-step model, got {type(step).__name__}")
+    yield model, params, provider, functools.partial(make_session, model.SerializeToString())
 
 
 class Trainer:
@@ -57,15 +67,14 @@ class Trainer:
                  params: Mapping[str, ArrayLike] | None = None, provider: str | None = None) -> None:
         import onnxruntime as ort
 
-        model, default_params, default_provider = _load_model(step)
-        self.layout = StepLayout.from_model(model)
-        params = default_params if params is None else params
-        if params is None:
-            raise GcompileError("Trainer(path): give the initial parameters, Trainer(path, params={name: array}) "
-                                f"with names {', '.join(self.layout.params)}")
-        self.provider = resolve_provider(provider or default_provider or "auto")
-        source = os.fspath(step) if isinstance(step, (str, os.PathLike)) else model.SerializeToString()
-        self._session = make_session(source, self.provider)   # a path lets ORT find external data
+        with _opened(step) as (model, default_params, default_provider, make):
+            self.layout = StepLayout.from_model(model)
+            params = default_params if params is None else params
+            if params is None:
+                raise GcompileError("Trainer(path): give the initial parameters, Trainer(path, params={name: "
+                                    f"array}}) with names {', '.join(self.layout.params)}")
+            self.provider = resolve_provider(provider or default_provider or "auto")
+            self._session = make(self.provider)
         self._device = "cuda" if self._session.get_providers()[0] == PROVIDERS["cuda"] else "cpu"
         self._types = {e["name"]: (np.dtype(e["dtype"]), tuple(e["shape"]))
                        for e in signature(list(model.graph.input) + list(model.graph.output))}
