@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
 import os
-import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +22,9 @@ from numpy.typing import ArrayLike
 from ..errors import GcompileError, InputError
 from ..ir.dims import format_shape
 from ..runtime import modelfile
-from ..runtime.files import atomic_write
 from ..runtime.modelfile import signature
 from ..runtime.providers import PROVIDERS, make_session, resolve_provider
+from . import checkpoint
 from .layout import StepLayout
 
 if TYPE_CHECKING:
@@ -159,22 +157,19 @@ class Trainer:
         return float(self._loss.numpy())
 
     # -- checkpoints ---------------------------------------------------------------------------------
+    def _entries(self) -> dict[str, str]:
+        """Checkpoint entry name -> carried value: params/<name>, state/<name> and step."""
+        return {**{f"params/{n}": n for n in self.layout.params}, **{f"state/{n}": n for n in self.layout.state_names},
+                "step": "step"}
+
     def save(self, path: str | os.PathLike) -> None:
         """Write parameters, optimizer state and step counter to an .npz file, atomically."""
-        arrays = {**{f"params/{n}": v for n, v in self.params.items()},
-                  **{f"state/{n}": v for n, v in self.state.items()}, "step": self._live["step"].numpy()}
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
-        atomic_write(path, buffer.getvalue())
+        values = {**self.params, **self.state, "step": self._live["step"].numpy()}
+        checkpoint.write(path, {entry: values[name] for entry, name in self._entries().items()})
 
     def load(self, path: str | os.PathLike) -> None:
-        """Resume from a checkpoint written by `save`: the next step is the one that would have followed."""
-        try:
-            with np.load(os.fspath(path), allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
-        except (OSError, ValueError, zipfile.BadZipFile) as err:
-            raise GcompileError(f"cannot read checkpoint {os.fspath(path)!r}: {err}") from None
-        expected = tuple(f"params/{n}" for n in self.layout.params) + \
-            tuple(f"state/{n}" for n in self.layout.state_names) + ("step",)
-        self._check_names(f"checkpoint {os.fspath(path)!r} entries", arrays, expected)
-        self._set({name: arrays[key] for name, key in zip(self.layout.carried, expected)})
+        """Resume from a checkpoint written by `save`: the next step is the one that would have followed.
+        The file is checked against this step's layout before any array is read (checkpoint.read)."""
+        entries = self._entries()
+        arrays = checkpoint.read(path, {entry: self._types[name] for entry, name in entries.items()})
+        self._set({name: arrays[entry] for entry, name in entries.items()})
