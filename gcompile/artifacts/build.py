@@ -146,7 +146,7 @@ def _trace_one(fn: Callable, info: Export, opset: int | None, passes: Callable,
         info.finish(model)
     except GcompileError as err:
         raise GcompileError(f"cannot build {info.name!r} ({where}): {err}") from None
-    except Exception as err:
+    except (Exception, SystemExit) as err:   # sys.exit() in the user's function is the user's error too
         if is_internal(err):
             raise
         raise _user_error(f"cannot build {info.name!r} ({where})", err) from None
@@ -219,9 +219,12 @@ def build(model, out_dir, opset: int | None = None, check: bool = False, provide
             file_name = f"{info.name}.onnx"
             serialized = serialize(onnx_model, file_name, external_data_threshold)
             if resolved is not None:   # --check
+                try:
+                    feeds = info.check_feeds(onnx_model)
+                except GcompileError as err:
+                    raise GcompileError(f"--check of {info.name!r}: {err}") from None
                 with timed.phase("check"):
-                    checks[info.name] = _check(info.name, serialized, onnx_model, float64_ops, resolved,
-                                               info.check_feeds(onnx_model))
+                    checks[info.name] = _check(info.name, serialized, onnx_model, float64_ops, resolved, feeds)
                 logger.info("%s: check on %s %.1f ms", info.name, resolved, 1e3 * timed["check"])
             times[info.name] = timed
             data, weights, location = serialized

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import mmap
 import os
 import re
@@ -23,6 +24,7 @@ from .providers import PROVIDERS, external_data_from_memory, make_session
 
 MANIFEST = "manifest.json"
 MANIFEST_LIMIT = 16 * 1024 ** 2   # bytes; a build's manifest takes about 1 KiB per artifact
+RANDOM_FEED_LIMIT = 1024 ** 3     # bytes of random inputs random_feeds makes (for `build --check`)
 
 
 class ModelFile(NamedTuple):
@@ -215,6 +217,16 @@ def first_line(err: BaseException) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
+def onnxruntime_failure(err: BaseException) -> str | None:
+    """For an error onnxruntime raised running a model: ' at node NAME (OP): what went wrong' (or
+    ': what went wrong' where it names no node); None for any other exception."""
+    if not type(err).__module__.startswith("onnxruntime"):
+        return None
+    message = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first_line(err))
+    node = re.search(r"while running (\w+) node\. Name:'([^']*)' Status Message: (.*)", message)
+    return f" at node {node.group(2)!r} ({node.group(1)}): {node.group(3)}" if node else f": {message}"
+
+
 def external_files(model) -> list[str]:
     """The external data locations the model's initializers name (relative to its folder)."""
     from onnx import TensorProto
@@ -270,20 +282,38 @@ def graph_inputs(model) -> list:
 
 def random_feeds(model, seed: int = 0) -> dict[str, np.ndarray]:
     """Random inputs fitting the model's declared inputs; symbols are bound to 2, 3, 4, ...
-    in order of first appearance; integers are 0 or 1 (valid labels and indices), bools random."""
+    in order of first appearance; integers are 0 or 1 (valid labels and indices), bools random.
+    Inputs taking more than RANDOM_FEED_LIMIT bytes together are refused before any is made."""
     rng = np.random.default_rng(seed)
     sizes: dict[str, int] = {}
-    feeds = {}
+    planned = []
     for v in graph_inputs(model):
         shape = tuple(d if isinstance(d, int) else sizes.setdefault(d, 2 + len(sizes)) for d in _dims(v))
-        dtype = _dtype(v)
+        planned.append((v.name, shape, _dtype(v)))
+    nbytes = {name: math.prod(shape) * dtype.itemsize for name, shape, dtype in planned}
+    if sum(nbytes.values()) > RANDOM_FEED_LIMIT:
+        largest = sorted(planned, key=lambda p: -nbytes[p[0]])[:3]
+        raise GcompileError(f"random inputs would take {format_size(sum(nbytes.values()))}, more than the "
+                            f"{format_size(RANDOM_FEED_LIMIT)} allowed: " + ", ".join(
+                                f"input {name!r}: {dtype.name}{format_shape(shape)}, {format_size(nbytes[name])}"
+                                for name, shape, dtype in largest) + "; give smaller specs to check")
+    feeds = {}
+    for name, shape, dtype in planned:
         if dtype.kind == "f":
-            feeds[v.name] = rng.standard_normal(shape).astype(dtype)
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":
-            feeds[v.name] = rng.random(shape) < 0.5
+            feeds[name] = rng.random(shape) < 0.5
         else:
-            feeds[v.name] = rng.integers(0, 2, size=shape).astype(dtype)
+            feeds[name] = rng.integers(0, 2, size=shape).astype(dtype)
     return feeds
+
+
+def format_size(n: int) -> str:
+    """A byte count as people read it: 512 B, 1.5 KiB, 3.6 TiB."""
+    if n < 1024:
+        return f"{n} B"
+    power = min(4, int(math.log(n, 1024)))
+    return f"{n / 1024 ** power:.1f} {('KiB', 'MiB', 'GiB', 'TiB')[power - 1]}"
 
 
 def check_feeds(model, feeds: dict) -> dict[str, np.ndarray]:
