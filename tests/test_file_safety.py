@@ -144,6 +144,7 @@ def test_a_build_replaces_only_its_own_files(built, tmp_path):
     manifest = json.loads((built / "manifest.json").read_text())
     manifest["artifacts"].append({"name": "x", "file": "../model.py"})          # never removed: not a build file
     manifest["artifacts"].append({"name": "y", "file": "notes.txt"})
+    manifest["artifacts"].append({"name": "z", "file": "small.onnx", "external_data": "not an object"})
     (built / "manifest.json").write_text(json.dumps(manifest))
     (tmp_path / "model.py").write_text(model_text(2.0, big=False))              # `big` is gone, `other` is new
     result = CliRunner().invoke(main, ["build", str(tmp_path / "model.py"), "-o", str(built)])

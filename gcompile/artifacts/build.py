@@ -280,6 +280,7 @@ def _own_files(out_dir: str) -> list[str]:
         return []
     names = []
     for entry in (manifest or {}).get("artifacts", []):
-        external = entry.get("external_data") or {}
-        names += [n for n in (entry.get("file"), external.get("file")) if isinstance(n, str) and _OWN.fullmatch(n)]
+        external = entry.get("external_data")
+        listed = (entry.get("file"), external.get("file") if isinstance(external, dict) else None)
+        names += [n for n in listed if isinstance(n, str) and _OWN.fullmatch(n)]
     return names

@@ -152,7 +152,10 @@ def folder_lock(folder, wait: bool = False) -> Iterator[None]:
 def _acquire(path: str, folder: str, wait: bool) -> int:
     assert fcntl is not None
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as err:
+            raise GcompileError(f"cannot lock {folder} for writing: {path}: {err.strerror or err}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
