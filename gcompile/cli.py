@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import io
 import os
+import re
 import sys
 import traceback
 
@@ -24,8 +25,8 @@ from .errors import GcompileError
 from .ir.dims import format_shape
 from .lowering.serialize import EXTERNAL_DATA_THRESHOLD
 from .runtime import modelfile
-from .runtime.files import atomic_write
-from .runtime.providers import make_session, resolve_provider
+from .runtime.files import atomic_write, write_files
+from .runtime.providers import resolve_provider
 from .version import __version__
 
 _PROVIDER = click.option("--provider", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
@@ -57,6 +58,9 @@ def _guarded(command):
                 _print_traceback(err)
             click.echo(f"error: {err}", err=True)
             raise click.exceptions.Exit(2) from None
+        except KeyboardInterrupt:   # Ctrl-C, in gcompile or in the user's code
+            click.echo("interrupted", err=True)
+            raise click.exceptions.Exit(130) from None
         except BrokenPipeError:   # output piped into a reader that stopped early (`| head`)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise click.exceptions.Exit(0) from None
@@ -73,10 +77,6 @@ def _guarded(command):
 @click.version_option(__version__, prog_name="gcompile")
 def main():
     """gcompile: trace numeric Python, differentiate it to any order, export standard ONNX."""
-
-
-def _size(n: int) -> str:
-    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.1f} MiB"
 
 
 def _orders(entry: dict) -> str:
@@ -106,9 +106,9 @@ def build(model, out_dir, opset, optimize, check, recompute, external_data_thres
     result = build_artifacts(model, out_dir, opset=opset, check=check, provider=provider, optimize=optimize,
                              external_data_threshold=external_data_threshold, recompute=recompute)
     for entry in result.manifest["artifacts"]:
-        size = _size(entry["bytes"])
+        size = modelfile.format_size(entry["bytes"])
         if "external_data" in entry:
-            size += f" + {_size(entry['external_data']['bytes'])} in {entry['external_data']['file']}"
+            size += f" + {modelfile.format_size(entry['external_data']['bytes'])} in {entry['external_data']['file']}"
         timed = result.timings[entry["name"]]
         rows = [("inputs", ", ".join(map(modelfile.format_sig, entry["inputs"]))),
                 ("outputs", ", ".join(map(modelfile.format_sig, entry["outputs"]))),
@@ -157,33 +157,83 @@ def _summary(value: np.ndarray) -> str:
 @main.command()
 @click.argument("artifact", type=click.Path(dir_okay=False))
 @click.option("-i", "--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="one per model input")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="write each output to OUT/<name>.npy")
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="write each output to OUT/<name>.npy (names made safe file names)")
 @_PROVIDER
 @_guarded
 def run(artifact, inputs, out_dir, provider):
     """Run ARTIFACT (.onnx) on .npy inputs with onnxruntime and print its outputs."""
-    model = modelfile.load(artifact)
-    modelfile.check_runnable(model, artifact)
-    feeds = _parse_inputs(inputs)
-    used = resolve_provider(provider)
-    try:   # from the path, so onnxruntime finds external data beside the model from any working directory
-        session = make_session(os.path.abspath(artifact), used)
-    except Exception as err:
-        raise GcompileError(f"onnxruntime cannot load {artifact} on {used}: {modelfile.first_line(err)}") from None
-    result = modelfile.run(session, model, feeds)
+    with modelfile.opened(artifact) as opened:
+        model = opened.model
+        modelfile.check_runnable(model, artifact)
+        feeds = _parse_inputs(inputs)
+        used = resolve_provider(provider)
+        try:
+            session = modelfile.session(opened, used)
+        except Exception as err:
+            raise GcompileError(f"onnxruntime cannot load {artifact} on {used}: {modelfile.first_line(err)}") from None
+    try:
+        result = modelfile.run(session, model, feeds)
+    except Exception as err:   # onnxruntime failing on the model and these inputs: their error, not gcompile's
+        failure = modelfile.onnxruntime_failure(err)
+        if failure is None:
+            raise
+        raise GcompileError(f"onnxruntime failed running {artifact}{failure}") from None
     click.echo(f"ran {artifact} on {result['provider']} in {result['run_ms']:.1f} ms")
     for name, value in result["outputs"].items():
-        click.echo(f"  {name}: {value.dtype.name}{format_shape(value.shape)}  {_summary(value)}")
-        if out_dir:
-            buffer = io.BytesIO()
-            np.save(buffer, value, allow_pickle=False)
-            try:
-                atomic_write(os.path.join(out_dir, f"{name}.npy"), buffer.getvalue())
-            except OSError as err:
-                raise GcompileError(f"cannot write {name}.npy to {out_dir!r}: {err.strerror or err}") from None
+        click.echo(f"  {_printable(name)}: {value.dtype.name}{format_shape(value.shape)}  {_summary(value)}")
     if out_dir:
-        click.echo(f"wrote {len(result['outputs'])} output(s) to {out_dir}")
+        _write_outputs(out_dir, result["outputs"])
+
+
+def output_file_names(names: list[str]) -> list[str]:
+    """A safe file name NAME.npy for each output name, deterministically: characters other than
+    letters, digits, '_', '.' and '-' become '_'; a name starting with '.' (hidden, '.', '..') or
+    reserved on Windows gets a leading '_'; long names are cut. Where two outputs would share a
+    file (case-insensitively), a name that needed no change keeps it and the others, in output
+    order, get a suffix _2, _3, ..."""
+    stems = []
+    for name in names:
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:190] or "_"
+        stems.append("_" + stem if stem.startswith(".") or stem.split(".")[0].upper() in _RESERVED else stem)
+    kept: dict[str, int] = {}   # lower-case stem -> the first output whose name needed no change
+    for i, (name, stem) in enumerate(zip(names, stems)):
+        if stem == name:
+            kept.setdefault(stem.lower(), i)
+    files, used = [], set()
+    for i, stem in enumerate(stems):
+        candidate, k = stem, 2
+        while candidate.lower() in used or kept.get(candidate.lower(), i) != i:
+            candidate, k = f"{stem}_{k}", k + 1
+        used.add(candidate.lower())
+        files.append(f"{candidate}.npy")
+    return files
+
+
+_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
+
+
+def _printable(name: str) -> str:
+    """An output name as printed: quoted where it holds characters a terminal would interpret."""
+    return name if name.isprintable() and name else repr(name)
+
+
+def _write_outputs(out_dir: str, outputs: dict) -> None:
+    """Every output to OUT_DIR/<safe name>.npy, as one set (runtime.files.write_files); print the files."""
+    files = output_file_names(list(outputs))
+    blobs = []
+    for value in outputs.values():
+        buffer = io.BytesIO()
+        np.save(buffer, value, allow_pickle=False)
+        blobs.append(buffer.getvalue())
+    try:
+        write_files(out_dir, list(zip(files, blobs)))
+    except OSError as err:
+        listed = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        raise GcompileError(f"cannot write {listed} to {out_dir!r}: {err.strerror or err}") from None
+    click.echo(f"wrote {len(files)} output(s) to {out_dir}:")
+    for name, file in zip(outputs, files):
+        click.echo(f"  {file}" + (f"  (output {name!r})" if file != f"{name}.npy" else ""))
 
 
 @main.command()

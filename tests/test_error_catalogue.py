@@ -284,8 +284,9 @@ def cli_inspect_unknown_standard_op(tmp_path):
 @case
 def cli_run_external_data_missing(tmp_path):
     path = saved(tmp_path, threshold=0)
-    os.remove(tmp_path / "m.onnx.data")
-    return invoke("run", path), ["m.onnx", "m.onnx.data", "not beside it"]
+    data_file, = [n for n in os.listdir(tmp_path) if n.endswith(".data")]
+    os.remove(tmp_path / data_file)
+    return invoke("run", path), ["m.onnx", data_file, "not beside it"]
 
 
 @case
@@ -310,6 +311,67 @@ def cli_run_output_folder_cannot_be_written(tmp_path):
     (tmp_path / "res").write_text("a file")
     return invoke("run", path, "--input", f"x={tmp_path / 'x.npy'}", "--out", tmp_path / "res" / "sub"), \
         ["cannot write output.npy", "res"]
+
+
+@case
+def cli_run_output_names_a_file_outside_the_folder(tmp_path):
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("x", "../escape")]
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["../escape"])], "g", io[:1], io[1:]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", np.ones(2, np.float32))
+    result = invoke("run", tmp_path / "m.onnx", "-i", f"x={tmp_path / 'x.npy'}", "-o", tmp_path / "res")
+    assert result.exit_code == 0 and os.listdir(tmp_path / "res") == ["_.._escape.npy"], result.output
+    return result.output, ["_.._escape.npy  (output '../escape')"]
+
+
+@case
+def cli_run_model_fails_in_onnxruntime(tmp_path):
+    io = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+          helper.make_tensor_value_info("i", TensorProto.INT64, [1]),
+          helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]
+    model = helper.make_model(helper.make_graph([helper.make_node("Gather", ["x", "i"], ["y"], name="pick")], "g",
+                                                io[:2], io[2:]), opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", np.ones(3, np.float32))
+    np.save(tmp_path / "i.npy", np.array([3]))
+    return invoke("run", tmp_path / "m.onnx", "-i", f"x={tmp_path / 'x.npy'}", "-i", f"i={tmp_path / 'i.npy'}"), \
+        ["m.onnx", "node 'pick' (Gather)", "out of data bounds"]
+
+
+@case
+def cli_inspect_file_its_manifest_refuses(tmp_path):
+    path = write(tmp_path, "import gcompile as gc\n@gc.export(x=gc.spec((2,)))\ndef f(x):\n    return x * 2\n")
+    assert invoke("build", path, "-o", tmp_path / "out").exit_code == 0
+    artifact = tmp_path / "out" / "f.onnx"
+    artifact.write_bytes(artifact.read_bytes().replace(b"gcompile", b"gcompilE"))
+    return invoke("inspect", artifact), ["f.onnx", "sha256", "manifest.json", "the manifest refused it"]
+
+
+@case
+def cli_build_model_calls_sys_exit(tmp_path):
+    path = write(tmp_path, "import sys\nimport gcompile as gc\n@gc.export(x=gc.spec((2,)))\ndef f(x):\n"
+                           "    sys.exit(1)\n")
+    return invoke("build", path, "-o", tmp_path / "out"), ["cannot build 'f'", "SystemExit: 1", "model.py:5"]
+
+
+@case
+def cli_build_check_inputs_too_large(tmp_path):
+    path = write(tmp_path, "import gcompile as gc\n@gc.export(x=gc.spec((100000, 100000)))\ndef f(x):\n"
+                           "    return x * 2\n")
+    return invoke("build", path, "-o", tmp_path / "out", "--check", "--provider", "cpu"), \
+        ["--check of 'f'", "input 'x'", "float32(100000, 100000)", "37.3 GiB"]
+
+
+@case
+def run_trainer_checkpoint_of_another_shape(tmp_path):
+    step = gc.export_train_step(lambda p, x: F.sum(p["w"] * x), {"w": np.ones(3, np.float32)}, gc.optim.SGD(0.1),
+                                gc.spec((3,)), provider="cpu")
+    np.savez(tmp_path / "ckpt.npz", **{"params/w": np.ones(4, np.float32), "step": np.array(0, np.int64)})
+    return raised(lambda: gc.runtime.Trainer(step).load(tmp_path / "ckpt.npz"), gc.InputError), \
+        ["ckpt.npz", "'params/w'", "expects float32(3,)", "got float32(4,)"]
 
 
 @case

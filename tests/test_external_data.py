@@ -45,6 +45,11 @@ def predict(x):
     return F.tanh(x @ W1) @ W2
 
 
+def data_name(model_file, blob):
+    """The external data file of `model_file` holding `blob`: named by the sha256 of its content."""
+    return f"{model_file}.{hashlib.sha256(blob).hexdigest()[:16]}.data"
+
+
 def expected(x):
     return np.tanh(x @ W1) @ W2
 
@@ -63,20 +68,21 @@ def test_below_the_threshold_the_model_is_one_file(compiled, tmp_path):
     assert os.listdir(tmp_path) == ["m.onnx"]
     assert EXTERNAL_DATA_THRESHOLD == 2 * 1024 ** 3
     size = compiled.model.ByteSize()
-    assert serialize(compiled.model, "m.onnx.data", size + 1)[1] is None       # just below: inline
-    assert serialize(compiled.model, "m.onnx.data", size)[1] is not None       # reaching it: external
+    assert serialize(compiled.model, "m.onnx", size + 1).weights is None       # just below: inline
+    assert serialize(compiled.model, "m.onnx", size).weights is not None       # reaching it: external
 
 
 def test_save_with_a_low_threshold_writes_the_weights_beside_the_model(compiled, tmp_path):
     before = compiled.model.SerializeToString()
     compiled.save(tmp_path / "m.onnx", external_data_threshold=1024)
     assert compiled.model.SerializeToString() == before                          # the model is left as it was
-    assert sorted(os.listdir(tmp_path)) == ["m.onnx", "m.onnx.data"]             # no temporary files
+    data_file = data_name("m.onnx", W1.tobytes())                               # named by its content
+    assert sorted(os.listdir(tmp_path)) == ["m.onnx", data_file]                 # no temporary files
     header = onnx.load(tmp_path / "m.onnx", load_external_data=False)
     external = {t.name: {e.key: e.value for e in t.external_data}
                 for t in header.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
-    assert len(external) == 1 and [e["location"] for e in external.values()] == ["m.onnx.data"]
-    assert os.path.getsize(tmp_path / "m.onnx.data") == W1.nbytes
+    assert len(external) == 1 and [e["location"] for e in external.values()] == [data_file]
+    assert os.path.getsize(tmp_path / data_file) == W1.nbytes
     assert os.path.getsize(tmp_path / "m.onnx") < W1.nbytes                      # W1 is not inline
     full = onnx.load(tmp_path / "m.onnx")
     onnx.checker.check_model(full, full_check=True)
@@ -84,8 +90,9 @@ def test_save_with_a_low_threshold_writes_the_weights_beside_the_model(compiled,
 
 
 def test_serialize_is_deterministic(compiled):
-    first = serialize(compiled.model, "m.onnx.data", 0)
-    assert first == serialize(compiled.model, "m.onnx.data", 0) and first[1] is not None
+    first = serialize(compiled.model, "m.onnx", 0)
+    assert first == serialize(compiled.model, "m.onnx", 0) and first.weights is not None
+    assert first.location == data_name("m.onnx", first.weights)
 
 
 def test_loads_from_any_working_directory(compiled, tmp_path, monkeypatch):
@@ -102,7 +109,7 @@ def test_loads_from_any_working_directory(compiled, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     np.testing.assert_allclose(np.load(tmp_path / "res" / "output.npy"), expected(X), rtol=1e-5, atol=1e-6)
     info = invoke("inspect", moved / "m.onnx")
-    assert info.exit_code == 0 and "external data in m.onnx.data" in info.output
+    assert info.exit_code == 0 and f"external data in {data_name('m.onnx', W1.tobytes())}" in info.output
 
 
 def test_build_with_a_threshold(tmp_path, monkeypatch):
@@ -111,14 +118,15 @@ def test_build_with_a_threshold(tmp_path, monkeypatch):
     result = invoke("build", "model.py", "-o", "out", "--external-data-threshold", "1024", "--check",
                     "--provider", "cpu")
     assert result.exit_code == 0, result.output
-    assert "KiB in predict.onnx.data" in result.output and result.output.count("check    ok on cpu") == 2
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    assert sorted(os.listdir("out")) == ["grad_norm.onnx", "grad_norm.onnx.data", "manifest.json",
-                                         "predict.onnx", "predict.onnx.data"]
+    data_files = {e["name"]: e["external_data"]["file"] for e in manifest["artifacts"]}
+    assert f"KiB in {data_files['predict']}" in result.output and result.output.count("check    ok on cpu") == 2
+    assert sorted(os.listdir("out")) == sorted(["grad_norm.onnx", data_files["grad_norm"], "manifest.json",
+                                                "predict.onnx", data_files["predict"]])
     for entry in manifest["artifacts"]:
         data = entry["external_data"]
         blob = (tmp_path / "out" / data["file"]).read_bytes()
-        assert data["file"] == entry["file"] + ".data" and data["bytes"] == len(blob)
+        assert data["file"] == data_name(entry["file"], blob) and data["bytes"] == len(blob)
         assert data["sha256"] == hashlib.sha256(blob).hexdigest()
         header = onnx.load(tmp_path / "out" / entry["file"], load_external_data=False)
         assert entry["parameters"] == sum(int(np.prod(t.dims)) for t in header.graph.initializer) >= W1.size

@@ -1,10 +1,24 @@
 """`gcompile build`: import a model file, trace and lower every @gc.export function, write
-DIR/<name>.onnx and DIR/manifest.json.
+DIR/<name>.onnx (with DIR/<name>.onnx.<hash>.data for a large one) and DIR/manifest.json.
 
-All-or-nothing: every function is traced, lowered (and, with check=True, run) before the
-first byte is written, so a failing build leaves the previous artifacts as they were.
-The output depends only on the model file: node names, initializer order and the
-manifest are deterministic (no timestamps), so two builds give byte-identical files.
+A build changes DIR as one set:
+- it holds DIR's lock (runtime.files.folder_lock) from start to end: a second build into DIR
+  stops at once with an error naming the holder; a killed build's lock dies with it;
+- every function is traced, lowered (and, with check=True, run) before the first byte is
+  written; then every file is written in full to a temporary name in DIR (runtime.files.
+  write_files): a failure up to here (an error, a full disk, a kill) leaves DIR's files as
+  they were, and the next write into DIR removes a killed build's temporary files;
+- then the files are renamed into place: the external data files (named by their content,
+  so an old .onnx keeps its own data), the .onnx files, manifest.json last; then the files
+  of the previous build that the new manifest no longer lists are deleted. Only files the old
+  or the new manifest lists, with the names a build writes, change; other files in DIR never do.
+A reader thus sees at every instant whole files, each .onnx with its own data; only during the
+renames (no data is written then) can a new .onnx sit beside the old manifest, and every gcompile
+loader refuses such a file (its sha256 is not the manifest's). A build killed exactly there
+leaves that state until the next build.
+
+The output depends only on the model file: node names, initializer order and the manifest are
+deterministic (no timestamps), so two builds give byte-identical files.
 """
 from __future__ import annotations
 
@@ -15,6 +29,7 @@ import importlib.util
 import itertools
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -28,11 +43,11 @@ import onnx
 from ..errors import GcompileError
 from ..logs import logger, phase, progress, timings
 from ..lowering import to_onnx
-from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, external_data_name, serialize
+from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, serialize
 from ..passes import optimize as run_passes
 from ..runtime import modelfile
 from ..runtime.compiled import load_session
-from ..runtime.files import atomic_write
+from ..runtime.files import folder_lock, write_files
 from ..runtime.providers import resolve_provider
 from ..version import __version__
 from .describe import describe
@@ -40,6 +55,8 @@ from .marks import Export, export_info, exported_functions
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # gcompile/, not artifacts/
 _module_ids = itertools.count()
+MANIFEST = "manifest.json"
+_OWN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.onnx(\.[0-9a-f]{16}\.data|\.data)?")   # NAME.onnx, its data files
 
 
 @dataclass
@@ -129,7 +146,7 @@ def _trace_one(fn: Callable, info: Export, opset: int | None, passes: Callable,
         info.finish(model)
     except GcompileError as err:
         raise GcompileError(f"cannot build {info.name!r} ({where}): {err}") from None
-    except Exception as err:
+    except (Exception, SystemExit) as err:   # sys.exit() in the user's function is the user's error too
         if is_internal(err):
             raise
         raise _user_error(f"cannot build {info.name!r} ({where})", err) from None
@@ -169,13 +186,12 @@ def lower_all(model, opset: int | None = None, optimize: int = 2, recompute: boo
         return model_path, _trace_all(load_module(model_path), model_path, opset, passes)
 
 
-def _check(name: str, data: bytes, weights: bytes | None, location: str, model, float64_ops,
-           provider: str, feeds: dict) -> dict:
+def _check(name: str, serialized: Serialized, model, float64_ops, provider: str, feeds: dict) -> dict:
     if provider == "cpu" and float64_ops:
         raise GcompileError(f"--check of {name!r}: onnxruntime's CPU provider has no float64 kernel for "
                             + "; ".join(float64_ops) + ". Export this function in float32 to run it on CPU")
     start = time.perf_counter()
-    session = load_session(data, weights, provider, location)   # the very bytes about to be written
+    session = load_session(serialized, provider)   # the very bytes about to be written
     load_ms = 1e3 * (time.perf_counter() - start)
     result = {**modelfile.run(session, model, feeds), "load_ms": load_ms}
     for out, value in result["outputs"].items():
@@ -191,35 +207,80 @@ def build(model, out_dir, opset: int | None = None, check: bool = False, provide
 
     opset, optimize and recompute mean what they mean for gc.compile; check runs every artifact on
     random inputs of its specs (on `provider`) before anything is written. An artifact of
-    `external_data_threshold` bytes or more keeps its weights in <name>.onnx.data beside it.
+    `external_data_threshold` bytes or more keeps its weights in <name>.onnx.<hash>.data beside it.
+    The folder is locked for the whole build and changes as one set (see the module docstring).
     """
-    model_path, built = lower_all(model, opset, optimize, recompute)
-    entries, blobs, checks, times = [], [], {}, {}
-    resolved = resolve_provider(provider) if check else None
-    for info, onnx_model, float64_ops, timed in built:
-        file_name = f"{info.name}.onnx"
-        location = external_data_name(file_name)
-        data, weights = serialize(onnx_model, location, external_data_threshold)
-        if resolved is not None:   # --check
-            with timed.phase("check"):
-                checks[info.name] = _check(info.name, data, weights, location, onnx_model, float64_ops, resolved,
-                                           info.check_feeds(onnx_model))
-            logger.info("%s: check on %s %.1f ms", info.name, resolved, 1e3 * timed["check"])
-        times[info.name] = timed
-        entry = {"name": info.name, "file": file_name, **describe(onnx_model),
-                 "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), **info.manifest_extra()}
-        if weights is not None:
-            entry["external_data"] = {"file": location, "bytes": len(weights),
-                                      "sha256": hashlib.sha256(weights).hexdigest()}
-            blobs.append((location, weights))   # before the .onnx that refers to it
-        entries.append(entry)
-        blobs.append((entry["file"], data))
-    manifest = {"gcompile_version": __version__, "source": os.path.basename(model_path), "artifacts": entries}
     out_dir = os.fspath(out_dir)
-    blobs.append(("manifest.json", (json.dumps(manifest, indent=2) + "\n").encode()))
+    with _output_folder(out_dir):
+        model_path, built = lower_all(model, opset, optimize, recompute)
+        entries, weights_files, model_files, checks, times = [], [], [], {}, {}
+        resolved = resolve_provider(provider) if check else None
+        for info, onnx_model, float64_ops, timed in built:
+            file_name = f"{info.name}.onnx"
+            serialized = serialize(onnx_model, file_name, external_data_threshold)
+            if resolved is not None:   # --check
+                try:
+                    feeds = info.check_feeds(onnx_model)
+                except GcompileError as err:
+                    raise GcompileError(f"--check of {info.name!r}: {err}") from None
+                with timed.phase("check"):
+                    checks[info.name] = _check(info.name, serialized, onnx_model, float64_ops, resolved, feeds)
+                logger.info("%s: check on %s %.1f ms", info.name, resolved, 1e3 * timed["check"])
+            times[info.name] = timed
+            data, weights, location = serialized
+            entry = {"name": info.name, "file": file_name, **describe(onnx_model),
+                     "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), **info.manifest_extra()}
+            if weights is not None and location is not None:
+                entry["external_data"] = {"file": location, "bytes": len(weights),
+                                          "sha256": hashlib.sha256(weights).hexdigest()}
+                weights_files.append((location, weights))
+            entries.append(entry)
+            model_files.append((file_name, data))
+        manifest = {"gcompile_version": __version__, "source": os.path.basename(model_path), "artifacts": entries}
+        files = weights_files + model_files + [(MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())]
+        stale = sorted(set(_own_files(out_dir)) - {name for name, _ in files})
+        try:
+            write_files(out_dir, files, remove=stale)
+        except OSError as err:
+            raise GcompileError(f"cannot write the build to {out_dir!r}: {err.strerror or err}") from None
+    return BuildResult(out_dir, manifest, checks, times)
+
+
+@contextlib.contextmanager
+def _output_folder(out_dir: str):
+    """Create `out_dir` if needed and hold its lock; a build that fails removes the folders it created."""
+    created = []
+    folder = os.path.abspath(out_dir)
+    while not os.path.isdir(folder) and folder != os.path.dirname(folder):
+        created.append(folder)
+        folder = os.path.dirname(folder)
     try:
-        for file_name, data in blobs:
-            atomic_write(os.path.join(out_dir, file_name), data)
+        os.makedirs(out_dir, exist_ok=True)
+        lock = folder_lock(out_dir)
     except OSError as err:
         raise GcompileError(f"cannot write the build to {out_dir!r}: {err.strerror or err}") from None
-    return BuildResult(out_dir, manifest, checks, times)
+    try:
+        with lock:
+            yield
+    except BaseException:
+        for folder in created:   # innermost first; one that is not empty stays
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+        raise
+
+
+def _own_files(out_dir: str) -> list[str]:
+    """The files of the previous build in `out_dir`: those its manifest lists that have the names a
+    build writes (NAME.onnx and its data files). A manifest that cannot be read lists none."""
+    try:
+        manifest = modelfile.read_manifest(out_dir)
+    except GcompileError:
+        return []
+    names = []
+    for entry in (manifest or {}).get("artifacts", []):
+        external = entry.get("external_data")
+        listed = (entry.get("file"), external.get("file") if isinstance(external, dict) else None)
+        names += [n for n in listed if isinstance(n, str) and _OWN.fullmatch(n)]
+    return names

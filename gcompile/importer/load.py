@@ -22,8 +22,6 @@ elements import as ops the runtime computes.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import re
 from typing import Any
@@ -37,6 +35,7 @@ from ..errors import GcompileError, InputError, UnsupportedError
 from ..frontend.spec import Spec, spec
 from ..frontend.tensor import Tensor, current_frame
 from ..ir.dims import format_shape
+from ..runtime.modelfile import check_manifest
 from .inline import Inliner
 from .table import np_dtype
 from .validate import check_model, declared_bytes, size_mismatch, tensor_array
@@ -69,7 +68,7 @@ def load_onnx(model: str | os.PathLike | bytes | bytearray | onnx.ModelProto) ->
             data = fh.read()
         if not data:
             raise GcompileError(f"{source}: the file is empty (0 bytes), not an ONNX model")
-        _check_manifest(source, data)
+        check_manifest(source, data)
         proto = _parse(lambda: onnx.load_from_string(data), source)
         folder = os.path.dirname(os.path.abspath(source))
     else:
@@ -99,43 +98,6 @@ def _parse(load, what: str):
     except Exception as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise GcompileError(f"{what} is not a valid ONNX model ({reason})") from None
-
-
-def _check_manifest(path: str, data: bytes) -> None:
-    """Refuse a model (or its external data) that is not the file `gcompile build` wrote, when
-    the manifest.json beside it lists it: a modified or swapped artifact is never run."""
-    folder, name = os.path.split(os.path.abspath(path))
-    manifest_path = os.path.join(folder, "manifest.json")
-    if not os.path.isfile(manifest_path):
-        return
-    try:
-        with open(manifest_path, encoding="utf-8") as fh:
-            manifest = json.load(fh)
-    except (OSError, ValueError) as err:
-        raise GcompileError(f"{manifest_path}: the manifest beside {path} cannot be read ({err})") from None
-    artifacts = manifest.get("artifacts") if isinstance(manifest, dict) else None
-    for entry in artifacts if isinstance(artifacts, list) else []:
-        if not isinstance(entry, dict) or entry.get("file") != name:
-            continue
-        _check_sha256(path, hashlib.sha256(data).hexdigest(), entry.get("sha256"), manifest_path)
-        external = entry.get("external_data")
-        if isinstance(external, dict):
-            location = str(external.get("file", ""))
-            target = os.path.join(folder, location)
-            if os.path.basename(location) != location or not os.path.isfile(target):
-                raise GcompileError(f"{path}: its external data file {location!r}, listed in {manifest_path}, is "
-                                    f"not a file in {folder}")
-            digest = hashlib.sha256()
-            with open(target, "rb") as fh:   # in blocks: external data is the part too large to hold twice
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
-            _check_sha256(target, digest.hexdigest(), external.get("sha256"), manifest_path)
-
-
-def _check_sha256(path: str, actual: str, expected, manifest_path: str) -> None:
-    if expected is not None and actual != expected:
-        raise GcompileError(f"{path}: its sha256 is {actual}, but {manifest_path} records {expected}; the file "
-                            "changed after the build (refused: rebuild it or restore the original)")
 
 
 def _tensors(graph):

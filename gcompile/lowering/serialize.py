@@ -4,7 +4,10 @@ Deterministic: equal models give equal bytes (the build's byte-identical rebuild
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+from typing import NamedTuple
 
 import onnx
 from onnx import TensorProto
@@ -17,15 +20,28 @@ _MIN_EXTERNAL_TENSOR = 1024               # smaller initializers (axes, scalars)
 _ALIGN = 64
 
 
-def external_data_name(model_path) -> str:
-    """The external data file beside a model: predict.onnx -> predict.onnx.data."""
-    return os.path.basename(os.fspath(model_path)) + ".data"
+class Serialized(NamedTuple):
+    data: bytes                # the .onnx file
+    weights: bytes | None      # its external data file, or None for a model kept in one file
+    location: str | None       # the external data file's name, as the .onnx refers to it
 
 
-def serialize(model: onnx.ModelProto, location: str,
-              threshold: int = EXTERNAL_DATA_THRESHOLD) -> tuple[bytes, bytes | None]:
-    """The model's bytes, and the bytes of its external data file `location` (a name
-    relative to the model's folder), or None when the model stays one file.
+def external_data_name(model_file, weights: bytes) -> str:
+    """The external data file beside a model, named by its content: predict.onnx ->
+    predict.onnx.<first 16 hex digits of the data's sha256>.data. A new version of the weights
+    never replaces the file an older .onnx refers to, so writers can commit the .onnx last."""
+    return f"{os.path.basename(os.fspath(model_file))}.{hashlib.sha256(weights).hexdigest()[:16]}.data"
+
+
+def external_data_versions(model_file, names) -> list[str]:
+    """The names among `names` of external data files of `model_file`, whatever their version."""
+    pattern = re.compile(re.escape(os.path.basename(os.fspath(model_file))) + r"\.[0-9a-f]{16}\.data")
+    return [n for n in names if pattern.fullmatch(n)]
+
+
+def serialize(model: onnx.ModelProto, file_name: str, threshold: int = EXTERNAL_DATA_THRESHOLD) -> Serialized:
+    """The bytes of `model` saved as `file_name` and, when it keeps its weights in an external
+    data file beside it, that file's bytes and name (see external_data_name).
 
     A model whose size reaches `threshold` bytes keeps every initializer of 1 KiB or more
     in the data file instead, in graph order, 64-byte aligned, so equal models give equal
@@ -34,21 +50,28 @@ def serialize(model: onnx.ModelProto, location: str,
     if threshold < 0:
         raise GcompileError(f"external_data_threshold must be >= 0 bytes, got {threshold}")
     if model.ByteSize() < threshold:
-        return model.SerializeToString(), None
-    moved, chunks, offset = [], [], 0
+        return Serialized(model.SerializeToString(), None, None)
+    placed, chunks, offset = [], [], 0
+    for tensor in model.graph.initializer:
+        if not tensor.HasField("raw_data") or len(tensor.raw_data) < _MIN_EXTERNAL_TENSOR:
+            continue
+        chunks.append(b"\0" * (-offset % _ALIGN))
+        offset += len(chunks[-1])
+        placed.append((tensor, offset))
+        chunks.append(tensor.raw_data)
+        offset += len(tensor.raw_data)
+    if not placed:
+        return Serialized(model.SerializeToString(), None, None)
+    weights = b"".join(chunks)
+    location = external_data_name(file_name, weights)
+    moved = []
     try:
-        for tensor in model.graph.initializer:
-            if not tensor.HasField("raw_data") or len(tensor.raw_data) < _MIN_EXTERNAL_TENSOR:
-                continue
+        for tensor, start in placed:
             raw = tensor.raw_data
-            chunks.append(b"\0" * (-offset % _ALIGN))
-            offset += len(chunks[-1])
-            set_external_data(tensor, location, offset, len(raw))
+            set_external_data(tensor, location, start, len(raw))
             tensor.ClearField("raw_data")
             moved.append((tensor, raw))
-            chunks.append(raw)
-            offset += len(raw)
-        return model.SerializeToString(), (b"".join(chunks) if moved else None)
+        return Serialized(model.SerializeToString(), weights, location)
     finally:
         for tensor, raw in moved:
             del tensor.external_data[:]

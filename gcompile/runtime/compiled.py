@@ -16,8 +16,8 @@ from ..frontend.trace import Traced, trace
 from ..ir.dims import bind, format_shape
 from ..ir.graph import Graph
 from ..lowering import to_onnx
-from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, external_data_name, serialize
-from .files import atomic_write
+from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, external_data_versions, serialize
+from .files import folder_lock, write_files
 from .providers import make_session, resolve_provider
 
 _ORT_TYPES = {f"tensor({name})": np.dtype(dt) for name, dt in [
@@ -30,11 +30,12 @@ def _ort_value_type():
     return ort.OrtValue
 
 
-def load_session(data: bytes, weights: bytes | None, provider: str, location: str = "model.onnx.data"):
-    """An onnxruntime session for serialised model bytes and, for a model too large for one
+def load_session(serialized: Serialized, provider: str):
+    """An onnxruntime session for a serialised model and, for a model too large for one
     protobuf, its external data: onnxruntime reads that only from beside a model path, so
     both go to a scratch folder first."""
-    if weights is None:
+    data, weights, location = serialized
+    if weights is None or location is None:
         return make_session(data, provider)
     with tempfile.TemporaryDirectory(prefix="gcompile-") as folder:
         for file_name, blob in ((location, weights), ("model.onnx", data)):
@@ -74,7 +75,7 @@ class CompiledFunction:
             raise GcompileError("onnxruntime's CPU provider has no float64 kernel for: " + "; ".join(float64_ops)
                                 + ". Compile this function in float32, or run the saved model on a runtime "
                                   "that has these kernels")
-        self._session = load_session(*serialize(model, "model.onnx.data", EXTERNAL_DATA_THRESHOLD), provider)
+        self._session = load_session(serialize(model, "model.onnx", EXTERNAL_DATA_THRESHOLD), provider)
         self._output_names = list(traced.graph.output_names)
 
     @property
@@ -87,13 +88,20 @@ class CompiledFunction:
 
     def save(self, path: str | os.PathLike, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD) -> None:
         """Write the ONNX model to `path` atomically. A model of `external_data_threshold`
-        bytes or more (default 2 GiB, the protobuf limit) keeps its weights in PATH.data
-        beside it, written first, so the .onnx never refers to a missing file."""
-        location = external_data_name(path)
-        data, weights = serialize(self.model, location, external_data_threshold)
-        if weights is not None:
-            atomic_write(os.path.join(os.path.dirname(os.fspath(path)), location), weights)
-        atomic_write(path, data)
+        bytes or more (default 2 GiB, the protobuf limit) keeps its weights beside it in
+        PATH.<hash>.data, named by its content (see lowering.serialize.external_data_name).
+
+        The .onnx and its data change together: both are written in full before either is
+        renamed into place, the data file first (under a new name, so the old .onnx keeps its
+        own data), the .onnx last; then the data files of earlier versions of PATH are removed.
+        A failure or kill at any point leaves the old pair or the new pair. Saves into one
+        folder take its lock (runtime.files.folder_lock) and wait for each other."""
+        folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+        data, weights, location = serialize(self.model, name, external_data_threshold)
+        files = [(location, weights)] if weights is not None and location is not None else []
+        with folder_lock(folder, wait=True):
+            older = [n for n in external_data_versions(name, os.listdir(folder)) if n != location]
+            write_files(folder, files + [(name, data)], remove=older)
 
     def check_inputs(self, args: Sequence) -> dict[str, Any]:
         """Feeds for onnxruntime, after checking count, dtype and shape (symbols bound consistently)."""

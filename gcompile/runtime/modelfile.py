@@ -5,46 +5,226 @@ Everything here works from the ONNX file alone, so it handles any model, not onl
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import math
+import mmap
 import os
+import re
 import time
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..errors import GcompileError, InputError
 from ..ir.dims import bind, format_shape
-from .providers import PROVIDERS
+from .providers import PROVIDERS, external_data_from_memory, make_session
+
+MANIFEST = "manifest.json"
+MANIFEST_LIMIT = 16 * 1024 ** 2   # bytes; a build's manifest takes about 1 KiB per artifact
+RANDOM_FEED_LIMIT = 1024 ** 3     # bytes of random inputs random_feeds makes (for `build --check`)
+
+
+class ModelFile(NamedTuple):
+    """A model file read once (see `opened`)."""
+    path: str
+    data: bytes                      # the .onnx file's bytes, verified
+    model: Any                       # onnx.ModelProto parsed from `data`; external weights not loaded
+    external: dict[str, Any]         # external data location -> its contents (verified; memory-mapped)
 
 
 def load(path):
-    """An onnx.ModelProto from `path`; a GcompileError for a missing, unreadable or corrupt file
-    or a missing external data file.
+    """An onnx.ModelProto from `path` (see `opened`); its external weights are not loaded
+    (describing and feeding a model needs only their shapes)."""
+    with opened(path) as f:
+        return f.model
 
-    Weights kept in external data files are not read (describing and feeding a model needs
-    only their shapes); onnxruntime reads them itself when given the model's path.
-    """
+
+@contextlib.contextmanager
+def opened(path) -> Iterator[ModelFile]:
+    """The model file at `path` read once: its bytes, the model parsed from those very bytes, and
+    its external data files memory-mapped, all verified against the manifest.json beside it
+    (check_manifest), so what is checked is what runs: give `session` the result. The mappings
+    close on exit. A GcompileError for a missing, unreadable, corrupt or refused file or a missing
+    external data file."""
     import onnx
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise GcompileError(f"{path}: no such file")
     try:
-        model = onnx.load(path, load_external_data=False)
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as err:
+        raise GcompileError(f"{path} cannot be read ({err.strerror or err})") from None
+    try:
+        model = onnx.load_from_string(data)
     except Exception as err:
         raise GcompileError(f"{path} is not a valid ONNX model ({first_line(err)})") from None
     folder = os.path.dirname(os.path.abspath(path))
-    missing = sorted({loc for loc in external_files(model) if not os.path.isfile(os.path.join(folder, loc))})
-    if missing:
-        raise GcompileError(f"{path} keeps its weights in {', '.join(missing)}, which is not beside it in "
-                            f"{folder}: copy the data file(s) along with the .onnx")
+    with contextlib.ExitStack() as stack:
+        external = {loc: stack.enter_context(_mapped(path, folder, loc)) for loc in sorted(set(external_files(model)))}
+        check_manifest(path, data, external)
+        _check_structure(model, path)
+        yield ModelFile(path, data, model, external)
+
+
+@contextlib.contextmanager
+def _mapped(path: str, folder: str, location: str) -> Iterator[Any]:
+    """The external data file `location` of the model at `path`, memory-mapped read-only; it must
+    be a relative path to a file inside the model's folder."""
+    parts = location.replace("\\", "/").split("/")
+    target = os.path.realpath(os.path.join(folder, location))
+    if not location or os.path.isabs(location) or ".." in parts or \
+            os.path.commonpath([os.path.realpath(folder), target]) != os.path.realpath(folder):
+        raise GcompileError(f"{path} keeps weights in {location!r}, outside its folder {folder}: refused (external "
+                            "data must be a relative path inside the model's folder)")
+    if not os.path.isfile(target):
+        raise GcompileError(f"{path} keeps its weights in {location}, which is not beside it in {folder}: copy the "
+                            "data file(s) along with the .onnx")
+    with open(target, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            yield b""
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            yield mapped
+
+
+def _check_structure(model, path: str) -> None:
+    """onnx's checker on the parsed model. Initializers kept in external data are checked as graph
+    inputs (the checker would look for their files relative to the working directory); a model
+    newer than the installed onnx knows is left to check_runnable, so `inspect` still describes it."""
+    import onnx
+    if model.ir_version > onnx.IR_VERSION or (opset_of(model) or 0) > onnx.defs.onnx_opset_version():
+        return
+    external = {t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+    if external:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        declared = {v.name for v in copy.graph.input}
+        kept = [t for t in copy.graph.initializer if t.name not in external]
+        for t in copy.graph.initializer:
+            if t.name in external and t.name not in declared:
+                copy.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        del copy.graph.initializer[:]
+        copy.graph.initializer.extend(kept)
+        model = copy
     try:
-        onnx.checker.check_model(path)   # from the path: the checker follows external data itself
+        onnx.checker.check_model(model)
     except Exception as err:
         raise GcompileError(f"{path} is not a valid ONNX model ({first_line(err)})") from None
-    return model
+
+
+def session(f: ModelFile, provider: str):
+    """An onnxruntime session for an opened model file: from its verified bytes, with its external
+    data handed over from the verified mappings. (An onnxruntime older than 1.29 cannot take those:
+    it reads the model and its data again from beside the model's path.)"""
+    if f.external and not external_data_from_memory():
+        return make_session(os.path.abspath(f.path), provider)
+    return make_session(f.data, provider, f.external)
+
+
+def check_manifest(path, data: bytes, external: Mapping[str, Any] | None = None) -> None:
+    """Refuse a model file (or its external data) that is not the file `gcompile build` wrote,
+    when the manifest.json beside it lists it: a modified or swapped artifact is never loaded.
+
+    `data` are the bytes of the .onnx the caller read (and will use); `external` maps external
+    data locations to the contents the caller will use (others listed are hashed from disk). A
+    manifest that cannot be read, or is not a gcompile manifest, refuses every file beside it.
+    Every loader (modelfile.opened, Trainer(path), gc.load_onnx) calls this."""
+    path = os.fspath(path)
+    folder, name = os.path.split(os.path.abspath(path))
+    manifest_path = os.path.join(folder, MANIFEST)
+    try:
+        manifest = _read_manifest(manifest_path)
+    except ValueError as err:
+        raise GcompileError(f"{manifest_path}: the manifest beside {path} cannot be read ({err}); the manifest "
+                            "refused the file: repair or remove the manifest") from None
+    if manifest is None:
+        return
+    entries = [e for e in manifest["artifacts"] if e.get("file") == name]
+    if len(entries) > 1:
+        raise GcompileError(f"{manifest_path} lists {name} {len(entries)} times; the manifest refused {path}")
+    if not entries:
+        return
+    _check_sha256(path, hashlib.sha256(data).hexdigest(), entries[0].get("sha256"), manifest_path)
+    listed = entries[0].get("external_data")
+    if listed is None:
+        return
+    location = listed.get("file") if isinstance(listed, dict) else None
+    if not isinstance(location, str):
+        raise GcompileError(f"{manifest_path}: the external_data of {name} is not {{\"file\": ..., \"sha256\": ...}}; "
+                            f"the manifest refused {path}")
+    target = os.path.join(folder, location)
+    if location in ("", ".", "..") or os.path.basename(location) != location or not os.path.isfile(target):
+        raise GcompileError(f"{path}: its external data file {location!r}, listed in {manifest_path}, is not a file "
+                            f"in {folder}; the manifest refused it")
+    digest = hashlib.sha256()
+    if external is not None and location in external:
+        digest.update(external[location])
+    else:
+        with open(target, "rb") as fh:   # in blocks: external data is the part too large to hold twice
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    _check_sha256(target, digest.hexdigest(), listed.get("sha256"), manifest_path)
+
+
+def _check_sha256(path: str, actual: str, expected: Any, manifest_path: str) -> None:
+    if not isinstance(expected, str) or not re.fullmatch(r"[0-9a-f]{64}", expected):
+        raise GcompileError(f"{manifest_path} records no valid sha256 for {os.path.basename(path)} (got "
+                            f"{str(expected)[:80]!r}); the manifest refused {path}")
+    if actual != expected:
+        raise GcompileError(f"{path}: its sha256 is {actual}, but {manifest_path} records {expected}; the manifest "
+                            "refused it: the file changed after the build (rebuild it or restore the original)")
+
+
+def read_manifest(folder) -> dict | None:
+    """The manifest.json in `folder`, or None where there is none; a GcompileError for one that
+    cannot be read, is larger than MANIFEST_LIMIT or is not a gcompile manifest."""
+    path = os.path.join(os.fspath(folder), MANIFEST)
+    try:
+        return _read_manifest(path)
+    except ValueError as err:
+        raise GcompileError(f"{path} cannot be read ({err})") from None
+
+
+def _read_manifest(path: str) -> dict | None:
+    """The manifest at `path` (None if there is none); ValueError saying what is wrong with it."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MANIFEST_LIMIT + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise ValueError(err.strerror or str(err)) from None
+    if len(raw) > MANIFEST_LIMIT:
+        raise ValueError(f"larger than {MANIFEST_LIMIT} bytes")
+    try:
+        manifest = json.loads(raw)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except ValueError as err:
+        raise ValueError(f"not valid JSON: {first_line(err)}") from None
+    artifacts = manifest.get("artifacts") if isinstance(manifest, dict) else None
+    if not isinstance(artifacts, list) or not all(isinstance(e, dict) for e in artifacts):
+        raise ValueError('not a gcompile manifest: expected an object whose "artifacts" is a list of objects')
+    return manifest
 
 
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message (onnx and onnxruntime errors run on for pages)."""
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def onnxruntime_failure(err: BaseException) -> str | None:
+    """For an error onnxruntime raised running a model: ' at node NAME (OP): what went wrong' (or
+    ': what went wrong' where it names no node); None for any other exception."""
+    if not type(err).__module__.startswith("onnxruntime"):
+        return None
+    message = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", first_line(err))
+    node = re.search(r"while running (\w+) node\. Name:'([^']*)' Status Message: (.*)", message)
+    return f" at node {node.group(2)!r} ({node.group(1)}): {node.group(3)}" if node else f": {message}"
 
 
 def external_files(model) -> list[str]:
@@ -102,20 +282,38 @@ def graph_inputs(model) -> list:
 
 def random_feeds(model, seed: int = 0) -> dict[str, np.ndarray]:
     """Random inputs fitting the model's declared inputs; symbols are bound to 2, 3, 4, ...
-    in order of first appearance; integers are 0 or 1 (valid labels and indices), bools random."""
+    in order of first appearance; integers are 0 or 1 (valid labels and indices), bools random.
+    Inputs taking more than RANDOM_FEED_LIMIT bytes together are refused before any is made."""
     rng = np.random.default_rng(seed)
     sizes: dict[str, int] = {}
-    feeds = {}
+    planned = []
     for v in graph_inputs(model):
         shape = tuple(d if isinstance(d, int) else sizes.setdefault(d, 2 + len(sizes)) for d in _dims(v))
-        dtype = _dtype(v)
+        planned.append((v.name, shape, _dtype(v)))
+    nbytes = {name: math.prod(shape) * dtype.itemsize for name, shape, dtype in planned}
+    if sum(nbytes.values()) > RANDOM_FEED_LIMIT:
+        largest = sorted(planned, key=lambda p: -nbytes[p[0]])[:3]
+        raise GcompileError(f"random inputs would take {format_size(sum(nbytes.values()))}, more than the "
+                            f"{format_size(RANDOM_FEED_LIMIT)} allowed: " + ", ".join(
+                                f"input {name!r}: {dtype.name}{format_shape(shape)}, {format_size(nbytes[name])}"
+                                for name, shape, dtype in largest) + "; give smaller specs to check")
+    feeds = {}
+    for name, shape, dtype in planned:
         if dtype.kind == "f":
-            feeds[v.name] = rng.standard_normal(shape).astype(dtype)
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":
-            feeds[v.name] = rng.random(shape) < 0.5
+            feeds[name] = rng.random(shape) < 0.5
         else:
-            feeds[v.name] = rng.integers(0, 2, size=shape).astype(dtype)
+            feeds[name] = rng.integers(0, 2, size=shape).astype(dtype)
     return feeds
+
+
+def format_size(n: int) -> str:
+    """A byte count as people read it: 512 B, 1.5 KiB, 3.6 TiB."""
+    if n < 1024:
+        return f"{n} B"
+    power = min(4, int(math.log(n, 1024)))
+    return f"{n / 1024 ** power:.1f} {('KiB', 'MiB', 'GiB', 'TiB')[power - 1]}"
 
 
 def check_feeds(model, feeds: dict) -> dict[str, np.ndarray]:

@@ -6,12 +6,16 @@ provider that really runs (ARCHITECTURE.md §10).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from ..errors import GcompileError
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+_ERRORS, _SILENT = 3, 4   # onnxruntime log severities
 
 
 @functools.cache
@@ -25,16 +29,14 @@ def cuda_available() -> bool:
                               opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 8
     options = ort.SessionOptions()
-    options.log_severity_level = 4
-    ort.set_default_logger_severity(4)
+    options.log_severity_level = _SILENT
     try:
-        session = ort.InferenceSession(model.SerializeToString(), options,
-                                       providers=[PROVIDERS["cuda"], PROVIDERS["cpu"]])
+        with quiet_onnxruntime():
+            session = ort.InferenceSession(model.SerializeToString(), options,
+                                           providers=[PROVIDERS["cuda"], PROVIDERS["cpu"]])
         return session.get_providers()[0] == PROVIDERS["cuda"]
     except Exception:
         return False
-    finally:
-        ort.set_default_logger_severity(3)
 
 
 def resolve_provider(requested: str) -> str:
@@ -50,15 +52,42 @@ def resolve_provider(requested: str) -> str:
     return requested
 
 
-def make_session(model: bytes | str, provider: str):
-    """A session for serialised model bytes or a model path (a path lets onnxruntime find external data)."""
+@functools.cache
+def external_data_from_memory() -> bool:
+    """Whether the installed onnxruntime takes a model's external data files from memory (1.29 on)."""
+    import onnxruntime as ort
+    return hasattr(ort.SessionOptions(), "add_external_initializers_from_files_in_memory")
+
+
+@contextlib.contextmanager
+def quiet_onnxruntime() -> Iterator[None]:
+    """Silence onnxruntime's default logger (its coloured lines on stderr) while creating a session:
+    gcompile reports onnxruntime's errors itself, in one paragraph. Afterwards it logs errors only."""
+    import onnxruntime as ort
+    ort.set_default_logger_severity(_SILENT)
+    try:
+        yield
+    finally:
+        ort.set_default_logger_severity(_ERRORS)
+
+
+def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] | None = None):
+    """A session for serialised model bytes or a model path (a path lets onnxruntime find external data).
+
+    `external` maps the external data locations a model given as bytes refers to onto their
+    contents (see external_data_from_memory)."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = os.cpu_count() or 1
-    options.log_severity_level = 3
+    options.log_severity_level = _SILENT      # also at run time: errors reach the caller as exceptions
+    if external:
+        names = list(external)
+        options.add_external_initializers_from_files_in_memory(names, [external[n] for n in names],
+                                                               [len(external[n]) for n in names])
     providers = [PROVIDERS[provider]] + ([PROVIDERS["cpu"]] if provider != "cpu" else [])
     # Pad_Fusion merges a zero Pad into a following MaxPool, whose pads count as -inf: wrong
     # wherever a padded zero is a window's maximum. gcompile's own models never match it
     # (LowerContext.pad); this keeps `gcompile run` right on other people's models too.
-    return ort.InferenceSession(model, options, providers=providers, disabled_optimizers=["Pad_Fusion"])
+    with quiet_onnxruntime():
+        return ort.InferenceSession(model, options, providers=providers, disabled_optimizers=["Pad_Fusion"])

@@ -9,10 +9,10 @@ parameters are copied to numpy only when `.params` is read.
 """
 from __future__ import annotations
 
-import io
+import contextlib
+import functools
 import os
-import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,9 +21,10 @@ from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError
 from ..ir.dims import format_shape
-from ..runtime.files import atomic_write
-from ..runtime.modelfile import load, signature
+from ..runtime import modelfile
+from ..runtime.modelfile import signature
 from ..runtime.providers import PROVIDERS, make_session, resolve_provider
+from . import checkpoint
 from .layout import StepLayout
 
 if TYPE_CHECKING:
@@ -32,16 +33,23 @@ if TYPE_CHECKING:
 __all__ = ["Trainer"]
 
 
-def _load_model(step: Any) -> tuple[onnx.ModelProto, dict | None, str | None]:
-    """(ModelProto, default params, default provider) from a compiled step, a ModelProto or a path."""
-    if isinstance(step, onnx.ModelProto):
-        return step, None, None
+@contextlib.contextmanager
+def _opened(step: Any) -> Iterator[tuple[onnx.ModelProto, dict | None, str | None, Callable[[str], Any]]]:
+    """(ModelProto, default params, default provider, session maker) from a compiled step, a
+    ModelProto or a path; a path is read once and verified (modelfile.opened), and the session
+    is made from those bytes."""
     if isinstance(step, (str, os.PathLike)):
-        return load(step), None, None
-    if hasattr(step, "model") and hasattr(step, "params"):
-        return step.model, step.params, getattr(step, "provider", None)
-    raise GcompileError(f"Trainer takes a compiled training step (gc.export_train_step), an onnx.ModelProto "
-                        f"or the path of a saved training-step model, got {type(step).__name__}")
+        with modelfile.opened(step) as f:
+            yield f.model, None, None, functools.partial(modelfile.session, f)
+        return
+    if isinstance(step, onnx.ModelProto):
+        model, params, provider = step, None, None
+    elif hasattr(step, "model") and hasattr(step, "params"):
+        model, params, provider = step.model, step.params, getattr(step, "provider", None)
+    else:
+        raise GcompileError(f"Trainer takes a compiled training step (gc.export_train_step), an onnx.ModelProto "
+                            f"or the path of a saved training-step model, got {type(step).__name__}")
+    yield model, params, provider, functools.partial(make_session, model.SerializeToString())
 
 
 class Trainer:
@@ -57,15 +65,14 @@ class Trainer:
                  params: Mapping[str, ArrayLike] | None = None, provider: str | None = None) -> None:
         import onnxruntime as ort
 
-        model, default_params, default_provider = _load_model(step)
-        self.layout = StepLayout.from_model(model)
-        params = default_params if params is None else params
-        if params is None:
-            raise GcompileError("Trainer(path): give the initial parameters, Trainer(path, params={name: array}) "
-                                f"with names {', '.join(self.layout.params)}")
-        self.provider = resolve_provider(provider or default_provider or "auto")
-        source = os.fspath(step) if isinstance(step, (str, os.PathLike)) else model.SerializeToString()
-        self._session = make_session(source, self.provider)   # a path lets ORT find external data
+        with _opened(step) as (model, default_params, default_provider, make):
+            self.layout = StepLayout.from_model(model)
+            params = default_params if params is None else params
+            if params is None:
+                raise GcompileError("Trainer(path): give the initial parameters, Trainer(path, params={name: "
+                                    f"array}}) with names {', '.join(self.layout.params)}")
+            self.provider = resolve_provider(provider or default_provider or "auto")
+            self._session = make(self.provider)
         self._device = "cuda" if self._session.get_providers()[0] == PROVIDERS["cuda"] else "cpu"
         self._types = {e["name"]: (np.dtype(e["dtype"]), tuple(e["shape"]))
                        for e in signature(list(model.graph.input) + list(model.graph.output))}
@@ -150,22 +157,19 @@ class Trainer:
         return float(self._loss.numpy())
 
     # -- checkpoints ---------------------------------------------------------------------------------
+    def _entries(self) -> dict[str, str]:
+        """Checkpoint entry name -> carried value: params/<name>, state/<name> and step."""
+        return {**{f"params/{n}": n for n in self.layout.params}, **{f"state/{n}": n for n in self.layout.state_names},
+                "step": "step"}
+
     def save(self, path: str | os.PathLike) -> None:
         """Write parameters, optimizer state and step counter to an .npz file, atomically."""
-        arrays = {**{f"params/{n}": v for n, v in self.params.items()},
-                  **{f"state/{n}": v for n, v in self.state.items()}, "step": self._live["step"].numpy()}
-        buffer = io.BytesIO()
-        np.savez(buffer, **arrays)
-        atomic_write(path, buffer.getvalue())
+        values = {**self.params, **self.state, "step": self._live["step"].numpy()}
+        checkpoint.write(path, {entry: values[name] for entry, name in self._entries().items()})
 
     def load(self, path: str | os.PathLike) -> None:
-        """Resume from a checkpoint written by `save`: the next step is the one that would have followed."""
-        try:
-            with np.load(os.fspath(path), allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
-        except (OSError, ValueError, zipfile.BadZipFile) as err:
-            raise GcompileError(f"cannot read checkpoint {os.fspath(path)!r}: {err}") from None
-        expected = tuple(f"params/{n}" for n in self.layout.params) + \
-            tuple(f"state/{n}" for n in self.layout.state_names) + ("step",)
-        self._check_names(f"checkpoint {os.fspath(path)!r} entries", arrays, expected)
-        self._set({name: arrays[key] for name, key in zip(self.layout.carried, expected)})
+        """Resume from a checkpoint written by `save`: the next step is the one that would have followed.
+        The file is checked against this step's layout before any array is read (checkpoint.read)."""
+        entries = self._entries()
+        arrays = checkpoint.read(path, {entry: self._types[name] for entry, name in entries.items()})
+        self._set({name: arrays[entry] for entry, name in entries.items()})

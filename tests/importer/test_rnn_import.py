@@ -3,6 +3,7 @@
 hand-built nodes with every supported attribute and optional input against onnxruntime's own
 kernels; float64 gradient checks to second order with sequence_lens; the refusals; and the
 sha256 check of a built artifact against the manifest.json beside it."""
+import hashlib
 import json
 import os
 
@@ -218,11 +219,14 @@ def predict(x):
 
 
 def _built(tmp_path):
+    """The build folder, and the name of predict.onnx's external data file (named by its content)."""
     (tmp_path / "model.py").write_text(MODEL)
     out = tmp_path / "out"
     build(str(tmp_path / "model.py"), out, external_data_threshold=64)
-    assert sorted(os.listdir(out)) == ["manifest.json", "predict.onnx", "predict.onnx.data"]
-    return out
+    names = sorted(os.listdir(out))
+    assert names[:2] == ["manifest.json", "predict.onnx"] and len(names) == 3
+    assert names[2] == f"predict.onnx.{hashlib.sha256((out / names[2]).read_bytes()).hexdigest()[:16]}.data"
+    return out, names[2]
 
 
 def _flip_last_byte(path):
@@ -232,17 +236,17 @@ def _flip_last_byte(path):
 
 
 def test_a_built_artifact_loads_when_untouched_and_is_refused_when_changed(tmp_path):
-    out = _built(tmp_path)
+    out, data_file = _built(tmp_path)
     x = np.ones((2, 16), np.float32)
     f = gc.load_onnx(str(out / "predict.onnx"))
     np.testing.assert_allclose(gc.compile(lambda x: f(x), x)(x), x @ (np.arange(256).reshape(16, 16) / 256), rtol=1e-6)
     manifest = json.loads((out / "manifest.json").read_text())["artifacts"][0]
 
-    _flip_last_byte(out / "predict.onnx.data")
-    with pytest.raises(gc.GcompileError, match="predict.onnx.data: its sha256 is [0-9a-f]{64}, but .*manifest.json "
+    _flip_last_byte(out / data_file)
+    with pytest.raises(gc.GcompileError, match=f"{data_file}: its sha256 is [0-9a-f]{{64}}, but .*manifest.json "
                                                f"records {manifest['external_data']['sha256']}"):
         gc.load_onnx(str(out / "predict.onnx"))
-    _flip_last_byte(out / "predict.onnx.data")
+    _flip_last_byte(out / data_file)
     gc.load_onnx(str(out / "predict.onnx"))          # restored: loads again
 
     original = (out / "predict.onnx").read_bytes()
@@ -253,8 +257,8 @@ def test_a_built_artifact_loads_when_untouched_and_is_refused_when_changed(tmp_p
 
 
 def test_without_a_manifest_entry_there_is_no_check(tmp_path):
-    out = _built(tmp_path)
-    _flip_last_byte(out / "predict.onnx.data")
+    out, data_file = _built(tmp_path)
+    _flip_last_byte(out / data_file)
     os.rename(out / "manifest.json", out / "manifest.json.old")
     assert [p.shape for p in gc.load_onnx(str(out / "predict.onnx")).params.values()] == [(16, 16)]
     manifest = json.loads((out / "manifest.json.old").read_text())

@@ -1,0 +1,173 @@
+"""The command line where a model or its user misbehaves: output names that are not file names
+(`run --out`), user code that calls sys.exit or is interrupted, a model that fails inside ONNX
+Runtime, `build --check` of huge specs, `inspect` of a model newer than the installed tools, and
+ONNX Runtime's own log lines kept off the terminal."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+import gcompile.runtime.modelfile
+from gcompile.cli import main, output_file_names
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def user_error(result, *fragments):
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and "gcompile bug" not in result.output
+    assert result.stderr.startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, (fragment, result.stderr)
+
+
+def identity_model(path, output_names, ir_version=8, opset=18):
+    """A model copying its input `x` (float32, 2 values) to one output per name."""
+    nodes = [helper.make_node("Identity", ["x"], [name], name=f"copy{i}") for i, name in enumerate(output_names)]
+    graph = helper.make_graph(nodes, "copies", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in output_names])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def gather_model(path):
+    graph = helper.make_graph([helper.make_node("Gather", ["data", "index"], ["y"], name="pick_row")], "gather",
+                              [helper.make_tensor_value_info("data", TensorProto.FLOAT, [3]),
+                               helper.make_tensor_value_info("index", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+# -- item 1: run --out keeps every output file inside DIR ------------------------------------------------------
+def test_run_out_keeps_hostile_output_names_inside_the_folder(tmp_path):
+    outside = tmp_path / "abs" / "target"
+    names = ["../../x", str(outside), "a\\b", ".", "..", "nul\0byte", "a/b", "a_b", "A_B", "CON", "y" * 300,
+             "plain"]
+    work = tmp_path / "work"
+    work.mkdir()
+    model = identity_model(work / "copies.onnx", names)
+    np.save(work / "x.npy", np.array([1.0, 2.0], np.float32))
+    result = invoke("run", model, "-i", f"x={work / 'x.npy'}", "-o", work / "res")
+    assert result.exit_code == 0, result.output
+    written = sorted(os.listdir(work / "res"))
+    assert len(written) == len(names) and all(n.endswith(".npy") and not n.startswith(".") for n in written)
+    assert len({n.lower() for n in written}) == len(names)                   # no two outputs share a file
+    assert sorted(os.listdir(tmp_path)) == ["work"] and sorted(os.listdir(work)) == ["copies.onnx", "res", "x.npy"]
+    for name in written:
+        np.testing.assert_array_equal(np.load(work / "res" / name), [1.0, 2.0])
+        assert name in result.output                                         # the real file names are printed
+    assert "plain.npy" in written
+    assert f"wrote {len(names)} output(s) to {work / 'res'}" in result.output
+
+
+def test_output_file_names_are_deterministic_and_safe():
+    names = ["../../x", "/etc/passwd", ".", "..", "", "a/b", "a_b", "a\\b", "x" * 400, "ok.name-1"]
+    files = output_file_names(names)
+    assert files == output_file_names(names)
+    assert files[-1] == "ok.name-1.npy"
+    for file in files:
+        assert os.path.basename(file) == file and not file.startswith(".") and len(file) <= 200
+        assert set(file) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+    assert len({f.lower() for f in files}) == len(files)
+    assert output_file_names(["a/b", "a_b", "A_B", "a_b_2"]) == ["a_b_3.npy", "a_b.npy", "A_B_4.npy", "a_b_2.npy"]
+
+
+# -- item 8: user code that exits or is interrupted -----------------------------------------------------------
+@pytest.mark.parametrize("body, line", [
+    ("@gc.export(x=gc.spec((2,)))\ndef f(x):\n    sys.exit(0)\n", 5),
+    ("sys.exit(0)\n", 3),
+    ("@gc.export(x=gc.spec((2,)))\ndef f(x):\n    raise SystemExit('bye')\n", 5),
+])
+def test_sys_exit_in_user_code_is_the_users_error(tmp_path, body, line):
+    (tmp_path / "model.py").write_text("import sys\nimport gcompile as gc\n" + body)
+    result = invoke("build", tmp_path / "model.py", "-o", tmp_path / "out")
+    user_error(result, "SystemExit", f"model.py:{line}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_keyboard_interrupt_in_user_code_exits_130(tmp_path):
+    (tmp_path / "model.py").write_text("import gcompile as gc\n@gc.export(x=gc.spec((2,)))\ndef f(x):\n"
+                                       "    raise KeyboardInterrupt\n")
+    result = invoke("build", tmp_path / "model.py", "-o", tmp_path / "out")
+    assert result.exit_code == 130, result.output
+    assert "interrupted" in result.stderr and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_anywhere_exits_130(tmp_path, monkeypatch):
+    def interrupted(path):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(gcompile.runtime.modelfile, "opened", interrupted)
+    result = invoke("inspect", identity_model(tmp_path / "m.onnx", ["y"]))
+    assert result.exit_code == 130 and "interrupted" in result.stderr, result.output
+
+
+# -- item 11: the model's errors, --check's memory, too-new models, onnxruntime's log ---------------------------
+def test_an_onnxruntime_error_while_running_is_the_models_error(tmp_path):
+    model = gather_model(tmp_path / "gather.onnx")
+    np.save(tmp_path / "data.npy", np.ones(3, np.float32))
+    np.save(tmp_path / "index.npy", np.array([5]))
+    result = invoke("run", model, "-i", f"data={tmp_path / 'data.npy'}", "-i", f"index={tmp_path / 'index.npy'}")
+    user_error(result, "gather.onnx", "node 'pick_row' (Gather)", "out of data bounds")
+
+
+def test_onnxruntime_log_lines_stay_off_the_terminal(tmp_path):
+    model = gather_model(tmp_path / "gather.onnx")
+    np.save(tmp_path / "data.npy", np.ones(3, np.float32))
+    np.save(tmp_path / "index.npy", np.array([5]))
+    proc = subprocess.run([sys.executable, "-m", "gcompile.cli", "run", str(model), "-i",
+                           f"data={tmp_path / 'data.npy'}", "-i", f"index={tmp_path / 'index.npy'}"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "\x1b[" not in proc.stderr and "onnxruntime:" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
+
+
+def test_sessions_are_created_with_onnxruntime_logging_silenced(tmp_path, monkeypatch):
+    severities, seen = [], []
+    real_set, real_session = ort.set_default_logger_severity, ort.InferenceSession
+    monkeypatch.setattr(ort, "set_default_logger_severity", lambda level: severities.append(level) or real_set(level))
+
+    def session(model, options=None, **kwargs):
+        seen.append((severities[-1] if severities else None, options.log_severity_level))
+        return real_session(model, options, **kwargs)
+    monkeypatch.setattr(ort, "InferenceSession", session)
+    model = identity_model(tmp_path / "m.onnx", ["y"])
+    np.save(tmp_path / "x.npy", np.ones(2, np.float32))
+    assert invoke("run", model, "-i", f"x={tmp_path / 'x.npy'}", "--provider", "cpu").exit_code == 0
+    assert seen == [(4, 4)]                       # the default logger and the session's log: fatal only
+
+
+def test_check_refuses_huge_random_inputs_before_allocating(tmp_path):
+    (tmp_path / "model.py").write_text(textwrap.dedent("""
+        import gcompile as gc
+        @gc.export(x=gc.spec((1000000, 1000000)), y=gc.spec((3,)))
+        def f(x, y):
+            return x * 2
+    """))
+    result = invoke("build", tmp_path / "model.py", "-o", tmp_path / "out", "--check", "--provider", "cpu")
+    user_error(result, "--check of 'f'", "input 'x'", "float32(1000000, 1000000)", "3.6 TiB")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("version", [{"ir_version": 99}, {"opset": 99}], ids=["ir_version", "opset"])
+def test_inspect_describes_a_model_too_new_to_run(tmp_path, version):
+    model = identity_model(tmp_path / "new.onnx", ["y"], **version)
+    result = invoke("inspect", model)
+    assert result.exit_code == 0, result.output
+    assert "warning:" in result.stderr and "99" in result.stderr
+    assert "y: float32(2,)" in result.stdout and "Identity" in result.stdout
+    user_error(invoke("run", model, "-i", "x=nope.npy"), "99")
