@@ -17,6 +17,13 @@ from ..errors import GcompileError
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 _ERRORS, _SILENT = 3, 4   # onnxruntime log severities
 
+# Above this many ONNX nodes a session plans memory without reusing buffers statically: ONNX
+# Runtime's planner scans a list of freed buffers for each allocation, and a backward pass frees
+# far more forward-shaped buffers than it asks for, so planning grew quadratically (18 s of a
+# 19,000-node LSTM gradient's session). The arena and the per-shape memory pattern still reuse
+# memory at run time: peak RSS measured the same (docs/performance.md).
+MEMORY_REUSE_MAX_NODES = 4000
+
 
 @functools.cache
 def cuda_available() -> bool:
@@ -71,15 +78,19 @@ def quiet_onnxruntime() -> Iterator[None]:
         ort.set_default_logger_severity(_ERRORS)
 
 
-def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] | None = None):
+def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] | None = None,
+                 nodes: int | None = None):
     """A session for serialised model bytes or a model path (a path lets onnxruntime find external data).
 
     `external` maps the external data locations a model given as bytes refers to onto their
-    contents (see external_data_from_memory)."""
+    contents (see external_data_from_memory); `nodes` is the model's node count, when known
+    (see MEMORY_REUSE_MAX_NODES)."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = os.cpu_count() or 1
+    if nodes is not None and nodes > MEMORY_REUSE_MAX_NODES:
+        options.enable_mem_reuse = False
     options.log_severity_level = _SILENT      # also at run time: errors reach the caller as exceptions
     if external:
         names = list(external)

@@ -49,7 +49,8 @@ def _opened(step: Any) -> Iterator[tuple[onnx.ModelProto, dict | None, str | Non
     else:
         raise GcompileError(f"Trainer takes a compiled training step (gc.export_train_step), an onnx.ModelProto "
                             f"or the path of a saved training-step model, got {type(step).__name__}")
-    yield model, params, provider, functools.partial(make_session, model.SerializeToString())
+    nodes = len(model.graph.node)
+    yield model, params, provider, functools.partial(make_session, model.SerializeToString(), nodes=nodes)
 
 
 class Trainer:
