@@ -78,6 +78,25 @@ def quiet_onnxruntime() -> Iterator[None]:
         ort.set_default_logger_severity(_ERRORS)
 
 
+# Pad_Fusion merges a zero Pad into a following MaxPool, whose pads count as -inf: wrong
+# wherever a padded zero is a window's maximum. gcompile's own models never match it
+# (LowerContext.pad); disabling it keeps `gcompile run` right on other people's models too.
+DISABLED_OPTIMIZERS = ["Pad_Fusion"]
+
+
+def session_options(nodes: int | None = None):
+    """The onnxruntime SessionOptions gcompile's sessions use, for a model of `nodes` nodes when
+    known (tools/profile.py starts from them too)."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = os.cpu_count() or 1
+    if nodes is not None and nodes > MEMORY_REUSE_MAX_NODES:
+        options.enable_mem_reuse = False
+    options.log_severity_level = _SILENT      # also at run time: errors reach the caller as exceptions
+    return options
+
+
 def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] | None = None,
                  nodes: int | None = None):
     """A session for serialised model bytes or a model path (a path lets onnxruntime find external data).
@@ -86,19 +105,11 @@ def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] 
     contents (see external_data_from_memory); `nodes` is the model's node count, when known
     (see MEMORY_REUSE_MAX_NODES)."""
     import onnxruntime as ort
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = os.cpu_count() or 1
-    if nodes is not None and nodes > MEMORY_REUSE_MAX_NODES:
-        options.enable_mem_reuse = False
-    options.log_severity_level = _SILENT      # also at run time: errors reach the caller as exceptions
+    options = session_options(nodes)
     if external:
         names = list(external)
         options.add_external_initializers_from_files_in_memory(names, [external[n] for n in names],
                                                                [len(external[n]) for n in names])
     providers = [PROVIDERS[provider]] + ([PROVIDERS["cpu"]] if provider != "cpu" else [])
-    # Pad_Fusion merges a zero Pad into a following MaxPool, whose pads count as -inf: wrong
-    # wherever a padded zero is a window's maximum. gcompile's own models never match it
-    # (LowerContext.pad); this keeps `gcompile run` right on other people's models too.
     with quiet_onnxruntime():
-        return ort.InferenceSession(model, options, providers=providers, disabled_optimizers=["Pad_Fusion"])
+        return ort.InferenceSession(model, options, providers=providers, disabled_optimizers=DISABLED_OPTIMIZERS)
