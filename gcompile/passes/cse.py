@@ -6,7 +6,7 @@ import numpy as np
 
 from ..ir.graph import Graph
 from ..ir.registry import Trait, has_trait
-from .base import PassResult, replace_uses
+from .base import PassResult, replace_outputs, replace_uses
 
 _MAX_CONSTANT_BYTES = 1 << 16   # larger constants are compared by identity only
 
@@ -27,6 +27,7 @@ def _attr_key(value):
 
 def eliminate_common_subexpressions(graph: Graph) -> PassResult:
     seen: dict = {}
+    replaced: dict = {}
     changed = False
     for node in graph.topo_order():
         if node.op == "input" or has_trait(node.op, Trait.RANDOM):
@@ -36,8 +37,10 @@ def eliminate_common_subexpressions(graph: Graph) -> PassResult:
         if first is node:
             continue
         for i in range(len(node.outputs)):
-            replace_uses(graph, node.out(i), first.out(i))
+            replace_uses(graph, node.out(i), first.out(i), outputs=False)
+            replaced[node.out(i)] = first.out(i)
         first.order = min(first.order, node.order)
         graph.remove_node(node.id)
         changed = True
+    replace_outputs(graph, replaced)
     return PassResult(graph, changed)
