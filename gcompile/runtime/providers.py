@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import GcompileError
+from .adaptive import ADAPT_MAX_NODES, AdaptiveSession
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 _ERRORS, _SILENT = 3, 4   # onnxruntime log severities
@@ -84,13 +85,15 @@ def quiet_onnxruntime() -> Iterator[None]:
 DISABLED_OPTIMIZERS = ["Pad_Fusion"]
 
 
-def session_options(nodes: int | None = None):
+def session_options(nodes: int | None = None, threads: int | None = None):
     """The onnxruntime SessionOptions gcompile's sessions use, for a model of `nodes` nodes when
-    known (tools/profile.py starts from them too)."""
+    known (tools/profile.py starts from them too): `threads` intra-op threads (default: one per
+    core) that never spin while waiting (runtime/adaptive.py says why)."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = os.cpu_count() or 1
+    options.intra_op_num_threads = threads or os.cpu_count() or 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if nodes is not None and nodes > MEMORY_REUSE_MAX_NODES:
         options.enable_mem_reuse = False
     options.log_severity_level = _SILENT      # also at run time: errors reach the caller as exceptions
@@ -103,13 +106,21 @@ def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] 
 
     `external` maps the external data locations a model given as bytes refers to onto their
     contents (see external_data_from_memory); `nodes` is the model's node count, when known
-    (see MEMORY_REUSE_MAX_NODES)."""
+    (see MEMORY_REUSE_MAX_NODES). On the CPU of a machine with several cores, with the node count
+    known and at most adaptive.ADAPT_MAX_NODES, the session picks its thread count by timing
+    itself (runtime/adaptive.py)."""
     import onnxruntime as ort
-    options = session_options(nodes)
-    if external:
-        names = list(external)
-        options.add_external_initializers_from_files_in_memory(names, [external[n] for n in names],
-                                                               [len(external[n]) for n in names])
-    providers = [PROVIDERS[provider]] + ([PROVIDERS["cpu"]] if provider != "cpu" else [])
-    with quiet_onnxruntime():
-        return ort.InferenceSession(model, options, providers=providers, disabled_optimizers=DISABLED_OPTIMIZERS)
+
+    def make(threads: int | None = None):
+        options = session_options(nodes, threads)
+        if external:
+            names = list(external)
+            options.add_external_initializers_from_files_in_memory(names, [external[n] for n in names],
+                                                                   [len(external[n]) for n in names])
+        providers = [PROVIDERS[provider]] + ([PROVIDERS["cpu"]] if provider != "cpu" else [])
+        with quiet_onnxruntime():
+            return ort.InferenceSession(model, options, providers=providers, disabled_optimizers=DISABLED_OPTIMIZERS)
+    cores = os.cpu_count() or 1
+    if provider == "cpu" and cores > 1 and nodes is not None and nodes <= ADAPT_MAX_NODES:
+        return AdaptiveSession(make, cores)
+    return make()
