@@ -1,12 +1,13 @@
-"""The emitted node order (lowering/order.py): each node right after its operands, graph outputs
-last with the earliest ready at the end, results unchanged; and the session options chosen by
-graph size (runtime/providers.py)."""
+"""The emitted nodes (lowering/order.py, lowering/dedupe.py): each node right after its operands,
+graph outputs last with the earliest ready at the end, repeated nodes merged, results unchanged;
+and the session options chosen by graph size (runtime/providers.py)."""
 import numpy as np
 from onnx import helper
 
 import gcompile as gc
 import gcompile.functions as F
 from gcompile.lowering import order
+from gcompile.lowering.dedupe import dedupe_nodes
 from gcompile.runtime import providers
 
 
@@ -40,6 +41,31 @@ def test_many_outputs_keep_their_place(monkeypatch):
     nodes = [node("Tanh", ["x"], "a"), node("Identity", ["a"], "out_a"), node("Tanh", ["a"], "b"),
              node("Identity", ["b"], "out_b")]
     assert names(order.schedule_order(nodes, ["out_a", "out_b"])) == ["a", "out_a", "b", "out_b"]
+
+
+def test_repeated_nodes_are_merged_but_not_random_ones_or_outputs():
+    nodes = [node("Sub", ["one", "s"], "a"), node("Sub", ["one", "s"], "b"), node("Mul", ["a", "b"], "c"),
+             helper.make_node("RandomNormalLike", ["c"], ["r1"], name="r1"),
+             helper.make_node("RandomNormalLike", ["c"], ["r2"], name="r2"),
+             node("Identity", ["c"], "out1"), node("Identity", ["c"], "out2"),
+             helper.make_node("Softmax", ["c"], ["d"], name="d", axis=0),
+             helper.make_node("Softmax", ["c"], ["e"], name="e", axis=1)]
+    kept = dedupe_nodes(nodes, {"out1", "out2"})
+    assert names(kept) == ["a", "c", "r1", "r2", "out1", "out2", "d", "e"]
+    assert list(kept[1].input) == ["a", "a"]
+
+
+def test_a_silu_network_emits_each_derivative_piece_once():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 4)).astype(np.float32)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+
+    def forces_loss(x, w):
+        fx, = gc.grad(F.sum(F.silu(x @ w)), [x])
+        return gc.grad(F.sum(fx * fx), [w])[0]
+    cf = gc.compile(forces_loss, x, w, provider="cpu")
+    keys = [(n.op_type, tuple(n.input), tuple(a.SerializeToString() for a in n.attribute)) for n in cf.model.graph.node]
+    assert len(keys) == len(set(keys))
 
 
 def test_the_order_is_deterministic_and_keeps_every_node():

@@ -10,6 +10,7 @@ from ..ir.graph import Graph, TensorType
 from ..ir.registry import get_op
 from ..version import __version__
 from .context import LowerContext
+from .dedupe import dedupe_nodes
 from .order import schedule_order
 from .versions import choose_opset, runtime_limits
 
@@ -49,7 +50,8 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
         ctx.nodes.append(helper.make_node("Identity", [names[ref]], [out_name], name=out_name))
         outputs.append(value_info(out_name, graph.type_of(ref)))
     inputs = [value_info(n, graph.type_of(r)) for n, r in zip(input_names, graph.inputs)]
-    nodes = schedule_order(ctx.nodes, graph.output_names)   # how ONNX Runtime loads and runs it: see order.py
+    nodes = dedupe_nodes(ctx.nodes, set(graph.output_names))
+    nodes = schedule_order(nodes, graph.output_names)   # how ONNX Runtime loads and runs it: see order.py
     onnx_graph = helper.make_graph(nodes, name, inputs, outputs, initializer=ctx.initializers)
     model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="gcompile", producer_version=__version__)
