@@ -1,7 +1,8 @@
 """Graph -> graph rewrites, composed by `optimize` and run to a fixed point.
 
-Levels: 0 none; 1 dead code + common subexpressions; 2 adds constant folding,
-algebraic simplification and Gemm fusion. After them, the recompute pass copies the regions
+Levels: 0 none; 1 dead code + common subexpressions; 2 adds constant folding, algebraic
+simplification, Gemm fusion and sums of products or reductions batched into one. After them,
+the recompute pass copies the regions
 marked with gc.checkpoint into the backward (at every level), and with recompute=True also
 the cheap forward nodes (ARCHITECTURE.md §9.4).
 """
@@ -16,14 +17,14 @@ from .base import PassResult, replace_uses, run_pass, run_to_fixed_point
 from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .fold import fold_constants
-from .gemm import fuse_gemm
+from .gemm import batch_products, fuse_gemm
 from .recompute import recompute as recompute_pass
 from .simplify import simplify
 
 PIPELINES: dict[int, list[Callable[[Graph], PassResult]]] = {
     0: [],
     1: [eliminate_common_subexpressions, eliminate_dead_code],
-    2: [fold_constants, simplify, eliminate_common_subexpressions, fuse_gemm, eliminate_dead_code],
+    2: [fold_constants, simplify, eliminate_common_subexpressions, fuse_gemm, batch_products, eliminate_dead_code],
 }
 
 
@@ -40,4 +41,4 @@ def optimize(graph: Graph, level: int = 2, recompute: bool = False) -> Graph:
 
 
 __all__ = ["optimize", "PassResult", "replace_uses", "eliminate_dead_code", "eliminate_common_subexpressions",
-           "fold_constants", "simplify", "fuse_gemm", "recompute_pass", "PIPELINES"]
+           "fold_constants", "simplify", "fuse_gemm", "batch_products", "recompute_pass", "PIPELINES"]
