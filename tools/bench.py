@@ -6,6 +6,7 @@ before and after passes, build latency, and compile-time scaling on deep MLPs.
     python tools/bench.py [--runs 20] [--repeat 3] [--only W1,W4] [--json out.json] [--scaling 1000,10000,100000]
     python tools/bench.py --memory     # peak RSS of a long LSTM step with and without recompute
     python tools/bench.py --contended 1           # the same with a busy neighbour process on the machine
+    python tools/bench.py --cpu-time              # single-threaded work, CPU time (robust on a busy machine)
     python tools/bench.py --only "" --scaling "" --build-scaling 1000,10000,100000   # build to first result
 
 Workloads W1-W6 (and W1f) are the six the project tuned; W7-W10 are of the same kinds, not tuned
@@ -27,6 +28,12 @@ import numpy as np
 # _median_ms pauses before each block; PyTorch's OpenMP threads are told not to spin at all.
 # (Set before torch is imported.)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# --cpu-time measures single-threaded work: every system gets one thread (JAX's flags must be set
+# before it is imported).
+CPU_TIME = "--cpu-time" in sys.argv
+if CPU_TIME:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gcompile as gc  # noqa: E402
@@ -259,7 +266,7 @@ def torch_workloads():
         import torch
     except ImportError:
         return {}
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(1 if CPU_TIME else os.cpu_count() or 1)
     T = lambda a: torch.tensor(a)  # noqa: E731
 
     def mlp(x, ps, act=torch.relu):   # the same layers as _mlp, in torch ops
@@ -506,7 +513,10 @@ def jax_workloads():
 def _median_ms(fns: dict, runs: int, block: int = 5) -> dict:
     """Median ms per call of each system, `runs` timed calls each after warm-up. Systems alternate
     in blocks of `block` calls, each block after a pause and one untimed call: drift hits every
-    column alike, and no system is timed while another one's thread pool still spins."""
+    column alike, and no system is timed while another one's thread pool still spins. With
+    --cpu-time the clock is the process's CPU time (single-threaded work, which a busy machine
+    stretches far less than wall time)."""
+    clock = time.process_time if CPU_TIME else time.perf_counter
     times: dict = {k: [] for k in fns}
     for f in fns.values():
         for _ in range(3):
@@ -516,10 +526,21 @@ def _median_ms(fns: dict, runs: int, block: int = 5) -> dict:
             time.sleep(0.05)   # lets the previous system's worker threads stop spinning and park
             f()
             for _ in range(min(block, runs - len(times[k]))):
-                t0 = time.perf_counter()
+                t0 = clock()
                 f()
-                times[k].append(time.perf_counter() - t0)
+                times[k].append(clock() - t0)
     return {k: 1e3 * float(np.median(v)) for k, v in times.items()}
+
+
+def _single_thread(cf):
+    """A call of cf's model on a one-thread session with gcompile's options (for --cpu-time)."""
+    import onnxruntime as ort
+
+    from gcompile.runtime.providers import DISABLED_OPTIMIZERS, session_options
+    session = ort.InferenceSession(cf.model.SerializeToString(), session_options(len(cf.model.graph.node), 1),
+                                   providers=["CPUExecutionProvider"], disabled_optimizers=DISABLED_OPTIMIZERS)
+    names = [o.name for o in cf.model.graph.output]
+    return lambda *args: session.run(names, dict(zip(cf.input_names, args)))
 
 
 def _node_counts(fn, args):
@@ -541,7 +562,8 @@ def run_workloads(names, runs):
         cf = gc.compile(fn, *args, provider="cpu")
         cf(*args)
         build_ms = 1e3 * (time.perf_counter() - t0)
-        fns = {"gcompile": lambda cf=cf, args=args: cf(*args)}
+        call = _single_thread(cf) if CPU_TIME else cf
+        fns = {"gcompile": lambda call=call, args=args: call(*args)}
         steps[key] = fns["gcompile"]
         if key in torch_w:
             fns["torch"] = torch_w[key](args)
@@ -634,41 +656,56 @@ def compile_scaling(sizes):
     return rows
 
 
-def build_scaling(sizes):
-    """Build to first result of deep narrow tanh MLP gradients of about N ONNX nodes: trace +
+def _scaling_graph(kind: str, n: int):
+    """(fn, args) of a gradient graph of about n ONNX nodes: 'mlp', a deep narrow tanh MLP's
+    gradient with respect to every layer's weight (an input and an output per layer), or
+    'lstm', an LSTM's weight gradients over a long sequence (four inputs and outputs)."""
+    if kind == "mlp":
+        ws = [_param(8, 8) for _ in range(max(1, n // 8))]   # ~8 ONNX nodes per layer, both passes
+
+        def mlp(x, *ws):
+            h = x
+            for w in ws:
+                h = F.tanh(h @ w)
+            return gc.grad(F.sum(h * h), list(ws))
+        return mlp, [RNG.standard_normal((4, 8)).astype(np.float32), *ws]
+    steps = max(1, n // 45)                                 # ~45 ONNX nodes per step, both passes
+    ws = [_param(32, 8, scale=0.3), _param(32, 8, scale=0.3), np.zeros(32, np.float32)]
+    zero = np.zeros((1, 4, 8), np.float32)
+
+    def lstm(xs, w_ih, w_hh, b):
+        out, _, _ = F.lstm(xs, zero, zero, [(w_ih, w_hh, b, None)])
+        return gc.grad(F.sum(out * out), [w_ih, w_hh, b])
+    return lstm, [RNG.standard_normal((steps, 4, 8)).astype(np.float32), *ws]
+
+
+def build_scaling(sizes, kinds=("mlp", "lstm")):
+    """Build to first result of gradient graphs of about N ONNX nodes (see _scaling_graph): trace +
     grad + passes + lowering, then ONNX Runtime's session, then the first call. Linear growth
     means the per-node cost stays flat."""
     from gcompile.lowering import to_onnx
     from gcompile.runtime.providers import make_session
     rows = []
-    for n in sizes:
-        depth = max(1, n // 8)   # ~8 ONNX nodes per layer counting forward and backward
-        ws = [_param(8, 8) for _ in range(depth)]
-
-        def fn(x, *ws):
-            h = x
-            for w in ws:
-                h = F.tanh(h @ w)
-            return gc.grad(F.sum(h * h), list(ws))
-        x = RNG.standard_normal((4, 8)).astype(np.float32)
+    for kind, n in ((k, n) for k in kinds for n in sizes):
+        fn, args = _scaling_graph(kind, n)
         clock = [(time.perf_counter(), time.process_time())]
-        traced = trace(fn, [x, *ws])
+        traced = trace(fn, args)
         optimize(traced.graph, 2)
         model, _ = to_onnx(traced.graph, traced.input_names)
         data = model.SerializeToString()
         clock.append((time.perf_counter(), time.process_time()))
         session = make_session(data, "cpu", nodes=len(model.graph.node))
         clock.append((time.perf_counter(), time.process_time()))
-        session.run(None, dict(zip(traced.input_names, [x, *ws])))
+        session.run(None, dict(zip(traced.input_names, args)))
         clock.append((time.perf_counter(), time.process_time()))
         nodes = len(model.graph.node)
-        row: dict = {"onnx_nodes": nodes, "outputs": len(model.graph.output)}
-        for kind, k in (("wall", 0), ("cpu", 1)):   # CPU time: what a quiet machine would take
+        row: dict = {"kind": kind, "onnx_nodes": nodes, "outputs": len(model.graph.output)}
+        for clock_kind, k in (("wall", 0), ("cpu", 1)):   # CPU time: what a quiet machine would take
             for phase, i in (("build", 0), ("session", 1), ("first_run", 2), ("total", None)):
                 a, b = (clock[0], clock[-1]) if i is None else (clock[i], clock[i + 1])
-                row[f"{phase}_{kind}_s"] = b[k] - a[k]
+                row[f"{phase}_{clock_kind}_s"] = b[k] - a[k]
         rows.append(row)
-        print(f"build to first result: {nodes:7d} ONNX nodes, {row['outputs']} outputs; seconds wall (CPU): "
+        print(f"build to first result, {kind}: {nodes:7d} ONNX nodes, {row['outputs']} outputs; seconds wall (CPU): "
               + "  ".join(f"{p} {row[p + '_wall_s']:.2f} ({row[p + '_cpu_s']:.2f})"
                           for p in ("build", "session", "first_run", "total"))
               + f"  {1e6 * row['total_cpu_s'] / nodes:.0f} us CPU per node", flush=True)
@@ -752,6 +789,7 @@ def main(argv=None):
                         "e.g. 1000,10000,100000; empty to skip")
     parser.add_argument("--contended", type=int, default=0, metavar="N",
                         help="run with N busy neighbour processes (each keeps one core busy)")
+    parser.add_argument("--cpu-time", action="store_true", help="every system on one thread, timed by CPU time")
     parser.add_argument("--memory", action="store_true", help="only the recompute peak-memory comparison")
     parser.add_argument("--memory-variant", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
