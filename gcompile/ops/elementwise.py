@@ -12,7 +12,7 @@ from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast
-from .poly import SIGMOID_PRIME, TANH_PRIME, poly, silu_deriv
+from .poly import SIGMOID_PRIME, TANH_PRIME, gelu_deriv, poly, silu_deriv
 from .shape_rules import binary_broadcast, broadcast_shapes, compare_broadcast, same_dtype, unary_float
 
 __all__ = ["abs", "add", "ceil", "clip", "cos", "divide", "elu", "equal", "erf", "exp", "expm1", "floor",
@@ -502,9 +502,7 @@ def _gelu_vjp(g, ins, outs, approximate):
         t = tanh(inner)
         dinner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
         return [g[0] * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * dinner)]
-    cdf = 0.5 * (1 + erf(x * (1 / math.sqrt(2))))
-    pdf = exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))
-    return [g[0] * (cdf + x * pdf)]
+    return [g[0] * gelu_deriv(x, 1)]     # Φ + x·φ, and closed forms at every higher order
 
 
 defop("gelu", infer=unary_float, reference=_gelu_reference, lower=_lower_gelu, vjp=_gelu_vjp)

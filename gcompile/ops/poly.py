@@ -6,13 +6,16 @@ such a polynomial (coefficients in ascending powers) by Horner's rule, skipping 
 and unit factors (1 - y² is one Mul and one Sub); its VJP is another `poly`, so every order
 of differentiation stays one short chain instead of the backward of a Mul and a Sub
 differentiated again term by term. silu(x) = x·s(x) has derivatives
-silu⁽ᵏ⁾ = k·P_{k-1}(s) + x·P_k(s) (Leibniz), one op `silu_deriv` of order k.
+silu⁽ᵏ⁾ = k·P_{k-1}(s) + x·P_k(s) (Leibniz), one op `silu_deriv` of order k; exact gelu's
+are Q_k(x)·φ(x) from the second on, one op `gelu_deriv`.
 
 ONNX Runtime runs each of these nodes as its own pass over memory (it fuses no elementwise
 chains on the CPU), so node count is time for smooth networks at second order (W9 in
 docs/performance.md).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -137,3 +140,47 @@ def _silu_deriv_vjp(g, ins, outs, order):
 
 defop("silu_deriv", infer=lambda types, order: binary_broadcast(types), reference=_silu_deriv_reference,
       lower=_lower_silu_deriv, vjp=_silu_deriv_vjp, traits={Trait.CHEAP})
+
+
+# -- exact gelu's derivatives ------------------------------------------------------------------------
+# gelu(x) = x·Φ(x); gelu' = Φ + x·φ and, from the second on, gelu⁽ᵏ⁾ = Q_k(x)·φ(x) with
+# Q_2 = 2 - x² and Q_{k+1} = Q_k' - x·Q_k (φ' = -x·φ).
+_SQRT_2PI = math.sqrt(2 * math.pi)
+_erf = np.vectorize(math.erf, otypes=[float])
+
+
+def gelu_polys(k: int) -> tuple:
+    """Coefficients of Q_k (k >= 2)."""
+    q = (2.0, 0.0, -1.0)
+    for _ in range(k - 2):
+        q = _trim(np.polynomial.polynomial.polysub(derivative(q), times((0.0, 1.0), q)))
+    return q
+
+
+def gelu_deriv(x: Tensor, order: int) -> Tensor:
+    """The order-th derivative of exact gelu at x, in closed form."""
+    return apply("gelu_deriv", [x], order=int(order))
+
+
+def _gelu_deriv_reference(x, order):
+    pdf = np.exp(-0.5 * x * x) / _SQRT_2PI
+    if order == 1:
+        return np.asarray(0.5 * (1 + _erf(x / math.sqrt(2))) + x * pdf, x.dtype)
+    return np.asarray(_horner_np(x, gelu_polys(order)) * pdf, x.dtype)
+
+
+def _lower_gelu_deriv(ctx, names, node):
+    x, k, dtype = names[0], node.attrs["order"], node.outputs[0].dtype
+    const = lambda v: ctx.const(np.asarray(v, dtype))  # noqa: E731
+    pdf = ctx.emit("Mul", [ctx.emit("Exp", [ctx.emit("Mul", [ctx.emit("Mul", [x, x]), const(-0.5)])]),
+                           const(1 / _SQRT_2PI)])
+    if k == 1:
+        cdf = ctx.emit("Mul", [ctx.emit("Add", [ctx.emit("Erf", [ctx.emit("Mul", [x, const(1 / math.sqrt(2))])]),
+                                                const(1.0)]), const(0.5)])
+        return ctx.emit("Add", [cdf, ctx.emit("Mul", [x, pdf])])
+    return ctx.emit("Mul", [_horner(ctx, x, gelu_polys(k), dtype), pdf])
+
+
+defop("gelu_deriv", infer=lambda types, order: unary_float(types), reference=_gelu_deriv_reference,
+      lower=_lower_gelu_deriv, vjp=lambda g, ins, outs, order: [g[0] * gelu_deriv(ins[0], order + 1)],
+      traits={Trait.CHEAP})

@@ -107,3 +107,26 @@ def test_second_order_graphs_are_small():
     ops = [n.op for n in graph.nodes.values()]
     assert ops.count("silu_deriv") == 2 and "sigmoid" not in ops
     check_grads(step, [rng.standard_normal((5, 4)), w1, w2], order=1)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_gelu_deriv_forward_and_grads(order):
+    from math import erf, pi, sqrt
+    x = np.concatenate([rand(7), EDGES[:6], [np.nan]])
+    pdf = np.exp(-x * x / 2) / sqrt(2 * pi)
+    cdf = 0.5 * (1 + np.vectorize(erf)(x / sqrt(2)))
+    want = [None, cdf + x * pdf, (2 - x * x) * pdf, (x ** 3 - 4 * x) * pdf][order]
+    dtypes = (np.float32,) if order == 1 else (np.float32, np.float64)   # (no float64 Erf on the CPU)
+    for dtype in dtypes:
+        check_forward(lambda x: P.gelu_deriv(x, order), [x.astype(dtype)], want.astype(dtype), rtol=1e-5, atol=1e-6)
+    check_grads(lambda x: P.gelu_deriv(x, order), [rand(3, 2, seed=4)], order=2)
+    assert P.gelu_polys(3) == (0.0, -4.0, 0.0, 1.0)
+
+
+def test_gelu_through_its_closed_forms():
+    x = rand(3, 4, seed=5)
+    check_grads(F.gelu, [x], order=3)
+    graph = trace(lambda x: gc.grad(F.sum(gc.grad(F.sum(F.gelu(x)), [x])[0]), [x])[0], [x]).graph
+    optimize(graph, 2)
+    ops = [n.op for n in graph.nodes.values()]
+    assert "gelu_deriv" in ops and "erf" not in ops and "exp" not in ops
