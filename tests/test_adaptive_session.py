@@ -11,6 +11,11 @@ from gcompile.runtime import adaptive
 from gcompile.runtime.adaptive import AdaptiveSession
 
 
+class Binding:
+    def __init__(self, owner):
+        self.owner = owner
+
+
 class FakeSession:
     """Runs in `delay[threads]` seconds and records which variant ran, with what options."""
 
@@ -23,10 +28,10 @@ class FakeSession:
         return [self.threads]
 
     def io_binding(self):
-        return ("binding", self.threads)
+        return Binding(self.threads)
 
     def run_with_iobinding(self, binding, *options):
-        assert binding == ("binding", self.threads)
+        assert binding.owner == self.threads
         self.run(None, None, *options)
 
     def get_providers(self):
@@ -64,8 +69,9 @@ def test_io_binding_runs_on_the_session_it_was_made_for():
     delay, log, made = {2: 0.0, 1: 0.0}, [], []
     session = adaptive_session(delay, log, made)
     for _ in range(12):
-        binding = session.io_binding()
-        session.run_with_iobinding(binding)      # FakeSession asserts the binding is its own
+        binding, other = session.io_binding(), session.io_binding()   # as from two threads
+        session.run_with_iobinding(other)        # FakeSession asserts the binding is its own
+        session.run_with_iobinding(binding)
     assert {threads for threads, _ in log} == {1, 2}
     assert session.get_providers() == ["CPUExecutionProvider"]
 

@@ -42,7 +42,6 @@ class AdaptiveSession:
         self._cold = {threads}                # sessions not run yet: a first run plans memory, untimed
         self._times: dict[int, list[float]] = {threads: [], 1: []}
         self._choice, self._calls, self._left = threads, 0, 0
-        self._bound: int | None = None        # the session an io_binding() was made for
 
     @property
     def threads(self) -> int:
@@ -93,12 +92,13 @@ class AdaptiveSession:
         return self._timed(threads, lambda s, *o: s.run(output_names, input_feed, *o))
 
     def io_binding(self):
-        self._bound = self._next()
-        return self._sessions[self._bound].io_binding()
+        threads = self._next()
+        binding = self._sessions[threads].io_binding()
+        binding.gcompile_threads = threads    # the session it belongs to (calls may come from threads)
+        return binding
 
     def run_with_iobinding(self, binding, run_options=None):
-        threads = self._bound if self._bound is not None else self._wide
-        self._bound = None
+        threads = getattr(binding, "gcompile_threads", self._wide)
         if run_options is not None:
             return self._sessions[threads].run_with_iobinding(binding, run_options)
         return self._timed(threads, lambda s, *o: s.run_with_iobinding(binding, *o))
