@@ -5,6 +5,8 @@ builds it) or any .onnx file (fed random inputs).
     python tools/profile.py W7                      # a tools/bench.py workload
     python tools/profile.py model.onnx --dim batch=32
     python tools/profile.py W3 --runs 20 --top 15 --threads 1
+    python tools/profile.py W7 --save w7.onnx       # keep the model (e.g. before a change) ...
+    python tools/profile.py --compare w7.onnx W7    # ... and time it against today's, alternating
 
 Sessions use gcompile's own options (gcompile.runtime.providers.session_options) plus profiling.
 The report gives, per run: wall time, the sum of kernel times, and the rest (scheduling, memory,
@@ -96,6 +98,49 @@ def profile(model, feeds: dict, runs: int, threads: int | None) -> dict:
     return {"wall_ms": walls, "node_us": times, "op_of": op_of}
 
 
+def compare(targets: list[str], runs: int, dims: dict[str, int]) -> None:
+    """Time models against each other in one process, alternating call by call, each on one
+    thread with gcompile's options: median wall ms and median CPU ms (the work, which a busy
+    machine stretches far less), and each as a ratio to the first. Models of a workload saved
+    before a change are fed the workload's inputs; other .onnx files random ones."""
+    import onnxruntime as ort
+
+    from gcompile.runtime.providers import DISABLED_OPTIMIZERS, session_options
+    workload_feeds = None
+    entries = []
+    for target in targets:
+        if target.endswith(".onnx"):
+            import onnx
+            model = onnx.load(target)
+            feeds = random_feeds(model, dims)
+        else:
+            model, feeds = workload_model(target)
+            workload_feeds = feeds
+        entries.append([target, model, feeds])
+    for entry in entries:   # a saved workload model takes the workload's inputs where the names match
+        if workload_feeds and set(entry[2]) == set(workload_feeds):
+            entry[2] = workload_feeds
+    calls = []
+    for target, model, feeds in entries:
+        session = ort.InferenceSession(model.SerializeToString(), session_options(len(model.graph.node), 1),
+                                       providers=["CPUExecutionProvider"], disabled_optimizers=DISABLED_OPTIMIZERS)
+        session.run(None, feeds)
+        calls.append((target, session, feeds))
+    wall: dict[str, list] = defaultdict(list)
+    cpu: dict[str, list] = defaultdict(list)
+    for _ in range(runs):
+        for target, session, feeds in calls:
+            t0, c0 = time.perf_counter(), time.process_time()
+            session.run(None, feeds)
+            wall[target].append(1e3 * (time.perf_counter() - t0))
+            cpu[target].append(1e3 * (time.process_time() - c0))
+    first = targets[0]
+    for target in targets:
+        w, c = float(np.median(wall[target])), float(np.median(cpu[target]))
+        print(f"{target:40s} wall {w:8.2f} ms ({w / np.median(wall[first]):.2f})   "
+              f"CPU {c:8.2f} ms ({c / np.median(cpu[first]):.2f})")
+
+
 def report(result: dict, top: int) -> None:
     node_us, op_of = result["node_us"], result["op_of"]
     wall = float(np.median(result["wall_ms"]))
@@ -116,7 +161,10 @@ def report(result: dict, top: int) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("target", help="a tools/bench.py workload name (W1 ... W10) or a path to an .onnx file")
+    parser.add_argument("target", nargs="?", help="a tools/bench.py workload name (W1 ... W10) or an .onnx file")
+    parser.add_argument("--save", help="write the target's ONNX model to this path")
+    parser.add_argument("--compare", nargs="+", metavar="TARGET",
+                        help="time these workloads or .onnx files against each other instead of profiling")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--top", type=int, default=20, help="how many of the slowest nodes to list")
     parser.add_argument("--threads", type=int, help="intra-op threads (default: gcompile's choice)")
@@ -124,12 +172,21 @@ def main(argv=None) -> None:
                         help="size of a symbolic input dim of an .onnx file (default 1)")
     parser.add_argument("--json", help="also write the per-node times to this file")
     args = parser.parse_args(argv)
+    dims = {k: int(v) for k, v in (d.split("=", 1) for d in args.dim)}
+    if args.compare:
+        compare(args.compare, args.runs, dims)
+        return
+    if not args.target:
+        parser.error("give a target, or --compare TARGET ...")
     if args.target.endswith(".onnx"):
         import onnx
         model = onnx.load(args.target)
-        feeds = random_feeds(model, {k: int(v) for k, v in (d.split("=", 1) for d in args.dim)})
+        feeds = random_feeds(model, dims)
     else:
         model, feeds = workload_model(args.target)
+    if args.save:
+        with open(args.save, "wb") as f:
+            f.write(model.SerializeToString())
     result = profile(model, feeds, args.runs, args.threads)
     report(result, args.top)
     if args.json:
