@@ -92,18 +92,22 @@ def test_the_order_is_deterministic_and_keeps_every_node():
     np.testing.assert_allclose(loss, np.sum(h * h), rtol=1e-5)
 
 
-def test_large_graphs_plan_memory_without_static_reuse(monkeypatch):
+def test_large_graphs_plan_memory_without_static_reuse_or_a_pattern(monkeypatch):
     seen = []
     import onnxruntime as ort
     real = ort.InferenceSession
 
     def spy(model, options, **kw):
-        seen.append(options.enable_mem_reuse)
+        seen.append((options.enable_mem_reuse, options.enable_mem_pattern))
         return real(model, options, **kw)
     monkeypatch.setattr(ort, "InferenceSession", spy)
     monkeypatch.setattr(providers, "MEMORY_REUSE_MAX_NODES", 3)
+    monkeypatch.setattr(providers, "MEMORY_PATTERN_MAX_NODES", 5)
     cf = gc.compile(lambda x: F.tanh(F.tanh(x)), np.ones(3, np.float32), provider="cpu")
     np.testing.assert_allclose(cf(np.ones(3, np.float32)), np.tanh(np.tanh(np.ones(3))), rtol=1e-6)
     cf = gc.compile(lambda x: F.tanh(F.tanh(F.tanh(F.tanh(x)))), np.ones(3, np.float32), provider="cpu")
     np.testing.assert_allclose(cf(np.ones(3, np.float32)), np.tanh(np.tanh(np.tanh(np.tanh(np.ones(3))))), rtol=1e-6)
-    assert seen == [True, False]
+    cf = gc.compile(lambda x: F.tanh(F.tanh(F.tanh(F.tanh(F.tanh(x))))), np.ones(3, np.float32), provider="cpu")
+    np.testing.assert_allclose(cf(np.ones(3, np.float32)), np.tanh(np.tanh(np.tanh(np.tanh(np.tanh(np.ones(3)))))),
+                               rtol=1e-6)
+    assert seen == [(True, True), (False, True), (False, False)]

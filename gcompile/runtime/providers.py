@@ -24,6 +24,12 @@ _ERRORS, _SILENT = 3, 4   # onnxruntime log severities
 # 19,000-node LSTM gradient's session). The arena and the per-shape memory pattern still reuse
 # memory at run time: peak RSS measured the same (docs/performance.md).
 MEMORY_REUSE_MAX_NODES = 4000
+# Above this many, no memory pattern either: with static reuse off, ONNX Runtime plans the first
+# run's memory pattern by placing every buffer among the live ones, which grew quadratically too
+# (a 98,000-node LSTM gradient's first run took 60 s of CPU; without the pattern 0.2 s). Later
+# runs then allocate from the arena as they go: 5-25% slower per run at 30,000 nodes, where the
+# pattern's first run still cost 1-1.4 s.
+MEMORY_PATTERN_MAX_NODES = 50000
 
 
 @functools.cache
@@ -87,8 +93,9 @@ DISABLED_OPTIMIZERS = ["Pad_Fusion"]
 
 def session_options(nodes: int | None = None, threads: int | None = None):
     """The onnxruntime SessionOptions gcompile's sessions use, for a model of `nodes` nodes when
-    known (tools/profile.py starts from them too): `threads` intra-op threads (default: one per
-    core) that never spin while waiting (runtime/adaptive.py says why)."""
+    known (memory planning by size: MEMORY_REUSE_MAX_NODES, MEMORY_PATTERN_MAX_NODES;
+    tools/profile.py starts from them too): `threads` intra-op threads (default: one per core)
+    that never spin while waiting (runtime/adaptive.py says why)."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -96,6 +103,8 @@ def session_options(nodes: int | None = None, threads: int | None = None):
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if nodes is not None and nodes > MEMORY_REUSE_MAX_NODES:
         options.enable_mem_reuse = False
+    if nodes is not None and nodes > MEMORY_PATTERN_MAX_NODES:
+        options.enable_mem_pattern = False
     options.log_severity_level = _SILENT      # also at run time: errors reach the caller as exceptions
     return options
 
