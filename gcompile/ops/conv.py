@@ -27,6 +27,7 @@ from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
 from .elementwise import _promote
+from .indexing import pad, slice_axes
 from .reduce import mean
 from .reduce import sum as reduce_sum
 from .shape_rules import require_float, same_dtype
@@ -147,8 +148,9 @@ def _conv_transpose_infer(types, stride, pad, dilation, groups, output_padding):
     if w.shape[0] % groups:
         raise ShapeError(f"w {format_shape(w.shape)} has {w.shape[0]} input channels, not divisible by "
                          f"groups={groups}")
-    if any(not 0 <= op < s for op, s in zip(output_padding, stride)):
-        raise ShapeError(f"output_padding {output_padding} must be >= 0 and smaller than the stride {stride}")
+    if any(not 0 <= op < max(s, d) for op, s, d in zip(output_padding, stride, dilation)):
+        raise ShapeError(f"output_padding {output_padding} must be >= 0 and smaller than the stride {stride} "
+                         f"or the dilation {dilation} (the larger of the two, per axis, as in PyTorch)")
     co = w.shape[1] * groups
     _check_bias(types, co)
     out = _transpose_sizes(x.shape[2:], w.shape[2:], stride, pad, dilation, output_padding)
@@ -250,10 +252,27 @@ def _lower_conv(ctx, names, node):
 
 
 def _lower_conv_transpose(ctx, names, node):
+    """ONNX Runtime refuses output_padding >= stride, which PyTorch allows below the dilation. The
+    output_padding rows first take back rows the end padding crops; past the uncropped result the
+    rows are zeros (plus the bias), so those are padded on after a ConvTranspose without them."""
     a = node.attrs
     kernel = ctx.graph.type_of(node.inputs[1]).shape[2:]
-    return ctx.emit("ConvTranspose", names, group=a["groups"], output_padding=list(a["output_padding"]),
-                    **_window_attrs(kernel, a["stride"], a["pad"], a["dilation"]))
+    pad, extra, output_padding = list(a["pad"]), [], []
+    for axis, (op, s) in enumerate(zip(a["output_padding"], a["stride"])):
+        before, after = pad[axis]
+        taken = min(op, after)
+        pad[axis], op = (before, after - taken), op - taken
+        extra.append(op if op >= s else 0)
+        output_padding.append(0 if op >= s else op)
+    if not any(extra):
+        return ctx.emit("ConvTranspose", names, group=a["groups"], output_padding=output_padding,
+                        **_window_attrs(kernel, a["stride"], pad, a["dilation"]))
+    y = ctx.emit("ConvTranspose", names[:2], group=a["groups"], output_padding=output_padding,
+                 **_window_attrs(kernel, a["stride"], pad, a["dilation"]))
+    y = ctx.pad(y, [0] * (2 + len(extra)), [0, 0, *extra])
+    if len(names) == 3:
+        y = ctx.emit("Add", [y, ctx.emit("Reshape", [names[2], ctx.int64s([-1] + [1] * len(extra))])])
+    return y
 
 
 def _lower_conv_weight_grad(ctx, names, node):
@@ -313,8 +332,16 @@ def _conv_vjp(g, ins, outs, **a):
 def _conv_transpose_vjp(g, ins, outs, output_padding, **a):
     u, w = ins[:2]
     params = _conv_params(a)
-    grads = [apply("conv", [g[0], w], **params),
-             apply("conv_weight_grad", [g[0], u], kernel=w.shape[2:], **params)]
+    # output_padding of a stride or more (allowed below the dilation) leaves whole strides of output
+    # rows no input position reaches: the conv reading g back sees `extra` positions past u's end,
+    # which are dropped (and u is zero-padded to match for the weight gradient)
+    extra = [op // s for op, s in zip(output_padding, params["stride"])]
+    gu = apply("conv", [g[0], w], **params)
+    if any(extra):
+        nsp = len(extra)
+        gu = slice_axes(gu, range(2, 2 + nsp), [0] * nsp, u.shape[2:], [1] * nsp)
+        u = pad(u, ((0, 0), (0, 0), *((0, e) for e in extra)))
+    grads = [gu, apply("conv_weight_grad", [g[0], u], kernel=w.shape[2:], **params)]
     return grads + [_bias_grad(g[0])] * (len(ins) - 2)
 
 
@@ -346,7 +373,7 @@ def conv_transpose(x, w, b=None, stride=1, pad=0, dilation=1, groups=1, output_p
     """The transpose (adjoint in x) of conv, as ONNX ConvTranspose: x (N, C_in, *spatial),
     w (C_in, C_out/groups, *kernel), b (C_out,). Output size per axis:
     (in-1)*stride - pad_before - pad_after + dilation*(k-1) + output_padding + 1,
-    with 0 <= output_padding < stride (it adds rows at the end).
+    with 0 <= output_padding < max(stride, dilation) per axis (it adds rows at the end).
     """
     x, w, *b = _promote(x, w, *(() if b is None else (b,)))
     attrs = _conv_attrs(x, stride, pad, dilation, groups)

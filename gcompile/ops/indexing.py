@@ -168,6 +168,24 @@ def _scatter_add_reference(base, idx, updates, axis):
     return out
 
 
+def onnx_indices(ctx, name: str, dtype, wide: bool = False) -> str:
+    """An index operand as ONNX's index inputs take it: Gather, GatherElements and ScatterElements
+    accept int32 and int64 only (wide=True: int64 only, for ScatterND), so smaller or unsigned
+    integer indices are cast to int64."""
+    allowed = (np.int64,) if wide else (np.int32, np.int64)
+    return name if np.dtype(dtype) in allowed else ctx.emit("Cast", [name], to=TensorProto.INT64)
+
+
+def _lower_indexed(op_type: str, index_at: int = 1):
+    """A lowering that emits one `op_type` node with the node's axis and its index operand made valid."""
+    def lower(ctx, names, node):
+        names = list(names)
+        names[index_at] = onnx_indices(ctx, names[index_at], ctx.graph.type_of(node.inputs[index_at]).dtype)
+        extra = {"reduction": "add"} if op_type == "ScatterElements" else {}
+        return ctx.emit(op_type, names, axis=node.attrs["axis"], **extra)
+    return lower
+
+
 def _lower_scatter_add(ctx, names, node):
     """Move `axis` to the front of base and the index axes to the front of updates, then one
     ScatterND(reduction=add) with the indices made non-negative (Mod by the axis size)."""
@@ -175,13 +193,14 @@ def _lower_scatter_add(ctx, names, node):
     base_t, idx_t = (ctx.graph.type_of(r) for r in node.inputs[:2])
     r, k = base_t.ndim, idx_t.ndim
     base, idx, updates = names
+    if base_t.shape[axis] == 0:   # no index is valid, so none is given: nothing to add (and no Mod by 0)
+        return ctx.emit("Identity", [base])
     base_perm = [axis] + [i for i in range(r) if i != axis]
     upd_perm = list(range(axis, axis + k)) + list(range(axis)) + list(range(axis + k, r + k - 1))
     if axis:
         base = ctx.emit("Transpose", [base], perm=base_perm)
         updates = ctx.emit("Transpose", [updates], perm=upd_perm)
-    if idx_t.dtype != np.int64:
-        idx = ctx.emit("Cast", [idx], to=TensorProto.INT64)
+    idx = onnx_indices(ctx, idx, idx_t.dtype, wide=True)
     size = base_t.shape[axis]
     size = (ctx.const(np.asarray(size, np.int64)) if isinstance(size, int)
             else ctx.emit("Reshape", [ctx.shape_tensor((size,)), ctx.int64s([])]))
@@ -196,7 +215,7 @@ def _gather(x: Tensor, idx: Tensor, axis: int) -> Tensor:
 
 
 defop("gather", infer=_gather_infer, reference=lambda x, idx, axis: np.take(x, idx, axis=axis),
-      lower=lambda ctx, names, node: ctx.emit("Gather", names, axis=node.attrs["axis"]),
+      lower=_lower_indexed("Gather"),
       vjp=lambda g, ins, outs, axis: [scatter_add(zeros_like(ins[0]), ins[1], g[0], axis), None])
 defop("scatter_add", infer=_scatter_add_infer, reference=_scatter_add_reference, lower=_lower_scatter_add,
       vjp=lambda g, ins, outs, axis: [g[0], None, _gather(g[0], ins[1], axis)])
@@ -268,10 +287,10 @@ def _gather_elements(x: Tensor, idx: Tensor, axis: int) -> Tensor:
 
 defop("gather_elements", infer=_gather_elements_infer,
       reference=lambda x, idx, axis: np.take_along_axis(x, idx, axis=axis),
-      lower=lambda ctx, names, node: ctx.emit("GatherElements", names, axis=node.attrs["axis"]),
+      lower=_lower_indexed("GatherElements"),
       vjp=lambda g, ins, outs, axis: [scatter_add_along_axis(zeros_like(ins[0]), ins[1], g[0], axis), None])
 defop("scatter_add_elements", infer=_scatter_add_elements_infer, reference=_scatter_add_elements_reference,
-      lower=lambda ctx, names, node: ctx.emit("ScatterElements", names, axis=node.attrs["axis"], reduction="add"),
+      lower=_lower_indexed("ScatterElements"),
       vjp=lambda g, ins, outs, axis: [g[0], None, _gather_elements(g[0], ins[1], axis)])
 
 

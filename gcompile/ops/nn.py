@@ -238,13 +238,16 @@ def dropout(x, ratio: float = 0.5, training: bool = False, seed: int | None = No
 
     training=False returns x. In training the ONNX Dropout draws the mask at run time; `seed`
     fixes its generator. The numpy reference evaluator draws its own mask from the seed (a
-    different stream from onnxruntime's), so numeric gradient checks need a seed.
+    different stream from onnxruntime's), so numeric gradient checks need a seed. ratio=1 drops
+    everything: x * 0 (zeros, NaN where x is infinite or NaN, as PyTorch), with a zero gradient.
     """
     x = _float(x)
-    if not 0 <= ratio < 1:
-        raise GcompileError(f"dropout ratio must be in [0, 1), got {ratio!r} (at {user_location()})")
+    if not 0 <= ratio <= 1:
+        raise GcompileError(f"dropout ratio must be in [0, 1], got {ratio!r} (at {user_location()})")
     if not training:
         return x
+    if ratio == 1:
+        return x * 0
     return apply_n("dropout", [x], ratio=float(ratio), seed=None if seed is None else int(seed))[0]
 
 

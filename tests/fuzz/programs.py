@@ -1001,7 +1001,7 @@ def gen_conv(g: Gen, x: Value):
         extra = ""
     else:                                                               # conv_transpose
         co = groups * g.d.int(1, 2)
-        output_padding = tuple(g.d.int(0, st - 1) for st in stride)
+        output_padding = tuple(g.d.int(0, max(st, d) - 1) for st, d in zip(stride, dilation))   # as torch
         out = tuple((s - 1) * st - p0 - p1 + d * (k - 1) + op + 1
                     for s, k, st, (p0, p1), d, op in zip(spatial, kernel, stride, pad, dilation, output_padding))
         w = g.new_input((c, co // groups) + kernel, scale=1 / math.sqrt(c // groups * math.prod(kernel)))

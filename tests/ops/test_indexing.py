@@ -280,3 +280,36 @@ def test_errors():
         trace(lambda x: F.pad(x, 3, "reflect"), [X])
     with pytest.raises(gc.UnsupportedError, match="symbolic"):
         trace(lambda x: x[1:], [gc.spec(("batch", 5))])
+
+
+# -- edge cases: empty axes and small integer index dtypes -------------------------------------------
+def test_take_gradient_on_an_empty_axis_emits_no_modulo_by_zero():
+    e = np.ones((3, 0), np.float32)
+    for idx in (np.zeros((0,), np.int64), np.zeros((2, 0), np.int64)):
+        check_forward(lambda e, i: gc.grad(F.sum(F.take(e, i, axis=1)), [e])[0], [e, idx], np.zeros_like(e))
+    check_grads(lambda e: F.take(e, np.zeros((0,), np.int64), axis=1), [e])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.int32])
+def test_small_and_unsigned_integer_indices_give_a_valid_model(dtype):
+    x = RNG.standard_normal((5, 3)).astype(np.float32)
+    idx = np.array([4, 0, 4], dtype)
+    along = np.array([[1, 2], [0, 0], [2, 1], [1, 1], [0, 2]], dtype)
+    w = RNG.standard_normal((3, 3)).astype(np.float32)
+    check_forward(lambda x, i: (F.take(x, i, axis=0), x[i], F.embedding(i, x)), [x, idx],
+                  [x[idx.astype(np.int64)]] * 3)
+    check_forward(lambda x, i: F.take_along_axis(x, i, axis=1), [x, along], np.take_along_axis(x, along, axis=1))
+    expected = np.zeros_like(x)
+    np.add.at(expected, idx.astype(np.int64), w)
+    check_forward(lambda x, i: gc.grad(F.sum(F.take(x, i, axis=0) * w), [x])[0], [x, idx], expected)
+    g2 = np.zeros_like(x)
+    np.add.at(g2, (np.arange(5)[:, None], along.astype(np.int64)), 1.0)
+    check_forward(lambda x, i: gc.grad(F.sum(F.take_along_axis(x, i, axis=1)), [x])[0], [x, along], g2)
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
+def test_unsigned_constant_indices_give_a_valid_model(dtype):
+    x = RNG.standard_normal((5, 3)).astype(np.float32)
+    idx = np.array([1, 4], dtype)
+    check_forward(lambda x: (F.take(x, idx, axis=0), gc.grad(F.sum(x[idx] ** 2), [x])[0]), [x],
+                  [x[[1, 4]], np.where(np.isin(np.arange(5), [1, 4])[:, None], 2 * x, 0)])
