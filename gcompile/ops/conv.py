@@ -26,11 +26,15 @@ from ..ir import dims
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
-from .elementwise import _promote
-from .indexing import pad, slice_axes
+from .basic import cast
+from .elementwise import _promote, divide, floor
+from .indexing import pad as pad_tensor
+from .indexing import slice_axes, take_along_axis
 from .reduce import mean
 from .reduce import sum as reduce_sum
+from .shape import broadcast_to, squeeze
 from .shape_rules import require_float, same_dtype
+from .windows import first_max, pool_geometry, window_positions, windows
 
 __all__ = ["avg_pool", "conv", "conv_transpose", "global_avg_pool", "max_pool"]
 
@@ -340,7 +344,7 @@ def _conv_transpose_vjp(g, ins, outs, output_padding, **a):
     if any(extra):
         nsp = len(extra)
         gu = slice_axes(gu, range(2, 2 + nsp), [0] * nsp, u.shape[2:], [1] * nsp)
-        u = pad(u, ((0, 0), (0, 0), *((0, e) for e in extra)))
+        u = pad_tensor(u, ((0, 0), (0, 0), *((0, e) for e in extra)))
     grads = [gu, apply("conv_weight_grad", [g[0], u], kernel=w.shape[2:], **params)]
     return grads + [_bias_grad(g[0])] * (len(ins) - 2)
 
@@ -487,11 +491,44 @@ defop("pool_gather", infer=lambda types, window=None: _pool_gather_infer(types),
           apply("pool_scatter", [g[0], ins[1]], shape=ins[0].shape, window=window), None])
 
 
-def max_pool(x, kernel, stride=None, pad=0) -> Tensor:
-    """Maximum over each window (ONNX MaxPool); stride defaults to the kernel, padding counts as -inf
-    and must be smaller than the kernel. The gradient goes to the first maximum of each window."""
+def _torch_windows(x: Tensor, attrs: dict, dilation, ceil_mode: bool):
+    """The spatial sizes (static), PyTorch's output size and the end padding ceil_mode needs."""
+    _check_nchw(x.type, len(attrs["kernel"]), "x")
+    out, extra = pool_geometry(x.shape[2:], attrs["kernel"], attrs["stride"], attrs["pad"], dilation, ceil_mode)
+    return x.shape[2:], out, extra
+
+
+def max_pool(x, kernel, stride=None, pad=0, dilation=1, ceil_mode: bool = False, return_indices: bool = False):
+    """Maximum over each window, as torch's max_pool: stride defaults to the kernel, padding counts
+    as -inf and must be smaller than the (dilated) kernel; ceil_mode rounds the output size up (the
+    last window still starts inside the input or its padding). The gradient goes to the first
+    maximum of each window. return_indices=True also returns, as torch, the int64 flat index of
+    each maximum within its (N, C) plane.
+
+    Without dilation or ceil_mode's extra windows this is ONNX MaxPool; otherwise the windows are
+    strided slices of the -inf-padded input and their first maximum is picked (a NaN wins)."""
     x = as_tensor(x)
-    return apply_n("max_pool", [x], **_pool_attrs(x, kernel, stride, pad))[0]
+    attrs = _pool_attrs(x, kernel, stride, pad)
+    dilation = _ints(dilation, len(attrs["kernel"]), "dilation", 1)
+    extra: tuple = ()
+    if ceil_mode or any(d > 1 for d in dilation):
+        in_size, out, extra = _torch_windows(x, attrs, dilation, ceil_mode)
+        if any(max(p) >= d * (k - 1) + 1 for p, k, d in zip(attrs["pad"], attrs["kernel"], dilation)):
+            raise ShapeError(f"max_pool: pad {attrs['pad']} must be smaller than the dilated kernel on every axis "
+                             f"(at {user_location()})")
+    if not any(extra) and all(d == 1 for d in dilation):
+        y, index = apply_n("max_pool", [x], **attrs)
+        if not return_indices:
+            return y
+        plane = math.prod(x.shape[2:])        # ONNX's index is flat over the whole tensor, torch's over (N, C)
+        return y, index - cast(floor(divide(index, plane)), np.int64) * plane
+    before = [p[0] for p in attrs["pad"]]
+    xp = pad_tensor(x, ((0, 0), (0, 0), *((b, a + e) for (b, a), e in zip(attrs["pad"], extra))), value=-np.inf)
+    y, tap = first_max(windows(xp, attrs["kernel"], attrs["stride"], dilation, out))
+    if not return_indices:
+        return y
+    table = window_positions(in_size, attrs["kernel"], attrs["stride"], dilation, out, before)
+    return y, squeeze(take_along_axis(broadcast_to(table, x.shape[:2] + table.shape), tap, -1), -1)
 
 
 # -- average pooling and its adjoint ----------------------------------------------------------------------
@@ -568,11 +605,45 @@ defop("avg_pool_grad", infer=_avg_pool_grad_infer, reference=_avg_pool_grad_refe
       vjp=lambda g, ins, outs, in_size, **a: [apply("avg_pool", [g[0]], **a)])
 
 
-def avg_pool(x, kernel, stride=None, pad=0, count_include_pad: bool = False) -> Tensor:
+def _torch_divisors(in_size, out, kernel, stride, pad, count_include_pad: bool) -> np.ndarray:
+    """torch's avg_pool divisor per output position: the window's positions inside the input and
+    its padding (count_include_pad), or inside the input only; the part ceil_mode adds past the
+    padding never counts."""
+    per_axis = []
+    for i, o, k, s, (p0, p1) in zip(in_size, out, kernel, stride, pad):
+        start = np.arange(o) * s - p0
+        if count_include_pad:
+            per_axis.append(np.minimum(start + k, i + p1) - start)
+        else:
+            per_axis.append(np.minimum(start + k, i) - np.maximum(start, 0))
+    divisors = np.ones(())
+    for k, counts in enumerate(per_axis):
+        divisors = divisors[..., None] * counts.reshape((1,) * k + (-1,))
+    return divisors
+
+
+def avg_pool(x, kernel, stride=None, pad=0, count_include_pad: bool = False, ceil_mode: bool = False,
+             divisor_override: int | None = None) -> Tensor:
     """Mean over each window (ONNX AveragePool); stride defaults to the kernel. Padded positions
-    count in the divisor only with count_include_pad=True. The pad must be smaller than the kernel."""
+    count in the divisor only with count_include_pad=True (torch's default is True, gcompile's
+    False). The pad must be smaller than the kernel. ceil_mode rounds the output size up as torch
+    does (the positions it adds past the padding never count); divisor_override divides every
+    window's sum by that number instead."""
     x = as_tensor(x)
-    return apply("avg_pool", [x], count_include_pad=bool(count_include_pad), **_pool_attrs(x, kernel, stride, pad))
+    attrs = _pool_attrs(x, kernel, stride, pad)
+    if not ceil_mode and divisor_override is None:
+        return apply("avg_pool", [x], count_include_pad=bool(count_include_pad), **attrs)
+    if divisor_override is not None and (not isinstance(divisor_override, (int, np.integer)) or divisor_override < 1):
+        raise ShapeError(f"avg_pool: divisor_override must be a positive int, got {divisor_override!r} "
+                         f"(at {user_location()})")
+    kernel, stride, pads = attrs["kernel"], attrs["stride"], attrs["pad"]
+    in_size, out, extra = _torch_windows(x, attrs, (1,) * len(kernel), ceil_mode)
+    if any(extra):   # zeros past the end (an AveragePool pad may not reach the kernel's size)
+        x = pad_tensor(x, ((0, 0), (0, 0), *((0, e) for e in extra)))
+    sums = apply("avg_pool", [x], count_include_pad=True, kernel=kernel, stride=stride, pad=pads)   # sum / prod(k)
+    divisors = (np.full(out, float(divisor_override)) if divisor_override is not None else
+                _torch_divisors(in_size, out, kernel, stride, pads, count_include_pad))
+    return sums * (math.prod(kernel) / divisors).astype(sums.dtype)
 
 
 def global_avg_pool(x) -> Tensor:

@@ -469,7 +469,8 @@ def split(x, sections_or_indices, axis: int = 0) -> list[Tensor]:
 
 
 # -- pad --------------------------------------------------------------------------------------------
-_PAD_MODES = ("constant", "reflect", "edge")
+_PAD_MODES = ("constant", "reflect", "edge", "wrap")
+_TORCH_PAD_MODES = {"replicate": "edge", "circular": "wrap"}     # torch's names for numpy's modes
 
 
 def _pad_pairs(pads, ndim) -> tuple:
@@ -491,8 +492,8 @@ def _pad_infer(types, pads, mode, value):
             if mode == "reflect" and max(before, after) >= d:
                 raise ShapeError(f"reflect padding of {max(before, after)} needs axis {axis} longer than "
                                  f"that, its size is {d}")
-            if mode == "edge" and d == 0:
-                raise ShapeError(f"edge padding of an empty axis {axis}")
+            if mode in ("edge", "wrap") and d == 0:
+                raise ShapeError(f"{mode} padding of an empty axis {axis}")
             d = before + d + after
         shape.append(d)
     return [tensor_type(types[0].dtype, shape)]
@@ -502,8 +503,19 @@ def _pad_reference(x, pads, mode, value):
     return np.pad(x, pads, mode, constant_values=value) if mode == "constant" else np.pad(x, pads, mode)
 
 
+def _pad_sources(n: int, before: int, after: int, mode: str) -> np.ndarray:
+    """The input index each position of a padded axis copies (reflect, edge, wrap)."""
+    return np.pad(np.arange(n), (before, after), mode)  # type: ignore[call-overload]  # mode is one of numpy's
+
+
 def _lower_pad(ctx, names, node):
     a = node.attrs
+    if a["mode"] == "wrap":   # a Gather of the wrapped positions per axis (Pad's "wrap" needs opset 19)
+        out, shape = names[0], ctx.graph.type_of(node.inputs[0]).shape
+        for axis, (before, after) in enumerate(a["pads"]):
+            if before or after:
+                out = ctx.emit("Gather", [out, ctx.int64s(_pad_sources(shape[axis], before, after, "wrap"))], axis=axis)
+        return out
     fill = ctx.const(np.asarray(a["value"], node.outputs[0].dtype)) if a["mode"] == "constant" else ""
     return ctx.pad(names[0], [b for b, _ in a["pads"]], [e for _, e in a["pads"]], fill, mode=a["mode"])
 
@@ -514,9 +526,9 @@ def _pad_vjp(g, ins, outs, pads, mode, value):
     if mode == "constant":
         return [slice_axes(g, [a for a, _, _ in padded], [b for _, b, _ in padded],
                            [b + x.shape[a] for a, b, _ in padded], [1] * len(padded))]
-    # reflect/edge: each padded axis is a gather of static source indices; apply the adjoints
+    # reflect/edge/wrap: each padded axis is a gather of static source indices; apply the adjoints
     for axis, before, after in padded:
-        source = np.pad(np.arange(x.shape[axis]), (before, after), mode)
+        source = _pad_sources(x.shape[axis], before, after, mode)
         g = scatter_add(full(g.shape[:axis] + (x.shape[axis],) + g.shape[axis + 1:], 0, g.dtype), source, g, axis)
     return [g]
 
@@ -526,8 +538,10 @@ defop("pad", infer=_pad_infer, reference=_pad_reference, lower=_lower_pad, vjp=_
 
 def pad(x, pads, mode: str = "constant", value=0) -> Tensor:
     """numpy pad: `pads` is an int, a (before, after) pair for every axis, or one pair per axis;
-    mode "constant" (filled with `value`), "reflect" (mirrored, edge not repeated) or "edge"."""
+    mode "constant" (filled with `value`), "reflect" (mirrored, edge not repeated), "edge" or
+    "wrap" (periodic); torch's names "replicate" and "circular" are accepted for the last two."""
     x = as_tensor(x)
+    mode = _TORCH_PAD_MODES.get(mode, mode)
     if mode not in _PAD_MODES:
         raise UnsupportedError(f"pad: mode {mode!r} is not supported (use one of {', '.join(_PAD_MODES)})")
     pairs = _pad_pairs(pads, x.ndim)

@@ -9,7 +9,8 @@ from ..errors import TraceError
 from ..frontend.source import user_location
 
 # numpy name -> gcompile.functions name, where they differ
-_RENAMES = {"absolute": "abs", "true_divide": "divide", "amax": "max", "amin": "min", "concatenate": "concat"}
+_RENAMES = {"absolute": "abs", "true_divide": "divide", "amax": "max", "amin": "min", "concatenate": "concat",
+            "repeat": "repeat_interleave"}
 # numpy keyword -> gcompile.functions keyword, per function, where they differ
 _KEYWORDS = {"pad": {"constant_values": "value"}}
 

@@ -306,6 +306,55 @@ def avg_pool(x, kernel, stride=None, pad=0, count_include_pad=False):
     return total / count
 
 
+def max_pool_torch(x, kernel, stride, pad, dilation, ceil_mode):
+    """torch's max_pool with dilation and ceil_mode (extra windows past the end see -inf padding)."""
+    out = []
+    for i, k, s, p, d in zip(x.shape[2:], kernel, stride, pad, dilation):
+        span = i + 2 * p - d * (k - 1) - 1
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        out.append(o - 1 if ceil_mode and (o - 1) * s >= i + p else o)
+    reach = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out, stride, dilation, kernel)]
+    xp = np.pad(x, ((0, 0), (0, 0)) + tuple((p, max(r - i - p, p)) for p, r, i in zip(pad, reach, x.shape[2:])),
+                constant_values=-np.inf)
+    stacked = np.stack([patch for _, patch in _windows(xp, kernel, stride, dilation, tuple(out))], -1)
+    _gap(stacked, -1)
+    return stacked.max(-1)
+
+
+def _adaptive(x, out, reduce):
+    spatial = x.shape[2:]
+    y = np.zeros(x.shape[:2] + tuple(out))
+    for o in np.ndindex(*out):
+        region = tuple(slice(k * n // m, -(-(k + 1) * n // m)) for k, n, m in zip(o, spatial, out))
+        patch = x[(Ellipsis,) + region].reshape(x.shape[:2] + (-1,))
+        if reduce is np.max:
+            _gap(patch, -1)
+        y[(Ellipsis,) + o] = reduce(patch, axis=-1)
+    return y
+
+
+def adaptive_avg_pool(x, out):
+    return _adaptive(x, out, np.mean)
+
+
+def adaptive_max_pool(x, out):
+    return _adaptive(x, out, np.max)
+
+
+def pixel_shuffle(x, r):
+    n, c, h, w = x.shape
+    return x.reshape(n, c // (r * r), r, r, h, w).transpose(0, 1, 4, 2, 5, 3).reshape(n, c // (r * r), h * r, w * r)
+
+
+def scatter(x, axis, idx, value):
+    """torch.scatter with a scalar value: the last duplicate wins (all write the same value here)."""
+    out = x.copy()
+    where = list(np.indices(idx.shape, sparse=True))
+    where[axis] = idx
+    out[tuple(where)] = value
+    return out
+
+
 # -- normalisation in inference mode, sum_to_shape ----------------------------------------------------------
 def batch_norm_eval(x, gamma, beta, mean, var, eps=1e-5):
     shape = [1] * x.ndim

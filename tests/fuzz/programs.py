@@ -1018,6 +1018,85 @@ def gen_conv(g: Gen, x: Value):
     return g.add(label, gc, np_, shape, x.mag * 3 + 1, [v for v in (x, w, b) if v is not None])
 
 
+def gen_rearrange(g: Gen, x: Value):
+    """flip, roll, rot90, moveaxis and repeat_interleave along static axes (ops/rearrange.py)."""
+    axes = g.static_axes(x.shape)
+    if not axes:
+        return None
+    a = g.d.choice(axes)
+    r = len(x.shape)
+    ax = _fmt_axis(g.d, a, r)
+    kind = g.d.int(0, 4)
+    if kind == 0:
+        return g.add("flip", f"F.flip({x.name}, {ax})", f"np.flip({x.name}, {ax})", x.shape, x.mag, [x])
+    if kind == 1:
+        shift = g.d.int(-5, 5)
+        return g.add("roll", f"F.roll({x.name}, {shift}, {ax})", f"np.roll({x.name}, {shift}, {ax})",
+                     x.shape, x.mag, [x])
+    if kind == 2 and len(axes) >= 2:
+        b = g.d.choice([c for c in axes if c != a])
+        k = g.d.int(-1, 3)
+        shape = list(x.shape)
+        if k % 2:
+            shape[a], shape[b] = shape[b], shape[a]
+        return g.add("rot90", f"F.rot90({x.name}, {k}, ({a}, {b}))", f"np.rot90({x.name}, {k}, ({a}, {b}))",
+                     tuple(shape), x.mag, [x])
+    if kind == 3:
+        b = g.d.int(0, r - 1)
+        shape = list(x.shape)
+        shape.insert(b, shape.pop(a))
+        return g.add("movedim", f"F.movedim({x.name}, {a}, {b})", f"np.moveaxis({x.name}, {a}, {b})", tuple(shape),
+                     x.mag, [x])
+    reps = g.d.int(0, 2)
+    shape = x.shape[:a] + (x.shape[a] * reps,) + x.shape[a + 1:]
+    if not _fits(shape) or 0 in shape:
+        return None
+    return g.add("repeat_interleave", f"F.repeat_interleave({x.name}, {reps}, {ax})",
+                 f"np.repeat({x.name}, {reps}, {ax})", shape, x.mag, [x])
+
+
+def gen_spatial(g: Gen, x: Value):
+    """adaptive pooling, nearest upsampling, pixel_shuffle, torch's max_pool options and a
+    scatter on a (N, C, H, W) value (ops/spatial.py, ops/scatter.py)."""
+    if len(x.shape) != 4 or not is_static(x.shape[1:]):
+        x = g.new_input(g.d.choice(((1, 4, 2, 3), (Sym(1), 2, 3, 3), (2, 1, 4, 4))))
+    n, c, h, w = x.shape
+    kind = g.d.int(0, 4)
+    if kind == 0:
+        out = (g.d.int(1, h + 1), g.d.int(1, w + 1))
+        fn = g.d.choice(("adaptive_avg_pool", "adaptive_max_pool"))
+        shape = (n, c) + out
+        return g.add(fn, f"F.{fn}({x.name}, {out})",
+                     f"N.{fn}({x.name}, {out})", shape, x.mag, [x]) if _fits(shape) else None
+    if kind == 1:
+        shape = (n, c, 2 * h, 2 * w)
+        return g.add("interpolate", f"F.interpolate({x.name}, scale_factor=2)",
+                     f"np.repeat(np.repeat({x.name}, 2, 2), 2, 3)", shape, x.mag, [x]) if _fits(shape) else None
+    if kind == 2 and c % 4 == 0:
+        return g.add("pixel_shuffle", f"F.pixel_shuffle({x.name}, 2)", f"N.pixel_shuffle({x.name}, 2)",
+                     (n, c // 4, 2 * h, 2 * w), x.mag, [x])
+    if kind == 3:
+        kernel, stride = (g.d.int(1, 2), g.d.int(1, 2)), (g.d.int(1, 2), g.d.int(1, 2))
+        dilation, pad = (g.d.int(1, 2), g.d.int(1, 2)), (g.d.int(0, 1), g.d.int(0, 1))
+        pad = tuple(min(p, (d * (k - 1) + 1) // 2) for p, k, d in zip(pad, kernel, dilation))
+        ceil = g.d.bool()
+        if any(d * (k - 1) + 1 > s + 2 * p for d, k, s, p in zip(dilation, kernel, (h, w), pad)):
+            return None
+        out = []
+        for i, k, s, p, d in zip((h, w), kernel, stride, pad, dilation):
+            span = i + 2 * p - d * (k - 1) - 1
+            o = (-(-span // s) if ceil else span // s) + 1
+            out.append(o - 1 if ceil and (o - 1) * s >= i + p else o)
+        args = f"{kernel}, {stride}, {pad}, {dilation}, {ceil}"
+        return g.add("max_pool", f"F.max_pool({x.name}, {kernel}, {stride}, {pad}, dilation={dilation}, "
+                     f"ceil_mode={ceil})", f"N.max_pool_torch({x.name}, {args})", (n, c) + tuple(out), x.mag, [x])
+    idx = np.random.default_rng(g.d.int(0, 99)).integers(0, c, (1, c, h, w)).tolist()
+    value = g.d.choice((0.5, -1.0))
+    return g.add("scatter", f"F.scatter({x.name}, 1, np.array({idx}), {value})",
+                 f"N.scatter({x.name}, 1, np.broadcast_to(np.array({idx}), {x.name}.shape), {value})",
+                 x.shape, max(x.mag, 1), [x]) if isinstance(n, int) and n == 1 else None
+
+
 def gen_image(g: Gen, x: Value):
     """A (N, C, *spatial) value for the conv family, from x."""
     s = g.d.choice(((Sym(1), 2, 4), (2, 2, 3, 3), (Sym(1), 1, 3, 3), (1, 3, 5)))
@@ -1027,7 +1106,7 @@ def gen_image(g: Gen, x: Value):
 
 GENERATORS = [gen_unary, gen_binary, gen_reduce, gen_reshape, gen_dims, gen_getitem, gen_param_activation,
               gen_where, gen_matmul, gen_einsum, gen_take, gen_join, gen_pad_tile, gen_nn, gen_conv, gen_image,
-              gen_const, gen_fill, gen_recurrent, gen_int,
+              gen_const, gen_fill, gen_recurrent, gen_int, gen_rearrange, gen_spatial,
               gen_unary, gen_unary, gen_unary, gen_binary]    # the unary table is long: drawn more often
 
 
