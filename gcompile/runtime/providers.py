@@ -89,5 +89,8 @@ def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] 
     # Pad_Fusion merges a zero Pad into a following MaxPool, whose pads count as -inf: wrong
     # wherever a padded zero is a window's maximum. gcompile's own models never match it
     # (LowerContext.pad); this keeps `gcompile run` right on other people's models too.
+    # MatMulScaleFusion folds a scalar Mul into FusedMatMul's alpha, a float32 attribute: a float64
+    # x @ y * scale then carries float32 rounding (1e-8 relative).
     with quiet_onnxruntime():
-        return ort.InferenceSession(model, options, providers=providers, disabled_optimizers=["Pad_Fusion"])
+        return ort.InferenceSession(model, options, providers=providers,
+                                    disabled_optimizers=["Pad_Fusion", "MatMulScaleFusion"])
