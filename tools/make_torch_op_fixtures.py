@@ -1,5 +1,5 @@
-"""PyTorch's values and gradients for the spatial, scatter and pooling ops gcompile follows, for
-tests/ops/test_torch_parity.py.
+"""PyTorch's values and gradients for the ops gcompile follows PyTorch on (spatial, pooling, scatter,
+losses, normalisation, attention, solvers), for tests/ops/test_torch_parity.py.
 
 Run by hand where torch is installed (the project's tests never import it):
 
@@ -8,10 +8,11 @@ Run by hand where torch is installed (the project's tests never import it):
 Each case calls one gcompile.functions op (named with its keyword arguments, stored as JSON) and
 the PyTorch function it follows, on float64 inputs. The file holds, per case <name>:
   <name>/call     JSON: {"op": gcompile function, "names": [the keyword of each input], "kwargs":
-                  {...}, "float": [positions of the inputs that get gradients]}
+                  {...}, "float": [positions of the inputs that get gradients], "pick": the output
+                  the loss weighs}
   <name>/in<k>    the inputs
   <name>/out<k>   PyTorch's outputs
-  <name>/w        fixed random weights of the scalar L = sum(out0 * w)
+  <name>/w        fixed random weights of the scalar L = sum(out<pick> * w)
   <name>/grad<k>  dL/d(input k) for each float input
 """
 from __future__ import annotations
@@ -32,9 +33,10 @@ def rand(*shape):
     return RNG.standard_normal(shape)
 
 
-def case(op, torch_fn, inputs, grads=(0,), names=("x",), **kwargs):
-    """`names`: the gcompile keyword each input is passed as."""
-    return dict(op=op, torch_fn=torch_fn, inputs=inputs, grads=list(grads), names=list(names), kwargs=kwargs)
+def case(op, torch_fn, inputs, grads=(0,), names=("x",), pick=0, **kwargs):
+    """`names`: the gcompile keyword each input is passed as; `pick`: the output the loss weighs."""
+    return dict(op=op, torch_fn=torch_fn, inputs=inputs, grads=list(grads), names=list(names), pick=pick,
+                kwargs=kwargs)
 
 
 def interpolate_cases():
@@ -142,20 +144,99 @@ def scatter_cases():
     return out
 
 
+def loss_cases():
+    out = {}
+    x, y = rand(4, 5), rand(4, 5)
+    log_probs = x - np.log(np.exp(x).sum(1, keepdims=True))
+    target = np.array([1, 2, 0, 4])
+    weight = RNG.random(5) + 0.5
+    out["nll_loss_weight_ignore"] = case("nll_loss", lambda a, t, w: TF.nll_loss(a, t, w, ignore_index=2),
+                                         [log_probs, target, weight], names=("input", "target", "weight"),
+                                         ignore_index=2)
+    out["nll_loss_3d_sum"] = case("nll_loss", lambda a, t: TF.nll_loss(a, t, reduction="sum"),
+                                  [rand(2, 3, 4), RNG.integers(0, 3, (2, 4))], names=("input", "target"),
+                                  reduction="sum")
+    p, t = RNG.uniform(0.05, 0.95, (3, 4)), RNG.random((3, 4))
+    out["binary_cross_entropy"] = case("binary_cross_entropy", lambda a, b: TF.binary_cross_entropy(a, b), [p, t],
+                                       grads=(0, 1), names=("input", "target"))
+    out["binary_cross_entropy_with_logits"] = case(
+        "binary_cross_entropy_with_logits",
+        lambda a, b, w: TF.binary_cross_entropy_with_logits(a, b, reduction="sum", pos_weight=w),
+        [3 * rand(3, 4), t, RNG.random(4) + 0.5], grads=(0, 1), names=("input", "target", "pos_weight"),
+        reduction="sum")
+    for name in ("l1_loss", "smooth_l1_loss", "huber_loss"):
+        out[name] = case(name, lambda a, b, n=name: getattr(TF, n)(a, b, reduction="sum"), [x, y], grads=(0, 1),
+                         names=("input", "target"), reduction="sum")
+    q = np.exp(log_probs[::-1].copy())
+    out["kl_div_batchmean"] = case("kl_div", lambda a, b: TF.kl_div(a, b, reduction="batchmean"), [log_probs, q],
+                                   grads=(0, 1), names=("input", "target"), reduction="batchmean")
+    out["cosine_similarity"] = case("cosine_similarity", lambda a, b: TF.cosine_similarity(a, b, dim=0),
+                                    [x, rand(1, 5)], grads=(0, 1), names=("x1", "x2"), axis=0)
+    out["margin_ranking_loss"] = case(
+        "margin_ranking_loss", lambda a, b, s: TF.margin_ranking_loss(a, b, s, margin=0.3), [x[0], y[0],
+                                                                                              np.sign(rand(5))],
+        grads=(0, 1), names=("input1", "input2", "target"), margin=0.3)
+    out["hinge_embedding_loss"] = case("hinge_embedding_loss", lambda a, s: TF.hinge_embedding_loss(a, s, 0.8),
+                                       [x, np.sign(y)], names=("input", "target"), margin=0.8)
+    out["triplet_margin_loss_swap"] = case(
+        "triplet_margin_loss", lambda a, b, c: TF.triplet_margin_loss(a, b, c, margin=1.5, p=3, swap=True),
+        [x, y, rand(4, 5)], grads=(0, 1, 2), names=("anchor", "positive", "negative"), margin=1.5, p=3, swap=True)
+    img = rand(2, 6, 3, 2)
+    out["group_norm"] = case("group_norm", lambda a, w, b: TF.group_norm(a, 3, w, b), [img, rand(6), rand(6)],
+                             grads=(0, 1, 2), names=("x", "weight", "bias"), num_groups=3)
+    out["instance_norm"] = case("instance_norm", lambda a, w, b: TF.instance_norm(a, weight=w, bias=b),
+                                [img, rand(6), rand(6)], grads=(0, 1, 2), names=("x", "weight", "bias"))
+    out["rms_norm"] = case("rms_norm", lambda a, w: TF.rms_norm(a, (3, 2), w), [img, rand(3, 2)], grads=(0, 1),
+                           names=("x", "weight"), normalized_shape=[3, 2])
+    out["normalize_p3"] = case("normalize", lambda a: TF.normalize(a, p=3.0, dim=1), [x], p=3.0, axis=1)
+    qkv = [rand(2, 3, 4, 5), rand(2, 3, 6, 5), rand(2, 3, 6, 7)]
+    mask = RNG.random((4, 6)) > 0.4
+    mask[1] = False
+    out["sdpa_bool_mask"] = case("scaled_dot_product_attention",
+                                 lambda a, b, c, m: TF.scaled_dot_product_attention(a, b, c, attn_mask=m),
+                                 qkv + [mask], grads=(0, 1, 2), names=("query", "key", "value", "attn_mask"))
+    out["sdpa_causal_scale"] = case("scaled_dot_product_attention",
+                                    lambda a, b, c: TF.scaled_dot_product_attention(a, b, c, is_causal=True,
+                                                                                    scale=0.3),
+                                    qkv, grads=(0, 1, 2), names=("query", "key", "value"), is_causal=True, scale=0.3)
+    table, ids = rand(10, 3), RNG.integers(0, 10, 9)
+    for mode in ("sum", "mean", "max"):
+        out[f"embedding_bag_{mode}"] = case(
+            "embedding_bag", lambda w, i, m=mode: TF.embedding_bag(i, w, torch.tensor([0, 2, 2, 6]), mode=m,
+                                                                   padding_idx=int(ids[3])),
+            [table, ids], names=("weight", "input"), offsets=[0, 2, 2, 6], mode=mode, padding_idx=int(ids[3]))
+    return out
+
+
+def linalg_cases():
+    out = {}
+    a = rand(2, 3, 3) + 3 * np.eye(3)
+    spd = a @ np.swapaxes(a, -1, -2)
+    out["inv"] = case("inv", torch.linalg.inv, [a], names=("a",))
+    out["det"] = case("det", torch.linalg.det, [a], names=("a",))
+    out["slogdet"] = case("slogdet", lambda m: tuple(torch.linalg.slogdet(m)), [a], names=("a",), pick=1)
+    out["solve"] = case("solve", torch.linalg.solve, [a, rand(2, 3, 2)], grads=(0, 1), names=("a", "b"))
+    out["cholesky"] = case("cholesky", torch.linalg.cholesky, [spd], names=("a",))
+    out["cdist"] = case("cdist", lambda x, y: torch.cdist(x, y), [rand(2, 4, 3), rand(2, 5, 3)], grads=(0, 1),
+                        names=("x1", "x2"))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "torch_ops.npz"))
     args = parser.parse_args()
     arrays: dict = {}
-    cases = {**interpolate_cases(), **pooling_cases(), **sampling_cases(), **scatter_cases()}
+    cases = {**interpolate_cases(), **pooling_cases(), **sampling_cases(), **scatter_cases(), **loss_cases(),
+             **linalg_cases()}
     for name, c in cases.items():
         tensors = [torch.tensor(a, requires_grad=k in c["grads"]) for k, a in enumerate(c["inputs"])]
         outs = c["torch_fn"](*tensors)
         outs = outs if isinstance(outs, tuple) else (outs,)
-        w = RNG.standard_normal(tuple(outs[0].shape))
-        (outs[0] * torch.tensor(w)).sum().backward()
+        w = RNG.standard_normal(tuple(outs[c["pick"]].shape))
+        (outs[c["pick"]] * torch.tensor(w)).sum().backward()
         arrays[f"{name}/call"] = np.array(json.dumps(dict(op=c["op"], names=c["names"], kwargs=c["kwargs"],
-                                                          float=c["grads"])))
+                                                          float=c["grads"], pick=c["pick"])))
         arrays[f"{name}/w"] = w
         for k, a in enumerate(c["inputs"]):
             arrays[f"{name}/in{k}"] = a

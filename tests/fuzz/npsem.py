@@ -355,6 +355,16 @@ def scatter(x, axis, idx, value):
     return out
 
 
+def huber(d, delta):
+    """torch's huber_loss of the difference d: its second derivative jumps where |d| = delta."""
+    _note("kink", np.abs(d) - delta)
+    return np.where(np.abs(d) < delta, 0.5 * d * d, delta * (np.abs(d) - 0.5 * delta))
+
+
+def normalize(x, axis):
+    return x / np.maximum(np.sqrt(np.sum(x * x, axis=axis, keepdims=True)), 1e-12)
+
+
 # -- normalisation in inference mode, sum_to_shape ----------------------------------------------------------
 def batch_norm_eval(x, gamma, beta, mean, var, eps=1e-5):
     shape = [1] * x.ndim

@@ -1097,6 +1097,35 @@ def gen_spatial(g: Gen, x: Value):
                  x.shape, max(x.mag, 1), [x]) if isinstance(n, int) and n == 1 else None
 
 
+def gen_linalg_loss(g: Gen, x: Value):
+    """tril/triu, normalize, rms_norm and the l1/huber losses (ops/linalg_extra.py, ops/normalization.py,
+    ops/losses.py)."""
+    r = len(x.shape)
+    kind = g.d.int(0, 3)
+    if kind == 0 and r >= 2 and is_static(x.shape[-2:]):
+        fn, k = g.d.choice(("tril", "triu")), g.d.int(-1, 1)
+        return g.add(fn, f"F.{fn}({x.name}, {k})", f"np.{fn}({x.name}, {k})", x.shape, x.mag, [x])
+    if kind == 1 and r:
+        a = g.d.int(0, r - 1)
+        return g.add("normalize", f"F.normalize({x.name}, axis={a})", f"N.normalize({x.name}, {a})", x.shape, 1.0,
+                     [x])
+    if kind == 2 and r and isinstance(x.shape[-1], int):
+        w = g.new_input(x.shape[-1:], scale=0.3, offset=1.0)
+        return g.add("rms_norm", f"F.rms_norm({x.name}, {x.shape[-1]}, {w.name}, eps=1e-3)",
+                     f"{x.name} / np.sqrt(np.mean({x.name} ** 2, -1, keepdims=True) + 1e-3) * {w.name}", x.shape,
+                     1.3 * math.sqrt(numel(x.shape[-1:])) + 1, [x, w])
+    y = g.partner(x.shape)
+    shape = broadcast(x.shape, y.shape)
+    if shape is None or not _fits(shape):
+        return None
+    if g.d.bool():
+        return g.add("l1_loss", f"F.l1_loss({x.name}, {y.name}, reduction='none')", f"N.abs({x.name} - {y.name})",
+                     shape, x.mag + y.mag, [x, y])
+    delta = g.d.choice((1.0, 0.5))
+    return g.add("huber_loss", f"F.huber_loss({x.name}, {y.name}, reduction='none', delta={delta})",
+                 f"N.huber({x.name} - {y.name}, {delta})", shape, (x.mag + y.mag) ** 2, [x, y])
+
+
 def gen_image(g: Gen, x: Value):
     """A (N, C, *spatial) value for the conv family, from x."""
     s = g.d.choice(((Sym(1), 2, 4), (2, 2, 3, 3), (Sym(1), 1, 3, 3), (1, 3, 5)))
@@ -1106,7 +1135,7 @@ def gen_image(g: Gen, x: Value):
 
 GENERATORS = [gen_unary, gen_binary, gen_reduce, gen_reshape, gen_dims, gen_getitem, gen_param_activation,
               gen_where, gen_matmul, gen_einsum, gen_take, gen_join, gen_pad_tile, gen_nn, gen_conv, gen_image,
-              gen_const, gen_fill, gen_recurrent, gen_int, gen_rearrange, gen_spatial,
+              gen_const, gen_fill, gen_recurrent, gen_int, gen_rearrange, gen_spatial, gen_linalg_loss,
               gen_unary, gen_unary, gen_unary, gen_binary]    # the unary table is long: drawn more often
 
 
