@@ -249,9 +249,11 @@ def inspect(artifact):
     info = describe(model)
     click.echo(f"{artifact}: graph {model.graph.name!r}, producer {model.producer_name or '?'} "
                f"{model.producer_version}, ir_version {info['ir_version']}, opset {info['opset']}")
-    for key in ("inputs", "outputs"):
-        click.echo(f"{key}:")
-        for entry in info[key]:
+    for key in ("inputs", "optional_inputs", "outputs"):
+        if key in info:
+            click.echo("optional inputs (default: the initializer of the same name):" if key == "optional_inputs"
+                       else f"{key}:")
+        for entry in info.get(key, []):
             click.echo(f"  {modelfile.format_sig(entry)}")
     external = sorted(set(modelfile.external_files(model)))
     click.echo(f"initializers: {len(model.graph.initializer)} ({info['parameters']} values)"
@@ -306,8 +308,11 @@ def grad_command(model, wrt, of, loss, target, order, out_path, opset):
         atomic_write(out_path, proto.SerializeToString())
     except OSError as err:
         raise GcompileError(f"cannot write {out_path}: {err.strerror or err}") from None
-    for key, values in (("inputs", proto.graph.input), ("outputs", proto.graph.output)):
+    for key, values in (("inputs", modelfile.graph_inputs(proto)), ("outputs", proto.graph.output)):
         click.echo(f"  {key:<8} " + ", ".join(map(modelfile.format_sig, modelfile.signature(values))))
+    defaults = [v.name for v in modelfile.optional_inputs(proto)]
+    if defaults:
+        click.echo(f"  defaults {', '.join(defaults)} (the model's own values; feed them to override)")
     click.echo(f"wrote {out_path}")
 
 
