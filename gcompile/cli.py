@@ -299,23 +299,25 @@ def inspect(artifact):
 @main.command()
 @click.argument("source", type=click.Path(dir_okay=False))
 @click.option("-o", "--out", "out_path", required=True, type=click.Path(dir_okay=False),
-              help="the drawing: .svg, or .html for a page with one section per graph")
+              help="the drawing: .svg, .html (a page with one section per graph) or .dot (Graphviz text)")
 @click.option("-O", "--optimize", type=click.IntRange(0, 2), default=2, show_default=True,
               help="graph passes before drawing a model.py (as for build)")
 @_guarded
 def viz(source, out_path, optimize):
     """Draw SOURCE (an .onnx file, or a model.py: each @gc.export function) with forward, backward and
-    double-backward nodes in different colours and tensor names and shapes on the edges."""
+    double-backward nodes in different colours, each box showing the type it computes."""
     from .artifacts import viz as viz_module
     from .artifacts.build import lower_all
     from .runtime import modelfile
-    if source.endswith(".py"):
-        _, built = lower_all(source, optimize=optimize)
-        sections = [(info.name, model) for info, model, *_ in built]
-    else:
-        model = modelfile.load(source)
-        sections = [(model.graph.name or os.path.basename(source), model)]
-    viz_module.write(out_path, sections, title=os.path.basename(source))
+    with logs.progress(1, "viz", count_phases=True):   # 1: the drawing
+        if source.endswith(".py"):
+            _, built = lower_all(source, optimize=optimize, value_types=True)   # gcompile's own dims on every value
+            sections = [(info.name, model) for info, model, *_ in built]
+        else:
+            model = modelfile.load(source)
+            sections = [(model.graph.name or os.path.basename(source), model)]
+        with logs.phase("draw"):
+            viz_module.write(out_path, sections, title=os.path.basename(source))
     say(f"wrote {out_path} ({sum(len(m.graph.node) for _, m in sections)} nodes in {len(sections)} graph(s))")
 
 
