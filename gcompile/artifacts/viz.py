@@ -198,7 +198,8 @@ def _svg_graph(model, top: float) -> tuple[list[str], float, float]:
     for (src, dst, tensor), points in zip(edges, layout.routes):
         label = f"{tensor}: {types.get(tensor, '?')}"   # the edge's tooltip: boxes already show each type
         parts.append(f'<g class="wire" data-from="{_attr(src)}" data-to="{_attr(dst)}"><title>{escape(label)}</title>'
-                     f'<path class="edge" d="{_path(points, dx, dy)}" {EDGE} marker-end="url(#arrow)"/></g>')
+                     f'<path class="edge" d="{_path(points, dx, dy)}" {EDGE if len(points) <= LONG else LONG_EDGE} '
+                     'marker-end="url(#arrow)"/></g>')
     for key, box in boxes.items():
         placed = layout.boxes[key]
         w, h = placed.width, placed.height
@@ -219,6 +220,8 @@ OP_TEXT = f'{FONT} font-size="{OP_PX}" font-weight="bold" text-anchor="middle" f
 NAME_TEXT = f'{FONT} font-size="{SMALL_PX}" text-anchor="middle" fill="#333"'
 TYPE_TEXT = f'{FONT} font-size="{SMALL_PX}" text-anchor="middle" fill="#114"'
 EDGE = 'fill="none" stroke="#8a8a8a" stroke-width="1.2"'
+LONG_EDGE = 'fill="none" stroke="#b4b4b4" stroke-width="0.9"'   # lighter: a value kept for the backward, rows away
+LONG = 2 + 2 * 4                                                 # route points of an edge crossing 4 rows
 
 
 def _fill(css: str) -> str:
