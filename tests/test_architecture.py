@@ -14,7 +14,7 @@ import networkx as nx
 PACKAGE = Path(__file__).resolve().parent.parent / "gcompile"
 
 # room -> the rooms it may import from (besides itself and the shared leaves)
-LEAVES = {"errors", "version", "logs", "collector"}
+LEAVES = {"errors", "version", "logs", "collector", "install_check"}
 ALLOWED = {
     "ir": set(),
     "frontend": {"ir"},

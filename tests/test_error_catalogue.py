@@ -384,7 +384,7 @@ def cli_build_negative_external_data_threshold(tmp_path):
 
 @case
 def cli_viz_unknown_format(tmp_path):
-    return invoke("viz", saved(tmp_path), "-o", tmp_path / "graph.png"), ["graph.png", ".svg or .html"]
+    return invoke("viz", saved(tmp_path), "-o", tmp_path / "graph.png"), ["graph.png", ".svg, .html or .dot"]
 
 
 @case

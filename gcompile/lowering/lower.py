@@ -20,11 +20,13 @@ def value_info(name: str, t: TensorType):
 
 @collector_paused
 def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
-            name: str = "gcompile") -> tuple[onnx.ModelProto, list[str]]:
+            name: str = "gcompile", value_types: bool = False) -> tuple[onnx.ModelProto, list[str]]:
     """Lower `graph` to a standard ai.onnx model.
 
     Returns the model and a list of ops that onnxruntime's CPU provider cannot run in
-    float64 (empty for most models); the runtime refuses those before loading.
+    float64 (empty for most models); the runtime refuses those before loading. With
+    `value_types`, every node output's type, with gcompile's own symbolic dims ("batch",
+    "batch*3"), is recorded as value_info too (for `gcompile viz`; artifacts leave it out).
     """
     opset = choose_opset(opset)
     ctx = LowerContext(graph, opset, input_names, reserved=graph.output_names)
@@ -48,7 +50,16 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
         ctx.nodes.append(helper.make_node("Identity", [names[ref]], [out_name], name=out_name))
         outputs.append(value_info(out_name, graph.type_of(ref)))
     inputs = [value_info(n, graph.type_of(r)) for n, r in zip(input_names, graph.inputs)]
-    onnx_graph = helper.make_graph(ctx.nodes, name, inputs, outputs, initializer=ctx.initializers)
+    typed: dict = {}
+    if value_types:   # each node output once, not the values that are graph inputs, initializers or outputs
+        declared = set(input_names) | set(graph.output_names) | {t.name for t in ctx.initializers}
+        for node in graph.topo_order():
+            for i, t in enumerate(node.outputs):
+                tensor = names.get(node.out(i))
+                if tensor is not None and tensor not in declared and node.op not in ("input", "constant"):
+                    typed.setdefault(tensor, value_info(tensor, t))
+    onnx_graph = helper.make_graph(ctx.nodes, name, inputs, outputs, initializer=ctx.initializers,
+                                   value_info=list(typed.values()))
     model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="gcompile", producer_version=__version__)
     model.ir_version = runtime_limits()[0]

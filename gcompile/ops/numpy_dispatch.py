@@ -3,10 +3,17 @@ anything else is a clear error that names the function and the closest supported
 from __future__ import annotations
 
 import difflib
+from types import ModuleType
 
-from .. import functions as F
 from ..errors import TraceError
 from ..frontend.source import user_location
+
+_library: list[ModuleType] = []   # gcompile.functions, handed over by methods.install (importing it would be a cycle)
+
+
+def use(library: ModuleType) -> None:
+    """The op library numpy calls map onto (gcompile.functions)."""
+    _library[:] = [library]
 
 # numpy name -> gcompile.functions name, where they differ
 _RENAMES = {"absolute": "abs", "true_divide": "divide", "amax": "max", "amin": "min", "concatenate": "concat",
@@ -16,6 +23,7 @@ _KEYWORDS = {"pad": {"constant_values": "value"}}
 
 
 def _lookup(name: str, module: str = "numpy"):
+    F = _library[0]
     target = _RENAMES.get(name, name)
     if target in F.__all__:
         return getattr(F, target)

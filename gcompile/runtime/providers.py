@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import GcompileError
+from ..install_check import onnxruntime  # every first use of onnxruntime is checked (a doubled install)
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 _ERRORS, _SILENT = 3, 4   # onnxruntime log severities
@@ -20,8 +21,8 @@ _ERRORS, _SILENT = 3, 4   # onnxruntime log severities
 
 @functools.cache
 def cuda_available() -> bool:
-    import onnxruntime as ort
     from onnx import TensorProto, helper
+    ort = onnxruntime()
     if PROVIDERS["cuda"] not in ort.get_available_providers():
         return False
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in "xy"]
@@ -76,7 +77,7 @@ def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] 
 
     `external` maps the external data locations a model given as bytes refers to onto their
     contents (see external_data_from_memory)."""
-    import onnxruntime as ort
+    ort = onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = os.cpu_count() or 1
