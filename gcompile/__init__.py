@@ -4,6 +4,8 @@ from .version import __version__
 from .errors import GcompileError, InputError, LoweringError, ShapeError, TraceError, UnsupportedError
 from .artifacts.marks import export, export_train
 from .ops import methods as _methods
+from .frontend import pytree as tree_util
+from .frontend.pytree import register_dataclass, register_pytree_node
 from .frontend.spec import Spec, spec
 from .frontend.tensor import Tensor
 from .gradients import grad
@@ -16,11 +18,12 @@ from .importer.load import *  # noqa: F401,F403
 from . import optim
 from .training.step import TrainStep, export_train_step
 from . import runtime
-from .runtime import CompiledFunction, compile
+from .runtime import CompiledFunction, Jitted, compile, jit
 
 _methods.install()
 
-__all__ = ["functions", "spec", "Spec", "Tensor", "grad", "compile", "CompiledFunction", "GcompileError",
-           "InputError", "LoweringError", "ShapeError", "TraceError", "UnsupportedError", "__version__",
-           "optim", "runtime", "export", *_transforms.__all__, *_checkpoint.__all__,
-           *_load.__all__, "TrainStep", "export_train", "export_train_step"]
+__all__ = ["functions", "spec", "Spec", "Tensor", "grad", "compile", "jit", "Jitted", "CompiledFunction",
+           "GcompileError", "InputError", "LoweringError", "ShapeError", "TraceError", "UnsupportedError",
+           "__version__", "optim", "runtime", "export", *_transforms.__all__, *_checkpoint.__all__,
+           *_load.__all__, "TrainStep", "export_train", "export_train_step", "tree_util",
+           "register_pytree_node", "register_dataclass"]
