@@ -18,6 +18,7 @@ from .importer.load import *  # noqa: F401,F403
 from . import optim
 from .training.step import TrainStep, export_train_step
 from . import runtime
+from . import nn
 from .runtime import CompiledFunction, Jitted, compile, jit
 
 _methods.install()
@@ -26,4 +27,4 @@ __all__ = ["functions", "spec", "Spec", "Tensor", "grad", "compile", "jit", "Jit
            "GcompileError", "InputError", "LoweringError", "ShapeError", "TraceError", "UnsupportedError",
            "__version__", "optim", "runtime", "export", *_transforms.__all__, *_checkpoint.__all__,
            *_load.__all__, "TrainStep", "export_train", "export_train_step", "tree_util",
-           "register_pytree_node", "register_dataclass"]
+           "register_pytree_node", "register_dataclass", "nn"]

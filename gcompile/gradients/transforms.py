@@ -84,8 +84,9 @@ def value_and_grad(fn: Callable[..., Any], argnums: Argnums = 0, has_aux: bool =
     fn must return a floating-point scalar Tensor, or with has_aux=True a pair (scalar, aux),
     aux being any pytree carried along undifferentiated; the result is then ((value, aux),
     gradient), as in JAX. The gradient is shaped like its argument (a pytree argument, such as
-    a dict of parameters or a gc.nn Module, gets a gradient of the same structure), and is a
-    tuple over arguments for a tuple `argnums`.
+    a dict of parameters or a gc.nn Module, gets a gradient of the same structure, with None
+    for its leaves that are not floating point), and is a tuple over arguments for a tuple
+    `argnums`.
     """
     @functools.wraps(fn)
     def wrapped(*args):
@@ -100,8 +101,10 @@ def value_and_grad(fn: Callable[..., Any], argnums: Argnums = 0, has_aux: bool =
             value, aux = _scalar(result[0], "value_and_grad"), result[1]
         else:
             value = _scalar(result, "value_and_grad")
-        grads = iter(grad_of(value, [leaf for leaves, _ in flat for leaf in leaves]))
-        trees = [pytree.unflatten(tree, grads) for _, tree in flat]
+        # In a pytree, leaves that are not floating point (a step counter) get None; a lone one is an error.
+        wanted = [leaf for leaves, tree in flat for leaf in leaves if tree.is_leaf or leaf.dtype.kind == "f"]
+        grads = dict(zip(map(id, wanted), grad_of(value, wanted)))
+        trees = [pytree.unflatten(tree, [grads.get(id(leaf)) for leaf in leaves]) for leaves, tree in flat]
         gradient = trees[0] if single else tuple(trees)
         return ((value, aux) if has_aux else value), gradient
     return wrapped

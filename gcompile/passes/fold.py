@@ -1,6 +1,7 @@
 """Constant folding: a node whose operands are all constants becomes a constant, computed
 with the op's numpy reference. Bounded: results larger than MAX_FOLD_ELEMENTS are left to
-the runtime, so folding never bloats the model with big initializers."""
+the runtime, so folding never bloats the model with big initializers. A named constant (a
+module's parameter) is left as it is, so the model keeps it as the initializer of that name."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,7 +24,7 @@ def fold_constants(graph: Graph) -> PassResult:
         if int(dims.product(node.outputs[0].shape)) > MAX_FOLD_ELEMENTS:
             continue
         operands = [graph.nodes[r.node] for r in node.inputs]
-        if not all(o.op == "constant" for o in operands):
+        if not all(o.op == "constant" and "name" not in o.attrs for o in operands):
             continue
         value = get_op(node.op).reference(*[o.attrs["value"] for o in operands], **node.attrs)
         value = np.asarray(value, dtype=node.outputs[0].dtype)
