@@ -16,6 +16,12 @@ random inputs. tests/data/torch_nn.npz holds, per case, under "<case>/...":
   grad/<name>     dL/d(parameter), and dL/d(input) for float inputs as grad/in.<name>
   new/<name>      buffers after the call (BatchNorm's running statistics in training mode)
 tests/data/torch_nn.safetensors is the first case's state_dict written by the safetensors package.
+
+tests/data/torch_train.npz holds whole training runs for tests/train/test_torch_training.py, under
+"<run>/...": a small CNN with BatchNorm trained with SGD (momentum, weight decay) and a transformer
+encoder block with a classifier head trained with AdamW, a learning rate changed every step and
+gradients clipped to a global norm: state/<name> before, batch/<step>/x and .../y, lr/<step>,
+loss/<step>, and final/<name> after the last step (parameters and buffers).
 """
 from __future__ import annotations
 
@@ -123,6 +129,63 @@ def make(case: str, seed: int) -> dict[str, np.ndarray]:
     return {f"{case}/{k}": v for k, v in arrays.items()}
 
 
+class _CNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.fc = torch.nn.Linear(4 * 4 * 4, 3)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(torch.max_pool2d(torch.relu(self.bn(self.conv(x))), 2), 1))
+
+
+class _Transformer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(11, 8)
+        self.block = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, ids):
+        return self.head(self.block(self.embed(ids)).mean(1))
+
+
+TRAINING = {
+    # run: (model, optimizer, its kwargs, input shape and kind, steps, learning rates, clip norm)
+    "cnn_sgd": (_CNN, "SGD", {"momentum": 0.9, "weight_decay": 1e-3}, ([6, 1, 8, 8], "float"), 4,
+                [0.1, 0.1, 0.05, 0.05], None),
+    "transformer_adamw": (_Transformer, "AdamW", {"weight_decay": 0.01}, ([4, 5], "ids11"), 4,
+                          [1e-2, 2e-2, 1.5e-2, 5e-3], 0.5),
+}
+
+
+def train(run: str, seed: int) -> dict[str, np.ndarray]:
+    build, optimizer, kwargs, (shape, kind), steps, lrs, clip = TRAINING[run]
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = build()
+    _randomise(model, gen)
+    model.train()
+    arrays = {f"state/{k}": v.detach().clone().numpy() for k, v in model.state_dict().items()}
+    opt = getattr(torch.optim, optimizer)(model.parameters(), lr=lrs[0], **kwargs)
+    for step in range(steps):
+        x = torch.randn(shape, generator=gen) if kind == "float" else torch.randint(0, 11, shape, generator=gen)
+        y = torch.randint(0, 3, (shape[0],), generator=gen)
+        for group in opt.param_groups:
+            group["lr"] = lrs[step]
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        arrays.update({f"batch/{step}/x": x.numpy(), f"batch/{step}/y": y.numpy(),
+                       f"loss/{step}": loss.detach().numpy(), f"lr/{step}": np.array(lrs[step])})
+    arrays.update({f"final/{k}": v.detach().numpy() for k, v in model.state_dict().items()})
+    return {f"{run}/{k}": v for k, v in arrays.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "tests", "data"))
@@ -135,6 +198,11 @@ def main() -> None:
     first = {k.split("/", 2)[2]: v for k, v in arrays.items() if k.startswith("conv2d/state/")}
     save_file(first, os.path.join(args.out, "torch_nn.safetensors"))
     print(f"torch_nn.npz: {len(CASES)} cases, {len(arrays)} arrays")
+    runs: dict[str, np.ndarray] = {}
+    for seed, run in enumerate(TRAINING):
+        runs.update(train(run, seed))
+    np.savez_compressed(os.path.join(args.out, "torch_train.npz"), **runs)
+    print(f"torch_train.npz: {len(TRAINING)} runs")
 
 
 if __name__ == "__main__":
