@@ -19,6 +19,7 @@ from . import optim
 from .training.step import TrainStep, export_train_step
 from . import runtime
 from . import nn
+from .importer.torch import from_torch
 from .runtime import CompiledFunction, Jitted, compile, jit
 
 _methods.install()
@@ -27,4 +28,4 @@ __all__ = ["functions", "spec", "Spec", "Tensor", "grad", "compile", "jit", "Jit
            "GcompileError", "InputError", "LoweringError", "ShapeError", "TraceError", "UnsupportedError",
            "__version__", "optim", "runtime", "export", *_transforms.__all__, *_checkpoint.__all__,
            *_load.__all__, "TrainStep", "export_train", "export_train_step", "tree_util",
-           "register_pytree_node", "register_dataclass", "nn"]
+           "register_pytree_node", "register_dataclass", "nn", "from_torch"]
