@@ -12,6 +12,7 @@ from .gradients import grad
 from .gradients import transforms as _transforms
 from .gradients.transforms import *  # noqa: F401,F403
 from .gradients import checkpoint as _checkpoint
+from .gradients.vmap import vmap
 from .gradients.checkpoint import *  # noqa: F401,F403
 from .importer import load as _load
 from .importer.load import *  # noqa: F401,F403
@@ -28,4 +29,4 @@ __all__ = ["functions", "spec", "Spec", "Tensor", "grad", "compile", "jit", "Jit
            "GcompileError", "InputError", "LoweringError", "ShapeError", "TraceError", "UnsupportedError",
            "__version__", "optim", "runtime", "export", *_transforms.__all__, *_checkpoint.__all__,
            *_load.__all__, "TrainStep", "export_train", "export_train_step", "tree_util",
-           "register_pytree_node", "register_dataclass", "nn", "from_torch"]
+           "register_pytree_node", "register_dataclass", "nn", "from_torch", "vmap"]
