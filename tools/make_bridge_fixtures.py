@@ -12,7 +12,8 @@ mode, it writes bridge_<name>.onnx and bridge_<name>.npz holding:
   grad/<name>     dL/d(parameter) in training mode, by state_dict name; grad/x dL/dx
   new/<name>      the buffers after the training-mode call (running statistics)
   sgd/<name>      the state_dict after one torch.optim.SGD(lr=0.1) step on L
-The same functions build the models in the test that runs where torch is installed.
+The same functions build the models in the test that runs where torch is installed. The CNN's file
+is also copied to examples/data/bridge_cnn.onnx, which the README loads.
 """
 from __future__ import annotations
 
@@ -79,6 +80,8 @@ def main() -> None:
     for seed, (name, build) in enumerate(MODELS.items()):
         module, x, arrays = reference(build, seed)
         gc.from_torch(module, x).save_onnx(os.path.join(args.out, f"bridge_{name}.onnx"))
+        if name == "cnn":
+            gc.from_torch(module, x).save_onnx(os.path.join(ROOT, "examples", "data", "bridge_cnn.onnx"))
         np.savez_compressed(os.path.join(args.out, f"bridge_{name}.npz"), **arrays)
         print(f"bridge_{name}: {len(arrays)} arrays")
 
