@@ -85,8 +85,8 @@ def value_and_grad(fn: Callable[..., Any], argnums: Argnums = 0, has_aux: bool =
     aux being any pytree carried along undifferentiated; the result is then ((value, aux),
     gradient), as in JAX. The gradient is shaped like its argument (a pytree argument, such as
     a dict of parameters or a gc.nn Module, gets a gradient of the same structure, with None
-    for its leaves that are not floating point), and is a tuple over arguments for a tuple
-    `argnums`.
+    for its buffers and its leaves that are not floating point), and is a tuple over arguments
+    for a tuple `argnums`.
     """
     @functools.wraps(fn)
     def wrapped(*args):
@@ -101,8 +101,11 @@ def value_and_grad(fn: Callable[..., Any], argnums: Argnums = 0, has_aux: bool =
             value, aux = _scalar(result[0], "value_and_grad"), result[1]
         else:
             value = _scalar(result, "value_and_grad")
-        # In a pytree, leaves that are not floating point (a step counter) get None; a lone one is an error.
-        wanted = [leaf for leaves, tree in flat for leaf in leaves if tree.is_leaf or leaf.dtype.kind == "f"]
+        # In a pytree, buffers (a module's running statistics) and leaves that are not floating point
+        # (a step counter) get None; a lone integer argument is an error.
+        wanted = [leaf for leaves, tree in flat
+                  for leaf, buffer in zip(leaves, pytree.buffer_mask(tree))
+                  if tree.is_leaf or (leaf.dtype.kind == "f" and not buffer)]
         grads = dict(zip(map(id, wanted), grad_of(value, wanted)))
         trees = [pytree.unflatten(tree, [grads.get(id(leaf)) for leaf in leaves]) for leaves, tree in flat]
         gradient = trees[0] if single else tuple(trees)
