@@ -12,7 +12,7 @@ by all examples, shaped (batch, *param.shape).
 
 Rules exist for the elementwise ops, reductions, softmax/log_softmax, layer_norm, shape ops
 (reshape, transpose, expand, slice, pad, concat), gather/scatter (take, embedding, their
-gradients), matmul, gemm, einsum, convolution and pooling (and their gradient ops; a batched
+gradients), matmul, einsum, convolution and pooling (and their gradient ops; a batched
 weight gradient needs a static batch size). Any other op is refused with its name.
 """
 from __future__ import annotations
@@ -86,7 +86,7 @@ def _static(size, what: str) -> int:
 # -- elementwise ---------------------------------------------------------------------------------------
 _ELEMENTWISE = ("abs", "ceil", "cos", "elu", "erf", "exp", "expm1", "floor", "gelu", "identity", "leaky_relu", "log",
                 "log1p", "logical_not", "neg", "relu", "round", "rsqrt", "selu", "sigmoid", "sign", "sin", "softplus",
-                "sqrt", "stop_gradient", "tan", "tanh", "cast", "dropout", "after")
+                "sqrt", "stop_gradient", "tan", "tanh", "cast", "dropout")
 
 
 @batching_rule(*_ELEMENTWISE)
@@ -240,18 +240,6 @@ def _elements(node, ins, batched, size):
 def _matmul(node, ins, batched, size):
     rank = max(_rank(x, b) for x, b in zip(ins, batched))
     return apply_n("matmul", [_align(x, rank) if b else x for x, b in zip(ins, batched)])
-
-
-@batching_rule("gemm")
-def _gemm(node, ins, batched, size):
-    a, b, *c = ins
-    ta, tb = node.attrs["trans_a"], node.attrs["trans_b"]
-    a = F.swapaxes(a, -1, -2) if ta else a
-    b = F.swapaxes(b, -1, -2) if tb else b
-    y = _matmul(node, [a, b], batched[:2], size)[0]
-    if not c:
-        return [y]
-    return [y + (_align(c[0], 2) if batched[2] else c[0])]
 
 
 @batching_rule("einsum")

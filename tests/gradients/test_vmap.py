@@ -80,6 +80,16 @@ def test_per_example_gradients_of_a_cnn_with_pooling():
            rtol=1e-4, atol=1e-5)
 
 
+def test_per_example_input_gradients_and_second_order():
+    def saliency(w, x):                         # d loss / d x: conv_transpose, slice and pad adjoints
+        def loss(x):
+            h = F.conv(F.pad(x, ((0, 0), (1, 0), (0, 1)))[None], w)[..., 1:, :]
+            return F.sum(F.max_pool(F.tanh(h), 2) ** 2)
+        g = gc.grad(loss)(x)
+        return g, gc.grad(lambda x: F.sum(gc.grad(loss)(x) ** 2))(x)     # double backward: pool_gather
+    _check(saliency, [rand(3, 2, 2, 2)], [rand(B, 2, 5, 5)], dtype=np.float32, rtol=1e-4, atol=1e-5)
+
+
 def test_per_example_gradients_through_embeddings():
     def loss(table, ids, w):
         return F.sum(F.tanh(F.embedding(ids, table)) * w)
