@@ -74,6 +74,8 @@ def test_pytree_arguments_and_foreign_arrays():
     np.testing.assert_allclose(out["y"], params["w"].sum(0, keepdims=True), rtol=1e-5)
     np.testing.assert_allclose(out["norm"], (params["w"] ** 2).sum(), rtol=1e-5)
     assert f.compiled(params, np.ones((1, 3), np.float32)).input_names == ["params.w", "params.b", "x"]
+    cf = f.compiled(params, np.ones((1, 3), np.float32))         # arrays only: it takes the same pytrees
+    np.testing.assert_array_equal(cf(params, np.ones((1, 3), np.float32))["y"], out["y"])
     # a list is a pytree node: its Python floats are static leaves, baked into the trace
     np.testing.assert_allclose(f(params, [[1.0, 0.0, 0.0]])["y"], params["w"][:1], rtol=1e-6)
     assert f.compiled(params, [[1.0, 0.0, 0.0]]).input_names == ["params.w", "params.b"]

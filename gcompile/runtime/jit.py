@@ -91,7 +91,9 @@ class Jitted:
                    for name, value in bound.arguments.items()]
         return entries, bound
 
-    def _lookup(self, args: tuple, kwargs: dict) -> tuple[CompiledFunction, list]:
+    def _lookup(self, args: tuple, kwargs: dict) -> tuple[CompiledFunction | None, list]:
+        """(the CompiledFunction for these arguments, their array leaves), or (None, []) for Tensor
+        arguments (a call while another function is traced)."""
         entries, bound = self._arguments(args, kwargs)
         key: list = []
         dynamic: list = []        # the array leaves, in input order
@@ -106,6 +108,8 @@ class Jitted:
             for leaf in leaves:
                 if _is_static_leaf(leaf):
                     signature.append(("value", leaf))
+                elif isinstance(leaf, Tensor):
+                    return None, []      # called while tracing another function
                 else:
                     arr = leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf)
                     signature.append(("array", arr.shape, arr.dtype.str))
@@ -151,16 +155,24 @@ class Jitted:
         options = dict(self.options)
         name = options.pop("name", None) or getattr(self.fn, "__name__", "function")
         traced = trace(flat_fn, specs, name=name, input_names=input_names)
+        if all(lay is not None and all(m is _DYNAMIC for m in lay[1]) for lay in layout):
+            # every argument is arrays only: the compiled function takes the same pytrees as fn
+            traced.in_trees, traced.arg_names = [lay[0] for lay in layout], names
         return compile_traced(traced, **options)
 
     def compiled(self, *args: Any, **kwargs: Any) -> CompiledFunction:
-        """The CompiledFunction these arguments run on (compiled now if their signature is new)."""
-        return self._lookup(args, kwargs)[0]
+        """The CompiledFunction these arguments run on (compiled now if their signature is new). Where
+        every argument is an array or a pytree of arrays it takes the same arguments as the function;
+        with static values it takes the array leaves alone, in order (its `input_names`)."""
+        compiled = self._lookup(args, kwargs)[0]
+        if compiled is None:
+            raise GcompileError("Jitted.compiled takes arrays, not Tensors")
+        return compiled
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if any(isinstance(leaf, Tensor) for leaf in pytree.leaves((args, kwargs))):
-            return self.fn(*args, **kwargs)   # called while tracing another function: inline it
         compiled, dynamic = self._lookup(args, kwargs)
+        if compiled is None:
+            return self.fn(*args, **kwargs)   # called while tracing another function: inline it
         return pytree.unflatten(compiled.traced.out_tree, compiled.run_flat(*dynamic))
 
 
