@@ -23,28 +23,35 @@ def _load() -> None:
         return
     _loading = True
     try:
-        from . import functions, optim, runtime
+        from . import functions, nn, optim, runtime
         from .artifacts.marks import export, export_train
+        from .frontend import pytree as tree_util
+        from .frontend.pytree import register_dataclass, register_pytree_node
         from .frontend.spec import Spec, spec
         from .frontend.tensor import Tensor
         from .gradients import checkpoint as _checkpoint
         from .gradients import grad
         from .gradients import transforms as _transforms
+        from .gradients.vmap import vmap
         from .importer import load as _load_module
-        from .runtime import CompiledFunction, compile
+        from .importer.torch import from_torch
+        from .runtime import CompiledFunction, Jitted, compile, jit
         from .training.step import TrainStep, export_train_step
-        public = {"functions": functions, "optim": optim, "runtime": runtime, "export": export,
+        public = {"functions": functions, "optim": optim, "runtime": runtime, "nn": nn, "export": export,
                   "export_train": export_train, "Spec": Spec, "spec": spec, "Tensor": Tensor, "grad": grad,
-                  "CompiledFunction": CompiledFunction, "TrainStep": TrainStep,
-                  "export_train_step": export_train_step}
+                  "CompiledFunction": CompiledFunction, "Jitted": Jitted, "jit": jit, "TrainStep": TrainStep,
+                  "export_train_step": export_train_step, "tree_util": tree_util,
+                  "register_pytree_node": register_pytree_node, "register_dataclass": register_dataclass,
+                  "vmap": vmap, "from_torch": from_torch}
         for module in (_transforms, _checkpoint, _load_module):
             public.update({name: getattr(module, name) for name in module.__all__})
         globals().update(public)
-        globals()["__all__"] = ["functions", "spec", "Spec", "Tensor", "grad", "compile", "CompiledFunction",
-                                "GcompileError", "InputError", "LoweringError", "ShapeError", "TraceError",
-                                "UnsupportedError", "__version__", "optim", "runtime", "export",
+        globals()["__all__"] = ["functions", "spec", "Spec", "Tensor", "grad", "compile", "jit", "Jitted",
+                                "CompiledFunction", "GcompileError", "InputError", "LoweringError", "ShapeError",
+                                "TraceError", "UnsupportedError", "__version__", "optim", "runtime", "nn", "export",
                                 *_transforms.__all__, *_checkpoint.__all__, *_load_module.__all__, "TrainStep",
-                                "export_train", "export_train_step"]
+                                "export_train", "export_train_step", "tree_util", "register_pytree_node",
+                                "register_dataclass", "vmap", "from_torch"]
         globals()["compile"] = compile   # last: its presence marks the library as loaded
     finally:
         _loading = False

@@ -23,9 +23,10 @@ ALLOWED = {
     "passes": {"ir", "ops"},
     "lowering": {"ir", "ops"},
     "runtime": {"ir", "frontend", "ops", "gradients", "passes", "lowering"},
-    "importer": {"ir", "frontend", "ops", "gradients", "passes", "lowering", "runtime"},
-    "training": {"ir", "frontend", "ops", "gradients", "passes", "lowering", "runtime"},
-    "artifacts": {"ir", "frontend", "ops", "gradients", "passes", "lowering", "runtime", "importer", "training"},
+    "nn": {"ir", "frontend", "ops", "runtime"},
+    "importer": {"ir", "frontend", "ops", "gradients", "passes", "lowering", "runtime", "nn"},
+    "training": {"ir", "frontend", "ops", "gradients", "passes", "lowering", "runtime", "nn"},
+    "artifacts": {"ir", "frontend", "ops", "gradients", "passes", "lowering", "runtime", "nn", "importer", "training"},
 }
 # Kept for compatibility, named here so that nothing else slips in: gc.runtime.Trainer and
 # gc.runtime.StepLayout resolve lazily to their home in training/.

@@ -17,6 +17,7 @@ RUNS = {
     "wgan_gp": (["--steps", "6"], r"penalty ([\d.]+)"),
     "ctc_lstm": (["--steps", "11"], r"ctc loss ([\d.]+)"),
     "finetune_onnx": (["--steps", "20"], r"loss ([\d.]+)"),
+    "nn_cnn": (["--steps", "8"], r"cross-entropy ([\d.]+)"),
     "hvp": (["--batch", "8"], None),
 }
 

@@ -193,6 +193,20 @@ def _lift_array(value, dtype=None) -> Tensor:
     return tensor
 
 
+def lift_named(value: np.ndarray, name: str) -> Tensor:
+    """`value` as a constant node carrying `name` (a parameter's: its ONNX initializer keeps that
+    name), cached like any lifted array; an array this trace already lifted keeps its node."""
+    frame = current_frame()
+    hit = frame.constants.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    node = frame.graph.add_node("constant", [], {"value": value, "name": name}, [tensor_type(value.dtype, value.shape)],
+                                order=frame.order, source=user_location())
+    tensor = Tensor(frame.graph, node.out(0), node.outputs[0])
+    frame.constants[id(value)] = (value, tensor)
+    return tensor
+
+
 def as_tensor(value, dtype=None) -> Tensor:
     """A Tensor from a Tensor (unchanged), numpy array or Python scalar (a constant)."""
     if isinstance(value, Tensor):

@@ -1,4 +1,4 @@
-"""Symbolic reverse mode: gc.grad and the transforms built on it."""
-from .engine import grad
+"""Symbolic reverse mode: gc.grad (the engine's call and JAX's transform) and the transforms built on it."""
+from .transforms import grad
 
 __all__ = ["grad"]

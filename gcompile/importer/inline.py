@@ -111,8 +111,9 @@ class NodeContext:
 class Inliner:
     """Runs ONNX graphs (the model's, or an If branch) into the current trace."""
 
-    def __init__(self, opsets: dict):
+    def __init__(self, opsets: dict, overrides: dict | None = None):
         self.opsets = {("" if d == "ai.onnx" else d): v for d, v in opsets.items()}
+        self.overrides = dict(overrides or {})   # op type -> Translator used instead of the registered one
         self.dim_sources: dict = {}     # dim name -> (Tensor, axis) holding it, to compute it at run time
         self.deferred: set = set()      # refs of Tensors known in principle but too large to compute at import
 
@@ -160,7 +161,8 @@ class Inliner:
 
     def run_node(self, proto, env) -> None:
         ctx = NodeContext(proto, self._opset(proto), self)
-        translator = TRANSLATORS.get(proto.op_type) if proto.domain in DOMAINS else None
+        translator = self.overrides.get(proto.op_type) or TRANSLATORS.get(proto.op_type) if proto.domain in DOMAINS \
+            else None
         if proto.op_type == "If" and proto.domain in DOMAINS:
             outs = self._if(ctx, env)
         elif translator is None:

@@ -26,6 +26,7 @@ class LowerContext:
         self.initializers: list = []
         self.float64_ops: list[str] = []      # "Conv in conv_3 (model.py:12)" where the CPU provider lacks a kernel
         self._const_cache: dict = {}
+        self._unnamed = 0                     # unnamed initializers so far: const_0, const_1, ...
         self._shape_cache: dict = {}
         self._used_names: set[str] = set(input_names) | set(reserved)
         self._current: Node | None = None
@@ -81,17 +82,19 @@ class LowerContext:
         types = [self.graph.type_of(r) for r in node.inputs] + node.outputs
         return any(t.dtype == np.float64 for t in types)
 
-    def const(self, value, dtype=None) -> str:
-        """An initializer holding `value` (deduplicated by content)."""
+    def const(self, value, dtype=None, name: str | None = None) -> str:
+        """An initializer holding `value`, deduplicated by content; a named one (a parameter) is
+        its own initializer, called `name` where that is free."""
         arr = np.asarray(value, dtype=dtype)
         arr = np.ascontiguousarray(arr).reshape(arr.shape)   # ascontiguousarray makes 0-d arrays 1-d
-        key = (arr.dtype.str, arr.shape, arr.tobytes())
-        name = self._const_cache.get(key)
-        if name is None:
-            name = self.fresh(f"const_{len(self._const_cache)}")
-            self.initializers.append(numpy_helper.from_array(arr, name))
-            self._const_cache[key] = name
-        return name
+        key = (arr.dtype.str, arr.shape, arr.tobytes(), name)   # a copy of a named constant (recompute) shares it
+        emitted = self._const_cache.get(key)
+        if emitted is None:
+            emitted = self.fresh(name if name is not None else f"const_{self._unnamed}")
+            self._unnamed += name is None
+            self.initializers.append(numpy_helper.from_array(arr, emitted))
+            self._const_cache[key] = emitted
+        return emitted
 
     def int64s(self, values) -> str:
         return self.const(np.asarray(values, dtype=np.int64).reshape(-1))

@@ -38,7 +38,7 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
             continue
         ctx.begin(node)
         if node.op == "constant":
-            names[node.out(0)] = ctx.const(node.attrs["value"])
+            names[node.out(0)] = ctx.const(node.attrs["value"], name=node.attrs.get("name"))
             continue
         outs = get_op(node.op).lower(ctx, [names[r] for r in node.inputs], node)
         outs = [outs] if isinstance(outs, str) else list(outs)

@@ -23,8 +23,9 @@ def _not_evaluated(**attrs):  # an input's value is the caller's array, bound by
 
 defop("input", infer=lambda types, **a: [a["type"]], reference=_not_evaluated, lower=_not_lowered,
       traits={Trait.NONDIFF})
-defop("constant", infer=lambda types, value: [tensor_type(value.dtype, value.shape)],
-      reference=lambda value: value, lower=_not_lowered, traits={Trait.NONDIFF, Trait.CHEAP})
+# A constant may carry a `name` (a module parameter's, frontend.tensor.lift_named): its initializer keeps it.
+defop("constant", infer=lambda types, value, name=None: [tensor_type(value.dtype, value.shape)],
+      reference=lambda value, name=None: value, lower=_not_lowered, traits={Trait.NONDIFF, Trait.CHEAP})
 
 
 # -- cast --------------------------------------------------------------------------------------

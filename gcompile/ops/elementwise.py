@@ -27,7 +27,12 @@ def _onnx(op_type, **fixed):
 
 
 def _promote(*values) -> list[Tensor]:
-    """numpy 2 promotion (NEP 50): Python scalars are weak and take the tensors' dtype."""
+    """numpy 2 promotion (NEP 50): Python scalars are weak and take the tensors' dtype. Beside a
+    Tensor, NumPy scalars (np.float64(...), what np.sqrt(d) returns) are weak too, as in PyTorch
+    and JAX, so x_float32 * (1 / np.sqrt(d)) stays float32 (NumPy itself would give float64);
+    0-d arrays stay strong, as in NumPy."""
+    if any(isinstance(v, Tensor) for v in values):
+        values = tuple(v.item() if isinstance(v, np.generic) else v for v in values)
     dtype = np.result_type(*[v.dtype if isinstance(v, Tensor) else
                              v if isinstance(v, (bool, int, float, np.ndarray, np.generic)) else np.asarray(v)
                              for v in values])

@@ -7,7 +7,8 @@ No weight is stored twice: a copy of a constant (an ELEMENT_COPY op: transpose, 
 copy is tiny. A gradient reads each weight W as it is and transposed (g @ Wᵀ); folding Wᵀ would
 store every weight twice (a 500-layer 64x64 MLP's gradient model grew from 7.9 to 16.3 MiB).
 Left unfolded, the Gemm pass reads W through transB instead, and onnxruntime folds whatever
-copy remains in memory when it loads the model."""
+copy remains in memory when it loads the model. A named constant (a module's parameter) is not
+folded away either, so the model keeps it as the initializer of that name."""
 from __future__ import annotations
 
 import numpy as np
@@ -40,7 +41,8 @@ def fold_constants(graph: Graph) -> PassResult:
         if int(dims.product(node.outputs[0].shape)) > MAX_FOLD_ELEMENTS:
             continue
         operands = [graph.nodes[r.node] for r in node.inputs]
-        if not all(o.op == "constant" for o in operands) or _duplicates_a_kept_constant(graph, node, operands):
+        if (not all(o.op == "constant" and "name" not in o.attrs for o in operands)
+                or _duplicates_a_kept_constant(graph, node, operands)):
             continue
         value = get_op(node.op).reference(*[o.attrs["value"] for o in operands], **node.attrs)
         value = np.asarray(value, dtype=node.outputs[0].dtype)
