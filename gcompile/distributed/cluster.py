@@ -87,11 +87,15 @@ def connect(address: str | None = None, timeout: float = 5.0) -> Any:
 
 
 def _same(address: str, current: str) -> bool:
+    """Whether `address` names the cluster whose GCS is at `current` (Ray reports the head's own IP,
+    which a user may write as a host name, or as a loopback address on the head itself)."""
     (host, port), (other, other_port) = split_address(address), split_address(current)
     if port != other_port:
         return False
+    if host in ("localhost", "127.0.0.1", "::1"):
+        return True
     try:
-        return {a[4][0] for a in socket.getaddrinfo(host, port)} & {a[4][0] for a in socket.getaddrinfo(other, port)} \
-            != set() or host in ("localhost", "127.0.0.1")
+        ips = [{a[4][0] for a in socket.getaddrinfo(name, port)} for name in (host, other)]
+        return bool(ips[0] & ips[1])
     except OSError:
         return host == other

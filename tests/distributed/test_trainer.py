@@ -210,6 +210,10 @@ def test_the_running_cluster_answers_the_probe(ray_session):
     address = ray_session.get_runtime_context().gcs_address
     probe(address, timeout=5)
     assert connect(address) is ray_session
+    assert connect(f"127.0.0.1:{address.rpartition(':')[2]}") is ray_session
+    other = f"127.0.0.1:{_listener(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))}"   # answers like an HTTP/2 server
+    with pytest.raises(GcompileError, match=f"already connected to the Ray cluster at {address}, not {other}"):
+        connect(other)
 
 
 def test_what_is_not_a_split_step_is_refused(tmp_path):
