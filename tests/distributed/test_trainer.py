@@ -53,9 +53,9 @@ def carried_of_every_worker(ray, trainer):
     return ray.get([w.carried.remote() for w in trainer._workers])
 
 
-@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("workers", [1, 2, 3])
 def test_n_workers_equal_one_worker_sgd_float64(ray_session, workers):
-    split, fused, params, x, y = mlp_split(gc.optim.SGD(0.1))       # 16 rows: shards 8/8 and 5/6/5
+    split, fused, params, x, y = mlp_split(gc.optim.SGD(0.1))       # 16 rows: shards 16, 8/8 and 5/6/5
     one = Trainer(fused)
     with DistributedTrainer(split, workers=workers) as trainer:
         for _ in range(4):
