@@ -10,6 +10,8 @@ compiler) when it runs, so `gcompile --help` and `gcompile CMD --help` answer at
 from __future__ import annotations
 
 import functools
+import io
+import logging
 import os
 import re
 import sys
@@ -143,21 +145,21 @@ def build(model, out_dir, opset, optimize, check, recompute, external_data_thres
     say(f"wrote {len(result.manifest['artifacts'])} artifact(s) and {os.path.join(result.out_dir, 'manifest.json')}")
 
 
-def _parse_inputs(values) -> dict:
+def _parse_inputs(values, option: str = "--input") -> dict:
     import numpy as np
     feeds = {}
     for item in values:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
-            raise GcompileError(f"--input {item!r}: write it as NAME=path.npy")
+            raise GcompileError(f"{option} {item!r}: write it as NAME=path.npy")
         if name in feeds:
-            raise GcompileError(f"--input {name!r} given twice")
+            raise GcompileError(f"{option} {name!r} given twice")
         if not os.path.isfile(path):
-            raise GcompileError(f"--input {name}: file {path!r} not found")
+            raise GcompileError(f"{option} {name}: file {path!r} not found")
         try:
             feeds[name] = np.load(path, allow_pickle=False)
         except Exception as err:
-            raise GcompileError(f"--input {name}: cannot read {path!r} as a .npy array ({err})") from None
+            raise GcompileError(f"{option} {name}: cannot read {path!r} as a .npy array ({err})") from None
     return feeds
 
 
@@ -244,7 +246,6 @@ def _printable(name: str) -> str:
 
 def _write_outputs(out_dir: str, outputs: dict) -> None:
     """Every output to OUT_DIR/<safe name>.npy, as one set (runtime.files.write_files); print the files."""
-    import io
 
     import numpy as np
 
@@ -352,6 +353,43 @@ def grad_command(model, wrt, of, loss, target, order, out_path, opset):
     if defaults:
         say(f"  defaults {', '.join(defaults)} (the model's own values; feed them to override)")
     say(f"wrote {out_path}")
+
+
+@main.command("map")
+@click.argument("artifact", type=click.Path(dir_okay=False))
+@click.argument("data", nargs=-1, required=True)
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="the folder to write the output shards to")
+@click.option("-c", "--const", "constants", multiple=True, metavar="NAME=FILE.npy",
+              help="a model input fed unchanged to every call (parameters, a direction)")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "npy"]), default="parquet", show_default=True,
+              help="OUT/part-NNNNNN.parquet, or OUT/<output>/part-NNNNNN.npy")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Ray actors, one session each")
+@click.option("--batch-size", type=click.IntRange(min=1), default=1024, show_default=True, help="rows per call")
+@click.option("--address", default=None, help="a Ray cluster's address, HOST:PORT (default: a local Ray)")
+@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="onnxruntime execution provider on the workers")
+@_guarded
+def map_command(artifact, data, out_dir, constants, fmt, workers, batch_size, address, provider):
+    """Evaluate ARTIFACT (.onnx) over every row of DATA with Ray Data (pip install 'gcompile[distributed]').
+
+    DATA is a Parquet file or folder whose columns are named after the model's inputs, or one
+    NAME=PATH per input for .npy files (a file, a folder or a glob; rows along the first axis)."""
+    from .distributed.dataset import map_model
+    named = [d.partition("=") for d in data]
+    if len(data) == 1 and not named[0][1]:
+        source: object = data[0]
+    elif all(sep and name and path for name, sep, path in named):
+        source = {name: path for name, _, path in named}
+    else:
+        raise GcompileError("DATA is one Parquet file or folder, or NAME=PATH for each .npy input")
+    result = map_model(artifact, source, out_dir, constants=_parse_inputs(constants, "--const"), format=fmt,
+                       batch_size=batch_size, workers=workers, provider=provider, address=address,
+                       progress=logs.logger.isEnabledFor(logging.WARNING) and sys.stderr.isatty())
+    mode = "in batches" if result["batched"] else "row by row"
+    click.echo(f"mapped {artifact} over {result['rows']} rows ({mode}) in {result['seconds']:.1f} s; "
+               f"wrote {fmt} shards to {out_dir}")
 
 
 if __name__ == "__main__":

@@ -72,15 +72,17 @@ def quiet_onnxruntime() -> Iterator[None]:
         ort.set_default_logger_severity(_ERRORS)
 
 
-def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] | None = None):
+def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] | None = None,
+                 threads: int | None = None):
     """A session for serialised model bytes or a model path (a path lets onnxruntime find external data).
 
     `external` maps the external data locations a model given as bytes refers to onto their
-    contents (see external_data_from_memory)."""
+    contents (see external_data_from_memory). `threads`: onnxruntime's intra-op threads (default:
+    every CPU; a process sharing the machine, such as a distributed worker, passes its share)."""
     ort = onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = os.cpu_count() or 1
+    options.intra_op_num_threads = threads or os.cpu_count() or 1
     options.log_severity_level = _SILENT      # also at run time: errors reach the caller as exceptions
     if external:
         names = list(external)
