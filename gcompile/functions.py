@@ -7,17 +7,20 @@ Each family module under gcompile/ops/ lists its public functions in `__all__`.
 from .ops import basic as _basic, conv as _conv, ctc as _ctc, elementwise as _elementwise  # noqa: I001
 from .ops import indexing as _indexing, recurrent as _recurrent
 from .ops import linalg as _linalg, nn as _nn, reduce as _reduce, shape as _shape
+from .ops import cumulative as _cumulative, nonfinite as _nonfinite
 from .ops.basic import *  # noqa: F401,F403
 from .ops.conv import *  # noqa: F401,F403
 from .ops.ctc import *  # noqa: F401,F403
+from .ops.cumulative import *  # noqa: F401,F403
 from .ops.elementwise import *  # noqa: F401,F403
 from .ops.indexing import *  # noqa: F401,F403
 from .ops.linalg import *  # noqa: F401,F403
 from .ops.nn import *  # noqa: F401,F403
+from .ops.nonfinite import *  # noqa: F401,F403
 from .ops.recurrent import *  # noqa: F401,F403
 from .ops.reduce import *  # noqa: F401,F403
 from .ops.shape import *  # noqa: F401,F403
 
 __all__ = [name for module in (_basic, _elementwise, _reduce, _linalg, _shape, _indexing, _conv, _nn,
-                                _recurrent, _ctc)
+                                _recurrent, _ctc, _nonfinite, _cumulative)
            for name in module.__all__]

@@ -315,3 +315,10 @@ def test_grad_logaddexp_away_from_and_at_ties():
     g = gc.compile(lambda a, b: gc.grad(F.sum(F.logaddexp(a, b)), [a, b]), a, a)(a, a)
     np.testing.assert_allclose(g[0], 0.5, rtol=1e-6)
     np.testing.assert_allclose(g[1], 0.5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_log1p_expm1_at_infinities_nan_and_minus_one(dtype):
+    x = np.array([np.inf, -np.inf, np.nan, -1.0, 0.0, -0.0, 3e4], dtype)
+    with np.errstate(all="ignore"):
+        check_forward(lambda x: (F.log1p(x), F.expm1(x)), [x], [np.log1p(x), np.expm1(x)])

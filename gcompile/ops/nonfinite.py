@@ -1,0 +1,52 @@
+"""NaN and infinity: the tests isnan/isinf/isfinite (bool, no gradient).
+
+Integer and bool tensors hold neither, so their tests are constant: numpy's answer, without a
+node that ONNX's float-only IsNaN/IsInf would refuse.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.graph import tensor_type
+from ..ir.registry import Trait, defop
+from .basic import full
+from .shape_rules import require_float
+
+__all__ = ["isfinite", "isinf", "isnan"]
+
+
+def _test_infer(types):
+    require_float(types[0])
+    return [tensor_type(np.bool_, types[0].shape)]
+
+
+def _isfinite_lower(ctx, names, node):
+    bad = ctx.emit("Or", [ctx.emit("IsNaN", names), ctx.emit("IsInf", names)])
+    return ctx.emit("Not", [bad])
+
+
+defop("isnan", infer=_test_infer, reference=np.isnan, lower=lambda ctx, names, node: ctx.emit("IsNaN", names),
+      traits={Trait.NONDIFF, Trait.CHEAP})
+defop("isinf", infer=_test_infer, reference=np.isinf, lower=lambda ctx, names, node: ctx.emit("IsInf", names),
+      traits={Trait.NONDIFF, Trait.CHEAP})
+defop("isfinite", infer=_test_infer, reference=np.isfinite, lower=_isfinite_lower,
+      traits={Trait.NONDIFF, Trait.CHEAP})
+
+
+def _test(op: str, for_exact: bool) -> Callable[..., Tensor]:
+    def fn(x) -> Tensor:
+        x = as_tensor(x)
+        if x.dtype.kind != "f":     # integers and bools are always finite
+            return full(x.shape, for_exact, np.bool_)
+        return apply(op, [x])
+    fn.__name__ = op
+    fn.__doc__ = f"Elementwise {op} as numpy.{op}: a bool tensor, with no gradient."
+    return fn
+
+
+isnan = _test("isnan", False)
+isinf = _test("isinf", False)
+isfinite = _test("isfinite", True)
