@@ -34,6 +34,12 @@ def _promote(*values) -> list[Tensor]:
     return [cast(v, dtype) if isinstance(v, Tensor) else as_tensor(np.asarray(v, dtype=dtype)) for v in values]
 
 
+def promote_float(*values) -> list[Tensor]:
+    """_promote, then integer and bool operands to float64, as numpy's true division and math functions do."""
+    promoted = _promote(*values)
+    return [cast(v, np.float64) for v in promoted] if promoted[0].dtype.kind in "biu" else promoted
+
+
 # -- arithmetic ------------------------------------------------------------------------------
 def _binary(op) -> Callable[..., Tensor]:
     def fn(a, b) -> Tensor:
@@ -76,10 +82,7 @@ def _div_reference(a, b):
 def divide(a, b) -> Tensor:
     """True division, as numpy: integer or bool operands give float64 (the `div` op itself
     truncates integers, as ONNX Div does)."""
-    a, b = _promote(a, b)
-    if a.dtype.kind in "biu":
-        a, b = cast(a, np.float64), cast(b, np.float64)
-    return apply("div", [a, b])
+    return apply("div", promote_float(a, b))
 
 
 defop("div", infer=binary_broadcast, reference=_div_reference, lower=_onnx("Div"), vjp=_div_vjp,
@@ -126,10 +129,7 @@ defop("minimum", infer=binary_broadcast, reference=np.minimum, lower=_onnx("Min"
 
 def logaddexp(a, b) -> Tensor:
     """log(exp(a) + exp(b)) without overflow, as numpy.logaddexp (integer operands give float64)."""
-    a, b = _promote(a, b)
-    if a.dtype.kind in "biu":
-        a, b = cast(a, np.float64), cast(b, np.float64)
-    return apply("logaddexp", [a, b])
+    return apply("logaddexp", promote_float(a, b))
 
 
 def _lower_logaddexp(ctx, names, node):
@@ -295,16 +295,19 @@ def _relu_vjp(g, ins, outs):
 relu = _unary_def("relu", lambda x: np.maximum(x, 0), _onnx("Relu"), _relu_vjp)
 
 
-def _lower_log1p(ctx, names, node):
-    # log(1+x) * x / ((1+x) - 1) is accurate where plain log(1+x) rounds away small x (Kahan);
-    # at x = +inf that ratio is inf/inf, so +inf passes through.
-    x = names[0]
-    one = ctx.const(np.ones((), node.outputs[0].dtype))
+def emit_log1p(ctx, x: str, dtype) -> str:
+    """ONNX nodes for log(1 + x): log(1+x) * x / ((1+x) - 1) is accurate where plain log(1+x) rounds
+    away small x (Kahan); at x = +inf that ratio is inf/inf, so +inf passes through."""
+    one = ctx.const(np.ones((), dtype))
     u = ctx.emit("Add", [x, one])
     d = ctx.emit("Sub", [u, one])
     ratio = ctx.emit("Div", [ctx.emit("Mul", [ctx.emit("Log", [u]), x]), d])
-    finite = ctx.emit("Where", [ctx.emit("Equal", [d, ctx.const(np.zeros((), node.outputs[0].dtype))]), x, ratio])
+    finite = ctx.emit("Where", [ctx.emit("Equal", [d, ctx.const(np.zeros((), dtype))]), x, ratio])
     return ctx.emit("Where", [ctx.emit("IsInf", [x], detect_negative=0), x, finite])
+
+
+def _lower_log1p(ctx, names, node):
+    return emit_log1p(ctx, names[0], node.outputs[0].dtype)
 
 
 def _lower_expm1(ctx, names, node):

@@ -10,12 +10,12 @@ from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast, stop_gradient
 from .cumulative import cumprod
-from .elementwise import equal, exp, log, where
+from .elementwise import equal, exp, log, not_equal, where, zeros_scalar
 from .nonfinite import isfinite
 from .shape import broadcast_to, reshape
 from .shape_rules import normalize_axes, reduced_shape
 
-__all__ = ["logsumexp", "max", "mean", "min", "prod", "sum", "sum_to_shape"]
+__all__ = ["all", "any", "logsumexp", "max", "mean", "min", "prod", "sum", "sum_to_shape"]
 
 
 def _reduce_infer(types, axes, keepdims):
@@ -116,6 +116,21 @@ def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
     shift = stop_gradient(where(isfinite(shift), shift, 0))
     out = log(sum(exp(x - shift), axis, keepdims=True)) + shift
     return out if keepdims else reshape(out, reduced_shape(x.shape, normalize_axes(axis, x.ndim), False))
+
+
+def _logical(reduction):
+    def fn(x, axis=None, keepdims: bool = False) -> Tensor:
+        x = as_tensor(x)
+        truth = x if x.dtype == np.bool_ else not_equal(x, zeros_scalar(x))
+        return cast(reduction(cast(truth, np.uint8), axis, keepdims), np.bool_)
+    return fn
+
+
+all = _logical(min)
+any = _logical(max)
+all.__name__, any.__name__ = "all", "any"
+all.__doc__ = "Whether every element over `axis` is nonzero (numpy.all, torch.all; NaN counts as true): bool."
+any.__doc__ = "Whether some element over `axis` is nonzero (numpy.any, torch.any; NaN counts as true): bool."
 
 
 # -- element counts (symbolic dims resolved at run time) -------------------------------------------
