@@ -21,7 +21,7 @@ from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.registry import defop
 from .basic import cast
 from .elementwise import abs as absolute
-from .elementwise import equal, maximum, power, sign, sqrt, where
+from .elementwise import equal, maximum, not_equal, power, sign, sqrt, where
 from .reduce import _kept, _reduce_infer, count, mean
 from .reduce import sum as reduce_sum
 from .shape_rules import axes_for
@@ -62,6 +62,8 @@ def vector_norm(x, ord: float = 2, axis=None, keepdims: bool = False) -> Tensor:
         raise UnsupportedError(f"vector_norm: ord {ord} is not supported (use p > 0, 0, inf or -inf) "
                                f"(at {user_location()})")
     axes = axes_for(axis, x.ndim, "vector_norm")
+    if not axes:            # each entry its own slice (ONNX reads an empty axes list as "all axes")
+        return cast(not_equal(x, 0), x.dtype) if ord == 0 else absolute(x)
     return apply("vector_norm", [x], ord=ord, axes=axes, keepdims=bool(keepdims))
 
 
