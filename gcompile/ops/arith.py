@@ -17,6 +17,7 @@ import numpy as np
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.registry import Trait, defop
 from .elementwise import _onnx, _promote, _unary_def, abs, floor, less, log, power, promote_float, sign, where
+from .emitter import Emitter, Value, sign_bit
 from .shape_rules import binary_broadcast, unary_any
 
 __all__ = ["copysign", "exp2", "floor_divide", "fmod", "frac", "lerp", "log10", "log2", "reciprocal", "remainder",
@@ -40,8 +41,9 @@ def frac(x) -> Tensor:
 
 
 def _lower_trunc(ctx, names, node):
-    zero = ctx.const(np.zeros((), node.outputs[0].dtype))
-    return ctx.emit("Where", [ctx.emit("Less", [names[0], zero]), ctx.emit("Ceil", names), ctx.emit("Floor", names)])
+    e = Emitter(ctx, node.outputs[0].dtype)
+    x = e.wrap(names[0])
+    return e.where(x < 0, e("Ceil", x), e("Floor", x)).name
 
 
 defop("trunc", infer=unary_any, reference=np.trunc, lower=_lower_trunc, traits={Trait.NONDIFF, Trait.CHEAP})
@@ -62,59 +64,46 @@ floor_divide = _binary("floor_divide", "floor(a / b) as Python's // computes it 
                                        "no gradient.")
 
 
-class _Emit:
-    """ONNX emission helpers for one node: constants of its dtype, and integer division made safe."""
+def _integer_safe(e: Emitter, a: Value, b: Value, compute) -> Value:
+    """compute(a, b') with b' = 1 where b == 0, then 0 there (numpy's integer result)."""
+    zero = e.eq(b, 0)
+    return e.where(zero, 0, compute(a, e.where(zero, 1, b)))
 
-    def __init__(self, ctx, node):
-        self.ctx, self.dtype = ctx, node.outputs[0].dtype
 
-    def c(self, value) -> str:
-        return self.ctx.const(np.asarray(value, self.dtype))
-
-    def __call__(self, op_type, *inputs, **attrs) -> str:
-        return self.ctx.emit(op_type, list(inputs), **attrs)
-
-    def integer_safe(self, a, b, compute) -> str:
-        """compute(a, b') with b' = 1 where b == 0, then 0 there (numpy's integer result)."""
-        zero = self("Equal", b, self.c(0))
-        return self("Where", zero, self.c(0), compute(a, self("Where", zero, self.c(1), b)))
+def _remainder_differs(e: Emitter, r: Value, b: Value) -> Value:
+    """Where a nonzero fmod remainder r has the other sign than the divisor b."""
+    return ~e.eq(r, 0) & e("Xor", r < 0, b < 0)
 
 
 def _lower_fmod(ctx, names, node):
-    e = _Emit(ctx, node)
+    e = Emitter(ctx, node.outputs[0].dtype)
+    a, b = e.wrap(names[0]), e.wrap(names[1])
     mod = lambda a, b: e("Mod", a, b, fmod=1)  # noqa: E731
-    return mod(*names) if e.dtype.kind == "f" else e.integer_safe(*names, mod)
-
-
-def _float_remainder(e: _Emit, a, b) -> str:
-    """fmod, moved to b's sign: r + b where r is nonzero and its sign differs from b's."""
-    r = e("Mod", a, b, fmod=1)
-    differs = e("Xor", e("Less", r, e.c(0)), e("Less", b, e.c(0)))
-    fix = e("And", e("Not", e("Equal", r, e.c(0))), differs)
-    return e("Where", fix, e("Add", r, b), r)
+    return (mod(a, b) if e.dtype.kind == "f" else _integer_safe(e, a, b, mod)).name
 
 
 def _lower_remainder(ctx, names, node):
-    e = _Emit(ctx, node)
-    if e.dtype.kind == "f":
-        return _float_remainder(e, *names)
-    return e.integer_safe(*names, lambda a, b: e("Mod", a, b, fmod=0))
+    e = Emitter(ctx, node.outputs[0].dtype)
+    a, b = e.wrap(names[0]), e.wrap(names[1])
+    if e.dtype.kind != "f":
+        return _integer_safe(e, a, b, lambda a, b: e("Mod", a, b, fmod=0)).name
+    r = e("Mod", a, b, fmod=1)          # fmod, moved to b's sign
+    return e.where(_remainder_differs(e, r, b), r + b, r).name
 
 
 def _lower_floor_divide(ctx, names, node):
-    e = _Emit(ctx, node)
-    a, b = names
+    e = Emitter(ctx, node.outputs[0].dtype)
+    a, b = e.wrap(names[0]), e.wrap(names[1])
     if e.dtype.kind != "f":        # a - a mod b is an exact multiple of b
-        return e.integer_safe(a, b, lambda a, b: e("Div", e("Sub", a, e("Mod", a, b, fmod=0)), b))
+        return _integer_safe(e, a, b, lambda a, b: (a - e("Mod", a, b, fmod=0)) / b).name
     # numpy's npy_divmod: (a - fmod(a, b)) / b is nearly an integer; step down where the remainder's
     # sign differs from b's, then round that to the nearest integer
     mod = e("Mod", a, b, fmod=1)
-    div = e("Div", e("Sub", a, mod), b)
-    differs = e("And", e("Not", e("Equal", mod, e.c(0))), e("Xor", e("Less", mod, e.c(0)), e("Less", b, e.c(0))))
-    div = e("Where", differs, e("Sub", div, e.c(1)), div)
+    div = (a - mod) / b
+    div = e.where(_remainder_differs(e, mod, b), div - 1, div)
     floored = e("Floor", div)
-    floored = e("Where", e("Greater", e("Sub", div, floored), e.c(0.5)), e("Add", floored, e.c(1)), floored)
-    return e("Where", e("Equal", b, e.c(0)), e("Div", a, b), floored)
+    floored = e.where(div - floored > 0.5, floored + 1, floored)
+    return e.where(e.eq(b, 0), a / b, floored).name
 
 
 def _quotient_vjp(rounding):
@@ -151,11 +140,9 @@ def copysign(a, b) -> Tensor:
 
 
 def _lower_copysign(ctx, names, node):
-    e = _Emit(ctx, node)
-    a, b = names
-    negative_zero = e("And", e("Equal", b, e.c(0)), e("Less", e("Reciprocal", b), e.c(0)))
-    magnitude = e("Abs", a)
-    return e("Where", e("Or", e("Less", b, e.c(0)), negative_zero), e("Neg", magnitude), magnitude)
+    e = Emitter(ctx, node.outputs[0].dtype)
+    magnitude = e("Abs", e.wrap(names[0]))
+    return e.where(sign_bit(e.wrap(names[1])), -magnitude, magnitude).name
 
 
 defop("copysign", infer=binary_broadcast, reference=np.copysign, lower=_lower_copysign,

@@ -84,3 +84,9 @@ class Emitter:
         for c in coefficients[-2::-1]:
             acc = acc * x + c
         return acc
+
+
+def sign_bit(v: Value) -> Value:
+    """v < 0 or v is -0.0 (whose reciprocal is -inf); a NaN's sign bit cannot be read with ONNX ops."""
+    e = v.e
+    return (v < 0) | (e.eq(v, 0) & (e("Reciprocal", v) < 0))

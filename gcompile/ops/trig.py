@@ -18,6 +18,7 @@ import numpy as np
 from ..frontend.tensor import Tensor, apply
 from ..ir.registry import Trait, defop
 from .elementwise import _onnx, _unary_def, emit_log1p, equal, promote_float, rsqrt, where, zeros_scalar
+from .emitter import Emitter, Value, sign_bit
 from .shape_rules import binary_broadcast
 
 __all__ = ["acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "asin",
@@ -27,67 +28,66 @@ _LN2 = math.log(2)
 _BIG = 2.0 ** 28        # past this, asinh(x) and acosh(x) are log(2|x|) to double precision
 
 
-def _float64_formula(native: str, formula: Callable) -> Callable:
-    """The native ONNX op, or in float64 `formula(ctx, x, c)` (c makes scalar constants of x's dtype)."""
+def _float64_formula(native: str, formula: Callable[[Emitter, Value], Value]) -> Callable:
+    """The native ONNX op, or in float64 `formula(e, x)` written with an Emitter."""
     def lower(ctx, names, node):
         dtype = node.outputs[0].dtype
         if dtype != np.float64:
             return ctx.emit(native, names)
-        return formula(ctx, names[0], lambda v: ctx.const(np.asarray(v, dtype)))
+        e = Emitter(ctx, dtype)
+        return formula(e, e.wrap(names[0])).name
     return lower
 
 
-def _half_exp(ctx, x, c):
-    """(e^|x|/2, e^-|x|/2) from e = exp(|x|/2), so neither overflows before the result does."""
-    e = ctx.emit("Exp", [ctx.emit("Mul", [ctx.emit("Abs", [x]), c(0.5)])])
-    return ctx.emit("Mul", [ctx.emit("Mul", [e, c(0.5)]), e]), ctx.emit("Div", [c(0.5), ctx.emit("Mul", [e, e])])
+def _log1p(v: Value) -> Value:
+    return v.e.wrap(emit_log1p(v.e.ctx, v.name, v.e.dtype))
 
 
-def _sinh64(ctx, x, c):
-    grow, decay = _half_exp(ctx, x, c)
-    large = ctx.emit("Sub", [grow, decay])
-    large = ctx.emit("Where", [ctx.emit("Less", [x, c(0)]), ctx.emit("Neg", [large]), large])
+def _odd(x: Value, magnitude: Value) -> Value:
+    """±magnitude with x's sign."""
+    return x.e.where(x < 0, -magnitude, magnitude)
+
+
+def _half_exp(x: Value) -> tuple[Value, Value]:
+    """(e^|x|/2, e^-|x|/2) from h = exp(|x|/2), so neither overflows before the result does."""
+    h = x.e("Exp", x.e("Abs", x) * 0.5)
+    return (h * 0.5) * h, 0.5 / (h * h)
+
+
+def _sinh64(e: Emitter, x: Value) -> Value:
+    grow, decay = _half_exp(x)
     # |x| < 1: the odd Taylor series to x^17 (the next term is below 1e-17 of the sum)
-    x2 = ctx.emit("Mul", [x, x])
-    series = c(1 / math.factorial(17))
-    for k in range(7, -1, -1):
-        series = ctx.emit("Add", [ctx.emit("Mul", [series, x2]), c(1 / math.factorial(2 * k + 1))])
-    small = ctx.emit("Mul", [series, x])
-    return ctx.emit("Where", [ctx.emit("Less", [ctx.emit("Abs", [x]), c(1)]), small, large])
+    series = e.polynomial([1 / math.factorial(2 * k + 1) for k in range(9)], x * x) * x
+    return e.where(e("Abs", x) < 1, series, _odd(x, grow - decay))
 
 
-def _cosh64(ctx, x, c):
-    return ctx.emit("Add", list(_half_exp(ctx, x, c)))
+def _cosh64(e: Emitter, x: Value) -> Value:
+    grow, decay = _half_exp(x)
+    return grow + decay
 
 
-def _log_2x_or(ctx, a, c, moderate):
+def _log_2x_or(a: Value, moderate: Value) -> Value:
     """log(2a) for a past _BIG (where a² would lose or overflow), else `moderate`."""
-    large = ctx.emit("Add", [ctx.emit("Log", [a]), c(_LN2)])
-    return ctx.emit("Where", [ctx.emit("Greater", [a, c(_BIG)]), large, moderate])
+    return a.e.where(a > _BIG, a.e("Log", a) + _LN2, moderate)
 
 
-def _asinh64(ctx, x, c):
+def _asinh64(e: Emitter, x: Value) -> Value:
     # asinh|x| = log1p(|x| + x²/(1 + sqrt(1 + x²))), accurate near 0
-    a = ctx.emit("Abs", [x])
-    a2 = ctx.emit("Mul", [a, a])
-    tail = ctx.emit("Div", [a2, ctx.emit("Add", [c(1), ctx.emit("Sqrt", [ctx.emit("Add", [a2, c(1)])])])])
-    r = _log_2x_or(ctx, a, c, emit_log1p(ctx, ctx.emit("Add", [a, tail]), np.float64))
-    return ctx.emit("Where", [ctx.emit("Less", [x, c(0)]), ctx.emit("Neg", [r]), r])
+    a = e("Abs", x)
+    a2 = a * a
+    return _odd(x, _log_2x_or(a, _log1p(a + a2 / (1 + e("Sqrt", a2 + 1)))))
 
 
-def _acosh64(ctx, x, c):
+def _acosh64(e: Emitter, x: Value) -> Value:
     # acosh x = log1p(t + sqrt(t(t + 2))) with t = x - 1, accurate near 1 (NaN below 1 from the sqrt)
-    t = ctx.emit("Sub", [x, c(1)])
-    root = ctx.emit("Sqrt", [ctx.emit("Mul", [t, ctx.emit("Add", [t, c(2)])])])
-    return _log_2x_or(ctx, x, c, emit_log1p(ctx, ctx.emit("Add", [t, root]), np.float64))
+    t = x - 1
+    return _log_2x_or(x, _log1p(t + e("Sqrt", t * (t + 2))))
 
 
-def _atanh64(ctx, x, c):
+def _atanh64(e: Emitter, x: Value) -> Value:
     # atanh|x| = log1p(2|x| / (1 - |x|)) / 2, odd (for x near -1 the log1p of the signed form loses digits)
-    a = ctx.emit("Abs", [x])
-    ratio = ctx.emit("Div", [ctx.emit("Mul", [a, c(2)]), ctx.emit("Sub", [c(1), a])])
-    r = ctx.emit("Mul", [emit_log1p(ctx, ratio, np.float64), c(0.5)])
-    return ctx.emit("Where", [ctx.emit("Less", [x, c(0)]), ctx.emit("Neg", [r]), r])
+    a = e("Abs", x)
+    return _odd(x, _log1p(a * 2 / (1 - a)) * 0.5)
 
 
 arcsin = _unary_def("arcsin", np.arcsin, _onnx("Asin"), lambda g, ins, outs: [g[0] * rsqrt(1 - ins[0] * ins[0])])
@@ -123,30 +123,22 @@ def hypot(a, b) -> Tensor:
 atan2 = arctan2
 
 
-def _sign_bit(ctx, v, c) -> str:
-    """v < 0 or v is -0 (whose reciprocal is -inf)."""
-    zero = ctx.emit("Equal", [v, c(0)])
-    negative_zero = ctx.emit("And", [zero, ctx.emit("Less", [ctx.emit("Reciprocal", [v]), c(0)])])
-    return ctx.emit("Or", [ctx.emit("Less", [v, c(0)]), negative_zero])
-
-
-def _magnitudes(ctx, a, b):
-    """(|a|, |b|, the smaller, the larger) of two ONNX values."""
-    abs_a, abs_b = ctx.emit("Abs", [a]), ctx.emit("Abs", [b])
-    return abs_a, abs_b, ctx.emit("Min", [abs_a, abs_b]), ctx.emit("Max", [abs_a, abs_b])
+def _magnitudes(e: Emitter, a: Value, b: Value) -> tuple[Value, Value, Value, Value]:
+    """(|a|, |b|, the smaller, the larger)."""
+    abs_a, abs_b = e("Abs", a), e("Abs", b)
+    return abs_a, abs_b, e("Min", abs_a, abs_b), e("Max", abs_a, abs_b)
 
 
 def _lower_arctan2(ctx, names, node):
-    y, x = names
-    c = lambda v: ctx.const(np.asarray(v, node.outputs[0].dtype))  # noqa: E731
-    ax, ay, lo, hi = _magnitudes(ctx, x, y)
-    angle = ctx.emit("Atan", [ctx.emit("Div", [lo, hi])])           # in [0, π/4]
-    angle = ctx.emit("Where", [ctx.emit("Greater", [ay, ax]), ctx.emit("Sub", [c(math.pi / 2), angle]), angle])
-    both_inf = ctx.emit("And", [ctx.emit("IsInf", [ax]), ctx.emit("IsInf", [ay])])
-    angle = ctx.emit("Where", [both_inf, c(math.pi / 4), angle])    # inf/inf
-    angle = ctx.emit("Where", [ctx.emit("Equal", [hi, c(0)]), c(0), angle])   # 0/0
-    angle = ctx.emit("Where", [_sign_bit(ctx, x, c), ctx.emit("Sub", [c(math.pi), angle]), angle])
-    return ctx.emit("Where", [_sign_bit(ctx, y, c), ctx.emit("Neg", [angle]), angle])
+    e = Emitter(ctx, node.outputs[0].dtype)
+    y, x = e.wrap(names[0]), e.wrap(names[1])
+    ax, ay, lo, hi = _magnitudes(e, x, y)
+    angle = e("Atan", lo / hi)                                          # in [0, π/4]
+    angle = e.where(ay > ax, math.pi / 2 - angle, angle)
+    angle = e.where(e("IsInf", ax) & e("IsInf", ay), math.pi / 4, angle)   # inf/inf
+    angle = e.where(e.eq(hi, 0), 0, angle)                              # 0/0
+    angle = e.where(sign_bit(x), math.pi - angle, angle)
+    return e.where(sign_bit(y), -angle, angle).name
 
 
 def _arctan2_vjp(g, ins, outs):
@@ -158,12 +150,11 @@ def _arctan2_vjp(g, ins, outs):
 
 
 def _lower_hypot(ctx, names, node):
-    c = lambda v: ctx.const(np.asarray(v, node.outputs[0].dtype))  # noqa: E731
-    aa, ab, lo, hi = _magnitudes(ctx, *names)
-    ratio = ctx.emit("Div", [lo, hi])
-    h = ctx.emit("Mul", [hi, ctx.emit("Sqrt", [ctx.emit("Add", [c(1), ctx.emit("Mul", [ratio, ratio])])])])
-    h = ctx.emit("Where", [ctx.emit("Equal", [hi, c(0)]), c(0), h])
-    return ctx.emit("Where", [ctx.emit("Or", [ctx.emit("IsInf", [aa]), ctx.emit("IsInf", [ab])]), c(np.inf), h])
+    e = Emitter(ctx, node.outputs[0].dtype)
+    aa, ab, lo, hi = _magnitudes(e, e.wrap(names[0]), e.wrap(names[1]))
+    ratio = lo / hi
+    h = e.where(e.eq(hi, 0), 0, hi * e("Sqrt", 1 + ratio * ratio))
+    return e.where(e("IsInf", aa) | e("IsInf", ab), np.inf, h).name
 
 
 defop("arctan2", infer=binary_broadcast, reference=np.arctan2, lower=_lower_arctan2, vjp=_arctan2_vjp,
