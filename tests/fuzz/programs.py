@@ -527,13 +527,14 @@ def gen_reduce(g: Gen, x: Value):
 
 
 def gen_order(g: Gen, x: Value):
-    """Scans, sorts, topk and median along one axis."""
+    """Scans, sorts, topk and median along one axis, and the activations that take one (softmin,
+    glu, prelu's channel axis)."""
     r = len(x.shape)
     if not r:
         return None
     a = g.d.int(0, r - 1)
     ax, n = _fmt_axis(g.d, a, r), x.shape[a]
-    kind = g.d.int(0, 5)
+    kind = g.d.int(0, 8)
     static = isinstance(n, int)
     count = numel((n,))
     if kind <= 1:
@@ -563,6 +564,18 @@ def gen_order(g: Gen, x: Value):
         shape = ((1,) * r if keep else ()) if whole else (x.shape[:a] + ((1,) if keep else ()) + x.shape[a + 1:])
         return g.add("topk+median", f"F.median({x.name}, {axis}, keepdims={keep})",
                      f"N.median({x.name}, {axis}, keepdims={keep})", shape, x.mag, [x])
+    if kind == 6:
+        return g.add("softmax+neg", f"F.softmin({x.name}, {ax})", f"N.softmax(-{x.name}, {ax})", x.shape, 1, [x])
+    if kind == 7 and static and n and n % 2 == 0:
+        h = n // 2
+        first, second = (f"np.take({x.name}, np.arange({lo}, {lo + h}), {ax})" for lo in (0, h))
+        return g.add("slice+sigmoid+mul", f"F.glu({x.name}, {ax})", f"{first} * N.sigmoid({second})",
+                     x.shape[:a] + (h,) + x.shape[a + 1:], x.mag, [x])
+    if kind == 8 and r >= 2 and isinstance(x.shape[1], int):
+        w = g.new_input((x.shape[1],), scale=0.2, offset=0.3)
+        wb = f"{w.name}.reshape({(x.shape[1],) + (1,) * (r - 2)})"
+        return g.add("where+greater+mul", f"F.prelu({x.name}, {w.name})", f"np.where(N.greater({x.name}, 0), "
+                     f"{x.name}, {wb} * {x.name})", x.shape, x.mag, [x, w])
     return None
 
 

@@ -108,3 +108,23 @@ def test_exp2_log2_log10(dtype):
     out = check_forward(lambda i: (F.exp2(i), F.log2(i)), [i], [np.exp2(i), np.log2(i)])
     assert out[0].dtype == np.float64 == out[1].dtype
     check_grads(lambda x: (F.exp2(x), F.log2(x * x + 0.5), F.log10(x * x + 0.5)), [np.array([0.3, -1.2, 2.0])])
+
+
+EMPTY_OK = [F.arcsin, F.arcsinh, F.sinh, F.reciprocal, F.trunc, F.frac, F.exp2, F.log2, F.erfc, F.erfinv, F.lgamma,
+            F.digamma, F.hardswish, F.mish, F.logsigmoid, F.softshrink, F.nan_to_num, F.isnan,
+            lambda x: F.fmod(x, 2.0), lambda x: F.arctan2(x, x), lambda x: F.hypot(x, x), lambda x: F.xlogy(x, x),
+            lambda x: F.var(x, 1), lambda x: F.vector_norm(x, 2, 1), lambda x: F.cumsum(x, 1), lambda x: F.sort(x, 0)]
+
+
+@pytest.mark.parametrize("k", range(len(EMPTY_OK)))
+def test_new_functions_on_zero_size_tensors(k):
+    empty = np.zeros((0, 3), np.float32)
+    out = gc.compile(EMPTY_OK[k], empty, provider="cpu")(empty)
+    assert out.size == 0
+
+
+def test_reductions_over_an_empty_axis():
+    wide = np.zeros((3, 0), np.float32)         # var and std are NaN (0/0), the norm 0, as PyTorch
+    got = gc.compile(lambda x: (F.var(x, 1), F.vector_norm(x, 2, 1), F.std(x, 1, correction=0)), wide,
+                     provider="cpu")(wide)
+    assert np.isnan(got[0]).all() and (got[1] == 0).all() and np.isnan(got[2]).all()
