@@ -16,7 +16,8 @@ from ..ir import dims
 from ..ir.graph import Graph, Node
 
 # onnxruntime's CPU provider has no float64 kernel for these (ARCHITECTURE.md §10).
-NO_FLOAT64_CPU_KERNEL = frozenset({"Conv", "ConvTranspose", "AveragePool", "GlobalAveragePool", "Erf", "Tan"})
+NO_FLOAT64_CPU_KERNEL = frozenset({"Conv", "ConvTranspose", "AveragePool", "GlobalAveragePool", "Erf", "Tan", "Asin",
+                                   "Acos", "Atan"})
 
 
 class LowerContext:

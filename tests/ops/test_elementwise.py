@@ -328,3 +328,10 @@ def test_numpy_scalars_are_weak_beside_tensors_and_0d_arrays_are_not():
     np.testing.assert_allclose(out[1], 2 * x, rtol=1e-7)
     i = np.arange(3, dtype=np.int32)
     assert gc.compile(lambda i: i * np.int64(2), i)(i).dtype == np.int32
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_log1p_expm1_at_infinities_nan_and_minus_one(dtype):
+    x = np.array([np.inf, -np.inf, np.nan, -1.0, 0.0, -0.0, 3e4], dtype)
+    with np.errstate(all="ignore"):
+        check_forward(lambda x: (F.log1p(x), F.expm1(x)), [x], [np.log1p(x), np.expm1(x)])
