@@ -7,6 +7,7 @@ computed: a Tensor has a type, never a value.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,23 +36,31 @@ class _Frame:
             del self.constants[key]
 
 
-_STACK: list[_Frame] = []
+class _Stacks(threading.local):
+    """Each thread's own stack of trace frames, so threads can trace different functions at once."""
+    def __init__(self) -> None:
+        self.frames: list[_Frame] = []
+
+
+_STACKS = _Stacks()
 
 
 def current_frame() -> _Frame:
-    if not _STACK:
+    frames = _STACKS.frames
+    if not frames:
         raise TraceError("gcompile ops can only be used on Tensors inside a function being traced "
                          "(gc.compile, gc.export or gcompile build)")
-    return _STACK[-1]
+    return frames[-1]
 
 
 @contextlib.contextmanager
 def tracing(graph: Graph):
-    _STACK.append(_Frame(graph, 0, {}))
+    frames = _STACKS.frames
+    frames.append(_Frame(graph, 0, {}))
     try:
         yield graph
     finally:
-        _STACK.pop()
+        frames.pop()
 
 
 @contextlib.contextmanager
