@@ -11,6 +11,7 @@ from .gradients import transforms as _transforms
 from .gradients.transforms import *  # noqa: F401,F403
 from .gradients import checkpoint as _checkpoint
 from .gradients.checkpoint import *  # noqa: F401,F403
+from .ops.control import fori_loop, scan, while_loop
 from .importer import load as _load
 from .importer.load import *  # noqa: F401,F403
 from . import optim
@@ -22,5 +23,5 @@ _methods.install()
 
 __all__ = ["functions", "spec", "Spec", "Tensor", "grad", "compile", "CompiledFunction", "GcompileError",
            "InputError", "LoweringError", "ShapeError", "TraceError", "UnsupportedError", "__version__",
-           "optim", "runtime", "export", *_transforms.__all__, *_checkpoint.__all__,
+           "optim", "runtime", "export", "scan", "fori_loop", "while_loop", *_transforms.__all__, *_checkpoint.__all__,
            *_load.__all__, "TrainStep", "export_train", "export_train_step"]
