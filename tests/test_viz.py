@@ -138,3 +138,17 @@ def test_viz_of_a_compiled_model_in_python(tmp_path):
     cf = gc.compile(lambda x: F.relu(x) * 2, np.ones(3, np.float32))
     viz.write(tmp_path / "g.svg", [("f", cf.model)], title="f")
     assert "order-0" in (tmp_path / "g.svg").read_text()
+
+
+def test_a_loop_is_one_box_with_its_body_size_and_the_weights_it_reads(tmp_path):
+    from gcompile.artifacts import viz
+    def fn(xs, h0, w):
+        h, ys = gc.scan(lambda h, x: (F.tanh(h @ w + x), h), h0, xs)
+        return gc.grad(F.sum(ys), [h0])[0]
+    cf = gc.compile(fn, np.ones((4, 2, 3), np.float32), np.ones((2, 3), np.float32), np.ones((3, 3), np.float32))
+    viz.write(tmp_path / "loop.svg", [("fn", cf.model)], title="fn")
+    root = ET.parse(tmp_path / "loop.svg").getroot()
+    scans = [g for g in root.iter(f"{SVG}g") if getattr(g.find(f"{SVG}text[@class='op']"), "text", "") == "Scan"]
+    assert len(scans) == 2 and all("bodies:" in g.find(f"{SVG}title").text for g in scans)
+    dashed = [p for p in root.iter(f"{SVG}path") if "implicit" in p.get("class", "")]
+    assert dashed and all("(read by the body)" in p.find(f"{SVG}title").text for p in dashed)

@@ -5,7 +5,9 @@ producer, then barycentre sweeps to cut crossings) reads well for graphs of a fe
 nodes and needs nothing but a browser. Node colours give the gradient order gcompile writes
 into each node's doc_string ("order=N"): forward, backward, double backward, ...; nodes
 without one (output identities, run-time shape glue, other exporters' nodes) are grey.
-Edges carry the tensor's name and its dtype and shape (from ONNX shape inference).
+Edges carry the tensor's name and its dtype and shape (from ONNX shape inference). A loop (Scan,
+Loop) or If is one box; its tooltip counts the nodes of its bodies, and the values its bodies read
+from the outer scope (weights a loop step uses) are drawn as dashed edges into it.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import numpy as np
 import onnx
 
 from ..errors import GcompileError
+from ..importer.inline import outer_names
 from ..ir.dims import format_shape
 from ..logs import logger
 from ..runtime.files import atomic_write
@@ -26,6 +29,7 @@ from .describe import describe, node_order, order_label
 NODE_H, GAP_X, GAP_Y, MARGIN, CHAR_W = 40, 28, 76, 20, 7
 PALETTE = ["#cfe2ff", "#ffd8a8", "#f4b6c2", "#d3c4f0", "#c3ecd0", "#f6eeb0"]   # order 0, 1, 2, ...
 GLUE = "#e6e6e6"
+_READ_BY_BODY = " (read by the body)"   # the label of an edge into a loop from a value its body reads
 
 
 @dataclass
@@ -75,10 +79,14 @@ def _boxes(model) -> tuple[dict[str, Box], list[tuple[str, str, str]]]:
     for i, node in enumerate(model.graph.node):
         key = f"node:{i}"
         weights = [n for n in node.input if n in initializers]
+        inner = _body_nodes(node)
         tip = "\n".join(filter(None, [f"{node.name or '(unnamed)'}: {node.op_type}", node.doc_string,
-                                      f"initializers: {', '.join(weights)}" if weights else ""]))
+                                      f"initializers: {', '.join(weights)}" if weights else "",
+                                      f"bodies: {inner} nodes" if inner else ""]))
         boxes[key] = Box(key, node.op_type, node.name, _order_class(node), tip)
         edges += [(producer[n], key, n) for n in node.input if n in producer]
+        edges += [(producer[n], key, n + _READ_BY_BODY) for n in sorted(outer_names(node) - set(node.input))
+                  if n in producer]
         producer.update({out: key for out in node.output if out})
     for value in model.graph.output:
         key = f"out:{value.name}"
@@ -86,6 +94,12 @@ def _boxes(model) -> tuple[dict[str, Box], list[tuple[str, str, str]]]:
         if value.name in producer:
             edges.append((producer[value.name], key, value.name))
     return boxes, edges
+
+
+def _body_nodes(node) -> int:
+    """Nodes in a node's subgraphs (loop bodies, If branches), at every level."""
+    graphs = [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)]
+    return sum(len(g.node) + sum(_body_nodes(n) for n in g.node) for g in graphs)
 
 
 def _layout(boxes: dict[str, Box], edges) -> list[list[Box]]:
@@ -125,8 +139,9 @@ def _svg_graph(model, top: float) -> tuple[list[str], float, float]:
         x1, y1 = a.x + a.width / 2, y_of[src] + NODE_H
         x2, y2 = b.x + b.width / 2, y_of[dst]
         bend = (y2 - y1) / 2
-        label = f"{tensor}: {types.get(tensor, '?')}"
-        parts.append(f'<path class="edge" d="M{x1:.1f},{y1:.1f} C{x1:.1f},{y1 + bend:.1f} {x2:.1f},{y2 - bend:.1f} '
+        css = "edge implicit" if tensor.endswith(_READ_BY_BODY) else "edge"
+        label = f"{tensor}: {types.get(tensor.removesuffix(_READ_BY_BODY), '?')}"
+        parts.append(f'<path class="{css}" d="M{x1:.1f},{y1:.1f} C{x1:.1f},{y1 + bend:.1f} {x2:.1f},{y2 - bend:.1f} '
                      f'{x2:.1f},{y2:.1f}" marker-end="url(#arrow)"><title>{escape(label)}</title></path>')
         parts.append(f'<text class="edge-label" x="{(x1 + x2) / 2 + 4:.1f}" y="{(y1 + y2) / 2:.1f}">'
                      f'{escape(label)}</text>')
@@ -162,6 +177,7 @@ def _style(orders: list[str]) -> str:
             ".op {font-size: 12px; font-weight: bold; text-anchor: middle}\n"
             ".name {font-size: 10px; fill: #333; text-anchor: middle}\n"
             ".edge {fill: none; stroke: #888; stroke-width: 1.2}\n"
+            ".implicit {stroke-dasharray: 5 3}\n"
             ".edge-label {font-size: 9px; fill: #225; paint-order: stroke; stroke: #fff; stroke-width: 3px}\n"
             ".title {font-size: 15px; font-weight: bold}\n"
             ".legend {font-size: 11px}\n"
