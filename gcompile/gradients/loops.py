@@ -23,6 +23,8 @@ asked for, residuals a pruned backward no longer needs) are removed by passes/lo
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..frontend.tensor import Tensor, apply_n, current_frame
 from ..frontend.trace import inline, trace_body
 from ..ir.graph import Graph, ValueRef, extract, tensor_type
@@ -138,7 +140,7 @@ def _cut(graph: Graph, tangent: set[int], variant: set[int], checkpoint: bool, c
     _, _, first = _walk(graph, c_in, x_in, seed_in,
                         lambda ref, node: node.op == "input" or not (ref.node in tangent
                                                                      or _recomputed(node, variant, checkpoint)))
-    saved = _cheap_from_saved(graph, first, variant, x_nodes)
+    saved = _cheap_from_saved(graph, _before_copies(graph, first, variant, x_nodes), variant, x_nodes)
     return _walk(graph, c_in, x_in, seed_in, lambda ref, node: ref in saved)
 
 
@@ -170,6 +172,36 @@ def _walk(graph: Graph, c_in, x_in, seed_in, kept) -> tuple[list[int], list[int]
         else:
             stack.extend(node.inputs)
     return sorted(read_c), sorted(read_x), sorted(saved)
+
+
+def _before_copies(graph: Graph, saved: list[ValueRef], variant: set[int], free: set[int]) -> list[ValueRef]:
+    """`saved`, each value made by moving elements of one per-step value (a transpose of the carry for a
+    weight gradient, a reshape, a cast: Trait.ELEMENT_COPY) replaced by that value when it is no larger:
+    the forward loop then runs no copy, and the backward one recomputes it where a Gemm flag or a
+    view makes it free."""
+    result = set(saved)
+    changed = True
+    while changed:
+        changed = False
+        for ref in sorted(result, reverse=True):
+            node = graph.nodes[ref.node]
+            if node.op == "input" or not has_trait(node.op, Trait.ELEMENT_COPY):
+                continue
+            per_step = {r for r in node.inputs if r.node in variant}
+            if len(per_step) != 1:
+                continue
+            (source,) = per_step
+            if source.node in free or _size(graph.type_of(source).shape) > _size(graph.type_of(ref).shape):
+                continue
+            result.discard(ref)
+            result.add(source)
+            changed = True
+    return sorted(result)
+
+
+def _size(shape) -> float:
+    """Elements of a static shape; a symbolic one counts as unbounded."""
+    return float(np.prod(shape)) if all(isinstance(d, int) for d in shape) else float("inf")
 
 
 def _cheap_from_saved(graph: Graph, saved: list[ValueRef], variant: set[int], free: set[int]) -> set[ValueRef]:

@@ -71,14 +71,15 @@ class LowerContext:
         self.begin(None)
 
     def subgraph(self, body: Graph, outer: Sequence[str | None], head: Sequence[tuple[str, TensorType]] = (),
-                 echo: Sequence[int] = ()) -> onnx.GraphProto:
+                 echo: Sequence[int] = (), tail: Sequence[tuple[str, TensorType]] = ()) -> onnx.GraphProto:
         """`body` (the Graph attribute of the node being lowered) as an ONNX subgraph.
 
         outer[i] is the name of the outer-scope value body input i reads (a loop-invariant operand),
         or None where input i is an input of the subgraph. The subgraph's inputs are `head` ((name
         hint, type) pairs: a Loop's iteration number and condition), then the body inputs bound to
-        None, in order; its outputs are the head inputs at positions `echo` (a Loop's condition,
-        passed on), then the body's outputs."""
+        None, in order, then `tail` (unread inputs: the step of a Scan over a placeholder); its
+        outputs are the head inputs at positions `echo` (a Loop's condition, passed on), then the
+        body's outputs."""
         owner = self._current
         prefix = owner.name if owner is not None else "body"
         head_names = [self.fresh(f"{prefix}_{hint}") for hint, _ in head]
@@ -89,6 +90,7 @@ class LowerContext:
                 name = self.fresh(f"{prefix}_in")
                 inputs.append(value_info(name, body.type_of(ref)))
             names[ref] = name
+        inputs += [value_info(self.fresh(f"{prefix}_{hint}"), t) for hint, t in tail]
         child = LowerContext(body, self.opset, [names[ref] for ref in body.inputs], parent=self)
         child.lower_nodes(names)
         produced = {o for n in child.nodes for o in n.output}

@@ -12,9 +12,10 @@ This module holds the front ends, the scan op's shape rule, reference and loweri
 differentiates the body with gc.grad, which ops/ may not import (ARCHITECTURE.md §2); the front
 ends only record it by name.
 
-Lowering: a scan with xs becomes an ONNX Scan (scan_input_directions and scan_output_directions
-give reverse); one without xs (a fori_loop whose index is unused, say) becomes a Loop with a trip
-count; while_loop becomes a Loop with a condition. docs/performance.md has the measurements.
+Lowering: a scan becomes an ONNX Scan (scan_input_directions and scan_output_directions give
+reverse; one without xs, a fori_loop whose index is unused, scans a placeholder), which ONNX
+Runtime runs faster than a Loop; while_loop becomes a Loop with a condition.
+docs/performance.md has the measurements.
 """
 from __future__ import annotations
 
@@ -37,7 +38,6 @@ from .basic import full
 from .indexing import concat, stack
 from .shape import reshape
 
-_INT64_MIN = -(2 ** 63)
 _NO_Y = "no y"   # the y structure of a step function returning (carry, None)
 
 
@@ -279,29 +279,27 @@ def _as_list(names) -> list[str]:
 
 
 def _emit_loop(ctx, names, node: Node):
+    """The Scan. A scan without xs (a fori_loop whose index is unused) scans a placeholder of one
+    byte per step: ONNX Runtime runs a Scan's steps faster than a Loop's (docs/performance.md)."""
     a = node.attrs
     nc, nk = a["n_consts"], a["n_carry"]
     consts, carries, xs = _scan_parts(names, nc, nk)
-    body: Graph = a["body"]
-    outer = consts + [None] * (nk + len(xs))
-    n_out, n_ys = len(node.outputs), len(node.outputs) - nk
-    if xs:
-        directions = [int(a["reverse"])]
-        return ctx.emit("Scan", carries + xs, n_out=n_out, body=ctx.subgraph(body, outer), num_scan_inputs=len(xs),
-                        scan_input_directions=directions * len(xs),
-                        scan_output_directions=directions * n_ys if n_ys else None)
-    length = a["length"]
-    if isinstance(length, int):
-        trips = ctx.const(np.asarray(length, np.int64))
-    else:
-        trips = ctx.emit("Reshape", [ctx.shape_tensor((length,)), ctx.int64s([])])
-    graph = ctx.subgraph(body, outer, head=[("iteration", _scalar(np.int64)), ("condition", _scalar(np.bool_))],
-                         echo=[1])
-    outs = _as_list(ctx.emit("Loop", [trips, "", *carries], n_out=n_out, body=graph))
-    if a["reverse"]:   # a Loop stacks ys in iteration order; a reversed scan's ys[t] belongs to step t
-        outs[nk:] = [ctx.emit("Slice", [y, ctx.int64s([-1]), ctx.int64s([_INT64_MIN]), ctx.int64s([0]),
-                                        ctx.int64s([-1])]) for y in outs[nk:]]
-    return outs
+    tail = []
+    if not xs:
+        length = a["length"]
+        if isinstance(length, int):
+            xs = [ctx.const(np.zeros(length, np.bool_))]
+        else:
+            xs = [ctx.emit("ConstantOfShape", [ctx.shape_tensor((length,))],
+                           value=helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(np.dtype(np.bool_)),
+                                                    [1], [False]))]
+        tail = [("step", _scalar(np.bool_))]
+    directions = [int(a["reverse"])]
+    n_ys = len(node.outputs) - nk
+    graph = ctx.subgraph(a["body"], consts + [None] * (len(names) - nc), tail=tail)
+    return ctx.emit("Scan", carries + xs, n_out=len(node.outputs), body=graph, num_scan_inputs=len(xs),
+                    scan_input_directions=directions * len(xs),
+                    scan_output_directions=directions * n_ys if n_ys else None)
 
 
 # -- narrowing a scan node: what passes/loops.py prunes -------------------------------------------------------

@@ -23,7 +23,7 @@ from .shape import reshape
 
 __all__ = ["gru", "gru_cell", "lstm", "lstm_cell"]
 
-SCAN_FROM_STEPS = 16   # sequences at least this long (or of a symbolic length) loop in a scan
+SCAN_FROM_STEPS = 8    # sequences at least this long (or of a symbolic length) loop in a scan
 
 
 def _affine(x: Tensor, w, b) -> Tensor:

@@ -259,9 +259,9 @@ def test_integer_carries_and_xs_get_no_gradient_but_work():
 
 
 # -- pruning and passes -----------------------------------------------------------------------------------
-def _backward_loop(fn, args):
+def _backward_loop(fn, args, level=1):
     graph = trace(fn, args).graph
-    optimize(graph)
+    optimize(graph, level)
     (back,) = [n for n in loops(graph) if n.order == 1]
     return back, graph
 
@@ -279,6 +279,13 @@ def test_gradient_of_one_input_adds_no_work_for_the_others():
     assert (back_h0.attrs["n_carry"], len(back_h0.outputs)) == (1, 1)
     assert (back_all.attrs["n_carry"], len(back_all.outputs)) == (2, 3)
     assert len(back_h0.attrs["body"]) < len(back_all.attrs["body"])
+    # level 2 also moves the accumulation of w's gradient (Σ h_tᵀ·g_t) out of the loop: one Gemm after it
+    back, graph = _backward_loop(wrt(["xs", "w", "h0"]), ARGS, level=2)
+    assert (back.attrs["n_carry"], len(back.outputs)) == (1, 3)
+    stacked = {n.id for n in graph.nodes.values() if n.op == "reshape" and n.inputs[0].node == back.id}
+    assert len([n for n in graph.nodes.values() if n.op == "gemm" and {r.node for r in n.inputs} & stacked]) == 1
+    for got, want in zip(evaluate(graph, ARGS), evaluate(trace(wrt(["xs", "w", "h0"]), ARGS).graph, ARGS)):
+        np.testing.assert_allclose(got, want)
 
 
 def test_unused_outputs_are_pruned_and_passthrough_carries_become_consts():
