@@ -74,7 +74,7 @@ def torch_lstm(args):
 ODE_STEPS, ODE_DIM, ODE_WIDTH, ODE_BATCH, DT = 100, 8, 64, 64, 0.01
 
 
-def ode_setup(hvp: bool = False, loop: str = "scan", seed: int = 1):
+def ode_setup(hvp: bool = False, loop: str = "scan", seed: int = 1, forward: bool = False):
     """The gradient (or, hvp=True, a Hessian-vector product) of ⟨u_T, target⟩ w.r.t. the MLP's
     parameters. loop: "scan" (gc.fori_loop, whose unused index is pruned: a Scan over a placeholder),
     "indexed" (the index read by the step at no cost: a Scan over the index) or "unrolled"."""
@@ -99,6 +99,9 @@ def ode_setup(hvp: bool = False, loop: str = "scan", seed: int = 1):
             u = u + DT * rhs(u)
             return u + F.cast(i, u.dtype) * 0.0 if loop == "indexed" else u
         return gc.fori_loop(0, ODE_STEPS, step, u0, unroll=True if loop == "unrolled" else 1)
+
+    if forward:
+        return (lambda u0, target, *ps: F.sum(final_state(u0, ps) * target)), None, [u0, target, *params]
 
     def grad_fn(u0, target, *ps):
         value = F.sum(final_state(u0, ps) * target)
@@ -125,6 +128,32 @@ def torch_loop_workloads() -> dict:
     except ImportError:
         return {}
     return {"R1": torch_lstm, "R2": torch_lstm, "R2u": torch_lstm}
+
+
+def as_loop(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` whose forward Scans over a placeholder (gcompile's lowering of a loop without
+    xs) are ONNX Loops with a trip count instead: the same body, to time the two constructs."""
+    from onnx import TensorProto, helper, numpy_helper
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for k, node in enumerate(model.graph.node):
+        attrs = {a.name: a for a in node.attribute}
+        placeholder = node.input[-1] if node.op_type == "Scan" else None
+        if (placeholder not in consts or consts[placeholder].dtype != bool
+                or list(attrs["scan_input_directions"].ints) != [0]):
+            continue
+        body = attrs["body"].g
+        del body.input[-1]
+        body.input.insert(0, helper.make_tensor_value_info(f"{node.name}_it", TensorProto.INT64, []))
+        body.input.insert(1, helper.make_tensor_value_info(f"{node.name}_go", TensorProto.BOOL, []))
+        body.node.append(helper.make_node("Identity", [f"{node.name}_go"], [f"{node.name}_go_out"]))
+        body.output.insert(0, helper.make_tensor_value_info(f"{node.name}_go_out", TensorProto.BOOL, []))
+        trips = f"{node.name}_trips"
+        model.graph.initializer.append(numpy_helper.from_array(np.asarray(len(consts[placeholder]), np.int64), trips))
+        loop = helper.make_node("Loop", [trips, "", *node.input[:-1]], list(node.output), name=node.name, body=body)
+        model.graph.node.remove(node)
+        model.graph.node.insert(k, loop)
+    return model
 
 
 # -- the report -------------------------------------------------------------------------------------------------
@@ -183,14 +212,54 @@ def loop_report(median_ms, runs: int) -> dict:
         results["ratios"][label] = {"ms": ms, "ratio": ms["a"] / ms["b"], "max_rel_diff": max(diffs)}
         print(f"{label:38s} {ms['a']:8.2f} / {ms['b']:8.2f} ms = {ms['a'] / ms['b']:.2f}   "
               f"outputs differ by at most {max(diffs):.1e} (relative)", flush=True)
-    fns = {}
+    fn, _, args = ode_setup(forward=True)
+    cf = gc.compile(fn, *args, provider="cpu")
+    feeds = dict(zip(cf.input_names, args))
+    sessions = {"scan": make_session(cf.model.SerializeToString(), "cpu"),
+                "loop": make_session(as_loop(cf.model).SerializeToString(), "cpu")}
+    ms = median_ms({k: lambda s=s: s.run(None, feeds) for k, s in sessions.items()}, runs)
+    same = np.allclose(sessions["scan"].run(None, feeds)[0], sessions["loop"].run(None, feeds)[0])
+    results["ode forward: Loop / Scan"] = {"ms": ms, "ratio": ms["loop"] / ms["scan"], "same": bool(same)}
+    print(f"{'ode forward: Loop / Scan':38s} {ms['loop']:8.2f} / {ms['scan']:8.2f} ms = {ms['loop'] / ms['scan']:.2f}"
+          f"   same outputs: {same}", flush=True)
     cf, args = compiled(lstm_setup(1000))
-    fns["gcompile"] = lambda: cf.run_flat(*args)
     torch_ref = torch_loop_workloads().get("R1")
-    if torch_ref is not None:
-        fns["torch"] = torch_ref(args)
-    ms = median_ms(fns, max(5, runs // 4))
-    results["lstm_1000"] = ms
-    print("lstm T=1000 step: " + ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items())
-          + (f", ratio {ms['gcompile'] / ms['torch']:.2f}" if "torch" in ms else ""), flush=True)
+    for threads in (None, 1):   # the benchmark's sessions (a thread per core), then one thread for both systems
+        fns = {"gcompile": lambda: cf.run_flat(*args)}
+        if threads:
+            single_threaded = _single_thread(cf.model)
+            feeds = dict(zip(cf.input_names, args))
+            fns = {"gcompile": lambda s=single_threaded, feeds=feeds: s.run(None, feeds)}
+        with _torch_threads(threads):
+            if torch_ref is not None:
+                fns["torch"] = torch_ref(args)
+            ms = median_ms(fns, max(5, runs // 4))
+        label = f"lstm T=1000 step ({'1 thread' if threads else 'a thread per core'})"
+        results[label] = ms
+        print(f"{label}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in ms.items())
+              + (f", ratio {ms['gcompile'] / ms['torch']:.2f}" if "torch" in ms else ""), flush=True)
     return results
+
+
+def _single_thread(model):
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 4
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+@contextlib.contextmanager
+def _torch_threads(threads):
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    saved = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)

@@ -8,7 +8,7 @@ carries..., x slices...] and gives [new carries..., y slices...]. Tensors of the
 used in the step are captured as consts (frontend.tensor._Frame.capture).
 
 This module holds the front ends, the scan op's shape rule, reference and lowering, and the
-`while` op. The scan op itself is registered with its VJP rule in gradients/scan.py: the rule
+`while` op. The scan op itself is registered with its VJP rule in gradients/loops.py: the rule
 differentiates the body with gc.grad, which ops/ may not import (ARCHITECTURE.md §2); the front
 ends only record it by name.
 
@@ -68,7 +68,7 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
     dtype and shape); `xs` likewise, every leaf stacked on axis 0, or None with `length` steps.
     Returns (final carry, ys): ys stacks each step's y (any structure, or None) on a new axis 0.
     reverse=True runs from the last step to the first (ys stay aligned with xs). `f` is traced
-    once into a loop body, lowered to an ONNX Scan or Loop; `unroll=k` traces k steps per body
+    once into a loop body, lowered to an ONNX Scan; `unroll=k` traces k steps per body
     iteration (True or k >= length unrolls completely, as plain Python would). Tensors of the
     enclosing function used in `f` (weights) are read by the loop, and get gradients.
 
@@ -178,8 +178,8 @@ def _scan_blocks(step, carry, xs, length: int, reverse: bool, k: int, checkpoint
             c, ys[i] = step(c, [x[i] for x in xb])
         return c, [stack([y[j] for y in ys]) for j in range(len(ys[0]))]
 
-    def blocked(c, start, stop):
-        x_main = [reshape(x[start:stop], (blocks, k, *x.shape[1:])) for x in xs]
+    def blocked(c):
+        x_main = [reshape(x[:main], (blocks, k, *x.shape[1:])) for x in xs]
         c, ys = _scan_node(block, c, x_main, blocks, reverse, checkpoint)
         return c, [reshape(y, (main, *y.shape[2:])) for y in ys]
 
@@ -187,12 +187,12 @@ def _scan_blocks(step, carry, xs, length: int, reverse: bool, k: int, checkpoint
         return _unrolled(step, c, [x[main:] for x in xs], length - main, reverse)
 
     if main == length:
-        return blocked(carry, 0, length)
+        return blocked(carry)
     if reverse:
         carry, tail = rest(carry)
-        carry, head = blocked(carry, 0, main)
+        carry, head = blocked(carry)
     else:
-        carry, head = blocked(carry, 0, main)
+        carry, head = blocked(carry)
         carry, tail = rest(carry)
     return carry, [concat([a, b], axis=0) for a, b in zip(head, tail)]
 
@@ -253,9 +253,9 @@ def _scalar(dtype) -> TensorType:
 
 
 def scan_lower(ctx, names, node: Node):
-    """An ONNX Scan (a Loop with a trip count when there are no xs). ONNX Runtime refuses a Scan over
-    zero steps, so with a symbolic length the loop sits in an If whose other branch, for zero
-    steps, passes the initial carries on and gives empty ys."""
+    """An ONNX Scan. ONNX Runtime refuses a Scan over zero steps, so with a symbolic length the loop
+    sits in an If whose other branch, for zero steps, passes the initial carries on and gives
+    empty ys."""
     length = node.attrs["length"]
     if isinstance(length, int):
         return _emit_loop(ctx, names, node)

@@ -8,7 +8,8 @@ forward loop saves every value any backward read (gradients/loops.py). Pruning i
   - a carry the body passes on unchanged becomes a loop-invariant operand (a const), and readers
     of its final value read its initial one;
   - a carry whose final value nobody reads and that no kept output depends on is dropped;
-  - consts and xs the kept outputs do not depend on are dropped;
+  - consts and xs the kept outputs do not depend on are dropped (one xs stays when the number of
+    steps is symbolic: it is what the evaluator counts them from);
   - a y that is the step's x slice reads the xs instead, and a y stacked twice is read once;
 then dead-code elimination inside the body (run_to_fixed_point runs every pass in bodies too)
 removes what only the dropped outputs needed. hoist_loop_sums (below) moves accumulations out.
@@ -69,6 +70,8 @@ def _prune(graph: Graph, node: Node) -> bool:
     keep_consts = [i for i in range(nc) if i in needed]
     keep_frozen = [i for i in frozen if nc + i in needed]
     keep_xs = [j for j in range(nx) if nc + nk + j in needed]
+    if nx and not keep_xs and not isinstance(a["length"], int):
+        keep_xs = [0]    # a symbolic number of steps is only known from an xs at run time
     keep_carries = sorted(carries)
     if (len(keep_consts), len(keep_carries), len(keep_xs), len(ys)) == (nc, nk, nx, ny):
         return rewired

@@ -381,3 +381,13 @@ def test_length_errors():
                    gc.spec((3,)))
     with pytest.raises(GcompileError, match="bounds must be Python ints"):
         trace(lambda h0: gc.fori_loop(0, F.sum(h0), lambda i, h: h, h0), [ARGS[2]])
+
+
+def test_a_symbolic_length_survives_pruning_of_every_xs_read():
+    def fn(xs, h0):
+        return gc.scan(lambda h, x: (h * 0.5, None), h0, xs)[0]   # x unused: the steps still count
+    cf = gc.compile(fn, gc.spec(("T", N, H)), gc.spec((N, H)))
+    for steps in (3, 0):
+        xs, h0 = f32(rand(steps, N, H), ARGS[2])
+        np.testing.assert_allclose(cf(xs, h0), h0 * 0.5 ** steps, rtol=1e-6)
+        np.testing.assert_allclose(evaluate(cf.graph, [xs, h0])[0], h0 * 0.5 ** steps, rtol=1e-6)
