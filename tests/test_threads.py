@@ -13,13 +13,16 @@ from gcompile.errors import TraceError
 
 
 def _function(k: int):
-    """A different function per k: an MLP with k-dependent depth and activation, its loss and gradients."""
+    """A different function per k: an MLP with k-dependent depth and activation (its layers a loop for
+    odd k: loop bodies are traced in their thread's frames too), its loss and gradients."""
     acts = [F.tanh, F.sigmoid, F.relu, F.softplus]
 
     def fn(x, w, b):
         h = x
         for i in range(12 + k % 5):
             h = acts[(k + i) % len(acts)](h @ w + b * (i + 1))
+        if k % 2:
+            h, _ = gc_.scan(lambda h, _: (acts[k % len(acts)](h @ w + b), None), h, length=3 + k)
         loss = F.mean(h * h) + k
         return loss, gc_.grad(loss, [w, b])
     fn.__name__ = f"fn{k}"

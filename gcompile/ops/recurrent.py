@@ -125,6 +125,8 @@ def _layers(what, step, gates, xs, states0, weights, lengths, bidirectional, num
         for d in range(directions):
             k = layer * directions + d
             w_ih, w_hh, b_ih, b_hh = (tuple(weights[k]) + (None, None))[:4]
+            if step is _lstm_step and b_hh is not None:   # both biases join x's projection, outside the loop:
+                b_ih, b_hh = (b_hh if b_ih is None else as_tensor(b_ih) + b_hh), None   # each step: one Gemm
             state = tuple(s[k] for s in states0)
             _check_weights(what, gates, xs, state[0], w_ih, w_hh)
             ys, state = _direction(step, _affine(xs, w_ih, b_ih), state, w_hh, b_hh, masks, reverse=d == 1)
