@@ -28,7 +28,7 @@ import numpy as np
 from ..frontend.tensor import Tensor, apply_n, current_frame
 from ..frontend.trace import inline, trace_body
 from ..ir.graph import Graph, ValueRef, extract, tensor_type
-from ..ir.registry import Trait, defop, has_trait
+from ..ir.registry import Trait, defop, has_trait, is_random
 from ..ops.basic import zeros_like
 from ..ops.control import scan_infer, scan_lower, scan_reference
 from .engine import grad
@@ -126,7 +126,7 @@ def _depending_on(graph: Graph, sources: set[int], exclude: frozenset[int] | set
     for node in graph.topo_order():
         if node.id in exclude:
             continue
-        if any(r.node in reached for r in node.inputs) or random and has_trait(node.op, Trait.RANDOM):
+        if any(r.node in reached for r in node.inputs) or random and is_random(node):
             reached.add(node.id)
     return reached - set(exclude)
 
@@ -217,7 +217,7 @@ def _cheap_from_saved(graph: Graph, saved: list[ValueRef], variant: set[int], fr
         if ref not in memo:
             node = graph.nodes[ref.node]
             per_step = {r for r in node.inputs if r.node in variant and r.node not in free}
-            memo[ref] = (node.op != "input" and has_trait(node.op, Trait.CHEAP) and not has_trait(node.op, Trait.RANDOM)
+            memo[ref] = (node.op != "input" and has_trait(node.op, Trait.CHEAP) and not is_random(node)
                          and len(per_step) <= 1 and all(recomputable(r, memo) for r in per_step))
         return memo[ref]
 
@@ -229,7 +229,7 @@ def _cheap_from_saved(graph: Graph, saved: list[ValueRef], variant: set[int], fr
 
 
 def _recomputed(node, variant: set[int], checkpoint: bool) -> bool:
-    if has_trait(node.op, Trait.RANDOM):
+    if is_random(node):
         return False
     return checkpoint or node.id not in variant
 

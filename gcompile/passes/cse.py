@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Graph, Node
-from ..ir.registry import Trait, has_trait
+from ..ir.registry import is_random
 from .base import PassResult, replace_uses
 
 _MAX_CONSTANT_BYTES = 1 << 16   # larger constants are compared by identity only
@@ -48,7 +48,7 @@ def eliminate_common_subexpressions(graph: Graph) -> PassResult:
     seen: dict = {}
     changed = False
     for node in graph.topo_order():
-        if node.op == "input" or has_trait(node.op, Trait.RANDOM):
+        if node.op == "input" or is_random(node):
             continue
         key = (node.op, tuple(node.inputs), _attr_key(node.attrs), node.outputs[0].dtype.str if node.outputs else None)
         first = seen.setdefault(key, node)

@@ -109,3 +109,27 @@ def test_passes_run_inside_bodies():
     assert "exp" not in ops_after and ops_after.count("mul") < ops_before.count("mul")
     for a, b in zip(before, evaluate(graph, [XS, W, H0])):
         np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_loops_drawing_random_numbers_are_never_merged_folded_or_recomputed():
+    def two_dropout_loops(h0):
+        def noisy(h, _):
+            return F.dropout(h, 0.5, training=True), None
+        a, _ = gc.scan(noisy, h0, length=3)
+        b, _ = gc.scan(noisy, h0, length=3)     # the same body and operands: still two draws
+        return a - b
+    graph = trace(two_dropout_loops, [np.ones((3, 4))]).graph
+    optimize(graph)
+    assert len(_scans(graph)) == 2
+    constant = trace(lambda x: x + gc.scan(lambda h, _: (F.dropout(h, 0.5, training=True), None),
+                                           np.ones(4), length=2)[0], [np.ones(4)]).graph
+    optimize(constant)
+    assert len(_scans(constant)) == 1           # all operands constant, but not folded
+
+    def checkpointed(h0):
+        h = gc.checkpoint(lambda h0: gc.scan(lambda h, _: (F.dropout(F.tanh(h), 0.5, training=True), None),
+                                             h0, length=3)[0], h0)
+        return gc.grad(F.sum(h * h), [h0])[0]
+    graph = trace(checkpointed, [np.ones((3, 4))]).graph
+    optimize(graph)
+    assert len([n for n in _scans(graph) if n.order == 0]) == 1   # the random forward loop is not copied
