@@ -35,6 +35,7 @@ def _load() -> None:
         from .gradients.vmap import vmap
         from .importer import load as _load_module
         from .importer.torch import from_torch
+        from .ops.control import fori_loop, scan, while_loop
         from .runtime import CompiledFunction, Jitted, compile, jit
         from .training.step import TrainStep, export_train_step
         public = {"functions": functions, "optim": optim, "runtime": runtime, "nn": nn, "export": export,
@@ -42,7 +43,8 @@ def _load() -> None:
                   "CompiledFunction": CompiledFunction, "Jitted": Jitted, "jit": jit, "TrainStep": TrainStep,
                   "export_train_step": export_train_step, "tree_util": tree_util,
                   "register_pytree_node": register_pytree_node, "register_dataclass": register_dataclass,
-                  "vmap": vmap, "from_torch": from_torch}
+                  "vmap": vmap, "from_torch": from_torch, "scan": scan, "fori_loop": fori_loop,
+                  "while_loop": while_loop}
         for module in (_transforms, _checkpoint, _load_module):
             public.update({name: getattr(module, name) for name in module.__all__})
         globals().update(public)
@@ -51,7 +53,7 @@ def _load() -> None:
                                 "TraceError", "UnsupportedError", "__version__", "optim", "runtime", "nn", "export",
                                 *_transforms.__all__, *_checkpoint.__all__, *_load_module.__all__, "TrainStep",
                                 "export_train", "export_train_step", "tree_util", "register_pytree_node",
-                                "register_dataclass", "vmap", "from_torch"]
+                                "register_dataclass", "vmap", "from_torch", "scan", "fori_loop", "while_loop"]
         globals()["compile"] = compile   # last: its presence marks the library as loaded
     finally:
         _loading = False

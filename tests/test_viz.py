@@ -255,3 +255,19 @@ def _sampled(d):
             points += [(x0 + (v[0] - x0) * t, y0 + (v[1] - y0) * t) for t in np.linspace(0, 1, 20)[1:]]
         x0, y0 = v[-2], v[-1]
     return points
+
+
+def test_a_loop_is_one_box_with_its_body_size_and_the_weights_it_reads(tmp_path):
+    from gcompile.artifacts import viz
+    def fn(xs, h0, w):
+        h, ys = gc.scan(lambda h, x: (F.tanh(h @ w + x), h), h0, xs)
+        return gc.grad(F.sum(ys), [h0])[0]
+    cf = gc.compile(fn, np.ones((4, 2, 3), np.float32), np.ones((2, 3), np.float32), np.ones((3, 3), np.float32))
+    viz.write(tmp_path / "loop.svg", [("fn", cf.model)], title="fn")
+    root = ET.parse(tmp_path / "loop.svg").getroot()
+    scans = [g for g in root.iter(f"{SVG}g") if getattr(g.find(f"{SVG}text[@class='op']"), "text", "") == "Scan"]
+    assert len(scans) == 2 and all("bodies:" in g.find(f"{SVG}title").text for g in scans)
+    wires = [g for g in root.iter(f"{SVG}g") if g.get("class") == "wire"]
+    dashed = [g for g in wires if "implicit" in g.find(f"{SVG}path").get("class", "")]
+    assert dashed and all("(read by the body)" in g.find(f"{SVG}title").text for g in dashed)
+    assert all(g.find(f"{SVG}path").get("stroke-dasharray") for g in dashed)

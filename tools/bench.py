@@ -6,6 +6,7 @@ before and after passes, build latency, and compile-time scaling on deep MLPs.
     python tools/bench.py [--runs 20] [--repeat 3] [--only W1,W4] [--json out.json] [--scaling 1000,10000,100000]
     python tools/bench.py --memory     # peak RSS of a long LSTM step with and without recompute
     python tools/bench.py --distributed [--runs 30]   # Ray data-parallel training: 1 vs 2 workers, allreduce cost
+    python tools/bench.py --loops      # loops: build and load times, node counts, scan against unrolled
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import numpy as np
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench_loops import LOOP_WORKLOADS, loop_report, torch_loop_workloads  # noqa: E402
+
 import gcompile as gc  # noqa: E402
 import gcompile.functions as F  # noqa: E402
 from gcompile.frontend.trace import trace  # noqa: E402
@@ -157,6 +160,7 @@ WORKLOADS = {
     "W1": ("mlp-step", w1_setup), "W2": ("cnn-step", w2_setup), "W3": ("transformer-step", w3_setup),
     "W4": ("wgan-gp", w4_setup), "W5": ("pinn", w5_setup), "W6": ("mlp-hvp", w6_setup),
     "W1f": ("mlp-forward", w1_forward_setup),
+    **LOOP_WORKLOADS,
 }
 
 
@@ -239,7 +243,7 @@ def torch_workloads():
             return torch.autograd.grad(sum((g * v).sum() for g, v in zip(gs, vs)), ps)
         return run
 
-    return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f}
+    return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f, **torch_loop_workloads()}
 
 
 def jax_workloads():
@@ -474,7 +478,10 @@ def _lstm_memory_run(mode: str, steps: int = 100, batch: int = 512, hidden: int 
 
     def step(xs, h0, w_ih, w_hh, b):
         h, c = h0, h0
-        for t in range(steps):
+        if mode in ("scan", "scan-checkpoint"):   # one loop; its backward saves each step's values, or the carries
+            (h, c), _ = gc.scan(lambda hc, x: (F.lstm_cell(x, *hc, w_ih, w_hh, b), None), (h, c), xs,
+                                checkpoint=mode == "scan-checkpoint")
+        for t in range(0 if mode.startswith("scan") else steps):
             if mode == "checkpoint":
                 h, c = gc.checkpoint(F.lstm_cell, xs[t], h, c, w_ih, w_hh, b)
             else:
@@ -493,16 +500,17 @@ def _lstm_memory_run(mode: str, steps: int = 100, batch: int = 512, hidden: int 
 
 def recompute_memory() -> list[dict]:
     """Peak RSS growth of one ORT run of a 100-step LSTM (batch 512, hidden 64) forward +
-    weight gradients: no recompute, recompute=True (cheap nodes), and gc.checkpoint per step
-    (ARCHITECTURE.md §9.4). Each variant runs in a fresh process so that arenas do not mix."""
+    weight gradients: no recompute, recompute=True (cheap nodes), gc.checkpoint per step
+    (ARCHITECTURE.md §9.4), and as one gc.scan saving each step's values or (checkpoint=True) the
+    carries only. Each variant runs in a fresh process so that arenas do not mix."""
     import subprocess
     rows = []
-    for mode in ("none", "cheap", "checkpoint"):
+    for mode in ("none", "cheap", "checkpoint", "scan", "scan-checkpoint"):
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--memory-variant", mode],
                              check=True, capture_output=True, text=True).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))
         r = rows[-1]
-        print(f"LSTM T=100 step, recompute {r['mode']:10s} peak +{r['peak_mb']:6.1f} MB  first run "
+        print(f"LSTM T=100 step, {r['mode']:15s} peak +{r['peak_mb']:6.1f} MB  first run "
               f"{r['first_run_ms']:7.1f} ms  {r['onnx_nodes']} ONNX nodes  loss {r['loss']:.4f}")
     return rows
 
@@ -593,6 +601,7 @@ def main(argv=None):
     parser.add_argument("--memory-variant", help=argparse.SUPPRESS)
     parser.add_argument("--distributed", action="store_true",
                         help="only data-parallel training on Ray: 1 vs 2 workers, allreduce cost by model size")
+    parser.add_argument("--loops", action="store_true", help="only the loop figures (tools/bench_loops.py)")
     args = parser.parse_args(argv)
     if args.distributed:
         results = {"distributed": distributed_bench(args.runs)}
@@ -602,6 +611,12 @@ def main(argv=None):
         return
     if args.memory_variant:
         print(json.dumps(_lstm_memory_run(args.memory_variant)))
+        return
+    if args.loops:
+        results = {"loops": loop_report(_median_ms, args.runs)}
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1, default=str)
         return
     if args.memory:
         results = {"recompute_memory": recompute_memory()}

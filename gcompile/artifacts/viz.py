@@ -13,6 +13,8 @@ itself where it built the model (a model.py: value_info with its own symbolic di
 ONNX shape inference with data propagation, which carries the graph inputs' dim names through
 shape computations; a dim still unknown after that is unified with named dims through the
 elementwise ops that force equal sizes, and shown as "?" where nothing names it (never unk__N).
+A loop (Scan, Loop) or If is one box; its tooltip counts the nodes of its bodies, and the values
+its bodies read from the outer scope (weights a loop step uses) are drawn as dashed edges into it.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from xml.sax.saxutils import escape
 import onnx
 
 from ..errors import GcompileError
+from ..importer.inline import outer_names
 from ..ir.dims import format_shape
 from ..logs import logger, phase
 from ..runtime.files import atomic_write
@@ -47,6 +50,7 @@ _SAME_SHAPE = frozenset({"Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh
                          "LeakyRelu", "Log", "LogSoftmax", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu",
                          "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh",
                          "LayerNormalization", "Dropout", "BatchNormalization", "CumSum", "Hardmax"})
+_READ_BY_BODY = " (read by the body)"   # the label of an edge into a loop from a value its body reads
 
 
 @dataclass
@@ -147,12 +151,16 @@ def _boxes(model, types: dict[str, str]) -> tuple[dict[str, Box], list[tuple[str
         key = f"node:{i}"
         weights = [n for n in node.input if n in initializers and n not in optional]
         outs = [types.get(n, "?") for n in node.output if n]
+        inner = _body_nodes(node)
         tip = "\n".join(filter(None, [f"{node.name or '(unnamed)'}: {node.op_type}", node.doc_string,
                                       "→ " + ", ".join(f"{n}: {types.get(n, '?')}" for n in node.output if n),
-                                      f"initializers: {', '.join(weights)}" if weights else ""]))
+                                      f"initializers: {', '.join(weights)}" if weights else "",
+                                      f"bodies: {inner} nodes" if inner else ""]))
         kind = outs[0] + (f" +{len(outs) - 1}" if len(outs) > 1 else "") if outs else ""
         boxes[key] = Box(key, node.op_type, _short(node.name), kind, _order_class(node), tip)
         edges += [(producer[n], key, n) for n in node.input if n in producer]
+        edges += [(producer[n], key, n + _READ_BY_BODY) for n in sorted(outer_names(node) - set(node.input))
+                  if n in producer]
         producer.update({out: key for out in node.output if out})
     for value in model.graph.output:
         key = f"out:{value.name}"
@@ -184,6 +192,12 @@ def _path(points: list[tuple[float, float]], dx: float, dy: float) -> str:
     return " ".join(parts)
 
 
+def _body_nodes(node) -> int:
+    """Nodes in a node's subgraphs (loop bodies, If branches), at every level."""
+    graphs = [g for a in node.attribute for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)]
+    return sum(len(g.node) + sum(_body_nodes(n) for n in g.node) for g in graphs)
+
+
 def _svg_graph(model, top: float) -> tuple[list[str], float, float]:
     """SVG elements of one graph starting at y=`top`; returns (elements, width, height)."""
     types = tensor_types(model)
@@ -196,9 +210,12 @@ def _svg_graph(model, top: float) -> tuple[list[str], float, float]:
     dx, dy = MARGIN, top
     parts = []
     for (src, dst, tensor), points in zip(edges, layout.routes):
-        label = f"{tensor}: {types.get(tensor, '?')}"   # the edge's tooltip: boxes already show each type
+        implicit = tensor.endswith(_READ_BY_BODY)   # a value a loop's body reads from the outer scope
+        label = f"{tensor}: {types.get(tensor.removesuffix(_READ_BY_BODY), '?')}"   # the tooltip: boxes show types
         parts.append(f'<g class="wire" data-from="{_attr(src)}" data-to="{_attr(dst)}"><title>{escape(label)}</title>'
-                     f'<path class="edge" d="{_path(points, dx, dy)}" {EDGE if len(points) <= LONG else LONG_EDGE} '
+                     f'<path class="edge{" implicit" if implicit else ""}" d="{_path(points, dx, dy)}" '
+                     f'{EDGE if len(points) <= LONG else LONG_EDGE}'
+                     f'{DASHED if implicit else ""} '
                      'marker-end="url(#arrow)"/></g>')
     for key, box in boxes.items():
         placed = layout.boxes[key]
@@ -222,6 +239,7 @@ TYPE_TEXT = f'{FONT} font-size="{SMALL_PX}" text-anchor="middle" fill="#114"'
 EDGE = 'fill="none" stroke="#8a8a8a" stroke-width="1.2"'
 LONG_EDGE = 'fill="none" stroke="#b4b4b4" stroke-width="0.9"'   # lighter: a value kept for the backward, rows away
 LONG = 2 + 2 * 4                                                 # route points of an edge crossing 4 rows
+DASHED = ' stroke-dasharray="5 3"'
 
 
 def _fill(css: str) -> str:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,10 +10,10 @@ import numpy as np
 
 from ..collector import collector_paused
 from ..errors import GcompileError, TraceError
-from ..ir.graph import Graph
+from ..ir.graph import Graph, TensorType
 from . import pytree
 from .spec import Spec, as_spec
-from .tensor import Tensor, as_tensor, tracing
+from .tensor import Tensor, as_tensor, current_frame, tracing, tracing_body
 
 
 @dataclass
@@ -88,3 +89,37 @@ def _unique(names: list[str], taken: set[str]) -> list[str]:
         taken.add(candidate)
         result.append(candidate)
     return result
+
+
+def trace_body(fn: Callable[[list[Tensor]], list[Any]], types: list[TensorType]) -> tuple[Graph, list[Tensor]]:
+    """Trace `fn` (a list of Tensors of `types` -> a list of Tensors, arrays or numbers) into a new
+    Graph nested in the current trace: a loop body. Tensors of the enclosing traces that `fn` uses
+    are captured: they become the body's first inputs, before one input per entry of `types`.
+    Returns the body and the captured Tensors (of the current trace), in its input order."""
+    body = Graph()
+    with tracing_body(body) as frame:
+        params = []
+        for i, t in enumerate(types):
+            node = body.add_node("input", [], {"name": f"arg_{i}", "type": t}, [t])
+            params.append(Tensor(body, node.out(0), t))
+        outputs = [as_tensor(o) for o in fn(params)]
+    captured = [outer for outer, _ in frame.captures.values()]
+    body.inputs = [inner.ref for _, inner in frame.captures.values()] + [p.ref for p in params]
+    body.outputs = [o.ref for o in outputs]
+    return body, captured
+
+
+def inline(graph: Graph, inputs: list[Tensor]) -> list[Tensor]:
+    """Record a copy of `graph`'s nodes (with their gradient orders) into the current trace, its inputs
+    read from `inputs` (Tensors of the current trace, one per graph input); returns its outputs.
+    Loop rules build new bodies from old ones with it (gradients/loops.py)."""
+    frame = current_frame()
+    env = {ref: as_tensor(t).ref for ref, t in zip(graph.inputs, inputs)}
+    for node in graph.topo_order():
+        if node.op == "input":
+            continue
+        copy = frame.graph.add_node(node.op, [env[r] for r in node.inputs], node.attrs, node.outputs,
+                                    order=node.order, source=node.source)
+        copy.recompute = node.recompute
+        env.update((node.out(i), copy.out(i)) for i in range(len(node.outputs)))
+    return [Tensor(frame.graph, env[r], graph.type_of(r)) for r in graph.outputs]

@@ -1,21 +1,14 @@
 """Graph -> onnx.ModelProto, walking nodes in a deterministic topological order."""
 from __future__ import annotations
 
-import numpy as np
 import onnx
 from onnx import helper
 
 from ..collector import collector_paused
-from ..ir.graph import Graph, TensorType
-from ..ir.registry import get_op
+from ..ir.graph import Graph
 from ..version import __version__
-from .context import LowerContext
+from .context import LowerContext, value_info
 from .versions import choose_opset, runtime_limits
-
-
-def value_info(name: str, t: TensorType):
-    elem = helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype))
-    return helper.make_tensor_value_info(name, elem, [d for d in t.shape])
 
 
 @collector_paused
@@ -30,21 +23,8 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
     """
     opset = choose_opset(opset)
     ctx = LowerContext(graph, opset, input_names, reserved=graph.output_names)
-    names: dict = {}
-    for ref, input_name in zip(graph.inputs, input_names):
-        names[ref] = input_name
-    for node in graph.topo_order():
-        if node.op == "input":
-            continue
-        ctx.begin(node)
-        if node.op == "constant":
-            names[node.out(0)] = ctx.const(node.attrs["value"], name=node.attrs.get("name"))
-            continue
-        outs = get_op(node.op).lower(ctx, [names[r] for r in node.inputs], node)
-        outs = [outs] if isinstance(outs, str) else list(outs)
-        for i, out in enumerate(outs):
-            names[node.out(i)] = out
-    ctx.begin(None)
+    names: dict = dict(zip(graph.inputs, input_names))
+    ctx.lower_nodes(names)
     outputs = []
     for ref, out_name in zip(graph.outputs, graph.output_names):
         ctx.nodes.append(helper.make_node("Identity", [names[ref]], [out_name], name=out_name))

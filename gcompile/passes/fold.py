@@ -15,7 +15,7 @@ import numpy as np
 
 from ..ir import dims
 from ..ir.graph import Graph
-from ..ir.registry import Trait, get_op, has_trait
+from ..ir.registry import Trait, get_op, has_trait, is_random
 from .base import PassResult
 
 MAX_FOLD_ELEMENTS = 4096
@@ -34,7 +34,7 @@ def _duplicates_a_kept_constant(graph: Graph, node, operands) -> bool:
 def fold_constants(graph: Graph) -> PassResult:
     changed = False
     for node in graph.topo_order():
-        if node.op in ("input", "constant") or has_trait(node.op, Trait.RANDOM):
+        if node.op in ("input", "constant") or is_random(node):
             continue
         if len(node.outputs) != 1 or not dims.is_static(node.outputs[0].shape):
             continue

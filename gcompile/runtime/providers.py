@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -60,16 +61,26 @@ def external_data_from_memory() -> bool:
     return hasattr(ort.SessionOptions(), "add_external_initializers_from_files_in_memory")
 
 
+_QUIET_LOCK = threading.Lock()
+_quiet_depth = [0]   # sessions being created in any thread: the logger is one setting for the process
+
+
 @contextlib.contextmanager
 def quiet_onnxruntime() -> Iterator[None]:
     """Silence onnxruntime's default logger (its coloured lines on stderr) while creating a session:
-    gcompile reports onnxruntime's errors itself, in one paragraph. Afterwards it logs errors only."""
+    gcompile reports onnxruntime's errors itself, in one paragraph. Afterwards (once no other thread
+    is creating one) it logs errors only."""
     import onnxruntime as ort
-    ort.set_default_logger_severity(_SILENT)
+    with _QUIET_LOCK:
+        _quiet_depth[0] += 1
+        ort.set_default_logger_severity(_SILENT)
     try:
         yield
     finally:
-        ort.set_default_logger_severity(_ERRORS)
+        with _QUIET_LOCK:
+            _quiet_depth[0] -= 1
+            if not _quiet_depth[0]:
+                ort.set_default_logger_severity(_ERRORS)
 
 
 def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] | None = None,
