@@ -21,10 +21,9 @@ from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError
 from ..ir.dims import format_shape
-from ..runtime import modelfile
+from ..runtime import modelfile, npz
 from ..runtime.modelfile import signature
 from ..runtime.providers import PROVIDERS, make_session, resolve_provider
-from . import checkpoint
 from .layout import StepLayout
 
 if TYPE_CHECKING:
@@ -213,11 +212,11 @@ class Trainer:
     def save(self, path: str | os.PathLike) -> None:
         """Write parameters, buffers, optimizer state and step counter to an .npz file, atomically."""
         values = {**self.params, **self.buffers, **self.state, "step": self._live["step"].numpy()}
-        checkpoint.write(path, {entry: values[name] for entry, name in self._entries().items()})
+        npz.write(path, {entry: values[name] for entry, name in self._entries().items()})
 
     def load(self, path: str | os.PathLike) -> None:
         """Resume from a checkpoint written by `save`: the next step is the one that would have followed.
-        The file is checked against this step's layout before any array is read (checkpoint.read)."""
+        The file is checked against this step's layout before any array is read (runtime/npz.py)."""
         entries = self._entries()
-        arrays = checkpoint.read(path, {entry: self._types[name] for entry, name in entries.items()})
+        arrays = npz.read(path, {entry: self._types[name] for entry, name in entries.items()})
         self._set({name: arrays[entry] for entry, name in entries.items()})
