@@ -145,7 +145,7 @@ def _npy_header(shape, dtype="<f4") -> bytes:
 
 @pytest.mark.parametrize("entries, message", [
     ({"weight.npy": _npy_header((1 << 20, 1 << 20)), "bias.npy": _npy_header((2,)) + b"\0" * 8},
-     r"expected shape \(2, 1\)"),                                   # a header declaring 4 TiB of floats
+     r"module expects shape \(2, 1\)"),                             # a header declaring 4 TiB of floats
     ({"weight.npy": _npy_header((2, 1), "|O") + b"\0" * 16, "bias.npy": _npy_header((2,)) + b"\0" * 8},
      "numeric arrays only"),                                        # Python objects
     ({"weight.npy": _npy_header((2, 1)) + b"\0" * 8 + b"\0" * 50_000_000, "bias.npy": _npy_header((2,)) + b"\0" * 8},

@@ -65,7 +65,7 @@ def read(path: str | os.PathLike, expected: Mapping[str, tuple[np.dtype, tuple]]
     where = os.fspath(path)
     if not os.path.isfile(where):
         raise GcompileError(f"{where}: no such state dict file")
-    arrays = npz.read(where, expected, what="state dict", strict=strict, exact_dtype=False) \
+    arrays = npz.read(where, expected, what="state dict", owner="module", strict=strict, exact_dtype=False) \
         if _suffix(path) == ".npz" else _read_safetensors(where, expected)
     names = list(arrays)
     missing = [n for n in expected if n not in arrays]

@@ -36,14 +36,15 @@ def write(path, arrays: dict[str, Any]) -> None:
 
 
 def read(path, expected: Mapping[str, tuple[np.dtype, tuple[int, ...]]], *, what: str = "checkpoint",
-         strict: bool = True, exact_dtype: bool = True) -> dict[str, np.ndarray]:
+         owner: str = "training step", strict: bool = True, exact_dtype: bool = True) -> dict[str, np.ndarray]:
     """The arrays of the .npz file `path` named in `expected`, each with its (dtype, shape).
 
     strict: the file holds exactly those names (else entries of other names are skipped unread and
     missing ones are left to the caller). exact_dtype: each entry has exactly its dtype (else any
     numeric dtype, which the caller casts). InputError for a file that does not fit, GcompileError
     for one that cannot be read; either before any array data is read. `what` names the file's
-    role in messages ("checkpoint", "state dict")."""
+    role in messages ("checkpoint", "state dict"), `owner` what sets the layout ("training step",
+    "module")."""
     path = os.fspath(path)
     item = {name: np.dtype(dtype).itemsize if exact_dtype else _WIDEST for name, (dtype, _) in expected.items()}
     sizes = {name: int(np.prod(shape, dtype=np.int64)) * item[name] for name, (_, shape) in expected.items()}
@@ -51,10 +52,10 @@ def read(path, expected: Mapping[str, tuple[np.dtype, tuple[int, ...]]], *, what
     try:
         if strict and os.path.getsize(path) > limit:
             raise InputError(f"{what} {path!r} is {os.path.getsize(path)} bytes, more than a {what} of this "
-                             f"layout can be ({limit} bytes at most)")
+                             f"{owner} can be ({limit} bytes at most)")
         with zipfile.ZipFile(path) as archive:
-            entries = _entries(path, archive, expected, what, strict)
-            headers = {name: _header(path, archive, info, name, *expected[name], sizes[name], what, exact_dtype)
+            entries = _entries(path, archive, expected, what, owner, strict)
+            headers = {name: _header(path, archive, info, name, *expected[name], sizes[name], what, owner, exact_dtype)
                        for name, info in entries.items()}
             return {name: _data(path, archive, entries[name], name, *headers[name], expected[name][1], what)
                     for name in entries}
@@ -62,7 +63,7 @@ def read(path, expected: Mapping[str, tuple[np.dtype, tuple[int, ...]]], *, what
         raise GcompileError(f"cannot read {what} {path!r}: {err}") from None
 
 
-def _entries(path: str, archive: zipfile.ZipFile, expected: Mapping, what: str,
+def _entries(path: str, archive: zipfile.ZipFile, expected: Mapping, what: str, owner: str,
              strict: bool) -> dict[str, zipfile.ZipInfo]:
     """Entry name (without .npy) -> its zip entry, for the expected names present, each once; with
     `strict`, exactly the expected names."""
@@ -76,12 +77,12 @@ def _entries(path: str, archive: zipfile.ZipFile, expected: Mapping, what: str,
                 ([f"unexpected {', '.join(map(repr, extra[:10]))}" + (f" and {len(extra) - 10} more" if len(extra) > 10
                                                                       else "")] if extra else []) + \
                 ([f"{', '.join(map(repr, twice))} twice"] if twice else [])
-        raise InputError(f"{what} {path!r} entries do not match: {'; '.join(parts)}")
+        raise InputError(f"{what} {path!r} entries do not match the {owner}: {'; '.join(parts)}")
     return {name: info for name, info in zip(names, infos) if name in expected}
 
 
 def _header(path: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, dtype, shape,
-            size: int, what: str, exact_dtype: bool) -> tuple[int, bool, np.dtype]:
+            size: int, what: str, owner: str, exact_dtype: bool) -> tuple[int, bool, np.dtype]:
     """(data offset, Fortran order, dtype) of an entry whose .npy header declares `shape` and
     `dtype` (any numeric dtype unless `exact_dtype`)."""
     where = f"{what} {path!r} entry {name!r}"
@@ -97,11 +98,13 @@ def _header(path: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: st
             raise InputError(f"{where}: .npy format version {version} is not supported (1.0 and 2.0 are)")
         offset = fh.tell()
     if got_dtype.hasobject or got_dtype.kind not in "biufc":
-        raise InputError(f"{where} holds {got_dtype}; a {what} holds numeric arrays only")
+        held = "Python objects" if got_dtype.hasobject else f"{got_dtype} values"
+        raise InputError(f"{where} holds {held}; a {what} holds numeric arrays only")
     if (exact_dtype and got_dtype != dtype) or tuple(got_shape) != tuple(shape):
         expected = f"{np.dtype(dtype).name}{format_shape(tuple(shape))}" if exact_dtype else \
             f"shape {format_shape(tuple(shape))}"
-        raise InputError(f"{where}: expected {expected}, got {got_dtype.name}{format_shape(tuple(got_shape))}")
+        got = f"{got_dtype.name}{format_shape(tuple(got_shape))}"
+        raise InputError(f"{where}: the {owner} expects {expected}, got {got}")
     nbytes = int(np.prod(shape, dtype=np.int64)) * got_dtype.itemsize
     if info.file_size != offset + nbytes:
         raise InputError(f"{where} is {info.file_size} bytes, but its header and array take {offset + nbytes}")
