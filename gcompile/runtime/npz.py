@@ -28,6 +28,34 @@ _ARCHIVE_OVERHEAD = 64 * 1024 + 1024  # end records and the longest zip comment
 _WIDEST = 16                          # bytes per element of the widest numeric dtype (complex128)
 
 
+def load_npy(source) -> np.ndarray:
+    """The array of a .npy file (a path or a binary file object), read only after its header is
+    checked against the bytes that follow it: numpy's own loader allocates the array a header
+    declares before finding out the file is shorter. ValueError for a header that does not fit."""
+    if isinstance(source, (str, os.PathLike)):
+        with open(os.fspath(source), "rb") as fh:
+            return _read_npy(fh)
+    return _read_npy(source)
+
+
+def _read_npy(fh) -> np.ndarray:
+    version = npy.read_magic(fh)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f".npy format version {version} is not supported (1.0 and 2.0 are)")
+    read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+    shape, fortran, dtype = read_header(fh, max_header_size=_HEADER_LIMIT)
+    if dtype.hasobject:
+        raise ValueError("it holds Python objects; only numeric arrays are read")
+    size = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    start = fh.tell()
+    remaining = fh.seek(0, os.SEEK_END) - start
+    if remaining != size:
+        raise ValueError(f"its header declares {dtype.name}{format_shape(tuple(shape))} ({size} bytes) but "
+                         f"{'more' if remaining > size else remaining} bytes follow it")
+    fh.seek(start)
+    return np.frombuffer(fh.read(size), dtype=dtype).reshape(shape, order="F" if fortran else "C").copy()
+
+
 def write(path, arrays: dict[str, Any]) -> None:
     """Write `arrays` to the .npz file `path`, atomically."""
     buffer = io.BytesIO()
