@@ -5,7 +5,10 @@ first and second derivatives of u w.r.t. the input; training needs the gradient 
 residual loss w.r.t. the parameters, a third-order derivative of u, all in one ONNX graph.
 
     gcompile build examples/pinn.py -o build --check
+    python examples/pinn.py [--steps 30]   # compile it and lower the residual by gradient descent
 """
+import argparse
+
 import numpy as np
 
 import gcompile as gc
@@ -39,3 +42,24 @@ def pinn_loss_and_grads(p, w1, b1, w2, b2, w3, b3):
     u_xx = d2u @ X_COL
     loss = F.mean((u_t - u_xx) ** 2)
     return {"loss": loss, "grads": gc.grad(loss, params)}  # third order
+
+
+def main(steps: int = 30, lr: float = 0.05, points: int = 128) -> list[float]:
+    """Compile the third-order model and run gradient descent on random collocation points;
+    returns the residual loss of every step."""
+    p = np.random.default_rng(1).uniform(-1, 1, (points, 2)).astype(np.float32)
+    step = gc.compile(pinn_loss_and_grads, gc.spec(("points", 2), "float32"), *PARAMS)
+    params, losses = list(PARAMS), []
+    for i in range(steps):
+        out = step(p, *params)
+        params = [w - lr * g for w, g in zip(params, out["grads"])]
+        losses.append(float(out["loss"]))
+        if i % 10 == 0 or i == steps - 1:
+            print(f"step {i:3d}  mean (u_t - u_xx)^2 = {losses[-1]:.6f}")
+    return losses
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    main(parser.parse_args().steps)

@@ -3,34 +3,34 @@
 Exit codes: 0 success; 2 a user error (bad model file, spec, input or artifact), printed
 as one paragraph without a traceback; 1 an unexpected internal error. `--debug` adds the
 traceback to either.
+
+Only click is imported up front: each command imports the library (numpy, onnx, the
+compiler) when it runs, so `gcompile --help` and `gcompile CMD --help` answer at once.
 """
 from __future__ import annotations
 
 import functools
 import io
+import logging
 import os
 import re
 import sys
 import traceback
 
 import click
-import numpy as np
 
 from . import logs
-from .artifacts import viz as viz_module
-from .artifacts.build import build as build_artifacts
-from .artifacts.build import lower_all
-from .artifacts.describe import describe, op_histogram, order_label
 from .errors import GcompileError
-from .ir.dims import format_shape
-from .lowering.serialize import EXTERNAL_DATA_THRESHOLD
-from .runtime import modelfile
-from .runtime.files import atomic_write, write_files
-from .runtime.providers import resolve_provider
 from .version import __version__
 
 _PROVIDER = click.option("--provider", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
                          show_default=True, help="onnxruntime execution provider")
+
+
+def say(text: str = "") -> None:
+    """A line of a command's report on stdout; nothing with -q (errors only)."""
+    if not logs.quiet():
+        click.echo(text)
 
 
 def _print_traceback(err: BaseException) -> None:
@@ -40,15 +40,24 @@ def _print_traceback(err: BaseException) -> None:
     traceback.print_exception(err)
 
 
+_VERBOSE = click.option("-v", "--verbose", count=True, help="log phase timings to stderr (-vv: also debug messages)")
+_QUIET = click.option("-q", "--quiet", is_flag=True, help="errors only: print nothing on success, no progress display")
+_DEBUG = click.option("--debug", is_flag=True, help="show the Python traceback of an error")
+
+
 def _guarded(command):
     """Turn exceptions into the documented exit codes and one-paragraph messages; set the
-    log level (-v phase timings, -vv debug, -q errors only and no progress bars)."""
-    @click.option("--debug", is_flag=True, help="show the Python traceback of an error")
-    @click.option("-v", "--verbose", count=True, help="log phase timings (-vv: debug messages)")
-    @click.option("-q", "--quiet", is_flag=True, help="errors only, no progress bar")
+    log level from -v/-q/--debug, given before the command (`gcompile -v build`) or after it
+    (`gcompile build -v`): -v counts add up, -q and --debug hold if given at either place."""
+    @_DEBUG
+    @_VERBOSE
+    @_QUIET
     @functools.wraps(command)
     def wrapper(*args, debug: bool, verbose: int, quiet: bool, **kwargs):
-        logs.configure(-1 if quiet else verbose)
+        group = click.get_current_context().find_root().params
+        debug = debug or group.get("debug", False)
+        quiet = quiet or group.get("quiet", False)
+        logs.configure(-1 if quiet else verbose + group.get("verbose", 0))
         try:
             return command(*args, **kwargs)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
@@ -75,11 +84,17 @@ def _guarded(command):
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gcompile")
-def main():
-    """gcompile: trace numeric Python, differentiate it to any order, export standard ONNX."""
+@_DEBUG
+@_VERBOSE
+@_QUIET
+def main(debug: bool, verbose: int, quiet: bool):
+    """gcompile: trace numeric Python, differentiate it to any order, export standard ONNX.
+
+    -v, -q and --debug may be given before the command or after it."""
 
 
 def _orders(entry: dict) -> str:
+    from .artifacts.describe import order_label
     parts = [f"{order_label(int(k))} {v}" for k, v in entry["nodes_by_order"].items()]
     if entry["untagged_nodes"]:
         parts.append(f"glue {entry['untagged_nodes']}")
@@ -96,13 +111,18 @@ def _orders(entry: dict) -> str:
 @click.option("--check", is_flag=True, help="run each artifact in onnxruntime on random inputs of its specs")
 @click.option("--recompute", is_flag=True,
               help="recompute cheap forward nodes in the backward pass instead of keeping them (less memory)")
-@click.option("--external-data-threshold", type=click.IntRange(min=0), default=EXTERNAL_DATA_THRESHOLD,
-              show_default=True, metavar="BYTES",
-              help="an artifact this large keeps its weights in <name>.onnx.data beside it")
+@click.option("--external-data-threshold", type=click.IntRange(min=0), default=None,
+              show_default="2 GiB, the protobuf limit", metavar="BYTES",
+              help="an artifact this large keeps its weights in <name>.onnx.<hash>.data beside it")
 @_PROVIDER
 @_guarded
 def build(model, out_dir, opset, optimize, check, recompute, external_data_threshold, provider):
     """Build every @gc.export function of MODEL (a .py file) into OUT/<name>.onnx and OUT/manifest.json."""
+    from .artifacts.build import build as build_artifacts
+    from .lowering.serialize import EXTERNAL_DATA_THRESHOLD
+    from .runtime import modelfile
+    if external_data_threshold is None:
+        external_data_threshold = EXTERNAL_DATA_THRESHOLD
     result = build_artifacts(model, out_dir, opset=opset, check=check, provider=provider, optimize=optimize,
                              external_data_threshold=external_data_threshold, recompute=recompute)
     for entry in result.manifest["artifacts"]:
@@ -119,31 +139,32 @@ def build(model, out_dir, opset, optimize, check, recompute, external_data_thres
         if entry["name"] in result.checks:
             c = result.checks[entry["name"]]
             rows.append(("check", f"ok on {c['provider']}: load {c['load_ms']:.1f} ms, run {c['run_ms']:.1f} ms"))
-        click.echo(os.path.join(result.out_dir, entry["file"]))
+        say(os.path.join(result.out_dir, entry["file"]))
         for key, value in rows:
-            click.echo(f"  {key:<8} {value}")
-    click.echo(f"wrote {len(result.manifest['artifacts'])} artifact(s) and "
-               f"{os.path.join(result.out_dir, 'manifest.json')}")
+            say(f"  {key:<8} {value}")
+    say(f"wrote {len(result.manifest['artifacts'])} artifact(s) and {os.path.join(result.out_dir, 'manifest.json')}")
 
 
-def _parse_inputs(values) -> dict:
+def _parse_inputs(values, option: str = "--input") -> dict:
+    from .runtime import npz
     feeds = {}
     for item in values:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
-            raise GcompileError(f"--input {item!r}: write it as NAME=path.npy")
+            raise GcompileError(f"{option} {item!r}: write it as NAME=path.npy")
         if name in feeds:
-            raise GcompileError(f"--input {name!r} given twice")
+            raise GcompileError(f"{option} {name!r} given twice")
         if not os.path.isfile(path):
-            raise GcompileError(f"--input {name}: file {path!r} not found")
+            raise GcompileError(f"{option} {name}: file {path!r} not found")
         try:
-            feeds[name] = np.load(path, allow_pickle=False)
-        except Exception as err:
-            raise GcompileError(f"--input {name}: cannot read {path!r} as a .npy array ({err})") from None
+            feeds[name] = npz.load_npy(path)
+        except (OSError, ValueError, EOFError) as err:
+            raise GcompileError(f"{option} {name}: cannot read {path!r} as a .npy array ({err})") from None
     return feeds
 
 
-def _summary(value: np.ndarray) -> str:
+def _summary(value) -> str:
+    import numpy as np
     if value.size == 0:
         return "empty"
     if value.size <= 6:
@@ -163,11 +184,16 @@ def _summary(value: np.ndarray) -> str:
 @_guarded
 def run(artifact, inputs, out_dir, provider):
     """Run ARTIFACT (.onnx) on .npy inputs with onnxruntime and print its outputs."""
+    from .ir.dims import format_shape
+    from .runtime import modelfile
+    from .runtime.providers import resolve_provider
     with modelfile.opened(artifact) as opened:
         model = opened.model
         modelfile.check_runnable(model, artifact)
         feeds = _parse_inputs(inputs)
         used = resolve_provider(provider)
+        logs.logger.debug("running %s on %s with %s", artifact, used,
+                          ", ".join(f"{k} {v.dtype}{list(v.shape)}" for k, v in feeds.items()) or "no inputs")
         try:
             session = modelfile.session(opened, used)
         except Exception as err:
@@ -179,9 +205,9 @@ def run(artifact, inputs, out_dir, provider):
         if failure is None:
             raise
         raise GcompileError(f"onnxruntime failed running {artifact}{failure}") from None
-    click.echo(f"ran {artifact} on {result['provider']} in {result['run_ms']:.1f} ms")
+    say(f"ran {artifact} on {result['provider']} in {result['run_ms']:.1f} ms")
     for name, value in result["outputs"].items():
-        click.echo(f"  {_printable(name)}: {value.dtype.name}{format_shape(value.shape)}  {_summary(value)}")
+        say(f"  {_printable(name)}: {value.dtype.name}{format_shape(value.shape)}  {_summary(value)}")
     if out_dir:
         _write_outputs(out_dir, result["outputs"])
 
@@ -220,6 +246,10 @@ def _printable(name: str) -> str:
 
 def _write_outputs(out_dir: str, outputs: dict) -> None:
     """Every output to OUT_DIR/<safe name>.npy, as one set (runtime.files.write_files); print the files."""
+
+    import numpy as np
+
+    from .runtime.files import write_files
     files = output_file_names(list(outputs))
     blobs = []
     for value in outputs.values():
@@ -231,9 +261,9 @@ def _write_outputs(out_dir: str, outputs: dict) -> None:
     except OSError as err:
         listed = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
         raise GcompileError(f"cannot write {listed} to {out_dir!r}: {err.strerror or err}") from None
-    click.echo(f"wrote {len(files)} output(s) to {out_dir}:")
+    say(f"wrote {len(files)} output(s) to {out_dir}:")
     for name, file in zip(outputs, files):
-        click.echo(f"  {file}" + (f"  (output {name!r})" if file != f"{name}.npy" else ""))
+        say(f"  {file}" + (f"  (output {name!r})" if file != f"{name}.npy" else ""))
 
 
 @main.command()
@@ -241,46 +271,55 @@ def _write_outputs(out_dir: str, outputs: dict) -> None:
 @_guarded
 def inspect(artifact):
     """Show ARTIFACT's inputs, outputs, opset, op histogram and node counts per gradient order."""
+    from .artifacts.describe import describe, op_histogram
+    from .runtime import modelfile
     model = modelfile.load(artifact)
     try:
         modelfile.check_runnable(model, artifact)
     except GcompileError as err:   # still worth inspecting: say why it will not run, then describe it
-        click.echo(f"warning: {err}", err=True)
+        if not logs.quiet():
+            click.echo(f"warning: {err}", err=True)
     info = describe(model)
-    click.echo(f"{artifact}: graph {model.graph.name!r}, producer {model.producer_name or '?'} "
+    say(f"{artifact}: graph {model.graph.name!r}, producer {model.producer_name or '?'} "
                f"{model.producer_version}, ir_version {info['ir_version']}, opset {info['opset']}")
-    for key in ("inputs", "outputs"):
-        click.echo(f"{key}:")
-        for entry in info[key]:
-            click.echo(f"  {modelfile.format_sig(entry)}")
+    for key in ("inputs", "optional_inputs", "outputs"):
+        if key in info:
+            say("optional inputs (default: the initializer of the same name):" if key == "optional_inputs"
+                       else f"{key}:")
+        for entry in info.get(key, []):
+            say(f"  {modelfile.format_sig(entry)}")
     external = sorted(set(modelfile.external_files(model)))
-    click.echo(f"initializers: {len(model.graph.initializer)} ({info['parameters']} values)"
+    say(f"initializers: {len(model.graph.initializer)} ({info['parameters']} values)"
                + (f", external data in {', '.join(external)}" if external else ""))
-    click.echo(f"nodes: {_orders(info)}")
-    click.echo("op histogram:")
+    say(f"nodes: {_orders(info)}")
+    say("op histogram:")
     for op, count in op_histogram(model):
-        click.echo(f"  {op:<24} {count}")
+        say(f"  {op:<24} {count}")
 
 
 @main.command()
 @click.argument("source", type=click.Path(dir_okay=False))
 @click.option("-o", "--out", "out_path", required=True, type=click.Path(dir_okay=False),
-              help="the drawing: .svg, or .html for a page with one section per graph")
+              help="the drawing: .svg, .html (a page with one section per graph) or .dot (Graphviz text)")
 @click.option("-O", "--optimize", type=click.IntRange(0, 2), default=2, show_default=True,
               help="graph passes before drawing a model.py (as for build)")
 @_guarded
 def viz(source, out_path, optimize):
     """Draw SOURCE (an .onnx file, or a model.py: each @gc.export function) with forward, backward and
-    double-backward nodes in different colours and tensor names and shapes on the edges."""
-    if source.endswith(".py"):
-        _, built = lower_all(source, optimize=optimize)
-        sections = [(info.name, model) for info, model, *_ in built]
-    else:
-        model = modelfile.load(source)
-        sections = [(model.graph.name or os.path.basename(source), model)]
-    viz_module.write(out_path, sections, title=os.path.basename(source))
-    click.echo(f"wrote {out_path} ({sum(len(m.graph.node) for _, m in sections)} nodes in "
-               f"{len(sections)} graph(s))")
+    double-backward nodes in different colours, each box showing the type it computes."""
+    from .artifacts import viz as viz_module
+    from .artifacts.build import lower_all
+    from .runtime import modelfile
+    with logs.progress(1, "viz", count_phases=True):   # 1: the drawing
+        if source.endswith(".py"):
+            _, built = lower_all(source, optimize=optimize, value_types=True)   # gcompile's own dims on every value
+            sections = [(info.name, model) for info, model, *_ in built]
+        else:
+            model = modelfile.load(source)
+            sections = [(model.graph.name or os.path.basename(source), model)]
+        with logs.phase("draw"):
+            viz_module.write(out_path, sections, title=os.path.basename(source))
+    say(f"wrote {out_path} ({sum(len(m.graph.node) for _, m in sections)} nodes in {len(sections)} graph(s))")
 
 
 @main.command("grad")
@@ -301,14 +340,56 @@ def viz(source, out_path, optimize):
 def grad_command(model, wrt, of, loss, target, order, out_path, opset):
     """Write a standard-ONNX model returning MODEL's outputs and their gradients (grad_<name>)."""
     from .importer.grad import gradient_model
+    from .runtime import modelfile
+    from .runtime.files import atomic_write
     proto = gradient_model(model, wrt, of=of, loss=loss, target=target, order=order, opset=opset)
     try:
         atomic_write(out_path, proto.SerializeToString())
     except OSError as err:
         raise GcompileError(f"cannot write {out_path}: {err.strerror or err}") from None
-    for key, values in (("inputs", proto.graph.input), ("outputs", proto.graph.output)):
-        click.echo(f"  {key:<8} " + ", ".join(map(modelfile.format_sig, modelfile.signature(values))))
-    click.echo(f"wrote {out_path}")
+    for key, values in (("inputs", modelfile.graph_inputs(proto)), ("outputs", proto.graph.output)):
+        say(f"  {key:<8} " + ", ".join(map(modelfile.format_sig, modelfile.signature(values))))
+    defaults = [v.name for v in modelfile.optional_inputs(proto)]
+    if defaults:
+        say(f"  defaults {', '.join(defaults)} (the model's own values; feed them to override)")
+    say(f"wrote {out_path}")
+
+
+@main.command("map")
+@click.argument("artifact", type=click.Path(dir_okay=False))
+@click.argument("data", nargs=-1, required=True)
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="the folder to write the output shards to")
+@click.option("-c", "--const", "constants", multiple=True, metavar="NAME=FILE.npy",
+              help="a model input fed unchanged to every call (parameters, a direction)")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "npy"]), default="parquet", show_default=True,
+              help="OUT/part-NNNNNN.parquet, or OUT/<output>/part-NNNNNN.npy")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Ray actors, one session each")
+@click.option("--batch-size", type=click.IntRange(min=1), default=1024, show_default=True, help="rows per call")
+@click.option("--address", default=None, help="a Ray cluster's address, HOST:PORT (default: a local Ray)")
+@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="onnxruntime execution provider on the workers")
+@_guarded
+def map_command(artifact, data, out_dir, constants, fmt, workers, batch_size, address, provider):
+    """Evaluate ARTIFACT (.onnx) over every row of DATA with Ray Data (pip install 'gcompile[distributed]').
+
+    DATA is a Parquet file or folder whose columns are named after the model's inputs, or one
+    NAME=PATH per input for .npy files (a file, a folder or a glob; rows along the first axis)."""
+    from .distributed.dataset import map_model
+    named = [d.partition("=") for d in data]
+    if len(data) == 1 and not named[0][1]:
+        source: object = data[0]
+    elif all(sep and name and path for name, sep, path in named):
+        source = {name: path for name, _, path in named}
+    else:
+        raise GcompileError("DATA is one Parquet file or folder, or NAME=PATH for each .npy input")
+    result = map_model(artifact, source, out_dir, constants=_parse_inputs(constants, "--const"), format=fmt,
+                       batch_size=batch_size, workers=workers, provider=provider, address=address,
+                       progress=logs.logger.isEnabledFor(logging.WARNING) and sys.stderr.isatty())
+    mode = "in batches" if result["batched"] else "row by row"
+    click.echo(f"mapped {artifact} over {result['rows']} rows ({mode}) in {result['seconds']:.1f} s; "
+               f"wrote {fmt} shards to {out_dir}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import numpy as np
 
 import gcompile as gc
 from gcompile.frontend.trace import trace
+from gcompile.ir.evaluate import evaluate
 from gcompile.testing import check_grad
 
 GRAD_CHECKED_OPS: set[str] = set()
@@ -40,3 +41,15 @@ def check_grads(fn, inputs, *, order=2, **kwargs):
     GRAD_CHECKED_OPS.update(n.op for n in graph.nodes.values())
     for k in range(1, order + 1):
         check_grad(fn, arrays, order=k, **kwargs)
+
+
+def check_values(fn, inputs, expected, *, rtol=1e-6, atol=1e-12):
+    """Exact values (gradients at kinks, ties and infinities included; NaN where expected is NaN)
+    on both the float64 reference evaluator and ONNX Runtime, from the same float64 inputs."""
+    got_ref = evaluate(trace(fn, inputs).graph, inputs)
+    got_ort = gc.compile(fn, *inputs, provider="cpu").run_flat(*inputs)
+    expected = expected if isinstance(expected, (list, tuple)) else [expected]
+    for where, got in (("reference", got_ref), ("onnxruntime", got_ort)):
+        assert len(got) == len(expected), (where, len(got), len(expected))
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, np.asarray(e, np.float64), rtol=rtol, atol=atol, err_msg=where)

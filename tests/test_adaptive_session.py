@@ -4,6 +4,7 @@ real), and a compiled function that gives the same results whichever variant run
 import time
 
 import numpy as np
+import pytest
 
 import gcompile as gc
 import gcompile.functions as F
@@ -93,3 +94,30 @@ def test_a_compiled_function_gives_the_same_results_on_either_variant():
     xv, wv = cf.to_device(x), cf.to_device(w)    # the io-binding path
     for _ in range(10):
         np.testing.assert_allclose(cf(xv, wv)[1], first[1], rtol=1e-6, atol=1e-7)
+
+
+def _session_kinds(monkeypatch, **limits):
+    """The sessions gc.compile makes for a small function, under patched limits."""
+    from gcompile.runtime import providers
+    for name, value in limits.items():
+        monkeypatch.setattr(providers, name, value)
+    x = np.ones((3, 3), np.float32)
+    return gc.compile(lambda x: F.tanh(x) @ x, x, provider="cpu")._session
+
+
+def test_gcompile_threads_pins_the_thread_count(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert isinstance(_session_kinds(monkeypatch), AdaptiveSession)
+    monkeypatch.setenv("GCOMPILE_THREADS", "1")
+    session = _session_kinds(monkeypatch)
+    assert not isinstance(session, AdaptiveSession)
+    assert session.get_session_options().intra_op_num_threads == 1
+    monkeypatch.setenv("GCOMPILE_THREADS", "two")
+    with pytest.raises(gc.GcompileError, match="GCOMPILE_THREADS must be a positive whole number.*'two'"):
+        _session_kinds(monkeypatch)
+
+
+def test_models_over_the_size_limits_keep_one_session(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert not isinstance(_session_kinds(monkeypatch, ADAPT_MAX_BYTES=10), AdaptiveSession)
+    assert not isinstance(_session_kinds(monkeypatch, ADAPT_MAX_NODES=1), AdaptiveSession)

@@ -7,6 +7,8 @@ Imports inside functions count (a deferred import is still a dependency); import
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import networkx as nx
@@ -14,7 +16,7 @@ import networkx as nx
 PACKAGE = Path(__file__).resolve().parent.parent / "gcompile"
 
 # room -> the rooms it may import from (besides itself and the shared leaves)
-LEAVES = {"errors", "version", "logs", "collector"}
+LEAVES = {"errors", "version", "logs", "collector", "install_check"}
 ALLOWED = {
     "ir": set(),
     "frontend": {"ir"},
@@ -23,9 +25,12 @@ ALLOWED = {
     "passes": {"ir", "ops"},
     "lowering": {"ir", "ops"},
     "runtime": {"ir", "frontend", "ops", "gradients", "passes", "lowering"},
-    "importer": {"ir", "frontend", "ops", "gradients", "passes", "lowering", "runtime"},
-    "training": {"ir", "frontend", "ops", "gradients", "passes", "lowering", "runtime"},
-    "artifacts": {"ir", "frontend", "ops", "gradients", "passes", "lowering", "runtime", "importer", "training"},
+    "nn": {"ir", "frontend", "ops", "runtime"},
+    "importer": {"ir", "frontend", "ops", "gradients", "passes", "lowering", "runtime", "nn"},
+    "training": {"ir", "frontend", "ops", "gradients", "passes", "lowering", "runtime", "nn"},
+    "artifacts": {"ir", "frontend", "ops", "gradients", "passes", "lowering", "runtime", "nn", "importer", "training"},
+    "distributed": {"ir", "frontend", "ops", "gradients", "passes", "lowering", "runtime", "nn", "importer",
+                    "training", "artifacts"},
 }
 # Kept for compatibility, named here so that nothing else slips in: gc.runtime.Trainer and
 # gc.runtime.StepLayout resolve lazily to their home in training/.
@@ -103,3 +108,17 @@ def test_leaves_import_no_room():
 def test_every_room_is_known():
     rooms = {room(m) for m in import_graph().nodes} - {"gcompile", "cli", "testing", "optim"}
     assert rooms <= set(ALLOWED) | LEAVES, rooms - set(ALLOWED) - LEAVES
+
+
+def test_the_core_never_imports_the_distributed_room():
+    """gcompile.distributed is an optional room on top (its extra brings Ray): only the command line
+    may reach it, and `import gcompile` imports neither it nor Ray."""
+    graph = import_graph()
+    wrong = [f"{a} imports {b}" for a, b in graph.edges
+             if room(b) == "distributed" and room(a) not in ("distributed", "cli")]
+    assert not wrong, "\n".join(wrong)
+    code = ("import sys, gcompile, gcompile.cli, gcompile.distributed; "
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -253,7 +253,7 @@ def test_failed_build_keeps_previous_artifacts(model, built):
 
 def test_internal_error_exits_1_and_debug_shows_traceback(model, tmp_path, monkeypatch):
     # an op without a lowering rule: the failure is raised inside gcompile, so it is a bug, not a user error
-    monkeypatch.setattr(gcompile.lowering.lower, "get_op", lambda name: types.SimpleNamespace(lower=None))
+    monkeypatch.setattr(gcompile.lowering.context, "get_op", lambda name: types.SimpleNamespace(lower=None))
     result = invoke("build", model, "-o", tmp_path / "out")
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "internal error: TypeError" in result.stderr and "gcompile bug" in result.stderr
@@ -269,7 +269,7 @@ def test_module_entry_point_user_error_has_no_traceback(tmp_path):
     assert proc.stderr.startswith("error: model.py:1: syntax error") and proc.stdout == ""
 
 
-@pytest.mark.parametrize("example", ["mlp", "cnn", "wgan_gp", "pinn", "hvp"])
+@pytest.mark.parametrize("example", ["mlp", "cnn", "wgan_gp", "pinn", "hvp", "nn_cnn"])
 def test_examples_build_and_check(example, tmp_path):
     result = invoke("build", os.path.join(ROOT, "examples", f"{example}.py"), "-o", tmp_path, "--check",
                     "--provider", "cpu")

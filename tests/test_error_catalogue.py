@@ -144,6 +144,49 @@ def trace_bad_spec(tmp_path):
     return raised(lambda: gc.spec((-1, 3))), ["bad spec", "dim -1", "(-1, 3)"]
 
 
+@case
+def trace_vmap_batch_sizes_differ(tmp_path):
+    def f(a, b):
+        return gc.vmap(lambda a, b: a + b)(a, b)
+    return raised(lambda: gc.compile(f, np.ones((4, 2)), np.ones((3, 2))), gc.ShapeError), \
+        ["vmap", "batch sizes 4 and 3", line_of(f)]
+
+
+@case
+def trace_has_aux_without_a_pair(tmp_path):
+    return raised(lambda: gc.compile(lambda w: gc.grad(F.sum, has_aux=True)(w), X23)), \
+        ["has_aux=True", "needs a function returning a pair (loss, aux)", "Tensor"]
+
+
+@case
+def trace_jit_static_argument_unhashable(tmp_path):
+    f = gc.jit(lambda x, n: x * len(n), static_argnums=1)
+    return raised(lambda: f(X23, [1, 2])), ["argument 'n' is static", "must be hashable", "list"]
+
+
+@case
+def trace_train_step_unknown_hyperparameter(tmp_path):
+    params = {"w": np.ones((3, 2), np.float32)}
+    return raised(lambda: gc.export_train_step(lambda p, x: F.sum(x @ p["w"]), params, gc.optim.Adam(), X23,
+                                               hyperparams={"temperature": 1.0})), \
+        ["'temperature'", "neither a hyper-parameter of Adam", "lr, eps, weight_decay", "keyword argument"]
+
+
+@case
+def run_pytree_argument_of_another_structure(tmp_path):
+    cf = gc.compile(lambda p, x: x @ p["w"] + p["b"], {"w": np.ones((3, 2), np.float32), "b": np.zeros(2, np.float32)},
+                    X23, provider="cpu")
+    return raised(lambda: cf({"w": np.ones((3, 2), np.float32)}, X23), gc.InputError), \
+        ["<lambda>", "argument p", "missing key(s) ['b']"]
+
+
+@case
+def run_state_dict_of_another_shape(tmp_path):
+    layer = gc.nn.Linear(3, 2)
+    return raised(lambda: layer.load_state_dict({"weight": np.ones((3, 2)), "bias": np.ones(2)}), gc.InputError), \
+        ["load_state_dict", "'weight'", "(2, 3)", "got (3, 2)"]
+
+
 # -- run time ------------------------------------------------------------------------------------
 def two_inputs(**options):
     return gc.compile(lambda x, w: x @ w, gc.spec(("batch", 3)), gc.spec((3, "k")), **options)
@@ -384,7 +427,7 @@ def cli_build_negative_external_data_threshold(tmp_path):
 
 @case
 def cli_viz_unknown_format(tmp_path):
-    return invoke("viz", saved(tmp_path), "-o", tmp_path / "graph.png"), ["graph.png", ".svg or .html"]
+    return invoke("viz", saved(tmp_path), "-o", tmp_path / "graph.png"), ["graph.png", ".svg, .html or .dot"]
 
 
 @case

@@ -35,21 +35,37 @@ def invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def test_progress_draws_on_a_terminal_only():
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _frames(drawn: str) -> list[str]:
+    """The lines a terminal showed, escape codes removed."""
+    return [f for f in (ANSI.sub("", part) for part in re.split(r"[\r\n]", drawn)) if f.strip()]
+
+
+def test_progress_draws_on_a_terminal_only(monkeypatch):
     logs.configure(0)
+    monkeypatch.setenv("TERM", "xterm")
     tty = Terminal()
     with logs.progress(2, "work", stream=tty) as bar:
         bar.step("a")
         bar.advance()
         bar.step("b")
-    frames = tty.getvalue().split("\r")
-    assert "work [" in frames[1] and "0/2 a" in frames[1] and "1/2 b" in frames[-2]
-    assert frames[-1] == "\x1b[K"                                      # cleared when done
+    frames = _frames(tty.getvalue())
+    assert frames[0].startswith("work ") and "0/2" in frames[0] and frames[0].split()[-2:][0] == "a"
+    assert "1/2" in frames[-1] and " b " in frames[-1]
+    assert tty.getvalue().endswith("\x1b[2K")                          # erased when done
     piped = io.StringIO()
     with logs.progress(2, "work", stream=piped) as bar:
         bar.step("a")
         bar.advance()
     assert piped.getvalue() == ""
+    monkeypatch.setenv("TERM", "dumb")                                   # a terminal that takes no escape codes
+    dumb = Terminal()
+    with logs.progress(2, "work", stream=dumb) as bar:
+        bar.step("a")
+    assert dumb.getvalue() == ""
+    monkeypatch.setenv("TERM", "xterm")
     logs.configure(-1)                                                 # -q: no bar even on a terminal
     quiet = Terminal()
     with logs.progress(1, "work", stream=quiet) as bar:
@@ -58,24 +74,62 @@ def test_progress_draws_on_a_terminal_only():
     logs.configure(0)
 
 
-def test_echo_keeps_results_off_the_bar(capsys):
+def test_the_clock_ticks_within_a_phase_and_lines_fit_the_terminal(monkeypatch):
+    """Redrawn from its own thread: a phase that runs for a while without calling back still shows
+    its time passing; a long name is cut with an ellipsis to the terminal's width, never wrapped."""
     logs.configure(0)
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setenv("COLUMNS", "50")
+    tty = Terminal()
+    with logs.progress(2, "build", stream=tty, count_phases=True) as bar:
+        bar.step("a_function_name_far_too_long_for_a_terminal_of_fifty_columns")
+        with logs.phase("lower"):
+            time.sleep(0.8)
+    frames = _frames(tty.getvalue())
+    clocks = {f.split()[-1] for f in frames if "lower" in f}
+    assert len(clocks) >= 2, frames                                    # e.g. 0.0s, 0.3s, 0.6s
+    assert all(len(f) <= 50 for f in frames) and any("…" in f for f in frames), frames
+    assert "1/2" in frames[-1]                                          # the phase that ended counted one unit
+
+
+def test_echo_keeps_results_off_the_bar(capsys, monkeypatch):
+    logs.configure(0)
+    monkeypatch.setenv("TERM", "xterm")
     tty = Terminal()
     bar = logs.Progress(1, "bench", stream=tty)
     bar.step("W1")
     bar.echo("W1 result line")
-    assert capsys.readouterr().out == "W1 result line\n"
-    assert tty.getvalue().count("\x1b[K") == 3                         # draw, clear, redraw
+    bar.clear()
+    assert capsys.readouterr().out == "W1 result line\n"               # stdout stays stdout where it is piped
+    assert "W1" in _frames(tty.getvalue())[0] and "W1 result line" not in tty.getvalue()
 
 
-def test_build_shows_progress_over_its_functions(tmp_path, monkeypatch):
+def test_build_shows_every_phase_of_every_function(tmp_path, monkeypatch):
+    """The display follows the build through import, each function's trace (and grad inside it),
+    passes, lower, serialize and check, then the write; its count ends at its total."""
     logs.configure(0)
     (tmp_path / "model.py").write_text(MODEL)
+    shown = []
+    draw = logs.Progress._draw
+
+    def record(self):
+        if self.enabled:
+            shown.append((self.done, self.total, " › ".join(self._phases), self.label))
+        draw(self)
+    monkeypatch.setattr(logs.Progress, "_draw", record)
+    monkeypatch.setenv("TERM", "xterm")
     tty = Terminal()
     monkeypatch.setattr("sys.stderr", tty)
-    gcompile.artifacts.build.build(tmp_path / "model.py", tmp_path / "out")
-    drawn = tty.getvalue()
-    assert "build [" in drawn and "0/2 first" in drawn and "1/2 second" in drawn and "2/2" in drawn
+    gcompile.artifacts.build.build(tmp_path / "model.py", tmp_path / "out", check=True, provider="cpu")
+    seen = [(phase, label) for _, _, phase, label in shown if phase]
+    assert seen[0] == ("import", "")
+    for name, phases in (("first", ["trace", "passes", "lower", "serialize", "check"]),
+                         ("second", ["trace", "trace › grad", "passes", "lower", "serialize", "check"])):
+        ran = [p for p, label in seen if label == name]
+        assert [p for p in dict.fromkeys(ran)] == phases, ran
+    assert seen[-1] == ("write", "")
+    assert shown[-1][0] == shown[-1][1] == 1 + 2 * 5 + 1                # import, 5 phases per function, write
+    assert "build" in _frames(tty.getvalue())[0]
 
 
 def test_nested_phases_are_shown_inside_their_parent():

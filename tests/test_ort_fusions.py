@@ -57,3 +57,11 @@ def test_conv_carries_its_bias():
     w, b = _r(4, 3, 3, 3), _r(4)
     ops = _emitted_ops(gc.compile(lambda x: F.conv(x, w, b, pad=1), _r(2, 3, 8, 8), provider="cpu"))
     assert ops["Conv"] == 1 and ops["Add"] == 0
+
+
+def test_a_float64_product_times_a_scalar_keeps_float64_precision():
+    """ONNX Runtime's MatMulScaleFusion would fold the scale into FusedMatMul's float32 alpha (an
+    error of 1e-8); gcompile's sessions disable it."""
+    a, b = RNG.standard_normal((2, 3, 4, 5)), RNG.standard_normal((2, 3, 5, 6))
+    got = gc.compile(lambda a, b: F.matmul(a, b) * (1 / np.sqrt(5)), a, b, provider="cpu")(a, b)
+    np.testing.assert_allclose(got, a @ b / np.sqrt(5), rtol=1e-14, atol=1e-15)

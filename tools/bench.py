@@ -8,6 +8,8 @@ before and after passes, build latency, and compile-time scaling on deep MLPs.
     python tools/bench.py --contended 1           # the same with a busy neighbour process on the machine
     python tools/bench.py --cpu-time              # single-threaded work, CPU time (robust on a busy machine)
     python tools/bench.py --only "" --scaling "" --build-scaling 1000,10000,100000   # build to first result
+    python tools/bench.py --distributed [--runs 30]   # Ray data-parallel training: 1 vs 2 workers, allreduce cost
+    python tools/bench.py --loops      # loops: build and load times, node counts, scan against unrolled
 
 Workloads W1-W6 (and W1f) are the six the project tuned; W7-W10 are of the same kinds, not tuned
 for: a residual CNN with training-mode batch norm, an LSTM step, force matching (second order
@@ -36,6 +38,8 @@ if CPU_TIME:
     os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench_loops import LOOP_WORKLOADS, loop_report, torch_loop_workloads  # noqa: E402
+
 import gcompile as gc  # noqa: E402
 import gcompile.functions as F  # noqa: E402
 from gcompile.frontend.trace import trace  # noqa: E402
@@ -255,6 +259,7 @@ WORKLOADS = {
     "W1f": ("mlp-forward", w1_forward_setup),
     "W7": ("resnet-bn-step", w7_setup), "W8": ("lstm-step", w8_setup), "W9": ("force-matching", w9_setup),
     "W10": ("attention-1k", w10_setup),
+    **LOOP_WORKLOADS,
 }
 SIX = "W1,W2,W3,W4,W5,W6,W1f"
 BEYOND = "W7,W8,W9,W10"
@@ -376,7 +381,7 @@ def torch_workloads():
         return run
 
     return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f,
-            "W7": w7, "W8": w8, "W9": w9, "W10": w3}
+            "W7": w7, "W8": w8, "W9": w9, "W10": w3, **torch_loop_workloads()}
 
 
 def jax_workloads():
@@ -745,7 +750,10 @@ def _lstm_memory_run(mode: str, steps: int = 100, batch: int = 512, hidden: int 
 
     def step(xs, h0, w_ih, w_hh, b):
         h, c = h0, h0
-        for t in range(steps):
+        if mode in ("scan", "scan-checkpoint"):   # one loop; its backward saves each step's values, or the carries
+            (h, c), _ = gc.scan(lambda hc, x: (F.lstm_cell(x, *hc, w_ih, w_hh, b), None), (h, c), xs,
+                                checkpoint=mode == "scan-checkpoint")
+        for t in range(0 if mode.startswith("scan") else steps):
             if mode == "checkpoint":
                 h, c = gc.checkpoint(F.lstm_cell, xs[t], h, c, w_ih, w_hh, b)
             else:
@@ -764,18 +772,94 @@ def _lstm_memory_run(mode: str, steps: int = 100, batch: int = 512, hidden: int 
 
 def recompute_memory() -> list[dict]:
     """Peak RSS growth of one ORT run of a 100-step LSTM (batch 512, hidden 64) forward +
-    weight gradients: no recompute, recompute=True (cheap nodes), and gc.checkpoint per step
-    (ARCHITECTURE.md §9.4). Each variant runs in a fresh process so that arenas do not mix."""
+    weight gradients: no recompute, recompute=True (cheap nodes), gc.checkpoint per step
+    (ARCHITECTURE.md §9.4), and as one gc.scan saving each step's values or (checkpoint=True) the
+    carries only. Each variant runs in a fresh process so that arenas do not mix."""
     import subprocess
     rows = []
-    for mode in ("none", "cheap", "checkpoint"):
+    for mode in ("none", "cheap", "checkpoint", "scan", "scan-checkpoint"):
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--memory-variant", mode],
                              check=True, capture_output=True, text=True).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))
         r = rows[-1]
-        print(f"LSTM T=100 step, recompute {r['mode']:10s} peak +{r['peak_mb']:6.1f} MB  first run "
+        print(f"LSTM T=100 step, {r['mode']:15s} peak +{r['peak_mb']:6.1f} MB  first run "
               f"{r['first_run_ms']:7.1f} ms  {r['onnx_nodes']} ONNX nodes  loss {r['loss']:.4f}")
     return rows
+
+
+# -- data-parallel training on Ray (--distributed; needs the distributed extra) ------------------------
+def _dp_step(features: int, hidden: int, classes: int, batch: int, depth: int = 2):
+    """(split step, fused step, x, labels) of a float32 ReLU MLP classifier trained with SGD."""
+    from gcompile.distributed import export_split_step
+    sizes = [features] + [hidden] * depth + [classes]
+    params = {}
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        params[f"w{i}"], params[f"b{i}"] = _param(a, b), np.zeros(b, np.float32)
+
+    def loss(p, x, t):
+        return F.softmax_cross_entropy(_mlp(x, [p[k] for k in params]), t)
+
+    specs = gc.spec(("batch", features), "float32"), gc.spec(("batch",), "int64")
+    split = export_split_step(loss, params, gc.optim.SGD(0.01), *specs, provider="cpu")
+    fused = gc.export_train_step(loss, params, gc.optim.SGD(0.01), *specs, provider="cpu")
+    x = RNG.standard_normal((batch, features)).astype(np.float32)
+    return split, fused, x, RNG.integers(0, classes, batch).astype(np.int64)
+
+
+def _timed_steps(trainer, batch, steps: int, warmup: int = 3) -> tuple[float, list[dict]]:
+    """(median seconds per step, per-step timings where the trainer reports them)."""
+    for _ in range(warmup):
+        trainer.step(*batch)
+    seconds, timings = [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        trainer.step(*batch)
+        seconds.append(time.perf_counter() - t0)
+        if hasattr(trainer, "timings"):
+            timings.append(trainer.timings())
+    return float(np.median(seconds)), timings
+
+
+def distributed_bench(steps: int = 30, sizes=(10_000, 100_000, 1_000_000, 4_000_000)) -> dict:
+    """Steps and samples per second of one training step on 1 vs 2 Ray workers (and the one-process
+    Trainer), and the cost per step of the gradient allreduce as the model grows."""
+    import ray
+
+    from gcompile.distributed import DistributedTrainer
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+             object_store_memory=512 * 1024 ** 2)
+    throughput = []
+    split, fused, x, t = _dp_step(features=256, hidden=512, classes=10, batch=1024)
+    n_params = sum(int(np.prod(v.shape)) for v in split.params.values())
+    per_step, _ = _timed_steps(gc.runtime.Trainer(fused), (x, t), steps)
+    throughput.append({"system": "Trainer (1 process, all cores)", "workers": 1, "s_per_step": per_step})
+    for workers in (1, 2):
+        with DistributedTrainer(split, workers=workers) as trainer:
+            per_step, timings = _timed_steps(trainer, (x, t), steps)
+        throughput.append({"system": f"DistributedTrainer, {workers} worker(s) x 1 CPU", "workers": workers,
+                           "s_per_step": per_step,
+                           "communication_s": float(np.median([m["communication"] for m in timings]))})
+    for row in throughput:
+        row.update(steps_per_s=1 / row["s_per_step"], samples_per_s=len(x) / row["s_per_step"])
+        print(f"MLP 256-512-512-10 ({n_params} params), batch {len(x)}: {row['system']:40s} "
+              f"{row['steps_per_s']:7.1f} steps/s {row['samples_per_s']:9.0f} samples/s")
+    communication = []
+    for size in sizes:   # a linear model on a tiny batch: the step is nearly all gradient traffic
+        features = size // 10
+        split, _, x, t = _dp_step(features=features, hidden=0, classes=10, batch=8, depth=0)
+        for workers in (1, 2):
+            with DistributedTrainer(split, workers=workers) as trainer:
+                per_step, timings = _timed_steps(trainer, (x, t), max(5, steps // 3))
+            med = {k: float(np.median([m[k] for m in timings])) for k in timings[0]}
+            communication.append({"params": size + 10, "megabytes": 4 * (size + 10) / 1e6, "workers": workers,
+                                  "s_per_step": per_step, **med})
+            r = communication[-1]
+            print(f"linear model {r['params']:9d} params ({r['megabytes']:6.2f} MB), {workers} worker(s): step "
+                  f"{1e3 * r['s_per_step']:7.2f} ms = gradients {1e3 * r['gradients']:6.2f} + reduce "
+                  f"{1e3 * r['reduce']:6.2f} + apply {1e3 * r['apply']:6.2f} + communication/scheduling "
+                  f"{1e3 * r['communication']:6.2f} ms")
+    ray.shutdown()
+    return {"throughput": throughput, "communication": communication}
 
 
 def main(argv=None):
@@ -792,9 +876,24 @@ def main(argv=None):
     parser.add_argument("--cpu-time", action="store_true", help="every system on one thread, timed by CPU time")
     parser.add_argument("--memory", action="store_true", help="only the recompute peak-memory comparison")
     parser.add_argument("--memory-variant", help=argparse.SUPPRESS)
+    parser.add_argument("--distributed", action="store_true",
+                        help="only data-parallel training on Ray: 1 vs 2 workers, allreduce cost by model size")
+    parser.add_argument("--loops", action="store_true", help="only the loop figures (tools/bench_loops.py)")
     args = parser.parse_args(argv)
+    if args.distributed:
+        results = {"distributed": distributed_bench(args.runs)}
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1, default=str)
+        return
     if args.memory_variant:
         print(json.dumps(_lstm_memory_run(args.memory_variant)))
+        return
+    if args.loops:
+        results = {"loops": loop_report(_median_ms, args.runs)}
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1, default=str)
         return
     if args.memory:
         results = {"recompute_memory": recompute_memory()}

@@ -133,16 +133,19 @@ def load_module(path) -> types.ModuleType:
 
 
 def _trace_one(fn: Callable, info: Export, opset: int | None, passes: Callable,
-               model_path: str) -> tuple[Export, onnx.ModelProto, list[str]]:
+               model_path: str, value_types: bool) -> tuple[Export, onnx.ModelProto, list[str]]:
     code = getattr(fn, "__code__", None)
     where = f"{model_path}:{code.co_firstlineno}" if code else model_path
     try:
         with phase("trace"):
             traced = info.trace(fn)
+        logger.debug("%s: traced %d nodes", info.name, len(traced.graph))
         with phase("passes"):
             passes(traced.graph)
+        logger.debug("%s: %d nodes after the graph passes", info.name, len(traced.graph))
         with phase("lower"):
-            model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=info.name)
+            model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=info.name,
+                                         value_types=value_types)
         info.finish(model)
     except GcompileError as err:
         raise GcompileError(f"cannot build {info.name!r} ({where}): {err}") from None
@@ -153,7 +156,7 @@ def _trace_one(fn: Callable, info: Export, opset: int | None, passes: Callable,
     return info, model, float64_ops
 
 
-def _trace_all(module, model_path: str, opset, passes: Callable) -> list:
+def _trace_all(module, model_path: str, opset, passes: Callable, later: int, value_types: bool) -> list:
     functions = [(fn, info) for fn in exported_functions(module) if (info := export_info(fn)) is not None]
     if not functions:
         raise GcompileError(f"{model_path} has no exported function: mark the functions to build with "
@@ -163,27 +166,37 @@ def _trace_all(module, model_path: str, opset, passes: Callable) -> list:
     if duplicates:
         raise GcompileError(f"{model_path}: two exported functions are named {duplicates[0]!r}; "
                             "rename one with @gc.export(name=..., ...)")
+    logger.debug("%s: exported %s", model_path, ", ".join(names))
     built = []
-    with progress(len(functions), "build") as bar:
+    with progress(None, "build", count_phases=True) as bar:
+        bar.add_total(len(functions) * (len(TRACE_PHASES) + later))
         for fn, info in functions:
             bar.step(info.name)
             with timings() as times:
-                built.append((*_trace_one(fn, info, opset, passes, model_path), times))
+                built.append((*_trace_one(fn, info, opset, passes, model_path, value_types), times))
             logger.info("%s: %s", info.name, times.format())
-            bar.advance()
     return built
 
 
-def lower_all(model, opset: int | None = None, optimize: int = 2, recompute: bool = False) -> tuple[str, list]:
+TRACE_PHASES = ("trace", "passes", "lower")   # per function, in lower_all (grad runs inside trace)
+
+
+def lower_all(model, opset: int | None = None, optimize: int = 2, recompute: bool = False,
+              later: int = 0, value_types: bool = False) -> tuple[str, list]:
     """(model path, [(export info, ONNX model, float64-only ops, timings)]) for every @gc.export
-    function of `model` (a path or an imported module), in source order."""
+    function of `model` (a path or an imported module), in source order. Each phase shows on the
+    active progress display; `later` is how many phases per function the caller runs afterwards
+    (so the display's total is right from the start). `value_types` records every value's type in
+    the models (to_onnx), for drawing them."""
     passes = functools.partial(run_passes, level=optimize, recompute=recompute)
     if isinstance(model, types.ModuleType):
         model_path = getattr(model, "__file__", None) or model.__name__
-        return model_path, _trace_all(model, model_path, opset, passes)
+        return model_path, _trace_all(model, model_path, opset, passes, later, value_types)
     model_path = os.fspath(model)
-    with _on_path(os.path.dirname(os.path.abspath(model_path))):
-        return model_path, _trace_all(load_module(model_path), model_path, opset, passes)
+    with _on_path(os.path.dirname(os.path.abspath(model_path))), progress(1, "build", count_phases=True):
+        with phase("import"):
+            module = load_module(model_path)
+        return model_path, _trace_all(module, model_path, opset, passes, later, value_types)
 
 
 def _check(name: str, serialized: Serialized, model, float64_ops, provider: str, feeds: dict) -> dict:
@@ -211,19 +224,26 @@ def build(model, out_dir, opset: int | None = None, check: bool = False, provide
     The folder is locked for the whole build and changes as one set (see the module docstring).
     """
     out_dir = os.fspath(out_dir)
-    with _output_folder(out_dir):
-        model_path, built = lower_all(model, opset, optimize, recompute)
+    with _output_folder(out_dir), progress(1, "build", count_phases=True) as bar:   # 1: the write
+        model_path, built = lower_all(model, opset, optimize, recompute, later=2 if check else 1)
         entries, weights_files, model_files, checks, times = [], [], [], {}, {}
         resolved = resolve_provider(provider) if check else None
         for info, onnx_model, float64_ops, timed in built:
+            bar.step(info.name)
             file_name = f"{info.name}.onnx"
-            serialized = serialize(onnx_model, file_name, external_data_threshold)
+            with phase("serialize", into=timed):
+                serialized = serialize(onnx_model, file_name, external_data_threshold)
+            logger.debug("%s: %d ONNX nodes, %d initializers, %d bytes%s", info.name, len(onnx_model.graph.node),
+                         len(onnx_model.graph.initializer), len(serialized[0]),
+                         f" + {len(serialized[1])} bytes in {serialized[2]}" if serialized[1] is not None else "")
             if resolved is not None:   # --check
                 try:
                     feeds = info.check_feeds(onnx_model)
                 except GcompileError as err:
                     raise GcompileError(f"--check of {info.name!r}: {err}") from None
-                with timed.phase("check"):
+                logger.debug("%s: check feeds %s", info.name,
+                             ", ".join(f"{k} {v.dtype}{list(v.shape)}" for k, v in feeds.items()))
+                with phase("check", into=timed):
                     checks[info.name] = _check(info.name, serialized, onnx_model, float64_ops, resolved, feeds)
                 logger.info("%s: check on %s %.1f ms", info.name, resolved, 1e3 * timed["check"])
             times[info.name] = timed
@@ -239,8 +259,12 @@ def build(model, out_dir, opset: int | None = None, check: bool = False, provide
         manifest = {"gcompile_version": __version__, "source": os.path.basename(model_path), "artifacts": entries}
         files = weights_files + model_files + [(MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())]
         stale = sorted(set(_own_files(out_dir)) - {name for name, _ in files})
+        logger.debug("writing %s to %s%s", ", ".join(name for name, _ in files), out_dir,
+                     f"; removing {', '.join(stale)}" if stale else "")
+        bar.step("")
         try:
-            write_files(out_dir, files, remove=stale)
+            with phase("write"):
+                write_files(out_dir, files, remove=stale)
         except OSError as err:
             raise GcompileError(f"cannot write the build to {out_dir!r}: {err.strerror or err}") from None
     return BuildResult(out_dir, manifest, checks, times)

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from ..runtime.modelfile import graph_inputs, opset_of, signature
+from ..runtime.modelfile import graph_inputs, opset_of, optional_inputs, signature
 
 _ORDER = re.compile(r"\border=(\d+)\b")
 
@@ -40,10 +40,13 @@ def node_order(node) -> int | None:
 
 
 def describe(model) -> dict:
-    """What the manifest and `inspect` report about a model."""
+    """What the manifest and `inspect` report about a model. `optional_inputs` (inputs whose
+    initializer is their default) appears only where there are some."""
     by_order, untagged = order_counts(model)
+    optional = signature(optional_inputs(model))
     return {
         "inputs": signature(graph_inputs(model)),
+        **({"optional_inputs": optional} if optional else {}),
         "outputs": signature(model.graph.output),
         "opset": opset_of(model),
         "ir_version": model.ir_version,

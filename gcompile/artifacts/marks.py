@@ -24,7 +24,7 @@ from ..frontend.trace import Traced, trace
 from ..runtime.modelfile import random_feeds
 from ..training.layout import StepLayout
 from ..training.optim import Optimizer
-from ..training.step import check_params, step_layout, trace_step
+from ..training.step import Params, check_params, step_layout, trace_step
 
 __all__ = ["export", "export_train"]
 
@@ -139,7 +139,7 @@ def _artifact_name(decorator: str, label: str, fn: Any, name: str | None) -> str
 class TrainExport(Export):
     """@gc.export_train's record: `input_names`/`specs` describe the batch; the marked function is the
     loss, and what `gcompile build` traces, writes and checks is the whole training step around it."""
-    params: dict[str, np.ndarray] = field(kw_only=True, compare=False, hash=False)
+    params: Params = field(kw_only=True, compare=False, hash=False)
     optimizer: Optimizer = field(kw_only=True, compare=False, hash=False)
 
     @property
@@ -156,8 +156,8 @@ class TrainExport(Export):
 
     def check_feeds(self, model: onnx.ModelProto) -> dict[str, np.ndarray]:
         """A random batch, the initial parameters and the initial optimizer state."""
-        state, count = self.layout.initial_state(self.params)
-        return {**random_feeds(model), **self.params, **state, "step": count}
+        state, count = self.layout.initial_state(self.params.values)
+        return {**random_feeds(model), **self.params.values, **state, "step": count}
 
     def manifest_extra(self) -> dict:
         """A "train_step" entry holding the layout, so a reader of the manifest knows how to feed the step."""

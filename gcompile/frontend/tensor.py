@@ -7,6 +7,7 @@ computed: a Tensor has a type, never a value.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,17 @@ class _Frame:
     graph: Graph
     order: int = 0                      # gradient order of the nodes being recorded
     constants: dict = field(default_factory=dict)   # id(array) -> (array, Tensor): one node per closed-over array
+    parent: _Frame | None = None        # for a loop body: the trace it is nested in, whose Tensors it captures
+    captures: dict = field(default_factory=dict)    # parent's ValueRef -> (parent's Tensor, this graph's input)
+
+    def capture(self, outer: Tensor) -> Tensor:
+        """`outer`, a Tensor of the parent trace, as an input of this body graph (one per value)."""
+        hit = self.captures.get(outer.ref)
+        if hit is None:
+            node = self.graph.add_node("input", [], {"name": f"captured_{len(self.captures)}", "type": outer.type},
+                                       [outer.type])
+            hit = self.captures[outer.ref] = (outer, Tensor(self.graph, node.out(0), outer.type))
+        return hit[1]
 
     def forget_nodes(self, removed: list[Node]) -> None:
         """Drop the cached constants whose node was removed from the graph."""
@@ -35,23 +47,45 @@ class _Frame:
             del self.constants[key]
 
 
-_STACK: list[_Frame] = []
+class _Stacks(threading.local):
+    """Each thread's own stack of trace frames, so threads can trace different functions at once."""
+    def __init__(self) -> None:
+        self.frames: list[_Frame] = []
+
+
+_STACKS = _Stacks()
 
 
 def current_frame() -> _Frame:
-    if not _STACK:
+    frames = _STACKS.frames
+    if not frames:
         raise TraceError("gcompile ops can only be used on Tensors inside a function being traced "
                          "(gc.compile, gc.export or gcompile build)")
-    return _STACK[-1]
+    return frames[-1]
 
 
 @contextlib.contextmanager
 def tracing(graph: Graph):
-    _STACK.append(_Frame(graph, 0, {}))
+    frames = _STACKS.frames
+    frames.append(_Frame(graph, 0, {}))
     try:
         yield graph
     finally:
-        _STACK.pop()
+        frames.pop()
+
+
+@contextlib.contextmanager
+def tracing_body(graph: Graph):
+    """Record into `graph`, a loop body nested in the current trace: Tensors of the enclosing traces
+    used inside become inputs of `graph` (see _Frame.capture), listed in the frame's `captures`."""
+    frames = _STACKS.frames
+    parent = current_frame()
+    frame = _Frame(graph, parent.order, {}, parent)
+    frames.append(frame)
+    try:
+        yield frame
+    finally:
+        frames.pop()
 
 
 @contextlib.contextmanager
@@ -193,13 +227,40 @@ def _lift_array(value, dtype=None) -> Tensor:
     return tensor
 
 
+def lift_named(value: np.ndarray, name: str) -> Tensor:
+    """`value` as a constant node carrying `name` (a parameter's: its ONNX initializer keeps that
+    name), cached like any lifted array; an array this trace already lifted keeps its node."""
+    frame = current_frame()
+    hit = frame.constants.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    node = frame.graph.add_node("constant", [], {"value": value, "name": name}, [tensor_type(value.dtype, value.shape)],
+                                order=frame.order, source=user_location())
+    tensor = Tensor(frame.graph, node.out(0), node.outputs[0])
+    frame.constants[id(value)] = (value, tensor)
+    return tensor
+
+
 def as_tensor(value, dtype=None) -> Tensor:
     """A Tensor from a Tensor (unchanged), numpy array or Python scalar (a constant)."""
     if isinstance(value, Tensor):
-        if value.graph is not current_frame().graph:
-            raise TraceError(f"{value!r} belongs to another traced function; Tensors cannot cross traces")
-        return value
+        frame = current_frame()
+        return value if value.graph is frame.graph else _captured(frame, value)
     return _lift_array(value, dtype)
+
+
+def _captured(frame: _Frame, value: Tensor) -> Tensor:
+    """A Tensor of an enclosing trace, captured by each loop body between that trace and `frame`."""
+    bodies = []
+    enclosing: _Frame | None = frame
+    while enclosing is not None and enclosing.graph is not value.graph:
+        bodies.append(enclosing)
+        enclosing = enclosing.parent
+    if enclosing is None:
+        raise TraceError(f"{value!r} belongs to another traced function; Tensors cannot cross traces")
+    for body in reversed(bodies):
+        value = body.capture(value)
+    return value
 
 
 def apply_n(op_name: str, inputs: Sequence[Any], **attrs) -> list[Tensor]:

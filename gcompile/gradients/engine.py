@@ -81,8 +81,11 @@ def grad(outputs: Tensor | Sequence[Tensor], inputs: Sequence[Tensor], grad_outp
     inputs = list(inputs)
     graph = current_frame().graph
     for x in inputs + outputs:
-        if not isinstance(x, Tensor) or x.graph is not graph:
+        if not isinstance(x, Tensor):
             raise GcompileError(f"gc.grad takes Tensors of the function being traced, got {x!r}")
+    # Inside a loop body, Tensors of the enclosing function are captured (the gradient is then the
+    # body's, through the captured value); Tensors of unrelated traces are refused.
+    inputs, outputs = [as_tensor(x) for x in inputs], [as_tensor(y) for y in outputs]
     for x in inputs:
         if x.dtype.kind != "f":
             raise GcompileError(f"cannot take a gradient with respect to {x!r}: its dtype {x.dtype.name} "

@@ -1,9 +1,14 @@
-"""Functional transforms built on gc.grad: value_and_grad, vjp, jvp, hvp, jacobian, hessian.
+"""Functional transforms built on gc.grad: grad(fn), value_and_grad, vjp, jvp, hvp, jacobian, hessian.
 
 All of them are traceable: call them inside a function being traced (or pass the
 function they return to gc.compile), and they record ordinary nodes, so their results
 export to ONNX and can be differentiated again. Conventions follow gc.grad: an input
 the function does not depend on gets zeros of its shape, never an error.
+
+gc.grad is both the engine's call, gc.grad(outputs, inputs), and JAX's transform,
+gc.grad(fn, argnums=0, has_aux=False): a callable first argument selects the transform.
+Arguments differentiated by grad(fn) and value_and_grad may be pytrees (nested dicts of
+parameters, gc.nn Modules); their gradients have the same structure.
 """
 from __future__ import annotations
 
@@ -14,15 +19,17 @@ from typing import Any
 import numpy as np
 
 from ..errors import GcompileError
+from ..frontend import pytree
 from ..frontend.tensor import Tensor, as_tensor, current_frame
 from ..ir import dims
 from ..ops.basic import add_n, cast, zeros_like
 from ..ops.indexing import stack
 from ..ops.reduce import sum as reduce_sum
 from ..ops.shape import reshape
-from .engine import grad, prune_new_nodes
+from .engine import grad as grad_of
+from .engine import prune_new_nodes
 
-__all__ = ["hessian", "hvp", "jacobian", "jvp", "value_and_grad", "vjp"]
+__all__ = ["grad", "hessian", "hvp", "jacobian", "jvp", "value_and_grad", "vjp"]
 
 Argnums = int | Sequence[int]
 
@@ -66,20 +73,75 @@ def _scalar(value: Any, who: str) -> Tensor:
     return value
 
 
-def value_and_grad(fn: Callable[..., Tensor], argnums: Argnums = 0) -> Callable[..., tuple[Tensor, Any]]:
+def _as_tensors(arg: Any) -> Any:
+    """An argument with every leaf a Tensor (arrays and numbers become constants)."""
+    return as_tensor(arg) if pytree.children_of(arg) is None else pytree.tree_map(as_tensor, arg)
+
+
+def value_and_grad(fn: Callable[..., Any], argnums: Argnums = 0, has_aux: bool = False) -> Callable[..., Any]:
     """A function returning (fn(*args), gradient of fn w.r.t. args[argnums]).
 
-    fn must return a floating-point scalar Tensor. The gradient is a Tensor for an int
-    `argnums` and a tuple of Tensors for a tuple, each shaped like its argument.
+    fn must return a floating-point scalar Tensor, or with has_aux=True a pair (scalar, aux),
+    aux being any pytree carried along undifferentiated; the result is then ((value, aux),
+    gradient), as in JAX. The gradient is shaped like its argument (a pytree argument, such as
+    a dict of parameters or a gc.nn Module, gets a gradient of the same structure, with None
+    for its buffers and its leaves that are not floating point), and is a tuple over arguments
+    for a tuple `argnums`.
     """
     @functools.wraps(fn)
     def wrapped(*args):
-        args = [as_tensor(a) for a in args]
+        args = [_as_tensors(a) for a in args]
         wrt, single = _select(args, argnums)
-        value = _scalar(fn(*args), "value_and_grad")
-        grads = grad(value, wrt)
-        return value, grads[0] if single else tuple(grads)
+        flat = [pytree.flatten(a) for a in wrt]
+        result = fn(*args)
+        if has_aux:
+            if not isinstance(result, (tuple, list)) or len(result) != 2:
+                raise GcompileError("value_and_grad(has_aux=True) needs a function returning a pair (loss, aux), "
+                                    f"got {type(result).__name__}")
+            value, aux = _scalar(result[0], "value_and_grad"), result[1]
+        else:
+            value = _scalar(result, "value_and_grad")
+        # In a pytree, buffers (a module's running statistics) and leaves that are not floating point
+        # (a step counter) get None; a lone integer argument is an error.
+        wanted = [leaf for leaves, tree in flat
+                  for leaf, buffer in zip(leaves, pytree.buffer_mask(tree))
+                  if tree.is_leaf or (leaf.dtype.kind == "f" and not buffer)]
+        grads = dict(zip(map(id, wanted), grad_of(value, wanted)))
+        trees = [pytree.unflatten(tree, [grads.get(id(leaf)) for leaf in leaves]) for leaves, tree in flat]
+        gradient = trees[0] if single else tuple(trees)
+        return ((value, aux) if has_aux else value), gradient
     return wrapped
+
+
+def grad(fn_or_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+    """Two forms. gc.grad(outputs, inputs, grad_outputs=None), inside a traced function: the
+    gradients of `outputs` w.r.t. `inputs` (see gradients/engine.py); `inputs` is a list of
+    Tensors (giving a list) or another pytree of them, such as a dict (giving that structure).
+
+    gc.grad(fn, argnums=0, has_aux=False), JAX's transform: a function returning the gradient
+    of the scalar fn w.r.t. args[argnums] (with has_aux, the pair (gradient, aux))."""
+    if callable(fn_or_outputs) and not isinstance(fn_or_outputs, Tensor):
+        return _grad_transform(fn_or_outputs, *args, **kwargs)
+    return _grad_tensors(fn_or_outputs, *args, **kwargs)
+
+
+def _grad_transform(fn: Callable[..., Any], argnums: Argnums = 0, has_aux: bool = False) -> Callable[..., Any]:
+    value_grad = value_and_grad(fn, argnums, has_aux)
+
+    @functools.wraps(fn)
+    def wrapped(*args):
+        value, gradient = value_grad(*args)
+        return (gradient, value[1]) if has_aux else gradient
+    return wrapped
+
+
+def _grad_tensors(outputs: Any, inputs: Any, grad_outputs: Any = None) -> Any:
+    if isinstance(inputs, (list, tuple)) and all(isinstance(x, Tensor) for x in inputs):
+        return grad_of(outputs, inputs, grad_outputs)
+    if isinstance(inputs, Tensor) or pytree.children_of(inputs) is None:
+        return grad_of(outputs, inputs, grad_outputs)   # the engine's error names the mistake
+    leaves, tree = pytree.flatten(inputs)
+    return pytree.unflatten(tree, grad_of(outputs, leaves, grad_outputs))
 
 
 def vjp(fn: Callable, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Tensor, ...]]]:
@@ -96,7 +158,7 @@ def vjp(fn: Callable, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Tensor,
         cts = list(_as_tuple(cotangents)) if isinstance(outputs, (tuple, list)) else [cotangents]
         if len(cts) != len(outs):
             raise GcompileError(f"vjp_fn: {len(outs)} outputs but {len(cts)} cotangents")
-        return tuple(grad(outs, xs, cts))
+        return tuple(grad_of(outs, xs, cts))
     return outputs, vjp_fn
 
 
@@ -115,8 +177,8 @@ def jvp(fn: Callable, primals: Any, tangents: Any) -> tuple[Any, Any]:
     mark = graph.mark()
     floats = [y for y in outs if y.dtype.kind == "f"]
     placeholders = [zeros_like(y) for y in floats]
-    pulled = grad(floats, primals, placeholders)
-    pushed = iter(grad(_inner(pulled, tangents), placeholders) if floats else [])
+    pulled = grad_of(floats, primals, placeholders)
+    pushed = iter(grad_of(_inner(pulled, tangents), placeholders) if floats else [])
     results = [next(pushed) if y.dtype.kind == "f" else zeros_like(y) for y in outs]
     prune_new_nodes(graph, mark, [r.ref for r in results])
     return outputs, results[0] if not isinstance(outputs, (tuple, list)) else type(outputs)(results)
@@ -134,7 +196,7 @@ def hvp(fn: Callable[..., Tensor], primals: Any, vectors: Any) -> Tensor | tuple
     graph = current_frame().graph
     mark = graph.mark()
     value = _scalar(fn(*primals), "hvp")
-    result = grad(_inner(grad(value, primals), vectors), primals)
+    result = grad_of(_inner(grad_of(value, primals), vectors), primals)
     prune_new_nodes(graph, mark, [r.ref for r in result])
     return result[0] if single else tuple(result)
 
@@ -154,9 +216,9 @@ def _jacobian_of(y: Tensor, xs: list[Tensor]) -> list[Tensor]:
     for x in xs:
         _static(x.shape, "an input")
     if out_shape == ():
-        return grad(y, xs)
+        return grad_of(y, xs)
     n = int(np.prod(out_shape))
-    rows = [grad(y, xs, [np.eye(n, dtype=y.dtype)[k].reshape(out_shape)]) for k in range(n)]
+    rows = [grad_of(y, xs, [np.eye(n, dtype=y.dtype)[k].reshape(out_shape)]) for k in range(n)]
     return [reshape(stack([row[i] for row in rows]), out_shape + x.shape) for i, x in enumerate(xs)]
 
 

@@ -1,7 +1,9 @@
 """`gcompile grad`: an ONNX model in, a standard-ONNX model of its outputs and gradients out.
 
 The written model's inputs are, in order: the model's inputs; the differentiated initializers
-(graph inputs, so callers can feed updated weights; the others stay constants); the loss target
+(graph inputs, so callers can feed updated weights, each keeping its original value as an
+initializer of the same name: ONNX's default for an input, IR version 4 on, so the model runs
+with only its data inputs; the others stay constants); the loss target
 (with --loss mse or cross_entropy); and for --order 2 one direction `v_<name>` per differentiated
 tensor. Its outputs: the model's outputs, `loss` (with --loss), `grad_<name>` for each
 differentiated tensor, and for --order 2 `hvp_<name>`, the Hessian-vector product H·v of the
@@ -22,6 +24,7 @@ output as itself): for a classifier's logits that is the saliency of the summed 
 from __future__ import annotations
 
 import numpy as np
+from onnx import numpy_helper
 
 from .. import functions as F
 from ..errors import GcompileError
@@ -141,4 +144,5 @@ def gradient_model(model, wrt: str, of: str | None = None, loss: str | None = No
                    input_names=input_names)
     optimize(traced.graph, 2)
     proto, _ = to_onnx(traced.graph, input_names, opset, name=f"{f.proto.graph.name or 'model'}_gradients")
+    proto.graph.initializer.extend(numpy_helper.from_array(f.params[n], n) for n in diff_params)   # the defaults
     return proto

@@ -52,10 +52,28 @@ def attribute_value(attr, what: str):
 class NodeContext:
     """What a translator sees of one ONNX node: attributes, opset, and helpers for its operands."""
 
-    def __init__(self, proto, opset: int, inliner: Inliner):
+    def __init__(self, proto, opset: int, inliner: Inliner, scope=None):
         self.proto, self.opset, self.inliner = proto, opset, inliner
         self.op_type = proto.op_type
         self._attrs = {a.name: a for a in proto.attribute}
+        self.scope = {} if scope is None else scope    # the values the node's subgraphs may read by name
+
+    def run_graph(self, graph, inputs: list) -> list:
+        """Translate a subgraph of this node (a Loop or Scan body) on `inputs`, one per graph input, in
+        the node's scope; returns its outputs. What the body learns about dims stays inside it."""
+        names = [i.name for i in graph.input]
+        if len(names) != len(inputs):
+            raise self.unsupported(f"its body takes {len(names)} inputs, but {len(inputs)} are given to it")
+        saved = dict(self.inliner.dim_sources), set(self.inliner.deferred)
+        scope = ChainMap(dict(zip(names, inputs)), self.scope)
+        try:
+            self.inliner.run(graph, scope)
+        finally:
+            self.inliner.dim_sources, self.inliner.deferred = saved
+        missing = [o.name for o in graph.output if o.name not in scope]
+        if missing:
+            raise GcompileError(f"{self.describe()}: its body does not compute its outputs {missing}")
+        return [scope[o.name] for o in graph.output]
 
     def describe(self) -> str:
         return f"ONNX node {node_name(self.proto)!r} ({self.op_type}, opset {self.opset})"
@@ -111,8 +129,9 @@ class NodeContext:
 class Inliner:
     """Runs ONNX graphs (the model's, or an If branch) into the current trace."""
 
-    def __init__(self, opsets: dict):
+    def __init__(self, opsets: dict, overrides: dict | None = None):
         self.opsets = {("" if d == "ai.onnx" else d): v for d, v in opsets.items()}
+        self.overrides = dict(overrides or {})   # op type -> Translator used instead of the registered one
         self.dim_sources: dict = {}     # dim name -> (Tensor, axis) holding it, to compute it at run time
         self.deferred: set = set()      # refs of Tensors known in principle but too large to compute at import
 
@@ -159,8 +178,9 @@ class Inliner:
         return self.opsets.get(domain, 0)
 
     def run_node(self, proto, env) -> None:
-        ctx = NodeContext(proto, self._opset(proto), self)
-        translator = TRANSLATORS.get(proto.op_type) if proto.domain in DOMAINS else None
+        ctx = NodeContext(proto, self._opset(proto), self, env)
+        translator = self.overrides.get(proto.op_type) or TRANSLATORS.get(proto.op_type) if proto.domain in DOMAINS \
+            else None
         if proto.op_type == "If" and proto.domain in DOMAINS:
             outs = self._if(ctx, env)
         elif translator is None:
@@ -174,8 +194,9 @@ class Inliner:
                 if name and name not in env:
                     raise GcompileError(f"{ctx.describe()} reads {name!r}, which no earlier node produces")
                 operands.append(env[name] if name else None)
+            implicit = [env[name] for name in sorted(outer_names(proto)) if name in env]
             try:
-                outs = self._translate(translator, ctx, operands)
+                outs = self._translate(translator, ctx, operands, implicit)
             except (ShapeError, TraceError) as err:
                 raise type(err)(f"{ctx.describe()}: {err}") from None
             except (ValueError, IndexError, KeyError, ArithmeticError) as err:
@@ -189,8 +210,10 @@ class Inliner:
                 raise ctx.unsupported(f"output {i} ({name!r}) is not supported")
             env[name] = outs[i]
 
-    def _translate(self, translator, ctx, operands):
-        present = [v for v in operands if v is not None]
+    def _translate(self, translator, ctx, operands, implicit=()):
+        """Translate one node; `implicit` holds the outer values its subgraphs read, which decide, with
+        the operands, whether it can be evaluated at import time."""
+        present = [v for v in [*operands, *implicit] if v is not None]
         if all(isinstance(v, np.ndarray) for v in present):
             outs = translator.fn(ctx, *operands) if translator.numpy_only else self._fold(translator, ctx, operands)
             return self._defer(outs)
@@ -250,3 +273,15 @@ class Inliner:
         if missing:
             raise GcompileError(f"{ctx.describe()}: its {name} does not compute its outputs {missing}")
         return [scope[o.name] for o in branch.output]
+
+
+def outer_names(proto) -> set[str]:
+    """The names a node's subgraphs read from outside them (every level of nesting)."""
+    names: set[str] = set()
+    for attr in proto.attribute:
+        for graph in [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs):
+            defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+            for node in graph.node:
+                names.update(n for n in [*node.input, *outer_names(node)] if n and n not in defined)
+                defined.update(node.output)
+    return names

@@ -201,12 +201,15 @@ class OnnxModel:
                       _symbol(d.dim_param or f"{value_info.name}_{axis}") for axis, d in enumerate(tt.shape.dim))
         return spec(shape, dtype)
 
-    def __call__(self, *inputs: Any, params: dict[str, Any] | None = None) -> Tensor | tuple[Tensor, ...]:
+    def __call__(self, *inputs: Any, params: dict[str, Any] | None = None,
+                 overrides: dict | None = None) -> Tensor | tuple[Tensor, ...]:
+        """Inline the model on `inputs`; `params` replaces initializers by name, `overrides` maps ONNX op
+        types to translators (importer.table.Translator) used instead of the registered ones."""
         current_frame()    # a clear error when called outside a traced function
         with naming(self.source):
-            return self._inline(inputs, dict(params or {}))
+            return self._inline(inputs, dict(params or {}), overrides)
 
-    def _inline(self, inputs, params: dict):
+    def _inline(self, inputs, params: dict, overrides: dict | None = None):
         if len(inputs) != len(self.input_names):
             raise InputError(f"the ONNX model takes {len(self.input_names)} inputs ({', '.join(self.input_names)}), "
                              f"got {len(inputs)}")
@@ -221,7 +224,7 @@ class OnnxModel:
             dtype = np_dtype(value_info.type.tensor_type.elem_type, f"input {value_info.name!r}")
             env[value_info.name] = self._checked(f"input {value_info.name!r}", value, dtype,
                                                  declared.shape if declared else None, exact=False)
-        inliner = Inliner(self.opsets)
+        inliner = Inliner(self.opsets, overrides)
         for value in env.values():
             inliner.note_dims(value)
         inliner.run(self.proto.graph, env)

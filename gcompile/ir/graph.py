@@ -56,7 +56,7 @@ class Node:
         return ValueRef(self.id, index)
 
 
-@dataclass
+@dataclass(repr=False)
 class Graph:
     """Owns the nodes; `inputs` and `outputs` are ValueRefs in the caller's order.
 
@@ -64,6 +64,11 @@ class Graph:
     rewire and renumber nodes only through the methods here, which keep the DiGraph in step with
     the operand lists and the ids in creation order (a pass may still change a node's op and attrs
     in place).
+
+    A loop's body is a Graph too, held in its node's attributes (see `bodies`): its inputs and
+    outputs are the step's, and passes rewrite it like any graph. Bodies may be shared between
+    nodes (a copied node shares its attributes), so code that changes a body's inputs or outputs
+    gives the node a new Graph instead of editing the old one.
     """
     nodes: dict[int, Node] = field(default_factory=dict)
     inputs: list[ValueRef] = field(default_factory=list)
@@ -107,6 +112,15 @@ class Graph:
         for ref in self.outputs:
             if ref.node not in self.nodes:
                 raise AssertionError(f"graph output {ref} was removed")
+        for ref in self.inputs:
+            if ref.node not in self.nodes or self.nodes[ref.node].op != "input":
+                raise AssertionError(f"graph input {ref} is not an input node")
+        for node in self.nodes.values():
+            for body in bodies(node):
+                try:
+                    body.lint()
+                except AssertionError as err:
+                    raise AssertionError(f"in the body of {node.name}: {err}") from None
 
     def replace_inputs(self, node: Node, new_inputs: list[ValueRef]) -> None:
         for ref in node.inputs:
@@ -179,6 +193,9 @@ class Graph:
     def __len__(self) -> int:
         return len(self.nodes)
 
+    def __repr__(self) -> str:
+        return f"Graph({len(self.nodes)} nodes, {len(self.inputs)} inputs, {len(self.outputs)} outputs)"
+
     def count_by_order(self) -> dict[int, int]:
         counts: dict[int, int] = {}
         for node in self.nodes.values():
@@ -195,3 +212,42 @@ class Graph:
             attrs = {k: v for k, v in node.attrs.items() if k != "value"}
             lines.append(f"{node.name}: {outs} = {node.op}({args}){' ' + str(attrs) if attrs else ''}")
         return "\n".join(lines)
+
+
+def bodies(node: Node) -> list[Graph]:
+    """The graphs held in a node's attributes (a loop's body), in attribute order."""
+    return [v for v in node.attrs.values() if isinstance(v, Graph)]
+
+
+def extract(graph: Graph, inputs: list[ValueRef], outputs: list[ValueRef]) -> Graph:
+    """A new Graph computing `outputs` from `inputs` (values of `graph`, each produced by any node):
+    one input node per entry of `inputs`, then copies of the nodes between them, in id order.
+    Loop rules cut bodies apart with it. Raises ValueError when an output also depends on an
+    input node of `graph` that is not in `inputs`."""
+    stop = set(inputs)
+    needed: set[int] = set()
+    stack = [r for r in outputs if r not in stop]
+    while stack:
+        ref = stack.pop()
+        if ref.node in needed:
+            continue
+        node = graph.nodes[ref.node]
+        if node.op == "input":
+            raise ValueError(f"{node.name} is needed but not among the inputs")
+        needed.add(ref.node)
+        stack.extend(r for r in node.inputs if r not in stop and r.node not in needed)
+    new = Graph()
+    env: dict[ValueRef, ValueRef] = {}
+    for i, ref in enumerate(inputs):
+        t = graph.type_of(ref)
+        env[ref] = new.add_node("input", [], {"name": f"arg_{i}", "type": t}, [t]).out(0)
+    new.inputs = [env[ref] for ref in inputs]
+    for node_id in sorted(needed):
+        node = graph.nodes[node_id]
+        copy = new.add_node(node.op, [env[r] for r in node.inputs], node.attrs, node.outputs, node.order,
+                            node.source, node.name)
+        copy.recompute = node.recompute
+        for i in range(len(node.outputs)):
+            env.setdefault(node.out(i), copy.out(i))
+    new.outputs = [env[ref] for ref in outputs]
+    return new

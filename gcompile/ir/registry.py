@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import UnsupportedError
-from .graph import Node, TensorType
+from .graph import Node, TensorType, bodies
 
 if TYPE_CHECKING:
     import numpy as np
@@ -59,7 +59,8 @@ class Trait(enum.Enum):
                        OpDef.differentiable); an op without a vjp rule must declare it.
     RANDOM             draws random numbers when run: two nodes never hold the same value, and a copy
                        would draw others. Never merged (passes/cse.py), folded (passes/fold.py) nor
-                       recomputed (passes/recompute.py).
+                       recomputed (passes/recompute.py, gradients/loops.py); a loop whose body holds
+                       such an op counts as random too (is_random).
     CHEAP              cheaper to compute again than to keep alive for the backward (elementwise math,
                        views, fills): passes/recompute.py with cheap=True copies it into the backward.
     BROADCASTS         the ONNX lowering broadcasts every operand to the output's shape (numpy rules),
@@ -114,8 +115,34 @@ def defop(name: str, *, infer: Rule, reference: Rule, lower: Rule, vjp: Rule | N
     return op
 
 
+_SUPPLIED: dict[str, Rule] = {}   # VJP rules supplied from a room above ops/ (supply_vjp)
+
+
+def supplied_vjp(name: str) -> Rule:
+    """The VJP rule of an op defined in ops/ whose rule needs a room ops/ may not import (the scan
+    op's VJP differentiates its body with gc.grad): it calls the rule that room passes to
+    `supply_vjp` when it is imported, which every gradient computation does first."""
+    def vjp(grads, inputs, outputs, **attrs):
+        if name not in _SUPPLIED:
+            raise AssertionError(f"the VJP rule of {name!r} was never supplied (gcompile.gradients not imported?)")
+        return _SUPPLIED[name](grads, inputs, outputs, **attrs)
+    return vjp
+
+
+def supply_vjp(name: str, rule: Rule) -> None:
+    if name in _SUPPLIED:
+        raise ValueError(f"the VJP rule of {name!r} is supplied twice")
+    _SUPPLIED[name] = rule
+
+
 def has_trait(op_name: str, trait: Trait) -> bool:
     return trait in get_op(op_name).traits
+
+
+def is_random(node: Node) -> bool:
+    """Whether running `node` draws random numbers: an op with Trait.RANDOM, or a loop whose body
+    holds one (the passes that must not merge, fold or copy random ops ask this)."""
+    return has_trait(node.op, Trait.RANDOM) or any(is_random(n) for body in bodies(node) for n in body.nodes.values())
 
 
 def get_op(name: str) -> OpDef:

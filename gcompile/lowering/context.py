@@ -3,37 +3,122 @@
 It hands out readable unique names, turns numpy constants into initializers, and builds
 int64 shape tensors for shapes with symbolic dims (from Shape slices of the graph inputs
 that carry each symbol), so symbolic dims stay symbolic in the exported model.
+
+A loop's body (a Graph in a node's attributes) is lowered by a child context (`subgraph`) into
+an ONNX GraphProto for the Scan or Loop attribute. Names are unique across the whole model
+(ONNX's single-assignment rule spans subgraphs), constants are initializers of the main graph,
+which a body reads from the outer scope, and so are the shape tensors of the symbolic dims the
+main graph can compute: the body reads them instead of recomputing them at every step.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
+import onnx
 from onnx import helper, numpy_helper
 
 from ..errors import LoweringError
 from ..ir import dims
-from ..ir.graph import Graph, Node
+from ..ir.graph import Graph, Node, TensorType, ValueRef
+from ..ir.registry import get_op
 
 # onnxruntime's CPU provider has no float64 kernel for these (ARCHITECTURE.md §10).
-NO_FLOAT64_CPU_KERNEL = frozenset({"Conv", "ConvTranspose", "AveragePool", "GlobalAveragePool", "Erf", "Tan"})
+NO_FLOAT64_CPU_KERNEL = frozenset({"Conv", "ConvTranspose", "AveragePool", "GlobalAveragePool", "Erf", "Tan", "Asin",
+                                   "Acos", "Atan"})
+
+
+def value_info(name: str, t: TensorType):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype))
+    return helper.make_tensor_value_info(name, elem, [d for d in t.shape])
 
 
 class LowerContext:
-    def __init__(self, graph: Graph, opset: int, input_names: list[str], reserved: Sequence[str] = ()):
-        self.graph, self.opset = graph, opset
+    def __init__(self, graph: Graph, opset: int, input_names: Sequence[str], reserved: Sequence[str] = (),
+                 parent: LowerContext | None = None):
+        self.graph, self.opset, self.parent = graph, opset, parent
         self.nodes: list = []
-        self.initializers: list = []
-        self.float64_ops: list[str] = []      # "Conv in conv_3 (model.py:12)" where the CPU provider lacks a kernel
-        self._const_cache: dict = {}
         self._shape_cache: dict = {}
-        self._used_names: set[str] = set(input_names) | set(reserved)
         self._current: Node | None = None
+        if parent is None:
+            self.initializers: list = []
+            self.float64_ops: list[str] = []      # "Conv in conv_3 (model.py:12)" where the CPU provider lacks a kernel
+            self._const_cache: dict = {}
+            self._unnamed = [0]                   # unnamed initializers so far: const_0, const_1, ...
+            self._used_names: set[str] = set(input_names) | set(reserved)
+        else:                                     # a loop body: one namespace and one set of initializers
+            self.initializers, self.float64_ops = parent.initializers, parent.float64_ops
+            self._const_cache, self._used_names = parent._const_cache, parent._used_names
+            self._unnamed = parent._unnamed
         self._symbol_sources: dict[str, tuple[str, int]] = {}
         for name, ref in zip(input_names, graph.inputs):
             for axis, d in enumerate(graph.type_of(ref).shape):
                 if isinstance(d, str) and "*" not in d:
                     self._symbol_sources.setdefault(d, (name, axis))
+
+    # -- graphs --------------------------------------------------------------------------------
+    def lower_nodes(self, names: dict[ValueRef, str]) -> None:
+        """Emit every node of self.graph in id order (a topological order) with its op's lowering
+        rule; `names` maps the values bound beforehand (the graph inputs) and receives the rest."""
+        for node in self.graph.topo_order():
+            if node.op == "input":
+                continue
+            self.begin(node)
+            if node.op == "constant":
+                names[node.out(0)] = self.const(node.attrs["value"], name=node.attrs.get("name"))
+                continue
+            outs = get_op(node.op).lower(self, [names[r] for r in node.inputs], node)
+            outs = [outs] if isinstance(outs, str) else list(outs)
+            for i, out in enumerate(outs):
+                names[node.out(i)] = out
+        self.begin(None)
+
+    def subgraph(self, body: Graph, outer: Sequence[str | None], head: Sequence[tuple[str, TensorType]] = (),
+                 echo: Sequence[int] = (), tail: Sequence[tuple[str, TensorType]] = ()) -> onnx.GraphProto:
+        """`body` (the Graph attribute of the node being lowered) as an ONNX subgraph.
+
+        outer[i] is the name of the outer-scope value body input i reads (a loop-invariant operand),
+        or None where input i is an input of the subgraph. The subgraph's inputs are `head` ((name
+        hint, type) pairs: a Loop's iteration number and condition), then the body inputs bound to
+        None, in order, then `tail` (unread inputs: the step of a Scan over a placeholder); its
+        outputs are the head inputs at positions `echo` (a Loop's condition, passed on), then the
+        body's outputs."""
+        owner = self._current
+        prefix = owner.name if owner is not None else "body"
+        head_names = [self.fresh(f"{prefix}_{hint}") for hint, _ in head]
+        inputs = [value_info(name, t) for name, (_, t) in zip(head_names, head)]
+        names: dict[ValueRef, str] = {}
+        for ref, name in zip(body.inputs, outer):
+            if name is None:
+                name = self.fresh(f"{prefix}_in")
+                inputs.append(value_info(name, body.type_of(ref)))
+            names[ref] = name
+        inputs += [value_info(self.fresh(f"{prefix}_{hint}"), t) for hint, t in tail]
+        child = LowerContext(body, self.opset, [names[ref] for ref in body.inputs], parent=self)
+        child.lower_nodes(names)
+        produced = {o for n in child.nodes for o in n.output}
+        outputs, used = [], set()
+        results = [(head_names[i], head[i][1]) for i in echo] + [(names[r], body.type_of(r)) for r in body.outputs]
+        for name, t in results:
+            if name not in produced or name in used:   # an input, an outer value, a constant, a repeat
+                name = child.emit("Identity", [name])
+            used.add(name)
+            outputs.append(value_info(name, t))
+        return helper.make_graph(child.nodes, f"{prefix}_body", inputs, outputs)
+
+    def branch(self, build: Callable[[LowerContext], list[str]], types: Sequence[TensorType]) -> onnx.GraphProto:
+        """A graph without inputs for an If branch: `build` emits its nodes through the context it is
+        given and returns the names of its outputs, of dtypes `types` (their shapes are left out:
+        the branches of one If may differ in them)."""
+        child = LowerContext(self.graph, self.opset, [], parent=self)
+        child._current = self._current
+        outs = build(child)
+        produced = {o for n in child.nodes for o in n.output}
+        outs = [name if name in produced else child.emit("Identity", [name]) for name in outs]
+        infos = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), None)
+                 for name, t in zip(outs, types)]
+        owner = self._current.name if self._current is not None else "if"
+        return helper.make_graph(child.nodes, f"{owner}_branch", [], infos)
 
     # -- names -------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -81,26 +166,40 @@ class LowerContext:
         types = [self.graph.type_of(r) for r in node.inputs] + node.outputs
         return any(t.dtype == np.float64 for t in types)
 
-    def const(self, value, dtype=None) -> str:
-        """An initializer holding `value` (deduplicated by content)."""
+    def const(self, value, dtype=None, name: str | None = None) -> str:
+        """An initializer holding `value`, deduplicated by content; a named one (a parameter) is
+        its own initializer, called `name` where that is free."""
         arr = np.asarray(value, dtype=dtype)
         arr = np.ascontiguousarray(arr).reshape(arr.shape)   # ascontiguousarray makes 0-d arrays 1-d
-        key = (arr.dtype.str, arr.shape, arr.tobytes())
-        name = self._const_cache.get(key)
-        if name is None:
-            name = self.fresh(f"const_{len(self._const_cache)}")
-            self.initializers.append(numpy_helper.from_array(arr, name))
-            self._const_cache[key] = name
-        return name
+        key = (arr.dtype.str, arr.shape, arr.tobytes(), name)   # a copy of a named constant (recompute) shares it
+        emitted = self._const_cache.get(key)
+        if emitted is None:
+            emitted = self.fresh(name if name is not None else f"const_{self._unnamed[0]}")
+            self._unnamed[0] += name is None
+            self.initializers.append(numpy_helper.from_array(arr, emitted))
+            self._const_cache[key] = emitted
+        return emitted
 
     def int64s(self, values) -> str:
         return self.const(np.asarray(values, dtype=np.int64).reshape(-1))
 
+    def _computes(self, shape) -> bool:
+        """Whether every symbol of `shape` comes from an input of this context's graph or an outer one."""
+        return all(s in self._symbol_sources or self.parent is not None and self.parent._computes((s,))
+                   for d in shape if isinstance(d, str) for s in dims.symbols(d))
+
     def shape_tensor(self, shape) -> str:
-        """A 1-D int64 tensor holding `shape`, computed at run time where dims are symbolic."""
+        """A 1-D int64 tensor holding `shape`, computed at run time where dims are symbolic (in the
+        outermost graph that can, so that a loop body reads it instead of computing it at each step)."""
         shape = tuple(shape)
         if dims.is_static(shape):
             return self.int64s(shape)
+        if self.parent is not None and self.parent._computes(shape):
+            saved, self.parent._current = self.parent._current, None
+            try:
+                return self.parent.shape_tensor(shape)
+            finally:
+                self.parent._current = saved
         if shape in self._shape_cache:
             return self._shape_cache[shape]
         saved, self._current = self._current, None

@@ -1,50 +1,32 @@
 """Graph -> onnx.ModelProto, walking nodes in a deterministic topological order."""
 from __future__ import annotations
 
-import numpy as np
 import onnx
 from onnx import helper
 
 from ..collector import collector_paused
-from ..ir.graph import Graph, TensorType
-from ..ir.registry import get_op
+from ..ir.graph import Graph
 from ..version import __version__
-from .context import LowerContext
+from .context import LowerContext, value_info
 from .dedupe import dedupe_nodes
 from .order import schedule_order
 from .versions import choose_opset, runtime_limits
 
 
-def value_info(name: str, t: TensorType):
-    elem = helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype))
-    return helper.make_tensor_value_info(name, elem, [d for d in t.shape])
-
-
 @collector_paused
 def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
-            name: str = "gcompile") -> tuple[onnx.ModelProto, list[str]]:
+            name: str = "gcompile", value_types: bool = False) -> tuple[onnx.ModelProto, list[str]]:
     """Lower `graph` to a standard ai.onnx model.
 
     Returns the model and a list of ops that onnxruntime's CPU provider cannot run in
-    float64 (empty for most models); the runtime refuses those before loading.
+    float64 (empty for most models); the runtime refuses those before loading. With
+    `value_types`, every node output's type, with gcompile's own symbolic dims ("batch",
+    "batch*3"), is recorded as value_info too (for `gcompile viz`; artifacts leave it out).
     """
     opset = choose_opset(opset)
     ctx = LowerContext(graph, opset, input_names, reserved=graph.output_names)
-    names: dict = {}
-    for ref, input_name in zip(graph.inputs, input_names):
-        names[ref] = input_name
-    for node in graph.topo_order():
-        if node.op == "input":
-            continue
-        ctx.begin(node)
-        if node.op == "constant":
-            names[node.out(0)] = ctx.const(node.attrs["value"])
-            continue
-        outs = get_op(node.op).lower(ctx, [names[r] for r in node.inputs], node)
-        outs = [outs] if isinstance(outs, str) else list(outs)
-        for i, out in enumerate(outs):
-            names[node.out(i)] = out
-    ctx.begin(None)
+    names: dict = dict(zip(graph.inputs, input_names))
+    ctx.lower_nodes(names)
     outputs = []
     for ref, out_name in zip(graph.outputs, graph.output_names):
         ctx.nodes.append(helper.make_node("Identity", [names[ref]], [out_name], name=out_name))
@@ -52,7 +34,18 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
     inputs = [value_info(n, graph.type_of(r)) for n, r in zip(input_names, graph.inputs)]
     nodes = dedupe_nodes(ctx.nodes, set(graph.output_names))
     nodes = schedule_order(nodes, graph.output_names)   # how ONNX Runtime loads and runs it: see order.py
-    onnx_graph = helper.make_graph(nodes, name, inputs, outputs, initializer=ctx.initializers)
+    typed: dict = {}
+    if value_types:   # each node output once, not the values that are graph inputs, initializers or outputs
+        declared = set(input_names) | set(graph.output_names) | {t.name for t in ctx.initializers}
+        produced = {out for node in nodes for out in node.output}   # a merged repeat's outputs are gone
+        for node in graph.topo_order():
+            for i, t in enumerate(node.outputs):
+                tensor = names.get(node.out(i))
+                if tensor is not None and tensor in produced and tensor not in declared \
+                        and node.op not in ("input", "constant"):
+                    typed.setdefault(tensor, value_info(tensor, t))
+    onnx_graph = helper.make_graph(nodes, name, inputs, outputs, initializer=ctx.initializers,
+                                   value_info=list(typed.values()))
     model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="gcompile", producer_version=__version__)
     model.ir_version = runtime_limits()[0]

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from .reads import node_reads
+
 MAX_LAST_OUTPUTS = 32
 
 
@@ -39,7 +41,7 @@ def schedule_order(nodes: list, output_names: list[str]) -> list:
     readers: list[list[int]] = [[] for _ in nodes]
     waiting = [0] * len(nodes)
     for i, node in enumerate(nodes):
-        for p in sorted({producer[name] for name in node.input if name in producer}):
+        for p in sorted({producer[name] for name in node_reads(node) if name in producer}):
             readers[p].append(i)
             waiting[i] += 1
     last = _output_groups(nodes, readers, producer, set(output_names))

@@ -14,8 +14,10 @@ MIN_OPSET = 18   # reduce ops take axes as an input from here on; older opsets a
 def runtime_limits() -> tuple[int, int]:
     """(max IR version, max default-domain opset) that onnxruntime loads."""
     import onnx
-    import onnxruntime as ort
     from onnx import TensorProto, helper
+
+    from ..install_check import onnxruntime
+    ort = onnxruntime()
 
     options = ort.SessionOptions()
     options.log_severity_level = 4

@@ -26,10 +26,15 @@ from ..ir import dims
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
-from .elementwise import _promote
+from .basic import cast
+from .elementwise import _promote, divide, floor
+from .indexing import pad as pad_tensor
+from .indexing import slice_axes, take_along_axis
 from .reduce import mean
 from .reduce import sum as reduce_sum
+from .shape import broadcast_to, squeeze
 from .shape_rules import require_float, same_dtype
+from .windows import first_max, pool_geometry, window_positions, windows
 
 __all__ = ["avg_pool", "conv", "conv_transpose", "global_avg_pool", "max_pool"]
 
@@ -147,8 +152,9 @@ def _conv_transpose_infer(types, stride, pad, dilation, groups, output_padding):
     if w.shape[0] % groups:
         raise ShapeError(f"w {format_shape(w.shape)} has {w.shape[0]} input channels, not divisible by "
                          f"groups={groups}")
-    if any(not 0 <= op < s for op, s in zip(output_padding, stride)):
-        raise ShapeError(f"output_padding {output_padding} must be >= 0 and smaller than the stride {stride}")
+    if any(not 0 <= op < max(s, d) for op, s, d in zip(output_padding, stride, dilation)):
+        raise ShapeError(f"output_padding {output_padding} must be >= 0 and smaller than the stride {stride} "
+                         f"or the dilation {dilation} (the larger of the two, per axis, as in PyTorch)")
     co = w.shape[1] * groups
     _check_bias(types, co)
     out = _transpose_sizes(x.shape[2:], w.shape[2:], stride, pad, dilation, output_padding)
@@ -250,10 +256,27 @@ def _lower_conv(ctx, names, node):
 
 
 def _lower_conv_transpose(ctx, names, node):
+    """ONNX Runtime refuses output_padding >= stride, which PyTorch allows below the dilation. The
+    output_padding rows first take back rows the end padding crops; past the uncropped result the
+    rows are zeros (plus the bias), so those are padded on after a ConvTranspose without them."""
     a = node.attrs
     kernel = ctx.graph.type_of(node.inputs[1]).shape[2:]
-    return ctx.emit("ConvTranspose", names, group=a["groups"], output_padding=list(a["output_padding"]),
-                    **_window_attrs(kernel, a["stride"], a["pad"], a["dilation"]))
+    pad, extra, output_padding = list(a["pad"]), [], []
+    for axis, (op, s) in enumerate(zip(a["output_padding"], a["stride"])):
+        before, after = pad[axis]
+        taken = min(op, after)
+        pad[axis], op = (before, after - taken), op - taken
+        extra.append(op if op >= s else 0)
+        output_padding.append(0 if op >= s else op)
+    if not any(extra):
+        return ctx.emit("ConvTranspose", names, group=a["groups"], output_padding=output_padding,
+                        **_window_attrs(kernel, a["stride"], pad, a["dilation"]))
+    y = ctx.emit("ConvTranspose", names[:2], group=a["groups"], output_padding=output_padding,
+                 **_window_attrs(kernel, a["stride"], pad, a["dilation"]))
+    y = ctx.pad(y, [0] * (2 + len(extra)), [0, 0, *extra])
+    if len(names) == 3:
+        y = ctx.emit("Add", [y, ctx.emit("Reshape", [names[2], ctx.int64s([-1] + [1] * len(extra))])])
+    return y
 
 
 def _lower_conv_weight_grad(ctx, names, node):
@@ -315,8 +338,16 @@ def _conv_vjp(g, ins, outs, **a):
 def _conv_transpose_vjp(g, ins, outs, output_padding, **a):
     u, w = ins[:2]
     params = _conv_params(a)
-    grads = [apply("conv", [g[0], w], **params),
-             apply("conv_weight_grad", [g[0], u], kernel=w.shape[2:], **params)]
+    # output_padding of a stride or more (allowed below the dilation) leaves whole strides of output
+    # rows no input position reaches: the conv reading g back sees `extra` positions past u's end,
+    # which are dropped (and u is zero-padded to match for the weight gradient)
+    extra = [op // s for op, s in zip(output_padding, params["stride"])]
+    gu = apply("conv", [g[0], w], **params)
+    if any(extra):
+        nsp = len(extra)
+        gu = slice_axes(gu, range(2, 2 + nsp), [0] * nsp, u.shape[2:], [1] * nsp)
+        u = pad_tensor(u, ((0, 0), (0, 0), *((0, e) for e in extra)))
+    grads = [gu, apply("conv_weight_grad", [g[0], u], kernel=w.shape[2:], **params)]
     return grads + [_bias_grad(g[0])] * (len(ins) - 2)
 
 
@@ -348,7 +379,7 @@ def conv_transpose(x, w, b=None, stride=1, pad=0, dilation=1, groups=1, output_p
     """The transpose (adjoint in x) of conv, as ONNX ConvTranspose: x (N, C_in, *spatial),
     w (C_in, C_out/groups, *kernel), b (C_out,). Output size per axis:
     (in-1)*stride - pad_before - pad_after + dilation*(k-1) + output_padding + 1,
-    with 0 <= output_padding < stride (it adds rows at the end).
+    with 0 <= output_padding < max(stride, dilation) per axis (it adds rows at the end).
     """
     x, w, *b = _promote(x, w, *(() if b is None else (b,)))
     attrs = _conv_attrs(x, stride, pad, dilation, groups)
@@ -462,11 +493,44 @@ defop("pool_gather", infer=lambda types, window=None: _pool_gather_infer(types),
           apply("pool_scatter", [g[0], ins[1]], shape=ins[0].shape, window=window), None])
 
 
-def max_pool(x, kernel, stride=None, pad=0) -> Tensor:
-    """Maximum over each window (ONNX MaxPool); stride defaults to the kernel, padding counts as -inf
-    and must be smaller than the kernel. The gradient goes to the first maximum of each window."""
+def _torch_windows(x: Tensor, attrs: dict, dilation, ceil_mode: bool):
+    """The spatial sizes (static), PyTorch's output size and the end padding ceil_mode needs."""
+    _check_nchw(x.type, len(attrs["kernel"]), "x")
+    out, extra = pool_geometry(x.shape[2:], attrs["kernel"], attrs["stride"], attrs["pad"], dilation, ceil_mode)
+    return x.shape[2:], out, extra
+
+
+def max_pool(x, kernel, stride=None, pad=0, dilation=1, ceil_mode: bool = False, return_indices: bool = False):
+    """Maximum over each window, as torch's max_pool: stride defaults to the kernel, padding counts
+    as -inf and must be smaller than the (dilated) kernel; ceil_mode rounds the output size up (the
+    last window still starts inside the input or its padding). The gradient goes to the first
+    maximum of each window. return_indices=True also returns, as torch, the int64 flat index of
+    each maximum within its (N, C) plane.
+
+    Without dilation or ceil_mode's extra windows this is ONNX MaxPool; otherwise the windows are
+    strided slices of the -inf-padded input and their first maximum is picked (a NaN wins)."""
     x = as_tensor(x)
-    return apply_n("max_pool", [x], **_pool_attrs(x, kernel, stride, pad))[0]
+    attrs = _pool_attrs(x, kernel, stride, pad)
+    dilation = _ints(dilation, len(attrs["kernel"]), "dilation", 1)
+    extra: tuple = ()
+    if ceil_mode or any(d > 1 for d in dilation):
+        in_size, out, extra = _torch_windows(x, attrs, dilation, ceil_mode)
+        if any(max(p) >= d * (k - 1) + 1 for p, k, d in zip(attrs["pad"], attrs["kernel"], dilation)):
+            raise ShapeError(f"max_pool: pad {attrs['pad']} must be smaller than the dilated kernel on every axis "
+                             f"(at {user_location()})")
+    if not any(extra) and all(d == 1 for d in dilation):
+        y, index = apply_n("max_pool", [x], **attrs)
+        if not return_indices:
+            return y
+        plane = math.prod(x.shape[2:])        # ONNX's index is flat over the whole tensor, torch's over (N, C)
+        return y, index - cast(floor(divide(index, plane)), np.int64) * plane
+    before = [p[0] for p in attrs["pad"]]
+    xp = pad_tensor(x, ((0, 0), (0, 0), *((b, a + e) for (b, a), e in zip(attrs["pad"], extra))), value=-np.inf)
+    y, tap = first_max(windows(xp, attrs["kernel"], attrs["stride"], dilation, out))
+    if not return_indices:
+        return y
+    table = window_positions(in_size, attrs["kernel"], attrs["stride"], dilation, out, before)
+    return y, squeeze(take_along_axis(broadcast_to(table, x.shape[:2] + table.shape), tap, -1), -1)
 
 
 # -- average pooling and its adjoint ----------------------------------------------------------------------
@@ -543,11 +607,45 @@ defop("avg_pool_grad", infer=_avg_pool_grad_infer, reference=_avg_pool_grad_refe
       vjp=lambda g, ins, outs, in_size, **a: [apply("avg_pool", [g[0]], **a)])
 
 
-def avg_pool(x, kernel, stride=None, pad=0, count_include_pad: bool = False) -> Tensor:
+def _torch_divisors(in_size, out, kernel, stride, pad, count_include_pad: bool) -> np.ndarray:
+    """torch's avg_pool divisor per output position: the window's positions inside the input and
+    its padding (count_include_pad), or inside the input only; the part ceil_mode adds past the
+    padding never counts."""
+    per_axis = []
+    for i, o, k, s, (p0, p1) in zip(in_size, out, kernel, stride, pad):
+        start = np.arange(o) * s - p0
+        if count_include_pad:
+            per_axis.append(np.minimum(start + k, i + p1) - start)
+        else:
+            per_axis.append(np.minimum(start + k, i) - np.maximum(start, 0))
+    divisors = np.ones(())
+    for k, counts in enumerate(per_axis):
+        divisors = divisors[..., None] * counts.reshape((1,) * k + (-1,))
+    return divisors
+
+
+def avg_pool(x, kernel, stride=None, pad=0, count_include_pad: bool = False, ceil_mode: bool = False,
+             divisor_override: int | None = None) -> Tensor:
     """Mean over each window (ONNX AveragePool); stride defaults to the kernel. Padded positions
-    count in the divisor only with count_include_pad=True. The pad must be smaller than the kernel."""
+    count in the divisor only with count_include_pad=True (torch's default is True, gcompile's
+    False). The pad must be smaller than the kernel. ceil_mode rounds the output size up as torch
+    does (the positions it adds past the padding never count); divisor_override divides every
+    window's sum by that number instead."""
     x = as_tensor(x)
-    return apply("avg_pool", [x], count_include_pad=bool(count_include_pad), **_pool_attrs(x, kernel, stride, pad))
+    attrs = _pool_attrs(x, kernel, stride, pad)
+    if not ceil_mode and divisor_override is None:
+        return apply("avg_pool", [x], count_include_pad=bool(count_include_pad), **attrs)
+    if divisor_override is not None and (not isinstance(divisor_override, (int, np.integer)) or divisor_override < 1):
+        raise ShapeError(f"avg_pool: divisor_override must be a positive int, got {divisor_override!r} "
+                         f"(at {user_location()})")
+    kernel, stride, pads = attrs["kernel"], attrs["stride"], attrs["pad"]
+    in_size, out, extra = _torch_windows(x, attrs, (1,) * len(kernel), ceil_mode)
+    if any(extra):   # zeros past the end (an AveragePool pad may not reach the kernel's size)
+        x = pad_tensor(x, ((0, 0), (0, 0), *((0, e) for e in extra)))
+    sums = apply("avg_pool", [x], count_include_pad=True, kernel=kernel, stride=stride, pad=pads)   # sum / prod(k)
+    divisors = (np.full(out, float(divisor_override)) if divisor_override is not None else
+                _torch_divisors(in_size, out, kernel, stride, pads, count_include_pad))
+    return sums * (math.prod(kernel) / divisors).astype(sums.dtype)
 
 
 def global_avg_pool(x) -> Tensor:

@@ -28,11 +28,22 @@ def _onnx(op_type, **fixed):
 
 
 def _promote(*values) -> list[Tensor]:
-    """numpy 2 promotion (NEP 50): Python scalars are weak and take the tensors' dtype."""
+    """numpy 2 promotion (NEP 50): Python scalars are weak and take the tensors' dtype. Beside a
+    Tensor, NumPy scalars (np.float64(...), what np.sqrt(d) returns) are weak too, as in PyTorch
+    and JAX, so x_float32 * (1 / np.sqrt(d)) stays float32 (NumPy itself would give float64);
+    0-d arrays stay strong, as in NumPy."""
+    if any(isinstance(v, Tensor) for v in values):
+        values = tuple(v.item() if isinstance(v, np.generic) else v for v in values)
     dtype = np.result_type(*[v.dtype if isinstance(v, Tensor) else
                              v if isinstance(v, (bool, int, float, np.ndarray, np.generic)) else np.asarray(v)
                              for v in values])
     return [cast(v, dtype) if isinstance(v, Tensor) else as_tensor(np.asarray(v, dtype=dtype)) for v in values]
+
+
+def promote_float(*values) -> list[Tensor]:
+    """_promote, then integer and bool operands to float64, as numpy's true division and math functions do."""
+    promoted = _promote(*values)
+    return [cast(v, np.float64) for v in promoted] if promoted[0].dtype.kind in "biu" else promoted
 
 
 # -- arithmetic ------------------------------------------------------------------------------
@@ -77,10 +88,7 @@ def _div_reference(a, b):
 def divide(a, b) -> Tensor:
     """True division, as numpy: integer or bool operands give float64 (the `div` op itself
     truncates integers, as ONNX Div does)."""
-    a, b = _promote(a, b)
-    if a.dtype.kind in "biu":
-        a, b = cast(a, np.float64), cast(b, np.float64)
-    return apply("div", [a, b])
+    return apply("div", promote_float(a, b))
 
 
 defop("div", infer=binary_broadcast, reference=_div_reference, lower=_onnx("Div"), vjp=_div_vjp,
@@ -92,20 +100,26 @@ def _pow_vjp(g, ins, outs):
     # base 1 where y == 0: there y·x^(y-1) is 0 even at x = 0 (not 0·inf), so x**2 at 0 has finite
     # derivatives of every order (passes drop the where when y is a nonzero constant)
     gx = g[0] * y * power(where(equal(y, 0), 1, x), y - 1)
-    gy = g[0] * outs[0] * log(x) if y.dtype.kind == "f" else None
-    return [gx, gy]
+    if y.dtype.kind != "f":
+        return [gx, None]
+    # d/dy x^y = x^y·ln x is 0·(-inf) at x = 0; PyTorch's value there is 0 for y >= 0 (0^y is
+    # constant in y), which ln 1 gives, with no NaN in the derivatives of this rule either
+    base = where(logical_and(equal(x, 0), greater_equal(y, 0)), 1, x)
+    return [gx, g[0] * outs[0] * log(base)]
 
 
 defop("pow", infer=binary_broadcast, reference=np.power, lower=_onnx("Pow"), vjp=_pow_vjp,
       traits={Trait.BROADCASTS})
 
 
-def _minmax_vjp(pick_first):
+def _minmax_vjp(loses):
+    """Each operand gets g where the other does not win, half of it at ties (as PyTorch and JAX do);
+    where one operand is NaN the comparisons are false and both get g, as in PyTorch."""
     def vjp(g, ins, outs):
         a, b = ins
-        first = pick_first(a, b)          # where a wins (ties go to a)
-        zero = zeros_scalar(g[0])
-        return [where(first, g[0], zero), where(first, zero, g[0])]
+        zero, tie = zeros_scalar(g[0]), equal(a, b)
+        share = where(tie, g[0] * 0.5, g[0])
+        return [where(loses(a, b), zero, share), where(loses(b, a), zero, share)]
     return vjp
 
 
@@ -114,17 +128,14 @@ def zeros_scalar(like: Tensor) -> Tensor:
 
 
 defop("maximum", infer=binary_broadcast, reference=np.maximum, lower=_onnx("Max"),
-      vjp=_minmax_vjp(lambda a, b: greater_equal(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS})
+      vjp=_minmax_vjp(lambda a, b: less(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS})
 defop("minimum", infer=binary_broadcast, reference=np.minimum, lower=_onnx("Min"),
-      vjp=_minmax_vjp(lambda a, b: less_equal(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS})
+      vjp=_minmax_vjp(lambda a, b: greater(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS})
 
 
 def logaddexp(a, b) -> Tensor:
     """log(exp(a) + exp(b)) without overflow, as numpy.logaddexp (integer operands give float64)."""
-    a, b = _promote(a, b)
-    if a.dtype.kind in "biu":
-        a, b = cast(a, np.float64), cast(b, np.float64)
-    return apply("logaddexp", [a, b])
+    return apply("logaddexp", promote_float(a, b))
 
 
 def _lower_logaddexp(ctx, names, node):
@@ -163,9 +174,9 @@ def _compare(op, onnx_op, reference, negate=False) -> Callable[..., Tensor]:
     return fn
 
 
-less = _compare("less", "Less", np.less)
+less: Callable[..., Tensor] = _compare("less", "Less", np.less)
 less_equal: Callable[..., Tensor] = _compare("less_equal", "LessOrEqual", np.less_equal)
-greater = _compare("greater", "Greater", np.greater)
+greater: Callable[..., Tensor] = _compare("greater", "Greater", np.greater)
 greater_equal: Callable[..., Tensor] = _compare("greater_equal", "GreaterOrEqual", np.greater_equal)
 equal = _compare("equal", "Equal", np.equal)
 not_equal = _compare("not_equal", "Equal", np.not_equal, negate=True)
@@ -292,14 +303,19 @@ def _relu_vjp(g, ins, outs):
 relu = _unary_def("relu", lambda x: np.maximum(x, 0), _onnx("Relu"), _relu_vjp)
 
 
-def _lower_log1p(ctx, names, node):
-    # log(1+x) * x / ((1+x) - 1) is accurate where plain log(1+x) rounds away small x (Kahan).
-    x = names[0]
-    one = ctx.const(np.ones((), node.outputs[0].dtype))
+def emit_log1p(ctx, x: str, dtype) -> str:
+    """ONNX nodes for log(1 + x): log(1+x) * x / ((1+x) - 1) is accurate where plain log(1+x) rounds
+    away small x (Kahan); at x = +inf that ratio is inf/inf, so +inf passes through."""
+    one = ctx.const(np.ones((), dtype))
     u = ctx.emit("Add", [x, one])
     d = ctx.emit("Sub", [u, one])
     ratio = ctx.emit("Div", [ctx.emit("Mul", [ctx.emit("Log", [u]), x]), d])
-    return ctx.emit("Where", [ctx.emit("Equal", [d, ctx.const(np.zeros((), node.outputs[0].dtype))]), x, ratio])
+    finite = ctx.emit("Where", [ctx.emit("Equal", [d, ctx.const(np.zeros((), dtype))]), x, ratio])
+    return ctx.emit("Where", [ctx.emit("IsInf", [x], detect_negative=0), x, finite])
+
+
+def _lower_log1p(ctx, names, node):
+    return emit_log1p(ctx, names[0], node.outputs[0].dtype)
 
 
 def _lower_expm1(ctx, names, node):
@@ -509,13 +525,52 @@ defop("gelu", infer=unary_float, reference=_gelu_reference, lower=_lower_gelu, v
 
 
 def clip(x, lo=None, hi=None) -> Tensor:
-    """x limited to [lo, hi] (either bound may be None)."""
+    """x limited to [lo, hi] (either bound may be None; where lo > hi the result is hi, as numpy's);
+    NaN stays NaN. As torch.clamp, x's gradient passes where lo <= x <= hi, bounds included, and
+    a tensor bound gets it where the bound is the result."""
     x = as_tensor(x)
-    if lo is not None:
-        x = maximum(x, lo)
-    if hi is not None:
-        x = minimum(x, hi)
-    return x
+    bounds = [b for b in (lo, hi) if b is not None]
+    if not bounds:
+        return x
+    if not all(not isinstance(b, Tensor) and np.ndim(b) == 0 for b in bounds):
+        if lo is not None:
+            x = where(less(x, lo), lo, x)
+        if hi is not None:
+            x = where(greater(x, hi), hi, x)
+        return x
+    x = _promote(x, *bounds)[0]
+    return bounded(x, None if lo is None else float(lo), None if hi is None else float(hi), inclusive=True)
+
+
+def bounded(x: Tensor, lo: float | None, hi: float | None, inclusive: bool) -> Tensor:
+    """The clip op with constant bounds: the gradient passes inside [lo, hi] (inclusive, torch.clamp's
+    convention) or only strictly inside (torch.nn.functional.hardtanh's)."""
+    return apply("clip", [x], lo=lo, hi=hi, inclusive=inclusive)
+
+
+def _clip_reference(x, lo, hi, inclusive):
+    y = x if lo is None else np.maximum(x, np.asarray(lo, x.dtype))
+    return y if hi is None else np.minimum(y, np.asarray(hi, x.dtype))
+
+
+def _lower_clip(ctx, names, node):
+    dtype = node.outputs[0].dtype
+    bound = lambda v: "" if v is None else ctx.const(np.asarray(v, dtype))  # noqa: E731
+    return ctx.emit("Clip", [names[0], bound(node.attrs["lo"]), bound(node.attrs["hi"])])
+
+
+def _clip_vjp(g, ins, outs, lo, hi, inclusive):
+    x = ins[0]
+    if x.dtype.kind != "f":
+        return [None]
+    above, below = (greater_equal, less_equal) if inclusive else (greater, less)
+    inside = [test(x, bound) for test, bound in ((above, lo), (below, hi)) if bound is not None]
+    mask = inside[0] if len(inside) == 1 else logical_and(*inside)
+    return [where(mask, g[0], zeros_scalar(g[0]))]
+
+
+defop("clip", infer=lambda types, **_: [types[0]], reference=_clip_reference, lower=_lower_clip, vjp=_clip_vjp,
+      traits={Trait.CHEAP})
 
 
 def pow(x, y) -> Tensor:  # noqa: A001 - numpy's name

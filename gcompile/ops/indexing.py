@@ -168,6 +168,24 @@ def _scatter_add_reference(base, idx, updates, axis):
     return out
 
 
+def onnx_indices(ctx, name: str, dtype, wide: bool = False) -> str:
+    """An index operand as ONNX's index inputs take it: Gather, GatherElements and ScatterElements
+    accept int32 and int64 only (wide=True: int64 only, for ScatterND), so smaller or unsigned
+    integer indices are cast to int64."""
+    allowed = (np.int64,) if wide else (np.int32, np.int64)
+    return name if np.dtype(dtype) in allowed else ctx.emit("Cast", [name], to=TensorProto.INT64)
+
+
+def _lower_indexed(op_type: str, index_at: int = 1):
+    """A lowering that emits one `op_type` node with the node's axis and its index operand made valid."""
+    def lower(ctx, names, node):
+        names = list(names)
+        names[index_at] = onnx_indices(ctx, names[index_at], ctx.graph.type_of(node.inputs[index_at]).dtype)
+        extra = {"reduction": "add"} if op_type == "ScatterElements" else {}
+        return ctx.emit(op_type, names, axis=node.attrs["axis"], **extra)
+    return lower
+
+
 def _lower_scatter_add(ctx, names, node):
     """Move `axis` to the front of base and the index axes to the front of updates, then one
     ScatterND(reduction=add) with the indices made non-negative (Mod by the axis size)."""
@@ -175,13 +193,14 @@ def _lower_scatter_add(ctx, names, node):
     base_t, idx_t = (ctx.graph.type_of(r) for r in node.inputs[:2])
     r, k = base_t.ndim, idx_t.ndim
     base, idx, updates = names
+    if base_t.shape[axis] == 0:   # no index is valid, so none is given: nothing to add (and no Mod by 0)
+        return ctx.emit("Identity", [base])
     base_perm = [axis] + [i for i in range(r) if i != axis]
     upd_perm = list(range(axis, axis + k)) + list(range(axis)) + list(range(axis + k, r + k - 1))
     if axis:
         base = ctx.emit("Transpose", [base], perm=base_perm)
         updates = ctx.emit("Transpose", [updates], perm=upd_perm)
-    if idx_t.dtype != np.int64:
-        idx = ctx.emit("Cast", [idx], to=TensorProto.INT64)
+    idx = onnx_indices(ctx, idx, idx_t.dtype, wide=True)
     size = base_t.shape[axis]
     size = (ctx.const(np.asarray(size, np.int64)) if isinstance(size, int)
             else ctx.emit("Reshape", [ctx.shape_tensor((size,)), ctx.int64s([])]))
@@ -196,7 +215,7 @@ def _gather(x: Tensor, idx: Tensor, axis: int) -> Tensor:
 
 
 defop("gather", infer=_gather_infer, reference=lambda x, idx, axis: np.take(x, idx, axis=axis),
-      lower=lambda ctx, names, node: ctx.emit("Gather", names, axis=node.attrs["axis"]),
+      lower=_lower_indexed("Gather"),
       vjp=lambda g, ins, outs, axis: [scatter_add(zeros_like(ins[0]), ins[1], g[0], axis), None])
 defop("scatter_add", infer=_scatter_add_infer, reference=_scatter_add_reference, lower=_lower_scatter_add,
       vjp=lambda g, ins, outs, axis: [g[0], None, _gather(g[0], ins[1], axis)])
@@ -268,10 +287,10 @@ def _gather_elements(x: Tensor, idx: Tensor, axis: int) -> Tensor:
 
 defop("gather_elements", infer=_gather_elements_infer,
       reference=lambda x, idx, axis: np.take_along_axis(x, idx, axis=axis),
-      lower=lambda ctx, names, node: ctx.emit("GatherElements", names, axis=node.attrs["axis"]),
+      lower=_lower_indexed("GatherElements"),
       vjp=lambda g, ins, outs, axis: [scatter_add_along_axis(zeros_like(ins[0]), ins[1], g[0], axis), None])
 defop("scatter_add_elements", infer=_scatter_add_elements_infer, reference=_scatter_add_elements_reference,
-      lower=lambda ctx, names, node: ctx.emit("ScatterElements", names, axis=node.attrs["axis"], reduction="add"),
+      lower=_lower_indexed("ScatterElements"),
       vjp=lambda g, ins, outs, axis: [g[0], None, _gather_elements(g[0], ins[1], axis)])
 
 
@@ -450,7 +469,8 @@ def split(x, sections_or_indices, axis: int = 0) -> list[Tensor]:
 
 
 # -- pad --------------------------------------------------------------------------------------------
-_PAD_MODES = ("constant", "reflect", "edge")
+_PAD_MODES = ("constant", "reflect", "edge", "wrap")
+_TORCH_PAD_MODES = {"replicate": "edge", "circular": "wrap"}     # torch's names for numpy's modes
 
 
 def _pad_pairs(pads, ndim) -> tuple:
@@ -472,8 +492,8 @@ def _pad_infer(types, pads, mode, value):
             if mode == "reflect" and max(before, after) >= d:
                 raise ShapeError(f"reflect padding of {max(before, after)} needs axis {axis} longer than "
                                  f"that, its size is {d}")
-            if mode == "edge" and d == 0:
-                raise ShapeError(f"edge padding of an empty axis {axis}")
+            if mode in ("edge", "wrap") and d == 0:
+                raise ShapeError(f"{mode} padding of an empty axis {axis}")
             d = before + d + after
         shape.append(d)
     return [tensor_type(types[0].dtype, shape)]
@@ -483,8 +503,19 @@ def _pad_reference(x, pads, mode, value):
     return np.pad(x, pads, mode, constant_values=value) if mode == "constant" else np.pad(x, pads, mode)
 
 
+def _pad_sources(n: int, before: int, after: int, mode: str) -> np.ndarray:
+    """The input index each position of a padded axis copies (reflect, edge, wrap)."""
+    return np.pad(np.arange(n), (before, after), mode)  # type: ignore[call-overload]  # mode is one of numpy's
+
+
 def _lower_pad(ctx, names, node):
     a = node.attrs
+    if a["mode"] == "wrap":   # a Gather of the wrapped positions per axis (Pad's "wrap" needs opset 19)
+        out, shape = names[0], ctx.graph.type_of(node.inputs[0]).shape
+        for axis, (before, after) in enumerate(a["pads"]):
+            if before or after:
+                out = ctx.emit("Gather", [out, ctx.int64s(_pad_sources(shape[axis], before, after, "wrap"))], axis=axis)
+        return out
     fill = ctx.const(np.asarray(a["value"], node.outputs[0].dtype)) if a["mode"] == "constant" else ""
     return ctx.pad(names[0], [b for b, _ in a["pads"]], [e for _, e in a["pads"]], fill, mode=a["mode"])
 
@@ -495,9 +526,9 @@ def _pad_vjp(g, ins, outs, pads, mode, value):
     if mode == "constant":
         return [slice_axes(g, [a for a, _, _ in padded], [b for _, b, _ in padded],
                            [b + x.shape[a] for a, b, _ in padded], [1] * len(padded))]
-    # reflect/edge: each padded axis is a gather of static source indices; apply the adjoints
+    # reflect/edge/wrap: each padded axis is a gather of static source indices; apply the adjoints
     for axis, before, after in padded:
-        source = np.pad(np.arange(x.shape[axis]), (before, after), mode)
+        source = _pad_sources(x.shape[axis], before, after, mode)
         g = scatter_add(full(g.shape[:axis] + (x.shape[axis],) + g.shape[axis + 1:], 0, g.dtype), source, g, axis)
     return [g]
 
@@ -507,8 +538,10 @@ defop("pad", infer=_pad_infer, reference=_pad_reference, lower=_lower_pad, vjp=_
 
 def pad(x, pads, mode: str = "constant", value=0) -> Tensor:
     """numpy pad: `pads` is an int, a (before, after) pair for every axis, or one pair per axis;
-    mode "constant" (filled with `value`), "reflect" (mirrored, edge not repeated) or "edge"."""
+    mode "constant" (filled with `value`), "reflect" (mirrored, edge not repeated), "edge" or
+    "wrap" (periodic); torch's names "replicate" and "circular" are accepted for the last two."""
     x = as_tensor(x)
+    mode = _TORCH_PAD_MODES.get(mode, mode)
     if mode not in _PAD_MODES:
         raise UnsupportedError(f"pad: mode {mode!r} is not supported (use one of {', '.join(_PAD_MODES)})")
     pairs = _pad_pairs(pads, x.ndim)
@@ -519,11 +552,12 @@ def pad(x, pads, mode: str = "constant", value=0) -> Tensor:
 
 # -- tile ---------------------------------------------------------------------------------------------
 def tile(x, reps) -> Tensor:
-    """numpy tile, as reshape → broadcast → reshape: each tiled axis d becomes a (rep, d) pair, so the
-    gradient is broadcast's (a sum over the rep axes)."""
+    """numpy tile (a repetition count may be a symbolic dim), as reshape → broadcast → reshape: each
+    tiled axis d becomes a (rep, d) pair, so the gradient is broadcast's (a sum over the rep axes)."""
     x = as_tensor(x)
-    reps = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(r) for r in reps)
-    if any(r < 0 for r in reps):
+    reps = (reps,) if isinstance(reps, (int, np.integer, str)) else tuple(reps)
+    reps = tuple(r if isinstance(r, str) else int(r) for r in reps)     # symbolic dims repeat a dynamic count
+    if any(isinstance(r, int) and r < 0 for r in reps):
         raise ShapeError(f"tile: negative repetitions {reps}")
     n = max(len(reps), x.ndim)
     reps, shape = (1,) * (n - len(reps)) + reps, (1,) * (n - x.ndim) + x.shape

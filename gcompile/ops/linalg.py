@@ -5,9 +5,10 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from ..frontend.tensor import Tensor, apply
+from ..ir import dims
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
-from .elementwise import _promote
+from .elementwise import _promote, where, zeros_scalar
 from .reduce import sum_to_shape
 from .shape import broadcast_to, expand_dims, reshape, squeeze, swapaxes
 from .shape_rules import broadcast_shapes, same_dtype
@@ -45,7 +46,9 @@ def _matmul_vjp(g, ins, outs):
     if b.ndim == 2 and a.ndim > 2:
         # A matrix shared by a batch (x @ w in every layer): contract the batch inside one matrix
         # product, rather than a product per batch element summed afterwards.
-        gb = matmul(swapaxes(reshape(a, -1, a.shape[-1]), 0, 1), reshape(g[0], -1, g[0].shape[-1]))
+        # (the rows are counted explicitly: with a contraction dim of 0, -1 would not be inferable)
+        rows = dims.product(a.shape[:-1])
+        gb = matmul(swapaxes(reshape(a, rows, a.shape[-1]), 0, 1), reshape(g[0], rows, g[0].shape[-1]))
     else:
         gb = matmul(swapaxes(a, -1, -2), g[0])
     return [matmul(g[0], swapaxes(b, -1, -2)), gb]
@@ -116,6 +119,11 @@ def _einsum_infer(types, equation):
     lhs, out = equation.split("->")
     sizes: dict = {}
     for term, t in zip(lhs.split(","), types):
+        for c in set(term):
+            repeated = {t.shape[k] for k, x in enumerate(term) if x == c}
+            if len(repeated) > 1:
+                raise ShapeError(f"einsum: the repeated index {c!r} of {term!r} has sizes "
+                                 f"{' and '.join(map(repr, sorted(repeated, key=str)))}")
         for c, d in zip(term, t.shape):
             prev = sizes.get(c, 1)
             if prev != 1 and d != 1 and prev != d:
@@ -125,22 +133,43 @@ def _einsum_infer(types, equation):
     return [tensor_type(dtype, tuple(sizes[c] for c in out))]
 
 
+def _diagonal_embedding(gd: Tensor, unique: str, term: str, shape: tuple) -> Tensor:
+    """The adjoint of reading the diagonal of a term with repeated indices ('iij' read as 'ij'):
+    gd (indexed by `unique`) placed where the repeated indices agree, zeros elsewhere."""
+    first = {c: term.index(c) for c in unique}
+    spread = reshape(gd, tuple(d if first[c] == k else 1 for k, (c, d) in enumerate(zip(term, shape))))
+    mask = np.ones((1,) * len(term), bool)
+    for c in unique:
+        axes = [k for k, t in enumerate(term) if t == c]
+        if len(axes) > 1:
+            n = shape[axes[0]]
+            if not isinstance(n, int):
+                raise UnsupportedError(f"einsum gradient: the repeated index {c!r} of {term!r} has the symbolic "
+                                       f"size {n!r}; a diagonal needs a static size")
+            grid = np.indices((n,) * len(axes))
+            on_diagonal = np.all(grid == grid[0], axis=0)
+            mask = mask & np.expand_dims(on_diagonal, [k for k in range(len(term)) if k not in axes])
+    return where(mask, broadcast_to(spread, shape), zeros_scalar(gd))
+
+
 def _einsum_vjp(g, ins, outs, equation):
     lhs, out = equation.split("->")
     terms = lhs.split(",")
     grads = []
     for i, (term, x) in enumerate(zip(terms, ins)):
-        if len(set(term)) != len(term):
-            raise UnsupportedError(f"einsum gradient: repeated index in {term!r} (a diagonal) is not supported")
+        unique = "".join(dict.fromkeys(term))       # a repeated index reads a diagonal: differentiate that
+        ushape = tuple(x.shape[term.index(c)] for c in unique)
         others = [t for j, t in enumerate(terms) if j != i]
         available = set(out).union(*others)
-        kept = "".join(c for c in term if c in available)
+        kept = "".join(c for c in unique if c in available)
         operands = [g[0]] + [y for j, y in enumerate(ins) if j != i]
         gx = apply("einsum", operands, equation=",".join([out] + others) + "->" + kept)
-        if kept != term:   # indices summed only inside this operand: broadcast back over them, after
+        if kept != unique:   # indices summed only inside this operand: broadcast back over them, after
             # summing over those x has at size 1 (elsewhere gc.grad sums a gradient back to x's shape)
-            gx = reshape(gx, tuple(gx.shape[kept.index(c)] if c in kept else 1 for c in term))
-            gx = broadcast_to(sum_to_shape(gx, tuple(d if c in kept else 1 for c, d in zip(term, x.shape))), x.shape)
+            gx = reshape(gx, tuple(gx.shape[kept.index(c)] if c in kept else 1 for c in unique))
+            gx = broadcast_to(sum_to_shape(gx, tuple(d if c in kept else 1 for c, d in zip(unique, ushape))), ushape)
+        if unique != term:
+            gx = _diagonal_embedding(sum_to_shape(gx, ushape), unique, term, x.shape)
         grads.append(gx)
     return grads
 

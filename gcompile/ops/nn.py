@@ -18,11 +18,11 @@ from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast
-from .elementwise import _promote, equal, exp, log1p, minimum, relu, rsqrt
+from .elementwise import _promote, equal, exp, rsqrt, softplus
 from .reduce import count, mean
 from .reduce import sum as reduce_sum
 from .shape import broadcast_to, expand_dims, reshape
-from .shape_rules import normalize_axis, require_float, same_dtype, unary_float
+from .shape_rules import axis_for, require_float, same_dtype, unary_float
 
 __all__ = ["batch_norm", "dropout", "layer_norm", "log_softmax", "mse", "one_hot", "sigmoid_cross_entropy",
            "softmax", "softmax_cross_entropy"]
@@ -33,12 +33,7 @@ def _float(x) -> Tensor:
     return x if x.dtype.kind == "f" else cast(x, np.float32)
 
 
-def _axis(axis, ndim: int, what: str) -> int:
-    """normalize_axis, with the function's name and the user's line in the error."""
-    try:
-        return normalize_axis(axis, ndim)
-    except ShapeError as err:
-        raise ShapeError(f"{what}: {err} (at {user_location()})") from None
+_axis = axis_for
 
 
 # -- softmax and log_softmax -------------------------------------------------------------------------
@@ -135,12 +130,12 @@ def softmax_cross_entropy(logits, labels, axis: int = -1, reduce: str = "mean") 
 def sigmoid_cross_entropy(x, t, reduce: str = "mean") -> Tensor:
     """Binary cross-entropy of logits x against float targets t in [0, 1], computed stably.
 
-    softplus(x) - x·t with softplus(x) = relu(x) + log1p(exp(min(x, -x))): min(x, -x) is -|x|
-    whose tie at 0 takes the first operand, which gives the exact gradient sigmoid(0) = 1/2
-    at x = 0 (with -|x| the two kinks there would give 0).
+    softplus(x) - x·t: softplus is computed without overflow and its gradient is sigmoid(x),
+    exact at x = 0 too (where relu(x) + log1p(exp(-|x|)) has two kinks whose conventional gradients
+    give 0).
     """
     x, t = _promote(_float(x), t)
-    return _reduce(relu(x) - x * t + log1p(exp(minimum(x, -x))), reduce)
+    return _reduce(softplus(x) - x * t, reduce)
 
 
 def mse(a, b, reduce: str = "mean") -> Tensor:
@@ -320,13 +315,16 @@ def dropout(x, ratio: float = 0.5, training: bool = False, seed: int | None = No
 
     training=False returns x. In training the ONNX Dropout draws the mask at run time; `seed`
     fixes its generator. The numpy reference evaluator draws its own mask from the seed (a
-    different stream from onnxruntime's), so numeric gradient checks need a seed.
+    different stream from onnxruntime's), so numeric gradient checks need a seed. ratio=1 drops
+    everything: x * 0 (zeros, NaN where x is infinite or NaN, as PyTorch), with a zero gradient.
     """
     x = _float(x)
-    if not 0 <= ratio < 1:
-        raise GcompileError(f"dropout ratio must be in [0, 1), got {ratio!r} (at {user_location()})")
+    if not 0 <= ratio <= 1:
+        raise GcompileError(f"dropout ratio must be in [0, 1], got {ratio!r} (at {user_location()})")
     if not training:
         return x
+    if ratio == 1:
+        return x * 0
     return apply_n("dropout", [x], ratio=float(ratio), seed=None if seed is None else int(seed))[0]
 
 

@@ -3,18 +3,44 @@ anything else is a clear error that names the function and the closest supported
 from __future__ import annotations
 
 import difflib
+from types import ModuleType
 
-from .. import functions as F
 from ..errors import TraceError
 from ..frontend.source import user_location
 
+_library: list[ModuleType] = []   # gcompile.functions, handed over by methods.install (importing it would be a cycle)
+
+
+def use(library: ModuleType) -> None:
+    """The op library numpy calls map onto (gcompile.functions)."""
+    _library[:] = [library]
+
 # numpy name -> gcompile.functions name, where they differ
-_RENAMES = {"absolute": "abs", "true_divide": "divide", "amax": "max", "amin": "min", "concatenate": "concat"}
+_RENAMES = {"absolute": "abs", "true_divide": "divide", "amax": "max", "amin": "min", "concatenate": "concat",
+            "repeat": "repeat_interleave"}
 # numpy keyword -> gcompile.functions keyword, per function, where they differ
 _KEYWORDS = {"pad": {"constant_values": "value"}}
 
 
+def _numpy_spread(fn):
+    """numpy's var/std: ddof (default 0) is gcompile's correction (default 1, as PyTorch)."""
+    return lambda a, axis=None, dtype=None, out=None, ddof=0, keepdims=False: fn(a, axis, ddof, keepdims)
+
+
+# numpy functions whose defaults differ from the gcompile.functions of the same name
+_ADAPTED = {"var": lambda F: _numpy_spread(F.var), "std": lambda F: _numpy_spread(F.std)}
+# numpy functions whose meaning differs: refused rather than silently computed otherwise
+_DIFFERENT = {"median": "numpy.median averages the two middle values of an even-sized slice, "
+                        "gcompile.functions.median is PyTorch's lower median: call it directly"}
+
+
 def _lookup(name: str, module: str = "numpy"):
+    F = _library[0]
+    if module == "numpy" and name in _DIFFERENT:
+        raise TraceError(f"numpy.{name} on traced Tensors is not supported (at {user_location()}): "
+                         f"{_DIFFERENT[name]}")
+    if module == "numpy" and name in _ADAPTED:
+        return _ADAPTED[name](F)
     target = _RENAMES.get(name, name)
     if target in F.__all__:
         return getattr(F, target)

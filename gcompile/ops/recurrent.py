@@ -1,9 +1,11 @@
 """Recurrent cells and layers: lstm_cell, gru_cell, lstm, gru (PyTorch weight layout).
 
-Everything is composed from existing ops (matmul, sigmoid, tanh, where, stack, ...), so
+Everything is composed from existing ops (matmul, sigmoid, tanh, where, stack, scan, ...), so
 the gradients of every order come from their VJP rules. Weights use PyTorch's layout and
 gate order (LSTM i, f, g, o; GRU r, z, n), used as x @ w_ihᵀ, so they move between the two
-unchanged. Layers are unrolled at trace time over the static sequence length.
+unchanged. A layer's time loop is one scan (an ONNX Scan) from SCAN_FROM_STEPS steps on, and
+unrolled at trace time below that, where the unrolled graph is as fast and still small
+(docs/performance.md has the measurements).
 """
 from __future__ import annotations
 
@@ -14,11 +16,14 @@ from numpy.typing import ArrayLike
 
 from ..errors import ShapeError
 from ..frontend.tensor import Tensor, as_tensor
+from .control import scan
 from .elementwise import greater, sigmoid, tanh, where
 from .indexing import concat, split, stack
 from .shape import reshape
 
 __all__ = ["gru", "gru_cell", "lstm", "lstm_cell"]
+
+SCAN_FROM_STEPS = 8    # sequences at least this long (or of a symbolic length) loop in a scan
 
 
 def _affine(x: Tensor, w, b) -> Tensor:
@@ -71,18 +76,26 @@ def gru_cell(x: Tensor | ArrayLike, h: Tensor | ArrayLike, w_ih: Tensor | ArrayL
     return _gru_step(_affine(x, w_ih, b_ih), (h,), w_hh, b_hh)[0]
 
 
-def _direction(step, gx: Tensor, state, w_hh, b_hh, masks, reverse: bool):
-    """Run one direction over all steps. With masks (one (N, 1) bool per step), a sequence's
-    state stops changing after its last valid step, and its outputs there are zero; reversed,
-    each sequence starts from its own last valid step (as PyTorch's packed sequences)."""
+def _direction(step, gx: Tensor, state, w_hh, b_hh, masks: Tensor | None, reverse: bool):
+    """Run one direction over all steps. With masks ((T, N, 1) bool: step t of sequence n is
+    valid), a sequence's state stops changing after its last valid step, and its outputs there
+    are zero; reversed, each sequence starts from its own last valid step (as PyTorch's packed
+    sequences). One scan from SCAN_FROM_STEPS steps on (or for a symbolic length), else unrolled."""
+    def body(state, inputs):
+        g, valid = inputs if masks is not None else (inputs, None)
+        new = step(g, state, w_hh, b_hh)
+        if valid is None:
+            return new, new[0]
+        new = tuple(where(valid, n, s) for n, s in zip(new, state))
+        return new, where(valid, new[0], 0.0)
+
     steps = gx.shape[0]
+    if not isinstance(steps, int) or steps >= SCAN_FROM_STEPS:
+        state, ys = scan(body, tuple(state), gx if masks is None else (gx, masks), reverse=reverse)
+        return ys, state
     outs: list[Tensor | None] = [None] * steps   # filled in step order, which may be reversed
     for t in (reversed(range(steps)) if reverse else range(steps)):
-        new = step(gx[t], state, w_hh, b_hh)
-        if masks is not None:
-            new = tuple(where(masks[t], n, s) for n, s in zip(new, state))
-        outs[t] = new[0] if masks is None else where(masks[t], new[0], 0.0)
-        state = new
+        state, outs[t] = body(tuple(state), gx[t] if masks is None else (gx[t], masks[t]))
     return stack(outs), state
 
 
@@ -91,8 +104,9 @@ def _layers(what, step, gates, xs, states0, weights, lengths, bidirectional, num
     xs = as_tensor(xs)
     states0 = [as_tensor(s) for s in states0]
     directions = 2 if bidirectional else 1
-    if xs.ndim != 3 or not isinstance(xs.shape[0], int):
-        raise ShapeError(f"{what}: xs must be (T, N, input_size) with a static T, got shape {xs.shape}")
+    if xs.ndim != 3 or lengths is not None and not isinstance(xs.shape[0], int):
+        raise ShapeError(f"{what}: xs must be (T, N, input_size), with a static T when lengths are given, got "
+                         f"shape {xs.shape}")
     if len(weights) != num_layers * directions:
         raise ShapeError(f"{what}: expected {num_layers * directions} weight tuples (layers x directions), "
                          f"got {len(weights)}")
@@ -104,14 +118,15 @@ def _layers(what, step, gates, xs, states0, weights, lengths, bidirectional, num
     if lengths is not None:
         lengths = as_tensor(lengths)
         steps = np.arange(xs.shape[0], dtype=lengths.dtype).reshape(-1, 1)
-        valid = reshape(greater(lengths, steps), xs.shape[0], lengths.shape[0], 1)
-        masks = [valid[t] for t in range(xs.shape[0])]
+        masks = reshape(greater(lengths, steps), xs.shape[0], lengths.shape[0], 1)
     finals = []
     for layer in range(num_layers):
         outputs = []
         for d in range(directions):
             k = layer * directions + d
             w_ih, w_hh, b_ih, b_hh = (tuple(weights[k]) + (None, None))[:4]
+            if step is _lstm_step and b_hh is not None:   # both biases join x's projection, outside the loop:
+                b_ih, b_hh = (b_hh if b_ih is None else as_tensor(b_ih) + b_hh), None   # each step: one Gemm
             state = tuple(s[k] for s in states0)
             _check_weights(what, gates, xs, state[0], w_ih, w_hh)
             ys, state = _direction(step, _affine(xs, w_ih, b_ih), state, w_hh, b_hh, masks, reverse=d == 1)

@@ -9,11 +9,13 @@ from ..ir import dims
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast, stop_gradient
-from .elementwise import equal, exp, log
+from .cumulative import cumprod
+from .elementwise import equal, exp, log, not_equal, where, zeros_scalar
+from .nonfinite import isfinite
 from .shape import broadcast_to, reshape
 from .shape_rules import normalize_axes, reduced_shape
 
-__all__ = ["logsumexp", "max", "mean", "min", "prod", "sum", "sum_to_shape"]
+__all__ = ["all", "any", "logsumexp", "max", "mean", "min", "prod", "sum", "sum_to_shape"]
 
 
 def _reduce_infer(types, axes, keepdims):
@@ -63,10 +65,23 @@ def _extremum_vjp(g, ins, outs, axes, keepdims):
     return [_kept(g[0], x, axes, keepdims) * share]
 
 
+def _product_of_others(x: Tensor, axes) -> Tensor:
+    """For each element, the product of the other elements of its slice over `axes`, with no
+    division (so one zero gives its neighbours' product and two zeros give 0): exclusive scans
+    from both ends along the last axis, times the same over the other axes of the products
+    along it."""
+    *rest, last = axes
+    others = cumprod(x, last, exclusive=True) * cumprod(x, last, exclusive=True, reverse=True)
+    if rest:
+        others = others * _product_of_others(apply("reduce_prod", [x], axes=(last,), keepdims=True), rest)
+    return others
+
+
 def _prod_vjp(g, ins, outs, axes, keepdims):
-    # y / x: exact away from zeros in x (documented; keep inputs nonzero for prod gradients).
     x = ins[0]
-    return [_kept(g[0], x, axes, keepdims) * _kept(outs[0], x, axes, keepdims) / x]
+    if x.dtype.kind != "f":
+        return [None]
+    return [_kept(g[0], x, axes, keepdims) * _product_of_others(x, axes)]
 
 
 def _np_reduce(fn):
@@ -92,11 +107,30 @@ prod = _reduction("reduce_prod")
 
 
 def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
-    """log(sum(exp(x))) over axes, shifted by the (gradient-free) max for stability."""
+    """log(sum(exp(x))) over axes, shifted by the (gradient-free) max for stability. A slice holding
+    +inf gives +inf and one of only -inf (fully masked) gives -inf; an infinite max shifts by 0
+    instead, so the gradient is NaN exactly where PyTorch's and JAX's are (at the +inf entries,
+    and over a slice of only -inf)."""
     x = as_tensor(x)
-    shift = stop_gradient(max(x, axis, keepdims=True))
+    shift = max(x, axis, keepdims=True)
+    shift = stop_gradient(where(isfinite(shift), shift, 0))
     out = log(sum(exp(x - shift), axis, keepdims=True)) + shift
     return out if keepdims else reshape(out, reduced_shape(x.shape, normalize_axes(axis, x.ndim), False))
+
+
+def _logical(reduction):
+    def fn(x, axis=None, keepdims: bool = False) -> Tensor:
+        x = as_tensor(x)
+        truth = x if x.dtype == np.bool_ else not_equal(x, zeros_scalar(x))
+        return cast(reduction(cast(truth, np.uint8), axis, keepdims), np.bool_)
+    return fn
+
+
+all = _logical(min)
+any = _logical(max)
+all.__name__, any.__name__ = "all", "any"
+all.__doc__ = "Whether every element over `axis` is nonzero (numpy.all, torch.all; NaN counts as true): bool."
+any.__doc__ = "Whether some element over `axis` is nonzero (numpy.any, torch.any; NaN counts as true): bool."
 
 
 # -- element counts (symbolic dims resolved at run time) -------------------------------------------

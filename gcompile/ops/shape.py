@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+from onnx import numpy_helper
 
 from ..errors import ShapeError
 from ..frontend.source import user_location
@@ -93,9 +94,18 @@ def broadcast_to(x, shape) -> Tensor:
     return apply("expand", [x], shape=shape)
 
 
+def _lower_expand(ctx, names, node):
+    shape = node.attrs["shape"]
+    if 0 in shape:
+        # ONNX Runtime's ExpandElimination takes 1-vs-0 to 1 and drops the Expand: an empty result
+        # needs no values, so make it directly.
+        zero = numpy_helper.from_array(np.zeros(1, node.outputs[0].dtype), "value")
+        return ctx.emit("ConstantOfShape", [ctx.shape_tensor(shape)], value=zero)
+    return ctx.emit("Expand", [names[0], ctx.shape_tensor(shape)])
+
+
 defop("expand", infer=lambda types, shape: [tensor_type(types[0].dtype, shape)],
-      reference=lambda x, shape: np.broadcast_to(x, shape).copy(),
-      lower=lambda ctx, names, node: ctx.emit("Expand", [names[0], ctx.shape_tensor(node.attrs["shape"])]),
+      reference=lambda x, shape: np.broadcast_to(x, shape).copy(), lower=_lower_expand,
       vjp=lambda g, ins, outs, shape: [g[0]],   # summed back to the input shape by gc.grad
       traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE})
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
+from ..frontend.source import user_location
 from ..ir.dims import format_shape
 from ..ir.graph import TensorType, tensor_type
 
@@ -51,6 +52,22 @@ def normalize_axes(axis, ndim: int) -> tuple[int, ...]:
     if len(set(axes)) != len(axes):
         raise ShapeError(f"repeated axis in {axis}")
     return axes
+
+
+def axis_for(axis, ndim: int, what: str) -> int:
+    """normalize_axis, with the function's name and the user's line in the error."""
+    try:
+        return normalize_axis(axis, ndim)
+    except ShapeError as err:
+        raise ShapeError(f"{what}: {err} (at {user_location()})") from None
+
+
+def axes_for(axis, ndim: int, what: str) -> tuple[int, ...]:
+    """normalize_axes, with the function's name and the user's line in the error."""
+    try:
+        return normalize_axes(axis, ndim)
+    except ShapeError as err:
+        raise ShapeError(f"{what}: {err} (at {user_location()})") from None
 
 
 def require_float(t: TensorType, what: str = "operand") -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..ir.graph import Graph, ValueRef
+from ..ir.graph import Graph, ValueRef, bodies
 
 
 @dataclass
@@ -56,11 +56,25 @@ def run_pass(graph: Graph, p: Pass) -> PassResult:
     return result
 
 
+def run_in_bodies(graph: Graph, p: Pass, seen: set[int] | None = None) -> bool:
+    """p on every loop body inside `graph` (innermost first; a body shared by several nodes once),
+    then on `graph`; whether any run changed something."""
+    seen = set() if seen is None else seen
+    changed = False
+    for node in graph.topo_order():
+        for body in bodies(node):
+            if id(body) not in seen:
+                seen.add(id(body))
+                changed |= run_in_bodies(body, p, seen)
+    return run_pass(graph, p).changed | changed
+
+
 def run_to_fixed_point(graph: Graph, passes: list[Pass], max_rounds: int = 10) -> Graph:
+    """The passes, in bodies too, until none changes anything (or max_rounds)."""
     for _ in range(max_rounds):
         changed = False
         for p in passes:
-            changed |= run_pass(graph, p).changed
+            changed |= run_in_bodies(graph, p)
         if not changed:
             break
     return graph

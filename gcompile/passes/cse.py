@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.graph import Graph
-from ..ir.registry import Trait, has_trait
+from ..ir.graph import Graph, Node
+from ..ir.registry import is_random
 from .base import PassResult, replace_outputs, replace_uses
 
 _MAX_CONSTANT_BYTES = 1 << 16   # larger constants are compared by identity only
@@ -22,7 +22,26 @@ def _attr_key(value):
         return tuple(sorted((k, _attr_key(v)) for k, v in value.items()))
     if isinstance(value, np.dtype):
         return ("dtype", value.str)
+    if isinstance(value, Graph):
+        return _graph_key(value)
     return value
+
+
+def _graph_key(graph: Graph) -> tuple:
+    """A loop body by structure: ops, operand positions, attributes and types, node ids and names aside,
+    so two loops with equal bodies and operands merge."""
+    position: dict[int, int] = {}
+    rows: list = []
+    for k, node in enumerate(graph.topo_order()):
+        position[node.id] = k
+        rows.append(_node_key(node, position))
+    refs = (tuple((position[r.node], r.index) for r in refs) for refs in (graph.inputs, graph.outputs))
+    return ("graph", tuple(rows), *refs)
+
+
+def _node_key(node: Node, position: dict[int, int]) -> tuple:
+    attrs = node.attrs["type"] if node.op == "input" else _attr_key(node.attrs)
+    return (node.op, tuple((position[r.node], r.index) for r in node.inputs), attrs, tuple(map(str, node.outputs)))
 
 
 def eliminate_common_subexpressions(graph: Graph) -> PassResult:
@@ -30,7 +49,7 @@ def eliminate_common_subexpressions(graph: Graph) -> PassResult:
     replaced: dict = {}
     changed = False
     for node in graph.topo_order():
-        if node.op == "input" or has_trait(node.op, Trait.RANDOM):
+        if node.op == "input" or is_random(node):
             continue
         key = (node.op, tuple(node.inputs), _attr_key(node.attrs), node.outputs[0].dtype.str if node.outputs else None)
         first = seen.setdefault(key, node)

@@ -10,8 +10,8 @@ freed once the forward is done with it. Copied are:
     operands are kept for the backward anyway (graph inputs, constants, values the
     backward reads directly, or other copied nodes), so copying never makes the backward
     keep a value it did not keep before.
-Random ops (Trait.RANDOM) are never copied (a copy would draw different numbers). One copy is made per
-node and consumer order, shared by all consumers of that order.
+Random ops (Trait.RANDOM, and loops holding one) are never copied (a copy would draw other
+numbers). One copy is made per node and consumer order, shared by all consumers of that order.
 
 A copy only depends on forward values, so a runtime free to reorder (onnxruntime is)
 would run it early and keep its output as long as the original: nothing saved. So the
@@ -24,7 +24,7 @@ topological. Run it after the passes that merge equal nodes; it is idempotent.
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node, ValueRef
-from ..ir.registry import Trait, has_trait
+from ..ir.registry import Trait, has_trait, is_random
 from .base import PassResult
 
 
@@ -33,7 +33,7 @@ def _candidates(graph: Graph, cheap: bool) -> set[int]:
     read_later = {r.node for n in graph.nodes.values() for r in n.inputs if graph.nodes[r.node].order < n.order}
     chosen: set[int] = set()
     for node in graph.topo_order():
-        if node.op in ("input", "constant") or has_trait(node.op, Trait.RANDOM):
+        if node.op in ("input", "constant") or is_random(node):
             continue
         if node.recompute or cheap and has_trait(node.op, Trait.CHEAP) and all(
                 graph.nodes[r.node].op in ("input", "constant") or r.node in chosen or r.node in read_later

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .compiled import CompiledFunction, compile, compile_traced
+from .compiled import CompiledFunction, compile_traced
+from .jit import Jitted, compile, jit
 
 if TYPE_CHECKING:
     from ..training.layout import StepLayout
     from ..training.trainer import Trainer
 
-__all__ = ["CompiledFunction", "compile", "compile_traced", "StepLayout", "Trainer"]
+__all__ = ["CompiledFunction", "Jitted", "compile", "compile_traced", "jit", "StepLayout", "Trainer"]
 
 
 def __getattr__(name: str) -> Any:

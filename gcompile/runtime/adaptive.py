@@ -14,18 +14,21 @@ when the neighbour holds the other one.
 
 Only the model's own calls are timed, wall-clock: what the user waits for. The one-thread
 session is created on the third call (a function called once or twice never pays for it) and
-only for graphs of at most ADAPT_MAX_NODES nodes (a second session of a huge graph costs
-seconds). After a run of the session not in use, its memory arena is shrunk, so the idle
+only for graphs of at most ADAPT_MAX_NODES nodes and ADAPT_MAX_BYTES of model and weights (a
+second session of a huge graph costs seconds, and each session holds its own copy of the
+weights). After a run of the session not in use, its memory arena is shrunk, so the idle
 variant holds no activations.
 """
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 ADAPT_MAX_NODES = 20000
+ADAPT_MAX_BYTES = 256 << 20
 EXPLORE = 3          # timed calls of each variant per comparison
 EXPLOIT = 100        # calls with the winner before comparing again
 _LAZY_AT = 2         # calls before the one-thread session is made
@@ -42,6 +45,7 @@ class AdaptiveSession:
         self._cold = {threads}                # sessions not run yet: a first run plans memory, untimed
         self._times: dict[int, list[float]] = {threads: [], 1: []}
         self._choice, self._calls, self._left = threads, 0, 0
+        self._lock = threading.Lock()         # the bookkeeping, for callers in several threads (runs overlap)
 
     @property
     def threads(self) -> int:
@@ -49,6 +53,10 @@ class AdaptiveSession:
         return self._next()
 
     def _next(self) -> int:
+        with self._lock:
+            return self._choose()
+
+    def _choose(self) -> int:
         if self._calls < _LAZY_AT:
             return self._wide
         if 1 not in self._sessions:
@@ -75,13 +83,14 @@ class AdaptiveSession:
         start = time.perf_counter()
         result = run(self._sessions[threads], *args)
         elapsed = time.perf_counter() - start
-        self._calls += 1
-        if threads in self._cold:
-            self._cold.discard(threads)
-        elif comparing:
-            self._times[threads].append(elapsed)
-        if self._left > 0:
-            self._left -= 1
+        with self._lock:
+            self._calls += 1
+            if threads in self._cold:
+                self._cold.discard(threads)
+            elif comparing:
+                self._times[threads].append(elapsed)
+            if self._left > 0:
+                self._left -= 1
         return result
 
     # -- the InferenceSession surface gcompile uses ----------------------------------------------

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -12,7 +12,7 @@ from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError
 from ..frontend import pytree
-from ..frontend.trace import Traced, trace
+from ..frontend.trace import Traced
 from ..ir.dims import bind, format_shape
 from ..ir.graph import Graph
 from ..lowering import to_onnx
@@ -164,22 +164,24 @@ class CompiledFunction:
         self._session.run_with_iobinding(binding)
         return binding.copy_outputs_to_cpu()
 
+    def flatten_args(self, args: Sequence) -> list:
+        """The leaves of pytree arguments, each checked against the structure traced."""
+        trees = self.traced.in_trees
+        if all(t.is_leaf for t in trees):
+            return list(args)
+        if len(args) != len(trees):
+            raise InputError(f"{self.traced.name} takes {len(trees)} arguments "
+                             f"({', '.join(self.traced.arg_names)}), got {len(args)}")
+        try:
+            return [leaf for tree, name, value in zip(trees, self.traced.arg_names, args)
+                    for leaf in pytree.flatten_like(tree, value, name)]
+        except GcompileError as err:
+            raise InputError(f"{self.traced.name}: argument {err}") from None
+
     def __call__(self, *args: Any) -> Any:
-        return pytree.unflatten(self.traced.out_tree, self.run_flat(*args))
-
-
-def compile(fn: Callable, *args: Any, provider: str = "auto", opset: int | None = None, optimize: int = 2,
-            name: str | None = None, check_numerics: bool = False, recompute: bool = False) -> CompiledFunction:
-    """Trace `fn` with one graph input per argument (gc.spec or example array) and compile it.
-
-    optimize: 0 runs no graph pass, 1 dead code and common subexpressions, 2 (default) also
-    constant folding and algebraic simplification. check_numerics: see CompiledFunction.
-    recompute: also recompute cheap forward nodes in the backward instead of keeping them alive
-    (regions marked with gc.checkpoint are recomputed either way); see passes/recompute.py.
-    """
-    traced = trace(fn, args, name=name)
-    return compile_traced(traced, provider=provider, opset=opset, optimize=optimize,
-                          check_numerics=check_numerics, recompute=recompute)
+        """Run on numpy arrays (or pytrees of them, shaped as traced); returns the traced function's
+        output structure with numpy arrays as leaves."""
+        return pytree.unflatten(self.traced.out_tree, self.run_flat(*self.flatten_args(args)))
 
 
 def compile_traced(traced: Traced, provider: str = "auto", opset: int | None = None,

@@ -275,9 +275,17 @@ def format_sig(entry: dict) -> str:
 
 
 def graph_inputs(model) -> list:
-    """Inputs a caller must feed (initializers listed as inputs by old exporters are optional)."""
+    """Inputs a caller must feed (an input with an initializer of its name is optional: below)."""
     init = {t.name for t in model.graph.initializer}
     return [v for v in model.graph.input if v.name not in init]
+
+
+def optional_inputs(model) -> list:
+    """Inputs that have an initializer of the same name: the initializer is the default and a
+    caller may feed the input to override it (ONNX IR version 4 on). `gcompile grad` writes the
+    differentiated weights this way; older exporters listed every initializer as an input."""
+    init = {t.name for t in model.graph.initializer}
+    return [v for v in model.graph.input if v.name in init]
 
 
 def random_feeds(model, seed: int = 0) -> dict[str, np.ndarray]:
@@ -318,19 +326,22 @@ def format_size(n: int) -> str:
 
 def check_feeds(model, feeds: dict) -> dict[str, np.ndarray]:
     """Feeds checked against the model's inputs: names, dtypes, ranks, fixed dims, and one
-    size per symbol across all inputs. Errors name the input and both shapes."""
-    inputs = graph_inputs(model)
+    size per symbol across all inputs. Optional inputs (optional_inputs) may be fed to override
+    their defaults and are then checked the same way. Errors name the input and both shapes."""
+    inputs, optional = graph_inputs(model), optional_inputs(model)
     names = [v.name for v in inputs]
     missing = [n for n in names if n not in feeds]
-    extra = [n for n in feeds if n not in names]
+    extra = [n for n in feeds if n not in names and n not in {v.name for v in optional}]
     if missing or extra:
         parts = ([f"missing {', '.join(map(repr, missing))}"] if missing else []) + \
                 ([f"unexpected {', '.join(map(repr, extra))}"] if extra else [])
-        raise InputError(f"inputs do not match the model: {'; '.join(parts)} (the model takes "
-                         + ", ".join(format_sig(e) for e in signature(inputs)) + ")")
+        takes = ", ".join(format_sig(e) for e in signature(inputs)) or "no required inputs"
+        if optional:
+            takes += "; optional: " + ", ".join(format_sig(e) for e in signature(optional))
+        raise InputError(f"inputs do not match the model: {'; '.join(parts)} (the model takes {takes})")
     bound: dict[str, tuple[int, str]] = {}
     checked = {}
-    for v in inputs:
+    for v in inputs + [v for v in optional if v.name in feeds]:
         arr, want, dtype = np.asarray(feeds[v.name]), _dims(v), _dtype(v)
         expected = f"{dtype.name}{format_shape(want)}"
         got = f"{arr.dtype.name}{format_shape(arr.shape)}"

@@ -9,11 +9,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..errors import GcompileError
-from .adaptive import ADAPT_MAX_NODES, AdaptiveSession
+from ..install_check import onnxruntime  # every first use of onnxruntime is checked (a doubled install)
+from .adaptive import ADAPT_MAX_BYTES, ADAPT_MAX_NODES, AdaptiveSession
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 _ERRORS, _SILENT = 3, 4   # onnxruntime log severities
@@ -34,8 +36,8 @@ MEMORY_PATTERN_MAX_NODES = 50000
 
 @functools.cache
 def cuda_available() -> bool:
-    import onnxruntime as ort
     from onnx import TensorProto, helper
+    ort = onnxruntime()
     if PROVIDERS["cuda"] not in ort.get_available_providers():
         return False
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1]) for n in "xy"]
@@ -73,22 +75,34 @@ def external_data_from_memory() -> bool:
     return hasattr(ort.SessionOptions(), "add_external_initializers_from_files_in_memory")
 
 
+_QUIET_LOCK = threading.Lock()
+_quiet_depth = [0]   # sessions being created in any thread: the logger is one setting for the process
+
+
 @contextlib.contextmanager
 def quiet_onnxruntime() -> Iterator[None]:
     """Silence onnxruntime's default logger (its coloured lines on stderr) while creating a session:
-    gcompile reports onnxruntime's errors itself, in one paragraph. Afterwards it logs errors only."""
+    gcompile reports onnxruntime's errors itself, in one paragraph. Afterwards (once no other thread
+    is creating one) it logs errors only."""
     import onnxruntime as ort
-    ort.set_default_logger_severity(_SILENT)
+    with _QUIET_LOCK:
+        _quiet_depth[0] += 1
+        ort.set_default_logger_severity(_SILENT)
     try:
         yield
     finally:
-        ort.set_default_logger_severity(_ERRORS)
+        with _QUIET_LOCK:
+            _quiet_depth[0] -= 1
+            if not _quiet_depth[0]:
+                ort.set_default_logger_severity(_ERRORS)
 
 
 # Pad_Fusion merges a zero Pad into a following MaxPool, whose pads count as -inf: wrong
 # wherever a padded zero is a window's maximum. gcompile's own models never match it
 # (LowerContext.pad); disabling it keeps `gcompile run` right on other people's models too.
-DISABLED_OPTIMIZERS = ["Pad_Fusion"]
+# MatMulScaleFusion folds a scalar Mul into FusedMatMul's alpha, a float32 attribute: a float64
+# x @ y * scale then carries float32 rounding (1e-8 relative).
+DISABLED_OPTIMIZERS = ["Pad_Fusion", "MatMulScaleFusion"]
 
 
 def session_options(nodes: int | None = None, threads: int | None = None):
@@ -96,7 +110,7 @@ def session_options(nodes: int | None = None, threads: int | None = None):
     known (memory planning by size: MEMORY_REUSE_MAX_NODES, MEMORY_PATTERN_MAX_NODES;
     tools/profile.py starts from them too): `threads` intra-op threads (default: one per core)
     that never spin while waiting (runtime/adaptive.py says why)."""
-    import onnxruntime as ort
+    ort = onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads or os.cpu_count() or 1
@@ -110,15 +124,18 @@ def session_options(nodes: int | None = None, threads: int | None = None):
 
 
 def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] | None = None,
-                 nodes: int | None = None):
+                 nodes: int | None = None, threads: int | None = None):
     """A session for serialised model bytes or a model path (a path lets onnxruntime find external data).
 
     `external` maps the external data locations a model given as bytes refers to onto their
     contents (see external_data_from_memory); `nodes` is the model's node count, when known
-    (see MEMORY_REUSE_MAX_NODES). On the CPU of a machine with several cores, with the node count
-    known and at most adaptive.ADAPT_MAX_NODES, the session picks its thread count by timing
-    itself (runtime/adaptive.py)."""
-    import onnxruntime as ort
+    (see MEMORY_REUSE_MAX_NODES). `threads`: onnxruntime's intra-op threads, for a process that
+    shares the machine by design (a distributed worker passes its share); the environment
+    variable GCOMPILE_THREADS sets it for every session. Otherwise, on the CPU of a machine with
+    several cores, for model bytes of at most adaptive.ADAPT_MAX_NODES nodes and ADAPT_MAX_BYTES,
+    the session picks its thread count by timing itself (runtime/adaptive.py)."""
+    ort = onnxruntime()
+    threads = threads or configured_threads()
 
     def make(threads: int | None = None):
         options = session_options(nodes, threads)
@@ -130,6 +147,20 @@ def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] 
         with quiet_onnxruntime():
             return ort.InferenceSession(model, options, providers=providers, disabled_optimizers=DISABLED_OPTIMIZERS)
     cores = os.cpu_count() or 1
-    if provider == "cpu" and cores > 1 and nodes is not None and nodes <= ADAPT_MAX_NODES:
+    # A model read from a path may sit in a scratch folder gone before the second session is made.
+    size = len(model) + sum(len(v) for v in (external or {}).values()) if isinstance(model, bytes) else None
+    if threads is None and provider == "cpu" and cores > 1 and nodes is not None and nodes <= ADAPT_MAX_NODES \
+            and size is not None and size <= ADAPT_MAX_BYTES:
         return AdaptiveSession(make, cores)
-    return make()
+    return make(threads)
+
+
+def configured_threads() -> int | None:
+    """GCOMPILE_THREADS as a positive thread count, or None when unset (a clear error otherwise)."""
+    value = os.environ.get("GCOMPILE_THREADS", "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise GcompileError(f"GCOMPILE_THREADS must be a positive whole number of threads, got {value!r}")
+    return int(value)
+

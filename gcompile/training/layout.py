@@ -1,8 +1,9 @@
 """The contract of a training-step model: the names of its inputs and outputs, and where the
 model records them.
 
-A training-step model (gc.export_train_step, @gc.export_train) maps (params, optimizer
-state, step counter, batch) to (loss, new params, new state, new step counter). Its
+A training-step model (gc.export_train_step, @gc.export_train) maps (params, buffers,
+optimizer state, step counter, hyper-parameters, batch) to (loss, metrics, new params, new
+buffers, new state, new step counter). Its
 StepLayout travels as JSON in the model's metadata, so gc.runtime.Trainer can run a saved
 file without the Python code that exported it.
 """
@@ -27,21 +28,26 @@ METADATA_KEY = "gcompile.train_step"
 class StepLayout:
     """Input and output names of a training-step model (stored as JSON in its metadata_props).
 
-    Inputs: the parameters, the optimizer state, "step" (int64 scalar: steps taken so far),
-    then the batch. Outputs: "loss", "<name>.new" for every parameter and state entry, and
-    "step.new" (= step + 1).
+    Inputs: the parameters, the buffers (state the loss function updates, such as BatchNorm's
+    running statistics), the optimizer state, "step" (int64 scalar: steps taken so far), the
+    hyper-parameters (scalars fed at each step), then the batch. Outputs: "loss", the auxiliary
+    outputs (metrics of a has_aux loss), "<name>.new" for every parameter, buffer and state
+    entry, and "step.new" (= step + 1).
     """
     params: tuple           # parameter names
     state: tuple            # (state name, its parameter, initial value)
     batch: tuple            # batch input names
+    buffers: tuple = ()     # buffer names
+    hyper: tuple = ()       # (name, default value, dtype name)
+    aux: tuple = ()         # auxiliary output names
 
     def __post_init__(self):
         names = list(self.inputs) + list(self.outputs)
         clashes = sorted({n for n in names if names.count(n) > 1})
         if clashes:
-            raise GcompileError(f"training step: the name {clashes[0]!r} is used twice (parameters, optimizer "
-                                "state '<param>.<slot>', 'step', batch inputs and '<name>.new' outputs must all "
-                                "differ); rename the parameter or batch argument")
+            raise GcompileError(f"training step: the name {clashes[0]!r} is used twice (parameters, buffers, "
+                                "optimizer state '<param>.<slot>', 'step', hyper-parameters, batch inputs, "
+                                "auxiliary outputs and '<name>.new' outputs must all differ); rename it")
 
     @staticmethod
     def new(name: str) -> str:
@@ -52,17 +58,21 @@ class StepLayout:
         return tuple(s[0] for s in self.state)
 
     @property
+    def hyper_names(self) -> tuple:
+        return tuple(h[0] for h in self.hyper)
+
+    @property
     def carried(self) -> tuple:
-        """What one step hands to the next: parameters, state and the step counter."""
-        return self.params + self.state_names + ("step",)
+        """What one step hands to the next: parameters, buffers, state and the step counter."""
+        return self.params + self.buffers + self.state_names + ("step",)
 
     @property
     def inputs(self) -> tuple:
-        return self.carried + self.batch
+        return self.carried + self.hyper_names + self.batch
 
     @property
     def outputs(self) -> tuple:
-        return ("loss",) + tuple(self.new(n) for n in self.carried)
+        return ("loss",) + self.aux + tuple(self.new(n) for n in self.carried)
 
     def initial_state(self, params: Mapping[str, ArrayLike]) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """(optimizer state, step counter) before the first step, for these parameter values."""
@@ -77,6 +87,7 @@ class StepLayout:
 
     def to_dict(self) -> dict:
         return {"params": list(self.params), "state": [list(s) for s in self.state], "batch": list(self.batch),
+                "buffers": list(self.buffers), "hyperparams": [list(h) for h in self.hyper], "aux": list(self.aux),
                 "step": "step", "loss": "loss", "outputs": list(self.outputs)}
 
     @classmethod
@@ -86,7 +97,9 @@ class StepLayout:
             raise GcompileError(f"model {model.graph.name!r} is not a training step (no {METADATA_KEY!r} metadata); "
                                 "export one with gc.export_train_step or @gc.export_train")
         d = json.loads(raw)
-        layout = cls(tuple(d["params"]), tuple(tuple(s) for s in d["state"]), tuple(d["batch"]))
+        layout = cls(tuple(d["params"]), tuple(tuple(s) for s in d["state"]), tuple(d["batch"]),
+                     tuple(d.get("buffers", ())), tuple(tuple(h) for h in d.get("hyperparams", ())),
+                     tuple(d.get("aux", ())))
         graph_inputs = tuple(v.name for v in model.graph.input)
         graph_outputs = tuple(v.name for v in model.graph.output)
         if graph_inputs != layout.inputs or graph_outputs != layout.outputs:

@@ -11,13 +11,18 @@ from the traced step counter and then cast to each parameter's dtype.
 """
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from .. import functions as F
 from ..errors import GcompileError
+from ..frontend import pytree
 from ..frontend.tensor import Tensor
 
-__all__ = ["SGD", "Adam", "AdamW", "Optimizer", "state_name"]
+__all__ = ["SGD", "Adam", "AdamW", "Optimizer", "clip_by_global_norm", "cosine_schedule", "state_name"]
 
 
 def state_name(param: str, slot: str) -> str:
@@ -30,8 +35,40 @@ def _check(condition: bool, message: str) -> None:
         raise GcompileError(message)
 
 
+def _active(value: Any) -> bool:
+    """Whether a term with this coefficient is computed: always for a traced hyper-parameter (its
+    value is only known at run time), else when it is non-zero."""
+    return isinstance(value, Tensor) or bool(value)
+
+
+def clip_by_global_norm(grads: Any, max_norm: Any) -> tuple[Any, Tensor]:
+    """(grads scaled so that their global L2 norm is at most max_norm, that norm before scaling), as
+    torch.nn.utils.clip_grad_norm_: the scale is max_norm / (norm + 1e-6), capped at 1. `grads` is a
+    pytree of Tensors (a list, a dict, a Module's gradient); None leaves are left alone."""
+    leaves, tree = pytree.flatten(grads)
+    dtype = np.result_type(*[g.dtype for g in leaves])
+    norm = F.sqrt(F.add_n([F.sum(F.square(F.cast(g, dtype))) for g in leaves]))
+    scale = F.minimum(max_norm / (norm + 1e-6), 1.0)
+    return pytree.unflatten(tree, [g * F.cast(scale, g.dtype) for g in leaves]), norm
+
+
+def cosine_schedule(peak: float, total_steps: int, warmup_steps: int = 0, final: float = 0.0) -> Callable[[int], float]:
+    """A learning-rate schedule for Trainer(hyperparams={"lr": ...}): linear warm-up from 0 to `peak`
+    over warmup_steps, then a cosine decay to `final` at total_steps (and `final` after it).
+    Called with the number of steps taken so far."""
+    def lr(step: int) -> float:
+        if step < warmup_steps:
+            return peak * (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return final + (peak - final) * 0.5 * (1 + math.cos(math.pi * progress))
+    return lr
+
+
 class Optimizer:
-    """Base class: `slots` declares the state, `rule` updates one parameter."""
+    """Base class: `slots` declares the state, `rule` updates one parameter. `hyperparameters` names
+    the attributes export_train_step(hyperparams=...) may turn into model inputs: the rules then
+    see a traced scalar there instead of a float."""
+    hyperparameters: tuple[str, ...] = ("lr",)
 
     @property
     def slots(self) -> tuple[tuple[str, float], ...]:
@@ -67,6 +104,7 @@ class Optimizer:
 class SGD(Optimizer):
     """torch.optim.SGD: g += wd·p; buf = momentum·buf + (1 - dampening)·g (buf = g on the first
     step); the step direction is buf, or g + momentum·buf with nesterov; p -= lr·direction."""
+    hyperparameters = ("lr", "momentum", "dampening", "weight_decay")
 
     def __init__(self, lr: float, momentum: float = 0.0, dampening: float = 0.0, nesterov: bool = False,
                  weight_decay: float = 0.0) -> None:
@@ -79,15 +117,15 @@ class SGD(Optimizer):
 
     @property
     def slots(self) -> tuple[tuple[str, float], ...]:
-        return (("momentum", 0.0),) if self.momentum else ()
+        return (("momentum", 0.0),) if _active(self.momentum) else ()
 
     def rule(self, p: Tensor, g: Tensor, state: dict[str, Tensor], step: Tensor,
              scalars: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
-        if self.weight_decay:
+        if _active(self.weight_decay):
             g = g + self.weight_decay * p
-        if not self.momentum:
+        if not _active(self.momentum):
             return p - self.lr * g, {}
-        if self.dampening:
+        if _active(self.dampening):
             buf = F.where(F.equal(step, 1), g, self.momentum * state["momentum"] + (1 - self.dampening) * g)
         else:   # the buffer starts at zero, so momentum·0 + g is the first gradient exactly
             buf = self.momentum * state["momentum"] + g
@@ -100,6 +138,7 @@ class Adam(Optimizer):
     p -= lr/(1 - β1^t) · m / (√v / √(1 - β2^t) + eps)."""
     decoupled = False
     slots = (("m", 0.0), ("v", 0.0))
+    hyperparameters = ("lr", "eps", "weight_decay")
 
     def __init__(self, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0) -> None:
@@ -118,9 +157,9 @@ class Adam(Optimizer):
     def rule(self, p: Tensor, g: Tensor, state: dict[str, Tensor], step: Tensor,
              scalars: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         beta1, beta2 = self.betas
-        if self.weight_decay and self.decoupled:
+        if _active(self.weight_decay) and self.decoupled:
             p = p * (1 - self.lr * self.weight_decay)
-        elif self.weight_decay:
+        elif _active(self.weight_decay):
             g = g + self.weight_decay * p
         m = state["m"] + (1 - beta1) * (g - state["m"])
         v = beta2 * state["v"] + (1 - beta2) * (g * g)

@@ -1,87 +1,204 @@
 """A whole training step as one ONNX model: gc.export_train_step (and the tracing behind @gc.export_train).
 
-The step is traced as one function of (params, optimizer state, step counter, batch): the
-user's loss, its gradient w.r.t. every parameter (gc.grad), and the optimizer's update
-written with gcompile ops. Lowered, that is a single standard-ONNX model that any
-onnxruntime (CPU or CUDA) can run, with no training extension. Names follow
-gcompile.training.layout.StepLayout, which is also stored in the model's metadata.
+The step is traced as one function of (params, buffers, optimizer state, step counter,
+hyper-parameters, batch): the user's loss, its gradient w.r.t. every parameter (gc.grad),
+optionally clipped to a global norm, and the optimizer's update written with gcompile ops.
+Lowered, that is a single standard-ONNX model that any onnxruntime (CPU or CUDA) can run,
+with no training extension. Names follow gcompile.training.layout.StepLayout, which is also
+stored in the model's metadata.
+
+`params` is a pytree: a flat dict as before, a nested dict, a list, or a gc.nn Module. Its
+leaves are named by their dotted paths ("fc1.weight"). Leaves a Module declares buffers
+(BatchNorm's running statistics) are carried state, not trained: the loss function receives
+the pytree rebuilt around the traced values, may replace a buffer (BatchNorm does in training
+mode), and the step outputs the value the buffer holds after the call as "<name>.new".
 """
 from __future__ import annotations
 
+import copy
+import inspect
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import onnx
 
+from .. import functions as F
 from ..errors import GcompileError
+from ..frontend import pytree
 from ..frontend.spec import spec
 from ..frontend.trace import Traced, argument_names, trace
-from ..gradients.transforms import value_and_grad
+from ..gradients.engine import grad
 from ..runtime.compiled import CompiledFunction, compile_traced
 from .layout import StepLayout
-from .optim import Optimizer, state_name
+from .optim import Optimizer, clip_by_global_norm, state_name
 
 __all__ = ["TrainStep", "export_train_step"]
 
 
-def check_params(params: Any, optimizer: Any) -> dict[str, np.ndarray]:
-    """`params` as fresh numpy arrays, after checking names, dtypes and the optimizer."""
+@dataclass(frozen=True)
+class Params:
+    """The parameters a step starts from: every leaf by name (parameters and buffers, in tree order),
+    which names are buffers, and the pytree structure to rebuild for the loss function."""
+    values: dict[str, np.ndarray]
+    buffers: tuple[str, ...]
+    tree: pytree.TreeDef
+
+    @property
+    def trained(self) -> dict[str, np.ndarray]:
+        return {n: v for n, v in self.values.items() if n not in self.buffers}
+
+    @property
+    def carried(self) -> dict[str, np.ndarray]:
+        return {n: v for n, v in self.values.items() if n in self.buffers}
+
+
+def check_params(params: Any, optimizer: Any) -> Params:
+    """`params` as fresh numpy arrays by name, after checking names, dtypes and the optimizer."""
     if not isinstance(optimizer, Optimizer):
         raise GcompileError(f"optimizer must be a gc.optim optimizer (SGD, Adam, AdamW), got {optimizer!r}")
-    if not isinstance(params, dict) or not params:
-        raise GcompileError("params must be a non-empty dict {name: numpy array}")
-    checked: dict[str, np.ndarray] = {}
-    for name, value in params.items():
-        arr = np.array(value)   # a copy: the initial values stay as exported
-        if not isinstance(name, str) or not name:
-            raise GcompileError(f"params: names must be non-empty strings, got {name!r}")
-        if arr.dtype.kind != "f":
+    leaves, tree = pytree.flatten(params)
+    if tree.is_leaf or not leaves:
+        raise GcompileError("params must be a non-empty dict {name: numpy array}, or another pytree of arrays "
+                            "(a nested dict, a list, a gc.nn Module)")
+    if tree.kind is dict and any(not isinstance(k, str) or not k for k in tree.aux):
+        bad = next(k for k in tree.aux if not isinstance(k, str) or not k)
+        raise GcompileError(f"params: names must be non-empty strings, got {bad!r}")
+    names = pytree.paths(tree)
+    values, buffers = {}, []
+    for name, leaf, is_buffer in zip(names, leaves, pytree.buffer_mask(tree)):
+        arr = np.array(leaf)   # a copy: the initial values stay as exported
+        if is_buffer:
+            buffers.append(name)
+        elif arr.dtype.kind != "f":
             raise GcompileError(f"params[{name!r}]: a parameter must be a floating-point array, got {arr.dtype.name}")
-        checked[name] = arr
-    return checked
+        values[name] = arr
+    return Params(values, tuple(buffers), tree)
 
 
-def step_layout(params: dict, optimizer: Optimizer, batch_names) -> StepLayout:
+def step_layout(params: Params, optimizer: Optimizer, batch_names: Sequence[str],
+                hyperparams: Mapping[str, float] | None = None, aux: Sequence[str] = ()) -> StepLayout:
     """The names of the step model: the optimizer declares a state slot per parameter."""
-    state = tuple((state_name(p, slot), p, fill) for p in params for slot, fill in optimizer.slots)
-    return StepLayout(tuple(params), state, tuple(batch_names))
+    trained = params.trained
+    state = tuple((state_name(p, slot), p, fill) for p in trained for slot, fill in optimizer.slots)
+    dtype = np.result_type(*trained.values()).name
+    hyper = tuple((name, float(value), dtype) for name, value in (hyperparams or {}).items())
+    return StepLayout(tuple(trained), state, tuple(batch_names), params.buffers, hyper, tuple(aux))
 
 
-def trace_step(loss_fn: Callable, params: dict[str, np.ndarray], optimizer: Optimizer, batch_specs: Sequence,
-                batch_names: Sequence[str], name: str) -> tuple[Traced, StepLayout]:
+def _aux_names(tree: pytree.TreeDef) -> list[str]:
+    """Names of the auxiliary outputs: a dict's keys (paths below), else "aux", "aux.0", ..."""
+    return pytree.paths(tree) if tree.kind is dict else pytree.paths(tree, "aux")
+
+
+def _optimizer_with(optimizer: Optimizer, values: dict[str, Any]) -> Optimizer:
+    """A copy of the optimizer whose hyper-parameters in `values` are traced scalars."""
+    if not values:
+        return optimizer
+    replaced = copy.copy(optimizer)
+    for name, value in values.items():
+        setattr(replaced, name, value)
+    return replaced
+
+
+def trace_step(loss_fn: Callable, params: Params, optimizer: Optimizer, batch_specs: Sequence,
+               batch_names: Sequence[str], name: str, has_aux: bool = False,
+               hyperparams: Mapping[str, float] | None = None,
+               clip_grad_norm: float | None = None) -> tuple[Traced, StepLayout]:
     """(Traced step, its StepLayout)."""
-    layout = step_layout(params, optimizer, batch_names)
-    n_params, n_state = len(layout.params), len(layout.state)
+    hyperparams = dict(hyperparams or {})
+    for_optimizer = [h for h in hyperparams if h in optimizer.hyperparameters]
+    layout = step_layout(params, optimizer, batch_names, hyperparams)
+    aux_names: list[str] = []
+    counts = [len(layout.params) + len(layout.buffers), len(layout.state), 1, len(layout.hyper)]
 
     def step_fn(*flat):
-        ps = flat[:n_params]
-        state = dict(zip(layout.state_names, flat[n_params:n_params + n_state]))
-        count, batch = flat[n_params + n_state], flat[n_params + n_state + 1:]
-        loss, grads = value_and_grad(lambda *p: loss_fn(dict(zip(layout.params, p)), *batch),
-                                     argnums=tuple(range(n_params)))(*ps)
+        bounds = np.cumsum([0, *counts])
+        leaves_by_name = dict(zip(layout.params + layout.buffers, flat[:bounds[1]]))
+        state = dict(zip(layout.state_names, flat[bounds[1]:bounds[2]]))
+        count = flat[bounds[2]]
+        hyper = dict(zip((h[0] for h in layout.hyper), flat[bounds[3]:bounds[4]]))
+        batch = flat[bounds[4]:]
+        names = list(params.values)
+        tree = pytree.unflatten(params.tree, [leaves_by_name[n] for n in names])
+        result = loss_fn(tree, *batch, **{h: v for h, v in hyper.items() if h not in for_optimizer})
+        loss, aux = _split(result, has_aux)
+        trained = [leaves_by_name[n] for n in layout.params]
+        grads = grad(loss, trained)
+        if clip_grad_norm is not None:
+            grads, _ = clip_by_global_norm(grads, clip_grad_norm)
+        after = dict(zip(names, pytree.flatten_like(params.tree, tree, "params")))
         t = count + 1
-        new_params, new_state = optimizer.update(dict(zip(layout.params, ps)), dict(zip(layout.params, grads)),
-                                                 state, t)
-        return {"loss": loss, **{layout.new(n): new_params[n] for n in layout.params},
+        opt = _optimizer_with(optimizer, {h: hyper[h] for h in for_optimizer})
+        new_params, new_state = opt.update(dict(zip(layout.params, trained)), dict(zip(layout.params, grads)),
+                                           state, t)
+        aux_leaves, aux_tree = pytree.flatten(aux)
+        aux_names.extend(_aux_names(aux_tree) if has_aux else [])
+        return {"loss": loss, **dict(zip(aux_names, aux_leaves)),
+                **{layout.new(n): new_params[n] for n in layout.params},
+                **{layout.new(n): F.cast(after[n], params.values[n].dtype) for n in layout.buffers},
                 **{layout.new(n): new_state[n] for n in layout.state_names}, layout.new("step"): t}
 
-    specs = [*params.values(), *(spec(params[p].shape, params[p].dtype) for _, p, _ in layout.state),
-             spec((), "int64"), *batch_specs]
-    return trace(step_fn, specs, name=name, input_names=list(layout.inputs)), layout
+    specs = [*(params.values[n] for n in layout.params + layout.buffers),
+             *(spec(params.values[p].shape, params.values[p].dtype) for _, p, _ in layout.state),
+             spec((), "int64"), *(spec((), dtype) for _, _, dtype in layout.hyper), *batch_specs]
+    traced = trace(step_fn, specs, name=name, input_names=list(layout.inputs))
+    if aux_names:
+        layout = step_layout(params, optimizer, batch_names, hyperparams, aux_names)
+    return traced, layout
+
+
+def _check_hyperparams(loss_fn: Callable, optimizer: Optimizer, hyperparams: Mapping[str, float]) -> None:
+    """Every hyper-parameter goes to the optimizer or is a keyword argument of loss_fn."""
+    try:
+        parameters: Mapping[str, inspect.Parameter] = inspect.signature(loss_fn).parameters
+    except (TypeError, ValueError):
+        parameters = {}
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    for name in hyperparams:
+        if name in optimizer.hyperparameters:
+            if name == "momentum" and not getattr(optimizer, "momentum", 0):
+                raise GcompileError("hyperparams: SGD's momentum decides whether it keeps a momentum buffer; "
+                                    "export with a non-zero momentum to feed it as an input")
+        elif not takes_any and (name not in parameters or parameters[name].kind is parameters[name].POSITIONAL_ONLY):
+            raise GcompileError(f"hyperparams: {name!r} is neither a hyper-parameter of {type(optimizer).__name__} "
+                                f"({', '.join(optimizer.hyperparameters)}) nor a keyword argument of the loss function")
+
+
+def _split(result: Any, has_aux: bool) -> tuple[Any, Any]:
+    if has_aux:
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            raise GcompileError(f"export_train_step(has_aux=True): the loss function must return a pair (loss, aux), "
+                                f"got {type(result).__name__}")
+        loss, aux = result
+    else:
+        loss, aux = result, None
+    if not hasattr(loss, "shape") or loss.shape != () or loss.dtype.kind != "f":
+        described = getattr(loss, "type", type(loss).__name__)
+        raise GcompileError(f"the loss function must return a floating-point scalar Tensor (shape ()), got "
+                            f"{described}; reduce it first (e.g. F.mean)"
+                            + ("" if has_aux else ", or pass has_aux=True if it returns (loss, aux)"))
+    return loss, aux
 
 
 class TrainStep:
     """A compiled training step: one ONNX model (`.model`) and a session that runs it.
 
-    Call it functionally with numpy arrays, step(params, state, count, *batch) ->
-    (loss, new params, new state, new count), or hand it to gc.runtime.Trainer, which keeps
-    everything on the device. `.params` holds the initial parameters it was exported with.
+    Call it functionally with numpy arrays, step(params, state, count, *batch, **hyperparams) ->
+    (loss, new params, new state, new count), `params` holding the buffers too where the step has
+    any (and `loss` being (loss, aux) for a step exported with has_aux), or hand it to
+    gc.runtime.Trainer, which keeps everything on the device. `.params` holds the initial
+    parameters it was exported with, `.buffers` the initial buffers, `.tree(values)` rebuilds the
+    structure `params` was given in (a Module, a nested dict) from values by name.
     """
 
-    def __init__(self, compiled: CompiledFunction, layout: StepLayout, params: dict[str, np.ndarray]) -> None:
+    def __init__(self, compiled: CompiledFunction, layout: StepLayout, params: dict[str, np.ndarray],
+                 buffers: dict[str, np.ndarray] | None = None, tree: pytree.TreeDef | None = None) -> None:
         self.compiled, self.layout, self.params = compiled, layout, params
+        self.buffers = dict(buffers or {})
+        self._tree = tree
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -100,30 +217,57 @@ class TrainStep:
         """(optimizer state, step counter) before the first step."""
         return self.layout.initial_state(self.params)
 
+    def tree(self, values: Mapping[str, Any]) -> Any:
+        """Parameters and buffers by name (Trainer.state_dict()) in the structure given to export_train_step."""
+        if self._tree is None:
+            raise GcompileError("this training step does not know the structure of its parameters")
+        return pytree.unflatten(self._tree, [values[n] for n in pytree.paths(self._tree)])
+
     def __call__(self, params: dict[str, np.ndarray], state: dict[str, np.ndarray], count: int | np.ndarray,
-                 *batch: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
-        flat = [params[n] for n in self.layout.params] + [state[n] for n in self.layout.state_names]
-        outs = self.compiled.run_flat(*flat, np.asarray(count, np.int64), *batch)
-        n_params, n_state = len(self.layout.params), len(self.layout.state)
-        return (outs[0], dict(zip(self.layout.params, outs[1:1 + n_params])),
-                dict(zip(self.layout.state_names, outs[1 + n_params:1 + n_params + n_state])), outs[-1])
+                 *batch: np.ndarray, **hyperparams: float) -> tuple[Any, dict[str, np.ndarray],
+                                                                    dict[str, np.ndarray], np.ndarray]:
+        layout = self.layout
+        hyper = [np.asarray(hyperparams.get(n, default), dtype) for n, default, dtype in layout.hyper]
+        flat = ([params[n] for n in layout.params + layout.buffers] + [state[n] for n in layout.state_names]
+                + [np.asarray(count, np.int64)] + hyper)
+        outs = dict(zip(layout.outputs, self.compiled.run_flat(*flat, *batch)))
+        loss = (outs["loss"], {n: outs[n] for n in layout.aux}) if layout.aux else outs["loss"]
+        return (loss, {n: outs[layout.new(n)] for n in layout.params + layout.buffers},
+                {n: outs[layout.new(n)] for n in layout.state_names}, outs[layout.new("step")])
 
 
-def export_train_step(loss_fn: Callable, params: dict[str, np.ndarray], optimizer: Optimizer, *batch_specs: Any,
-                      provider: str = "auto", opset: int | None = None, optimize: int = 2,
-                      name: str = "train_step") -> TrainStep:
+def export_train_step(loss_fn: Callable, params: Any, optimizer: Optimizer, *batch_specs: Any,
+                      has_aux: bool = False, hyperparams: Mapping[str, float] | None = None,
+                      clip_grad_norm: float | None = None, provider: str = "auto", opset: int | None = None,
+                      optimize: int = 2, name: str = "train_step") -> TrainStep:
     """Compile one training step of `loss_fn` into a single ONNX model.
 
-    loss_fn(params, *batch) receives a dict {name: Tensor} and the batch Tensors and returns
-    a floating-point scalar loss. `params` maps names to their initial numpy values; each
-    `batch_specs` entry is a gc.spec or an example array, named after loss_fn's parameters.
-    Model inputs: the parameters (their dict keys), the optimizer state ("<param>.<slot>"),
-    "step" (int64, steps taken) and the batch; outputs: "loss", "<name>.new" for every
-    parameter and state entry, and "step.new".
+    loss_fn(params, *batch) receives `params` rebuilt around Tensors (a dict {name: Tensor} for a
+    dict, a Module for a Module) and the batch Tensors, and returns a floating-point scalar loss,
+    or with has_aux=True a pair (loss, aux) whose aux pytree (metrics) becomes extra outputs.
+    `params` holds the initial numpy values; each `batch_specs` entry is a gc.spec or an example
+    array, named after loss_fn's parameters.
+
+    hyperparams {name: default}: scalar model inputs fed at each step instead of constants; those
+    the optimizer has (gc.optim: "lr", "weight_decay", ...) replace its values, the others are passed
+    to loss_fn as keyword arguments. clip_grad_norm: scale the gradients so that their global L2
+    norm is at most this (torch.nn.utils.clip_grad_norm_).
+
+    Model inputs: the parameters (dotted paths: "w", "fc1.weight"), the buffers, the optimizer
+    state ("<param>.<slot>"), "step" (int64, steps taken), the hyper-parameters and the batch;
+    outputs: "loss", the aux outputs, "<name>.new" for every parameter, buffer and state entry,
+    and "step.new".
     """
-    params = check_params(params, optimizer)
+    checked = check_params(params, optimizer)
+    unknown = [h for h in (hyperparams or {}) if not isinstance(h, str) or not h.isidentifier()]
+    if unknown:
+        raise GcompileError(f"hyperparams: names must be identifiers, got {unknown[0]!r}")
+    if clip_grad_norm is not None and not clip_grad_norm > 0:
+        raise GcompileError(f"clip_grad_norm must be a positive number, got {clip_grad_norm!r}")
+    _check_hyperparams(loss_fn, optimizer, hyperparams or {})
     batch_names = argument_names(loss_fn, 1 + len(batch_specs))[1:]
-    traced, layout = trace_step(loss_fn, params, optimizer, batch_specs, batch_names, name)
+    traced, layout = trace_step(loss_fn, checked, optimizer, batch_specs, batch_names, name, has_aux, hyperparams,
+                                clip_grad_norm)
     compiled = compile_traced(traced, provider=provider, opset=opset, optimize=optimize)
     layout.attach(compiled.model)
-    return TrainStep(compiled, layout, params)
+    return TrainStep(compiled, layout, checked.trained, checked.carried, checked.tree)

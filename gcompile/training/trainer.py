@@ -21,10 +21,9 @@ from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError
 from ..ir.dims import format_shape
-from ..runtime import modelfile
+from ..runtime import modelfile, npz
 from ..runtime.modelfile import signature
 from ..runtime.providers import PROVIDERS, make_session, resolve_provider
-from . import checkpoint
 from .layout import StepLayout
 
 if TYPE_CHECKING:
@@ -45,7 +44,8 @@ def _opened(step: Any) -> Iterator[tuple[onnx.ModelProto, dict | None, str | Non
     if isinstance(step, onnx.ModelProto):
         model, params, provider = step, None, None
     elif hasattr(step, "model") and hasattr(step, "params"):
-        model, params, provider = step.model, step.params, getattr(step, "provider", None)
+        model, provider = step.model, getattr(step, "provider", None)
+        params = {**step.params, **getattr(step, "buffers", {})}
     else:
         raise GcompileError(f"Trainer takes a compiled training step (gc.export_train_step), an onnx.ModelProto "
                             f"or the path of a saved training-step model, got {type(step).__name__}")
@@ -56,14 +56,17 @@ def _opened(step: Any) -> Iterator[tuple[onnx.ModelProto, dict | None, str | Non
 class Trainer:
     """Runs a training-step model step after step; parameters and state stay on the device.
 
-    Trainer(step) with a compiled step starts from its parameters; Trainer(path_or_model,
-    params={name: array}) starts a saved step model from `params`. The optimizer state and
-    step counter start from the layout's initial values. provider: 'auto', 'cpu' or 'cuda'
-    (default: the compiled step's provider, else 'auto').
+    Trainer(step) with a compiled step starts from its parameters and buffers; Trainer(path_or_model,
+    params={name: array}) starts a saved step model from `params` (parameters and buffers by name: a
+    module's state_dict() fits). The optimizer state and step counter start from the layout's
+    initial values. provider: 'auto', 'cpu' or 'cuda' (default: the compiled step's provider, else
+    'auto'). hyperparams: {name: value or schedule} for the step's hyper-parameter inputs, a
+    schedule being called with the number of steps taken (default: the values exported).
     """
 
     def __init__(self, step: TrainStep | onnx.ModelProto | str | os.PathLike,
-                 params: Mapping[str, ArrayLike] | None = None, provider: str | None = None) -> None:
+                 params: Mapping[str, ArrayLike] | None = None, provider: str | None = None,
+                 hyperparams: Mapping[str, float | Callable[[int], float]] | None = None) -> None:
         import onnxruntime as ort
 
         with _opened(step) as (model, default_params, default_provider, make):
@@ -71,15 +74,22 @@ class Trainer:
             params = default_params if params is None else params
             if params is None:
                 raise GcompileError("Trainer(path): give the initial parameters, Trainer(path, params={name: "
-                                    f"array}}) with names {', '.join(self.layout.params)}")
+                                    f"array}}) with names {', '.join(self.layout.params + self.layout.buffers)}")
             self.provider = resolve_provider(provider or default_provider or "auto")
             self._session = make(self.provider)
+        self._tree = step if hasattr(step, "tree") else None
         self._device = "cuda" if self._session.get_providers()[0] == PROVIDERS["cuda"] else "cpu"
         self._types = {e["name"]: (np.dtype(e["dtype"]), tuple(e["shape"]))
                        for e in signature(list(model.graph.input) + list(model.graph.output))}
         self._loss = ort.OrtValue.ortvalue_from_shape_and_type([], self._types["loss"][0], "cpu", 0)
+        self.hyperparams: dict[str, Any] = {name: default for name, default, _ in self.layout.hyper}
+        unknown = sorted(set(hyperparams or {}) - set(self.hyperparams))
+        if unknown:
+            raise InputError(f"the training step has no hyper-parameter {unknown[0]!r} (it has: "
+                             f"{', '.join(self.hyperparams) or 'none'})")
+        self.hyperparams.update(hyperparams or {})
         given = {k: np.asarray(v) for k, v in params.items()}
-        self._check_names("parameters", given, self.layout.params)
+        self._check_names("parameters", given, self.layout.params + self.layout.buffers)
         state, step_count = self.layout.initial_state(given)
         self._set({**given, **state, "step": step_count})
 
@@ -117,6 +127,23 @@ class Trainer:
         return self._numpy(self.layout.params)
 
     @property
+    def buffers(self) -> dict[str, np.ndarray]:
+        """The current buffers (BatchNorm's running statistics, ...), copied to numpy."""
+        return self._numpy(self.layout.buffers)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Parameters and buffers by name, as a module's state_dict (model.load_state_dict takes it)."""
+        return self._numpy(self.layout.params + self.layout.buffers)
+
+    def params_tree(self) -> Any:
+        """Parameters and buffers in the structure export_train_step was given (a gc.nn Module, a nested
+        dict), for a Trainer made from a compiled step."""
+        if self._tree is None:
+            raise GcompileError("params_tree() needs the structure of the parameters, which a saved step model "
+                                "does not keep; use state_dict(), or make the Trainer from the compiled step")
+        return self._tree.tree(self.state_dict())
+
+    @property
     def state(self) -> dict[str, np.ndarray]:
         """The current optimizer state, copied to numpy."""
         return self._numpy(self.layout.state_names)
@@ -143,9 +170,23 @@ class Trainer:
             feeds[name] = arr
         return feeds
 
-    def step(self, *batch: ArrayLike) -> float:
-        """Run one training step on `batch`; returns the loss (computed before the update)."""
+    def _hyper(self, overrides: dict) -> dict[str, np.ndarray]:
+        unknown = sorted(set(overrides) - set(self.hyperparams))
+        if unknown:
+            raise InputError(f"Trainer.step: the training step has no hyper-parameter {unknown[0]!r} (it has: "
+                             f"{', '.join(self.hyperparams) or 'none'})")
+        feeds = {}
+        for name, _, dtype in self.layout.hyper:
+            value = overrides.get(name, self.hyperparams[name])
+            feeds[name] = np.asarray(value(self.step_count) if callable(value) else value, dtype)
+        return feeds
+
+    def step(self, *batch: ArrayLike, **hyperparams: float) -> Any:
+        """Run one training step on `batch`; returns the loss (computed before the update), or for a step
+        with auxiliary outputs (has_aux) the pair (loss, {name: value}). Keyword arguments set
+        hyper-parameters for this step only."""
         feeds = self._batch(batch)
+        feeds.update(self._hyper(hyperparams))
         binding = self._session.io_binding()
         for name in self.layout.carried:
             binding.bind_ortvalue_input(name, self._live[name])
@@ -153,24 +194,30 @@ class Trainer:
         for name, arr in feeds.items():
             binding.bind_cpu_input(name, arr)
         binding.bind_ortvalue_output("loss", self._loss)
+        for name in self.layout.aux:
+            binding.bind_output(name, "cpu")
         self._session.run_with_iobinding(binding)
         self._live, self._spare = self._spare, self._live
-        return float(self._loss.numpy())
+        loss = float(self._loss.numpy())
+        if not self.layout.aux:
+            return loss
+        values = binding.get_outputs()[-len(self.layout.aux):]   # in the order bound: the aux outputs last
+        return loss, {name: np.array(v.numpy()) for name, v in zip(self.layout.aux, values)}
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def _entries(self) -> dict[str, str]:
-        """Checkpoint entry name -> carried value: params/<name>, state/<name> and step."""
-        return {**{f"params/{n}": n for n in self.layout.params}, **{f"state/{n}": n for n in self.layout.state_names},
-                "step": "step"}
+        """Checkpoint entry name -> carried value: params/<name>, buffers/<name>, state/<name> and step."""
+        return {**{f"params/{n}": n for n in self.layout.params}, **{f"buffers/{n}": n for n in self.layout.buffers},
+                **{f"state/{n}": n for n in self.layout.state_names}, "step": "step"}
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write parameters, optimizer state and step counter to an .npz file, atomically."""
-        values = {**self.params, **self.state, "step": self._live["step"].numpy()}
-        checkpoint.write(path, {entry: values[name] for entry, name in self._entries().items()})
+        """Write parameters, buffers, optimizer state and step counter to an .npz file, atomically."""
+        values = {**self.params, **self.buffers, **self.state, "step": self._live["step"].numpy()}
+        npz.write(path, {entry: values[name] for entry, name in self._entries().items()})
 
     def load(self, path: str | os.PathLike) -> None:
         """Resume from a checkpoint written by `save`: the next step is the one that would have followed.
-        The file is checked against this step's layout before any array is read (checkpoint.read)."""
+        The file is checked against this step's layout before any array is read (runtime/npz.py)."""
         entries = self._entries()
-        arrays = checkpoint.read(path, {entry: self._types[name] for entry, name in entries.items()})
+        arrays = npz.read(path, {entry: self._types[name] for entry, name in entries.items()})
         self._set({name: arrays[entry] for entry, name in entries.items()})

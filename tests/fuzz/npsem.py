@@ -141,6 +141,95 @@ def less(a, b):
     return a < b
 
 
+# -- more math (independent of gcompile/ops/special.py: math's functions, bisection, differences) ----------
+_erfc = np.vectorize(math.erfc, otypes=[np.float64])
+_lgamma = np.vectorize(math.lgamma, otypes=[np.float64])
+
+
+def erfc(x):
+    return _erfc(x)
+
+
+def _erfinv_scalar(y: float) -> float:
+    lo, hi = -7.0, 7.0
+    for _ in range(80):                     # bisection on math.erf: erfinv to float64 resolution
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if math.erf(mid) < y else (lo, mid)
+    return (lo + hi) / 2
+
+
+def erfinv(y):
+    return np.vectorize(_erfinv_scalar, otypes=[np.float64])(y)
+
+
+def lgamma(x):
+    return _lgamma(x)
+
+
+def digamma(x):
+    """d/dx lgamma by Richardson-extrapolated central differences (error about 1e-11 for x >= 0.5)."""
+    h = 1e-3
+    return (8 * (_lgamma(x + h) - _lgamma(x - h)) - (_lgamma(x + 2 * h) - _lgamma(x - 2 * h))) / (12 * h)
+
+
+def hardtanh(x, lo=-1.0, hi=1.0):
+    _note("kink", x - lo)
+    _note("kink", x - hi)
+    return np.clip(x, lo, hi)
+
+
+def hardsigmoid(x):
+    return hardtanh(x / 6 + 0.5, 0.0, 1.0)
+
+
+def hardswish(x):
+    return x * hardsigmoid(x)
+
+
+def celu(x, alpha):
+    _note("kink", x)
+    return np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0) / alpha))
+
+
+def shrink(x, lambd, shift):
+    """softshrink (shift = λ: kinks at ±λ) and hardshrink (shift = 0: jumps at ±λ)."""
+    _note("kink" if shift else "jump", np.abs(x) - lambd)
+    return np.where(np.abs(x) <= lambd, 0.0, x - np.sign(x) * shift)
+
+
+def threshold(x, th, value):
+    _note("jump", x - th)
+    return np.where(x > th, x, value)
+
+
+def frac(x):
+    _note("jump", x - np.round(x))
+    return x - np.trunc(x)
+
+
+def copysign(a, b):
+    _note("kink", a)
+    _note("jump", b)
+    return np.copysign(a, b)
+
+
+def fmod(a, b):
+    q = a / b
+    _note("jump", (q - np.round(q)) * b)
+    return np.fmod(a, b)
+
+
+def remainder(a, b):
+    q = a / b
+    _note("jump", (q - np.round(q)) * b)
+    return np.remainder(a, b)
+
+
+def hypot(a, b):
+    _note("kink", np.hypot(a, b))
+    return np.hypot(a, b)
+
+
 # -- reductions --------------------------------------------------------------------------------------
 def _moved(x, axis):
     """x with the reduced axes (None, an int or a tuple) flattened into one last axis."""
@@ -158,6 +247,71 @@ def rmax(x, axis=None, keepdims=False):
 def rmin(x, axis=None, keepdims=False):
     _gap(-_moved(x, axis), -1)
     return np.min(x, axis=axis, keepdims=keepdims)
+
+
+def var(x, axis=None, keepdims=False):
+    return np.var(x, axis=axis, keepdims=keepdims)
+
+
+def std(x, axis=None, keepdims=False):
+    v = np.var(x, axis=axis, keepdims=keepdims)
+    if _moved(x, axis).shape[-1] > 1:      # sqrt's kink at a zero variance (one entry: always 0, no kink)
+        _note("kink", np.sqrt(v))
+    return np.sqrt(v)
+
+
+def vector_norm(x, ord, axis=None, keepdims=False):
+    a = np.abs(x)
+    if ord == 1:
+        _note("kink", x)
+        return np.sum(a, axis=axis, keepdims=keepdims)
+    if ord == np.inf:
+        _gap(_moved(a, axis), -1)
+        _note("kink", np.max(a, axis=axis))
+        return np.max(a, axis=axis, keepdims=keepdims)
+    _note("kink", np.sqrt(np.sum(a * a, axis=axis)))
+    return np.sum(a ** ord, axis=axis, keepdims=keepdims) ** (1 / ord)
+
+
+def sort(x, axis=-1, descending=False):
+    _gap_all(x, axis)
+    s = np.sort(x, axis=axis)
+    return np.flip(s, axis) if descending else s
+
+
+def _gap_all(x, axis):
+    """The smallest distance between two entries along `axis` (ties reorder a sort: a kink)."""
+    if x.shape[axis] > 1:
+        s = np.sort(x, axis=axis)
+        _note("kink", np.diff(s, axis=axis))
+
+
+def topk(x, k, axis=-1, largest=True):
+    return np.take(sort(x, axis, descending=largest), np.arange(k), axis=axis)
+
+
+def median(x, axis=None, keepdims=False):
+    flat = x.reshape(-1) if axis is None else x
+    ax = 0 if axis is None else axis
+    n = flat.shape[ax]
+    m = np.take(sort(flat, ax), [(n - 1) // 2], axis=ax)
+    if axis is None:
+        return m.reshape((1,) * x.ndim if keepdims else ())
+    return m if keepdims else np.squeeze(m, ax)
+
+
+def scan(kind, x, axis, reverse=False, exclusive=False):
+    """cumsum / cumprod with ONNX's reverse and exclusive options."""
+    x = np.flip(x, axis) if reverse else x
+    y = np.cumsum(x, axis=axis) if kind == "sum" else np.cumprod(x, axis=axis)
+    if exclusive:
+        first = np.zeros_like(np.take(y, [0], axis)) if kind == "sum" else np.ones_like(np.take(y, [0], axis))
+        y = np.concatenate([first, np.take(y, np.arange(y.shape[axis] - 1), axis)], axis)
+    return np.flip(y, axis) if reverse else y
+
+
+def logcumsumexp(x, axis):
+    return np.logaddexp.accumulate(x, axis=axis)
 
 
 def logsumexp(x, axis=None, keepdims=False):
@@ -304,6 +458,65 @@ def avg_pool(x, kernel, stride=None, pad=0, count_include_pad=False):
     count = (math.prod(kernel) if count_include_pad
              else sum(patch for _, patch in _windows(inside, kernel, stride, (1,) * n, out)))
     return total / count
+
+
+def max_pool_torch(x, kernel, stride, pad, dilation, ceil_mode):
+    """torch's max_pool with dilation and ceil_mode (extra windows past the end see -inf padding)."""
+    out = []
+    for i, k, s, p, d in zip(x.shape[2:], kernel, stride, pad, dilation):
+        span = i + 2 * p - d * (k - 1) - 1
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        out.append(o - 1 if ceil_mode and (o - 1) * s >= i + p else o)
+    reach = [(o - 1) * s + d * (k - 1) + 1 for o, s, d, k in zip(out, stride, dilation, kernel)]
+    xp = np.pad(x, ((0, 0), (0, 0)) + tuple((p, max(r - i - p, p)) for p, r, i in zip(pad, reach, x.shape[2:])),
+                constant_values=-np.inf)
+    stacked = np.stack([patch for _, patch in _windows(xp, kernel, stride, dilation, tuple(out))], -1)
+    _gap(stacked, -1)
+    return stacked.max(-1)
+
+
+def _adaptive(x, out, reduce):
+    spatial = x.shape[2:]
+    y = np.zeros(x.shape[:2] + tuple(out))
+    for o in np.ndindex(*out):
+        region = tuple(slice(k * n // m, -(-(k + 1) * n // m)) for k, n, m in zip(o, spatial, out))
+        patch = x[(Ellipsis,) + region].reshape(x.shape[:2] + (-1,))
+        if reduce is np.max:
+            _gap(patch, -1)
+        y[(Ellipsis,) + o] = reduce(patch, axis=-1)
+    return y
+
+
+def adaptive_avg_pool(x, out):
+    return _adaptive(x, out, np.mean)
+
+
+def adaptive_max_pool(x, out):
+    return _adaptive(x, out, np.max)
+
+
+def pixel_shuffle(x, r):
+    n, c, h, w = x.shape
+    return x.reshape(n, c // (r * r), r, r, h, w).transpose(0, 1, 4, 2, 5, 3).reshape(n, c // (r * r), h * r, w * r)
+
+
+def scatter(x, axis, idx, value):
+    """torch.scatter with a scalar value: the last duplicate wins (all write the same value here)."""
+    out = x.copy()
+    where = list(np.indices(idx.shape, sparse=True))
+    where[axis] = idx
+    out[tuple(where)] = value
+    return out
+
+
+def huber(d, delta):
+    """torch's huber_loss of the difference d: its second derivative jumps where |d| = delta."""
+    _note("kink", np.abs(d) - delta)
+    return np.where(np.abs(d) < delta, 0.5 * d * d, delta * (np.abs(d) - 0.5 * delta))
+
+
+def normalize(x, axis):
+    return x / np.maximum(np.sqrt(np.sum(x * x, axis=axis, keepdims=True)), 1e-12)
 
 
 # -- normalisation in inference mode, sum_to_shape ----------------------------------------------------------

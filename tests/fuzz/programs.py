@@ -355,6 +355,42 @@ _UNARY = [  # label, gcompile, numpy, magnitude bound from the operand's
     ("identity", "F.identity({x})", "{x}", lambda m: m),
     ("dropout", "F.dropout({x}, 0.3)", "{x}", lambda m: m),                           # inference: x
     ("dropout", "F.dropout({x}, 0.0, training=True, seed=3)", "{x}", lambda m: m),    # keeps every value
+    ("arcsin+tanh", "F.arcsin(F.tanh({x}) * 0.9)", "np.arcsin(np.tanh({x}) * 0.9)", lambda m: 1.2),
+    ("arccos+tanh", "F.arccos(F.tanh({x}) * 0.9)", "np.arccos(np.tanh({x}) * 0.9)", lambda m: 2.7),
+    ("arctan", "F.arctan({x})", "np.arctan({x})", lambda m: 1.6),
+    ("sinh+tanh", "F.sinh(F.tanh({x}) * 2.0)", "np.sinh(np.tanh({x}) * 2.0)", lambda m: 3.7),
+    ("cosh+tanh", "F.cosh(F.tanh({x}) * 2.0)", "np.cosh(np.tanh({x}) * 2.0)", lambda m: 3.8),
+    ("arcsinh", "F.arcsinh({x})", "np.arcsinh({x})", lambda m: math.log(2 * m + 1) + 1),
+    ("arccosh+softplus", "F.arccosh(F.softplus({x}) + 1.1)", "np.arccosh(N.softplus({x}) + 1.1)",
+     lambda m: math.log(2 * m + 5) + 1),
+    ("arctanh+tanh", "F.arctanh(F.tanh({x}) * 0.9)", "np.arctanh(np.tanh({x}) * 0.9)", lambda m: 1.5),
+    ("exp2+tanh", "F.exp2(F.tanh({x}))", "np.exp2(np.tanh({x}))", lambda m: 2),
+    ("log2+softplus", "F.log2(F.softplus({x}) + 0.1)", "np.log2(N.softplus({x}) + 0.1)", lambda m: 1.5 * m + 4),
+    ("log10+softplus", "F.log10(F.softplus({x}) + 0.1)", "np.log10(N.softplus({x}) + 0.1)", lambda m: m + 1),
+    ("reciprocal", "F.reciprocal({x} * {x} + 1)", "(1 / ({x} * {x} + 1))", lambda m: 1),
+    ("erfc", "F.erfc({x})", "N.erfc({x})", lambda m: 2),
+    ("erfinv+tanh", "F.erfinv(F.tanh({x}) * 0.9)", "N.erfinv(np.tanh({x}) * 0.9)", lambda m: 1.2),
+    ("lgamma+softplus", "F.lgamma(F.softplus({x}) + 0.5)", "N.lgamma(N.softplus({x}) + 0.5)",
+     lambda m: (m + 2) * math.log(m + 2) + 1),
+    ("polygamma+softplus", "F.digamma(F.softplus({x}) + 0.5)", "N.digamma(N.softplus({x}) + 0.5)",
+     lambda m: math.log(m + 2) + 2),
+    ("trunc", "F.trunc({x} * 2.0)", "N.trunc({x} * 2.0)", lambda m: 2 * m + 1),
+    ("trunc+sub", "F.frac({x} * 2.0)", "N.frac({x} * 2.0)", lambda m: 1),
+    ("softsign", "F.softsign({x})", "({x} / (1 + np.abs({x})))", lambda m: 1),
+    ("softplus+neg", "F.logsigmoid({x})", "(-N.softplus(-{x}))", lambda m: m + 1),
+    ("softplus+tanh", "F.mish({x})", "({x} * np.tanh(N.softplus({x})))", lambda m: m),
+    ("tanh+sub", "F.tanhshrink({x})", "({x} - np.tanh({x}))", lambda m: m + 1),
+    ("clip+mul", "F.hardswish({x} * 3.0)", "N.hardswish({x} * 3.0)", lambda m: 3 * m),
+    ("clip", "F.hardsigmoid({x} * 3.0)", "N.hardsigmoid({x} * 3.0)", lambda m: 1),
+    ("clip", "F.relu6({x} * 4.0)", "N.hardtanh({x} * 4.0, 0.0, 6.0)", lambda m: 6),
+    ("clip", "F.hardtanh({x})", "N.hardtanh({x})", lambda m: 1),
+    ("where+abs", "F.softshrink({x})", "N.shrink({x}, 0.5, 0.5)", lambda m: m),
+    ("where+abs", "F.hardshrink({x})", "N.shrink({x}, 0.5, 0.0)", lambda m: m),
+    ("elu", "F.celu({x}, 0.5)", "N.celu({x}, 0.5)", lambda m: m + 0.5),
+    ("where+greater", "F.threshold({x}, 0.2, -0.5)", "N.threshold({x}, 0.2, -0.5)", lambda m: m + 0.5),
+    ("log+log1p+sigmoid", "F.logit(F.sigmoid({x}) * 0.9 + 0.05)",
+     "np.log((N.sigmoid({x}) * 0.9 + 0.05) / (0.95 - N.sigmoid({x}) * 0.9))", lambda m: 3),
+    ("where+isnan", "F.nan_to_num({x})", "{x}", lambda m: m),
 ]
 
 
@@ -400,12 +436,25 @@ _BINARY = [
     ("div", "F.divide({a}, F.exp(F.tanh({b})))", "{a} / np.exp(np.tanh({b}))", lambda p, q: 2.8 * p),
     ("pow+softplus+tanh", "(F.softplus({a}) + 0.5) ** F.tanh({b})", "(N.softplus({a}) + 0.5) ** np.tanh({b})",
      lambda p, q: p + 2),
+    ("arctan2+softplus", "F.arctan2({a}, F.softplus({b}) + 0.2)", "np.arctan2({a}, N.softplus({b}) + 0.2)",
+     lambda p, q: 1.6),
+    ("hypot", "F.hypot({a}, {b})", "N.hypot({a}, {b})", lambda p, q: p + q),
+    ("fmax", "F.fmax({a}, {b})", "N.maximum({a}, {b})", max),
+    ("fmin", "F.fmin({a}, {b})", "N.minimum({a}, {b})", max),
+    ("lerp", "F.lerp({a}, {b}, 0.3)", "{a} + 0.3 * ({b} - {a})", max),
+    ("lerp+sigmoid", "F.lerp({a}, {b}, F.sigmoid({b}))", "{a} + N.sigmoid({b}) * ({b} - {a})", lambda p, q: p + 2 * q),
+    ("xlogy+softplus", "F.xlogy({a}, F.softplus({b}) + 0.1)", "{a} * np.log(N.softplus({b}) + 0.1)",
+     lambda p, q: p * (q + 3)),
+    ("copysign", "F.copysign({a}, {b})", "N.copysign({a}, {b})", lambda p, q: p),
+    ("fmod+softplus", "F.fmod({a}, F.softplus({b}) + 0.5)", "N.fmod({a}, N.softplus({b}) + 0.5)", lambda p, q: p),
+    ("remainder+softplus", "F.remainder({a}, F.softplus({b}) + 0.5)", "N.remainder({a}, N.softplus({b}) + 0.5)",
+     lambda p, q: q + 1.5),
 ]
 
 
 def gen_binary(g: Gen, x: Value):
     label, gc, np_, mag = g.d.choice(_BINARY)
-    y = g.partner(x.shape, exclude=x if label in ("maximum", "minimum") else None)
+    y = g.partner(x.shape, exclude=x if label in ("maximum", "minimum", "fmax", "fmin") else None)
     a, b = (x, y) if g.d.bool() else (y, x)
     return g.add(label, gc.format(a=a.name, b=b.name), np_.format(a=a.name, b=b.name), broadcast(x.shape, y.shape),
                  mag(a.mag, b.mag), [a, b])
@@ -450,6 +499,17 @@ _REDUCTIONS = [
      "np.prod(1 + 0.3 * np.tanh({x}), axis={axis}, keepdims={k})", "prod"),
     ("logsumexp", "F.logsumexp({x}, axis={axis}, keepdims={k})", "N.logsumexp({x}, axis={axis}, keepdims={k})",
      "lse"),
+    ("var", "F.var({x}, axis={axis}, correction=0, keepdims={k})", "N.var({x}, axis={axis}, keepdims={k})",
+     "square"),
+    ("std", "F.std({x}, axis={axis}, correction=0, keepdims={k})", "N.std({x}, axis={axis}, keepdims={k})", "same"),
+    ("vector_norm", "F.vector_norm({x}, 2, axis={axis}, keepdims={k})",
+     "N.vector_norm({x}, 2, axis={axis}, keepdims={k})", "norm"),
+    ("vector_norm", "F.vector_norm({x}, 1, axis={axis}, keepdims={k})",
+     "N.vector_norm({x}, 1, axis={axis}, keepdims={k})", "sum"),
+    ("vector_norm", "F.vector_norm({x}, np.inf, axis={axis}, keepdims={k})",
+     "N.vector_norm({x}, np.inf, axis={axis}, keepdims={k})", "same"),
+    ("vector_norm", "F.vector_norm({x}, 3, axis={axis}, keepdims={k})",
+     "N.vector_norm({x}, 3, axis={axis}, keepdims={k})", "norm"),
 ]
 
 
@@ -460,9 +520,63 @@ def gen_reduce(g: Gen, x: Value):
     shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
         tuple(d for i, d in enumerate(x.shape) if i not in axes)
     n = numel([x.shape[a] for a in axes])
-    mag = {"sum": x.mag * n, "same": x.mag, "prod": 1.3 ** n, "lse": x.mag + math.log(n)}[rule]
+    mag = {"sum": x.mag * n, "same": x.mag, "prod": 1.3 ** n, "lse": x.mag + math.log(n), "square": x.mag ** 2,
+           "norm": x.mag * math.sqrt(n)}[rule]
     return g.add(label, gc.format(x=x.name, axis=axis, k=keep), np_.format(x=x.name, axis=axis, k=keep), shape, mag,
                  [x])
+
+
+def gen_order(g: Gen, x: Value):
+    """Scans, sorts, topk and median along one axis, and the activations that take one (softmin,
+    glu, prelu's channel axis)."""
+    r = len(x.shape)
+    if not r:
+        return None
+    a = g.d.int(0, r - 1)
+    ax, n = _fmt_axis(g.d, a, r), x.shape[a]
+    kind = g.d.int(0, 8)
+    static = isinstance(n, int)
+    count = numel((n,))
+    if kind <= 1:
+        rev, ex = g.d.bool(), g.d.bool()
+        opts = f"reverse={rev}, exclusive={ex}"
+        if kind == 0:
+            return g.add("cumsum", f"F.cumsum({x.name}, {ax}, {opts})", f"N.scan('sum', {x.name}, {ax}, {opts})",
+                         x.shape, x.mag * count, [x])
+        v = f"(1 + 0.3 * {{}}.tanh({x.name}))"
+        return g.add("cumprod+tanh", f"F.cumprod({v.format('F')}, {ax}, {opts})",
+                     f"N.scan('prod', {v.format('np')}, {ax}, {opts})", x.shape, 1.3 ** count, [x])
+    if kind == 2 and static:
+        return g.add("logcumsumexp+logaddexp", f"F.logcumsumexp({x.name}, {ax})", f"N.logcumsumexp({x.name}, {ax})",
+                     x.shape, x.mag + math.log(count), [x])
+    if kind == 3:
+        d = g.d.bool()
+        return g.add("topk", f"F.sort({x.name}, {ax}, descending={d})", f"N.sort({x.name}, {ax}, descending={d})",
+                     x.shape, x.mag, [x])
+    if kind == 4 and static and n:
+        k, largest = g.d.int(1, n), g.d.bool()
+        return g.add("topk", f"F.topk({x.name}, {k}, {ax}, largest={largest})[0]",
+                     f"N.topk({x.name}, {k}, {ax}, largest={largest})", x.shape[:a] + (k,) + x.shape[a + 1:], x.mag,
+                     [x])
+    if kind == 5 and (n != 0):
+        keep, whole = g.d.bool(), g.d.bool()
+        axis = None if whole else ax
+        shape = ((1,) * r if keep else ()) if whole else (x.shape[:a] + ((1,) if keep else ()) + x.shape[a + 1:])
+        return g.add("topk+median", f"F.median({x.name}, {axis}, keepdims={keep})",
+                     f"N.median({x.name}, {axis}, keepdims={keep})", shape, x.mag, [x])
+    if kind == 6:
+        return g.add("softmax+neg", f"F.softmin({x.name}, {ax})", f"N.softmax(-{x.name}, {ax})", x.shape, 1, [x])
+    if kind == 7 and static and n and n % 2 == 0:
+        h = n // 2
+        first, second = (f"np.take({x.name}, np.arange({lo}, {lo + h}), {ax})" for lo in (0, h))
+        return g.add("slice+sigmoid+mul", f"F.glu({x.name}, {ax})", f"{first} * N.sigmoid({second})",
+                     x.shape[:a] + (h,) + x.shape[a + 1:], x.mag, [x])
+    if kind == 8 and r >= 2 and isinstance(x.shape[1], int):
+        w = g.new_input((x.shape[1],), scale=0.2, offset=0.3)
+        wb = f"{w.name}.reshape({(x.shape[1],) + (1,) * (r - 2)})"
+        return g.add("where+greater+mul", f"F.prelu({x.name}, {w.name})", f"np.where(N.greater({x.name}, 0), "
+                     f"{x.name}, {wb} * {x.name})", x.shape, x.mag, [x, w])
+    return None
 
 
 def gen_matmul(g: Gen, x: Value):
@@ -1001,7 +1115,7 @@ def gen_conv(g: Gen, x: Value):
         extra = ""
     else:                                                               # conv_transpose
         co = groups * g.d.int(1, 2)
-        output_padding = tuple(g.d.int(0, st - 1) for st in stride)
+        output_padding = tuple(g.d.int(0, max(st, d) - 1) for st, d in zip(stride, dilation))   # as torch
         out = tuple((s - 1) * st - p0 - p1 + d * (k - 1) + op + 1
                     for s, k, st, (p0, p1), d, op in zip(spatial, kernel, stride, pad, dilation, output_padding))
         w = g.new_input((c, co // groups) + kernel, scale=1 / math.sqrt(c // groups * math.prod(kernel)))
@@ -1018,6 +1132,114 @@ def gen_conv(g: Gen, x: Value):
     return g.add(label, gc, np_, shape, x.mag * 3 + 1, [v for v in (x, w, b) if v is not None])
 
 
+def gen_rearrange(g: Gen, x: Value):
+    """flip, roll, rot90, moveaxis and repeat_interleave along static axes (ops/rearrange.py)."""
+    axes = g.static_axes(x.shape)
+    if not axes:
+        return None
+    a = g.d.choice(axes)
+    r = len(x.shape)
+    ax = _fmt_axis(g.d, a, r)
+    kind = g.d.int(0, 4)
+    if kind == 0:
+        return g.add("flip", f"F.flip({x.name}, {ax})", f"np.flip({x.name}, {ax})", x.shape, x.mag, [x])
+    if kind == 1:
+        shift = g.d.int(-5, 5)
+        return g.add("roll", f"F.roll({x.name}, {shift}, {ax})", f"np.roll({x.name}, {shift}, {ax})",
+                     x.shape, x.mag, [x])
+    if kind == 2 and len(axes) >= 2:
+        b = g.d.choice([c for c in axes if c != a])
+        k = g.d.int(-1, 3)
+        shape = list(x.shape)
+        if k % 2:
+            shape[a], shape[b] = shape[b], shape[a]
+        return g.add("rot90", f"F.rot90({x.name}, {k}, ({a}, {b}))", f"np.rot90({x.name}, {k}, ({a}, {b}))",
+                     tuple(shape), x.mag, [x])
+    if kind == 3:
+        b = g.d.int(0, r - 1)
+        shape = list(x.shape)
+        shape.insert(b, shape.pop(a))
+        return g.add("movedim", f"F.movedim({x.name}, {a}, {b})", f"np.moveaxis({x.name}, {a}, {b})", tuple(shape),
+                     x.mag, [x])
+    reps = g.d.int(0, 2)
+    shape = x.shape[:a] + (x.shape[a] * reps,) + x.shape[a + 1:]
+    if not _fits(shape) or 0 in shape:
+        return None
+    return g.add("repeat_interleave", f"F.repeat_interleave({x.name}, {reps}, {ax})",
+                 f"np.repeat({x.name}, {reps}, {ax})", shape, x.mag, [x])
+
+
+def gen_spatial(g: Gen, x: Value):
+    """adaptive pooling, nearest upsampling, pixel_shuffle, torch's max_pool options and a
+    scatter on a (N, C, H, W) value (ops/spatial.py, ops/scatter.py)."""
+    if len(x.shape) != 4 or not is_static(x.shape[1:]):
+        x = g.new_input(g.d.choice(((1, 4, 2, 3), (Sym(1), 2, 3, 3), (2, 1, 4, 4))))
+    n, c, h, w = x.shape
+    kind = g.d.int(0, 4)
+    if kind == 0:
+        out = (g.d.int(1, h + 1), g.d.int(1, w + 1))
+        fn = g.d.choice(("adaptive_avg_pool", "adaptive_max_pool"))
+        shape = (n, c) + out
+        return g.add(fn, f"F.{fn}({x.name}, {out})",
+                     f"N.{fn}({x.name}, {out})", shape, x.mag, [x]) if _fits(shape) else None
+    if kind == 1:
+        shape = (n, c, 2 * h, 2 * w)
+        return g.add("interpolate", f"F.interpolate({x.name}, scale_factor=2)",
+                     f"np.repeat(np.repeat({x.name}, 2, 2), 2, 3)", shape, x.mag, [x]) if _fits(shape) else None
+    if kind == 2 and c % 4 == 0:
+        return g.add("pixel_shuffle", f"F.pixel_shuffle({x.name}, 2)", f"N.pixel_shuffle({x.name}, 2)",
+                     (n, c // 4, 2 * h, 2 * w), x.mag, [x])
+    if kind == 3:
+        kernel, stride = (g.d.int(1, 2), g.d.int(1, 2)), (g.d.int(1, 2), g.d.int(1, 2))
+        dilation, pad = (g.d.int(1, 2), g.d.int(1, 2)), (g.d.int(0, 1), g.d.int(0, 1))
+        pad = tuple(min(p, (d * (k - 1) + 1) // 2) for p, k, d in zip(pad, kernel, dilation))
+        ceil = g.d.bool()
+        if any(d * (k - 1) + 1 > s + 2 * p for d, k, s, p in zip(dilation, kernel, (h, w), pad)):
+            return None
+        out = []
+        for i, k, s, p, d in zip((h, w), kernel, stride, pad, dilation):
+            span = i + 2 * p - d * (k - 1) - 1
+            o = (-(-span // s) if ceil else span // s) + 1
+            out.append(o - 1 if ceil and (o - 1) * s >= i + p else o)
+        args = f"{kernel}, {stride}, {pad}, {dilation}, {ceil}"
+        return g.add("max_pool", f"F.max_pool({x.name}, {kernel}, {stride}, {pad}, dilation={dilation}, "
+                     f"ceil_mode={ceil})", f"N.max_pool_torch({x.name}, {args})", (n, c) + tuple(out), x.mag, [x])
+    idx = np.random.default_rng(g.d.int(0, 99)).integers(0, c, (1, c, h, w)).tolist()
+    value = g.d.choice((0.5, -1.0))
+    return g.add("scatter", f"F.scatter({x.name}, 1, np.array({idx}), {value})",
+                 f"N.scatter({x.name}, 1, np.broadcast_to(np.array({idx}), {x.name}.shape), {value})",
+                 x.shape, max(x.mag, 1), [x]) if isinstance(n, int) and n == 1 else None
+
+
+def gen_linalg_loss(g: Gen, x: Value):
+    """tril/triu, normalize, rms_norm and the l1/huber losses (ops/linalg_extra.py, ops/normalization.py,
+    ops/losses.py)."""
+    r = len(x.shape)
+    kind = g.d.int(0, 3)
+    if kind == 0 and r >= 2 and is_static(x.shape[-2:]):
+        fn, k = g.d.choice(("tril", "triu")), g.d.int(-1, 1)
+        return g.add(fn, f"F.{fn}({x.name}, {k})", f"np.{fn}({x.name}, {k})", x.shape, x.mag, [x])
+    if kind == 1 and r:
+        a = g.d.int(0, r - 1)
+        return g.add("normalize", f"F.normalize({x.name}, axis={a})", f"N.normalize({x.name}, {a})", x.shape, 1.0,
+                     [x])
+    if kind == 2 and r and isinstance(x.shape[-1], int):
+        w = g.new_input(x.shape[-1:], scale=0.3, offset=1.0)
+        return g.add("rms_norm", f"F.rms_norm({x.name}, {x.shape[-1]}, {w.name}, eps=1e-3)",
+                     f"{x.name} / np.sqrt(np.mean({x.name} ** 2, -1, keepdims=True) + 1e-3) * {w.name}", x.shape,
+                     1.3 * math.sqrt(numel(x.shape[-1:])) + 1, [x, w])
+    y = g.partner(x.shape)
+    shape = broadcast(x.shape, y.shape)
+    if shape is None or not _fits(shape):
+        return None
+    if g.d.bool():
+        return g.add("l1_loss", f"F.l1_loss({x.name}, {y.name}, reduction='none')", f"N.abs({x.name} - {y.name})",
+                     shape, x.mag + y.mag, [x, y])
+    delta = g.d.choice((1.0, 0.5))
+    return g.add("huber_loss", f"F.huber_loss({x.name}, {y.name}, reduction='none', delta={delta})",
+                 f"N.huber({x.name} - {y.name}, {delta})", shape, (x.mag + y.mag) ** 2, [x, y])
+
+
 def gen_image(g: Gen, x: Value):
     """A (N, C, *spatial) value for the conv family, from x."""
     s = g.d.choice(((Sym(1), 2, 4), (2, 2, 3, 3), (Sym(1), 1, 3, 3), (1, 3, 5)))
@@ -1027,7 +1249,7 @@ def gen_image(g: Gen, x: Value):
 
 GENERATORS = [gen_unary, gen_binary, gen_reduce, gen_reshape, gen_dims, gen_getitem, gen_param_activation,
               gen_where, gen_matmul, gen_einsum, gen_take, gen_join, gen_pad_tile, gen_nn, gen_conv, gen_image,
-              gen_const, gen_fill, gen_recurrent, gen_int,
+              gen_const, gen_fill, gen_recurrent, gen_int, gen_rearrange, gen_spatial, gen_linalg_loss, gen_order,
               gen_unary, gen_unary, gen_unary, gen_binary]    # the unary table is long: drawn more often
 
 

@@ -38,8 +38,9 @@ def test_second_order_cross_entropy_gradients_match_gc_grad(model_path, tmp_path
     assert result.exit_code == 0, result.output
     names = ["W", "b", "scale", "shift", "W2", "x"]
     session = _session(out)
-    assert [i.name for i in session.get_inputs()] == (["x", "W", "b", "scale", "shift", "W2", "target"]
-                                                      + [f"v_{n}" for n in names])
+    assert [i.name for i in onnx.load(str(out)).graph.input] == (["x", "W", "b", "scale", "shift", "W2", "target"]
+                                                                 + [f"v_{n}" for n in names])
+    assert [i.name for i in session.get_inputs()] == ["x", "target"] + [f"v_{n}" for n in names]   # weights: defaults
     assert [o.name for o in session.get_outputs()] == (["y", "loss"] + [f"grad_{n}" for n in names]
                                                        + [f"hvp_{n}" for n in names])
     f = gc.load_onnx(str(model_path))
@@ -108,3 +109,40 @@ def test_user_errors_exit_2_with_one_paragraph(model_path, tmp_path, args, messa
 def test_missing_model_exits_2(tmp_path):
     result = invoke("grad", tmp_path / "missing.onnx", "--wrt", "params", "-o", tmp_path / "o.onnx")
     assert result.exit_code == 2 and "no such ONNX file" in result.output
+
+
+def test_differentiated_weights_keep_their_values_as_defaults(model_path, tmp_path):
+    """After --wrt params the weights are inputs with the original values as initializers of the
+    same name: the model runs on its data inputs alone, and a fed weight overrides the default."""
+    out = tmp_path / "grads.onnx"
+    result = invoke("grad", model_path, "--wrt", "params", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "defaults W, b, scale, shift, W2" in result.output
+    proto = onnx.load(str(out))
+    f = gc.load_onnx(str(model_path))
+    defaults = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer if t.name in f.params}
+    assert set(defaults) == {"W", "b", "scale", "shift", "W2"}
+    for name, value in defaults.items():
+        np.testing.assert_array_equal(value, f.params[name])
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    session = _session(out)
+    alone = session.run(None, {"x": x})
+    fed = session.run(None, {"x": x, **f.params})
+    for a, b in zip(alone, fed):
+        np.testing.assert_array_equal(a, b)
+    w2 = 2 * f.params["W2"]
+    overridden = session.run(None, {"x": x, "W2": w2})
+    np.testing.assert_allclose(overridden[0], gc.compile(lambda x: f(x, params={"W2": w2}), x, provider="cpu")(x),
+                               rtol=1e-5)
+
+    np.save(tmp_path / "x.npy", x)
+    ran = invoke("run", out, "-i", f"x={tmp_path / 'x.npy'}")                    # gcompile run: data inputs only
+    assert ran.exit_code == 0, ran.output
+    assert "grad_W2: float32(5, 3)" in ran.output
+    np.save(tmp_path / "w2.npy", w2)
+    assert invoke("run", out, "-i", f"x={tmp_path / 'x.npy'}", "-i", f"W2={tmp_path / 'w2.npy'}").exit_code == 0
+    wrong = invoke("run", out, "-i", f"x={tmp_path / 'x.npy'}", "-i", f"W2={tmp_path / 'x.npy'}")
+    assert wrong.exit_code == 2 and "input 'W2': expected float32(5, 3), got float32(3, 4)" in wrong.output
+    shown = invoke("inspect", out)
+    assert "optional inputs (default: the initializer of the same name):\n  W: float32(5, 4)" in shown.output
+    assert gc.load_onnx(str(out)).input_names == ["x"]                         # and the importer sees params

@@ -16,6 +16,7 @@ import gcompile as gc
 import gcompile.functions as F
 from gcompile.artifacts.build import build
 from gcompile.frontend.trace import trace
+from gcompile.ops import recurrent
 from gcompile.testing import check_grad
 
 from .test_torch_fixtures import close
@@ -119,6 +120,15 @@ CASES = [
 ]
 
 
+@pytest.fixture(params=["unrolled", "scan"])
+def loop(request, monkeypatch):
+    """Time loops unrolled (these sequences are short), or as scans (the threshold lowered to one step)."""
+    if request.param == "scan":
+        monkeypatch.setattr(recurrent, "SCAN_FROM_STEPS", 1)
+    return request.param
+
+
+@pytest.mark.usefixtures("loop")
 @pytest.mark.parametrize("op, direction, options", CASES)
 def test_nodes_match_onnxruntime(op, direction, options):
     model, feeds = rnn_model(op, direction, **options)
@@ -161,6 +171,7 @@ def test_only_the_asked_outputs_and_a_symbolic_batch():
 
 
 # -- float64 gradient checks with sequence_lens ----------------------------------------------------------------
+@pytest.mark.usefixtures("loop")
 @pytest.mark.parametrize("op, options", [("LSTM", {"peepholes": True}), ("GRU", {"linear_before_reset": 0}),
                                          ("GRU", {"linear_before_reset": 1}), ("RNN", {})])
 def test_gradients_to_second_order_with_sequence_lens(op, options):
@@ -194,11 +205,23 @@ def test_unsupported_attributes_are_refused_clearly(op, attrs, message):
         trace(lambda x: f(x), [feeds["X"]])
 
 
-def test_symbolic_sequence_length_and_bad_shapes_are_refused():
-    model, feeds = rnn_model("GRU", lengths=False, states=False)
+def test_symbolic_sequence_length_runs_as_a_scan_and_with_sequence_lens_is_refused():
+    model, _ = rnn_model("GRU", "bidirectional", lengths=False, states=False)
     f = gc.load_onnx(model)
-    with pytest.raises(gc.UnsupportedError, match="symbolic sequence length 'T'.*must be static"):
-        gc.compile(lambda x: f(x), gc.spec(("T", 3, 2)))
+    cf = gc.compile(lambda x: f(x), gc.spec(("T", 3, 2)), provider="cpu")
+    guard = [n for n in cf.model.graph.node if n.op_type == "If"]   # zero steps or a Scan
+    assert guard and "Scan" in {n.op_type for a in guard[0].attribute for n in a.g.node}
+    for steps in (5, 1):
+        model_t, feeds = rnn_model("GRU", "bidirectional", steps=steps, lengths=False, states=False)
+        for got, want in zip(cf(feeds["X"]), _ort(model_t, feeds)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    model, feeds = rnn_model("GRU", states=False)
+    f = gc.load_onnx(model)
+    with pytest.raises(gc.UnsupportedError, match="symbolic sequence length 'T' with sequence_lens"):
+        gc.compile(lambda x, lens: f(x, lens), gc.spec(("T", 3, 2)), gc.spec((3,), "int32"))
+
+
+def test_bad_shapes_are_refused():
     model, feeds = rnn_model("LSTM", lengths=False, hidden=3)
     model.graph.node[0].attribute[1].i = 2         # hidden_size disagrees with R
     with pytest.raises(gc.ShapeError, match=r"W must have shape \(1, 8, 2\)"):

@@ -444,3 +444,17 @@ def test_symbolic_spatial_dims_are_refused():
 def test_argument_errors(call, message):
     with pytest.raises(gc.ShapeError, match=message):
         gc.compile(call, rand(1, 2, 5, 5), provider="cpu")
+
+
+@pytest.mark.parametrize("stride, dilation, pad, output_padding", [
+    (1, 2, 0, 1), (1, 3, 1, 2), (2, 3, 0, 2), (1, 2, (0, 1), 1), ((1, 2), (2, 1), 0, (1, 1)),
+])
+def test_conv_transpose_output_padding_below_the_dilation(stride, dilation, pad, output_padding):
+    """PyTorch allows output_padding < max(stride, dilation); ONNX Runtime only below the stride, so
+    the rows past the uncropped result are padded on (zeros, plus the bias)."""
+    x, w, b = rand(1, 2, 3, 4, seed=1), rand(2, 3, 2, 3, seed=2), rand(3, seed=3)
+    kw = dict(stride=stride, dilation=dilation, pad=pad, output_padding=output_padding)
+    check_forward(lambda x, w, b: F.conv_transpose(x, w, b, **kw), [x, w, b], naive_conv_transpose(x, w, b, **kw),
+                  **TOL)
+    check_forward(lambda x, w: F.conv_transpose(x, w, **kw), [x, w], naive_conv_transpose(x, w, **kw), **TOL)
+    check_grads(lambda x, w, b: F.conv_transpose(x, w, b, **kw), [x, w, b])

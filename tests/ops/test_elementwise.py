@@ -315,3 +315,23 @@ def test_grad_logaddexp_away_from_and_at_ties():
     g = gc.compile(lambda a, b: gc.grad(F.sum(F.logaddexp(a, b)), [a, b]), a, a)(a, a)
     np.testing.assert_allclose(g[0], 0.5, rtol=1e-6)
     np.testing.assert_allclose(g[1], 0.5, rtol=1e-6)
+
+
+def test_numpy_scalars_are_weak_beside_tensors_and_0d_arrays_are_not():
+    """NumPy 2 gives float64 for float32_array * np.float64(s); PyTorch and JAX keep float32, and so do
+    gcompile's Tensors: x * (1 / np.sqrt(d)) in an attention block stays float32."""
+    x = rand(2, 3, seed=6)
+    out = gc.compile(lambda x: (x * (1 / np.sqrt(16)), np.float64(2) * x, F.where(x > 0, x, np.float64(0)),
+                                x + np.int64(3), F.maximum(x, np.float16(0)), x * np.array(0.5)), x)(x)
+    assert [o.dtype for o in out] == [np.float32] * 5 + [np.float64]
+    np.testing.assert_allclose(out[0], x / 4, rtol=1e-7)
+    np.testing.assert_allclose(out[1], 2 * x, rtol=1e-7)
+    i = np.arange(3, dtype=np.int32)
+    assert gc.compile(lambda i: i * np.int64(2), i)(i).dtype == np.int32
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_log1p_expm1_at_infinities_nan_and_minus_one(dtype):
+    x = np.array([np.inf, -np.inf, np.nan, -1.0, 0.0, -0.0, 3e4], dtype)
+    with np.errstate(all="ignore"):
+        check_forward(lambda x: (F.log1p(x), F.expm1(x)), [x], [np.log1p(x), np.expm1(x)])

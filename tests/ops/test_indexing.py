@@ -118,7 +118,7 @@ def test_split_forward():
     check_forward(lambda x: F.split(x, [2], axis=1), [X], np.split(X, [2], axis=1))
 
 
-@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
 def test_pad_forward(mode):
     for pads in (1, (2, 0), ((0, 1), (2, 1), (3, 0))):
         kwargs = {"constant_values": 1.5} if mode == "constant" else {}
@@ -171,6 +171,8 @@ LINEAR = [
      lambda a: np.pad(a, ((0, 0), (2, 1), (1, 3)), "reflect")),
     ("pad_edge", lambda t: F.pad(t, ((1, 2), (0, 0), (3, 0)), "edge"),
      lambda a: np.pad(a, ((1, 2), (0, 0), (3, 0)), "edge")),
+    ("pad_wrap", lambda t: F.pad(t, ((1, 2), (0, 0), (7, 1)), "wrap"),     # more than the axis holds
+     lambda a: np.pad(a, ((1, 2), (0, 0), (7, 1)), "wrap")),
     ("tile", lambda t: F.tile(t, (2, 1, 2)), lambda a: np.tile(a, (2, 1, 2))),
     ("take_along_axis", lambda t: F.take_along_axis(t, TAKE_ALONG, axis=2),
      lambda a: np.take_along_axis(a, np.broadcast_to(TAKE_ALONG, (4, 3, 2)), axis=2)),
@@ -246,7 +248,7 @@ def test_concat_stack_split_grads():
     check_grads(lambda x: [p * p for p in F.split(x, [1, 4], axis=2)] + [F.split(x, 3, axis=1)[2] ** 3], [X])
 
 
-@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
 def test_pad_grads(mode):
     extra = {"value": 0.5} if mode == "constant" else {}
     check_grads(lambda x: F.pad(x, ((1, 0), (2, 1), (0, 3)), mode, **extra) ** 2, [X])
@@ -280,3 +282,46 @@ def test_errors():
         trace(lambda x: F.pad(x, 3, "reflect"), [X])
     with pytest.raises(gc.UnsupportedError, match="symbolic"):
         trace(lambda x: x[1:], [gc.spec(("batch", 5))])
+
+
+# -- edge cases: empty axes and small integer index dtypes -------------------------------------------
+def test_take_gradient_on_an_empty_axis_emits_no_modulo_by_zero():
+    e = np.ones((3, 0), np.float32)
+    for idx in (np.zeros((0,), np.int64), np.zeros((2, 0), np.int64)):
+        check_forward(lambda e, i: gc.grad(F.sum(F.take(e, i, axis=1)), [e])[0], [e, idx], np.zeros_like(e))
+    check_grads(lambda e: F.take(e, np.zeros((0,), np.int64), axis=1), [e])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.int32])
+def test_small_and_unsigned_integer_indices_give_a_valid_model(dtype):
+    x = RNG.standard_normal((5, 3)).astype(np.float32)
+    idx = np.array([4, 0, 4], dtype)
+    along = np.array([[1, 2], [0, 0], [2, 1], [1, 1], [0, 2]], dtype)
+    w = RNG.standard_normal((3, 3)).astype(np.float32)
+    check_forward(lambda x, i: (F.take(x, i, axis=0), x[i], F.embedding(i, x)), [x, idx],
+                  [x[idx.astype(np.int64)]] * 3)
+    check_forward(lambda x, i: F.take_along_axis(x, i, axis=1), [x, along], np.take_along_axis(x, along, axis=1))
+    expected = np.zeros_like(x)
+    np.add.at(expected, idx.astype(np.int64), w)
+    check_forward(lambda x, i: gc.grad(F.sum(F.take(x, i, axis=0) * w), [x])[0], [x, idx], expected)
+    g2 = np.zeros_like(x)
+    np.add.at(g2, (np.arange(5)[:, None], along.astype(np.int64)), 1.0)
+    check_forward(lambda x, i: gc.grad(F.sum(F.take_along_axis(x, i, axis=1)), [x])[0], [x, along], g2)
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
+def test_unsigned_constant_indices_give_a_valid_model(dtype):
+    x = RNG.standard_normal((5, 3)).astype(np.float32)
+    idx = np.array([1, 4], dtype)
+    check_forward(lambda x: (F.take(x, idx, axis=0), gc.grad(F.sum(x[idx] ** 2), [x])[0]), [x],
+                  [x[[1, 4]], np.where(np.isin(np.arange(5), [1, 4])[:, None], 2 * x, 0)])
+
+
+def test_pad_takes_torch_mode_names():
+    """torch's "circular" and "replicate" are numpy's "wrap" and "edge"; wrap may exceed the axis."""
+    check_forward(lambda x: (F.pad(x, ((0, 0), (2, 1), (1, 6)), "circular"), F.pad(x, 1, "replicate")), [X],
+                  [np.pad(X, ((0, 0), (2, 1), (1, 6)), "wrap"), np.pad(X, 1, "edge")])
+    with pytest.raises(gc.ShapeError, match="wrap padding of an empty axis"):
+        gc.compile(lambda x: F.pad(x, 1, "circular"), np.zeros((2, 0), np.float32))
+    with pytest.raises(gc.UnsupportedError, match="mode 'symmetric' is not supported"):
+        gc.compile(lambda x: F.pad(x, 1, "symmetric"), X)

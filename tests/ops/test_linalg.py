@@ -170,3 +170,36 @@ def test_gemm_forward_and_gradients(trans_a, trans_b, bias_shape):
     expected = (a.T if trans_a else a) @ (b.T if trans_b else b) + (extra[0] if extra else 0)
     check_forward(fn, [a, b, *extra], expected, rtol=1e-5)
     check_grads(fn, [a, b, *extra])
+
+
+# -- edge cases ----------------------------------------------------------------------------------------
+def test_matmul_gradient_with_an_empty_contraction_and_a_batched_left_operand():
+    a, b = rand(2, 3, 0, seed=1), rand(0, 4, seed=2)
+    check_forward(lambda a, b: gc.grad(F.sum(F.matmul(a, b)), [a, b]), [a, b], [np.zeros_like(a), np.zeros_like(b)])
+    check_forward(lambda a, b: F.matmul(a, b), [a, b], np.zeros((2, 3, 4), np.float32))
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("ii->i", [(3, 3)]), ("ii", [(3, 3)]), ("iij->j", [(3, 3, 2)]), ("iji->ij", [(2, 4, 2)]),
+    ("ii,i->i", [(3, 3), (3,)]), ("bii,bj->bij", [(2, 3, 3), (2, 4)]), ("iii->i", [(2, 2, 2)]),
+    ("iijj->ij", [(2, 2, 3, 3)]), ("ij,jj->i", [(2, 3), (3, 3)]),
+])
+def test_einsum_with_repeated_indices_reads_diagonals_and_differentiates(equation, shapes):
+    xs = [rand(*s, seed=k) for k, s in enumerate(shapes)]
+    check_forward(lambda *xs: F.einsum(equation, *xs), xs, np.einsum(equation, *xs), rtol=1e-5, atol=1e-5)
+    check_grads(lambda *xs: F.einsum(equation, *xs), xs)
+
+
+def test_einsum_diagonal_gradient_is_a_diagonal_embedding():
+    x = rand(3, 3, 2, seed=5)
+    gx = gc.compile(lambda x: gc.grad(F.sum(F.einsum("iij->ij", x) * np.arange(6.0).reshape(3, 2)), [x])[0],
+                    x, provider="cpu")(x)
+    expected = np.zeros((3, 3, 2))
+    for i in range(3):
+        expected[i, i] = np.arange(6.0).reshape(3, 2)[i]
+    np.testing.assert_array_equal(gx, expected)
+
+
+def test_einsum_repeated_index_of_unequal_sizes_is_refused():
+    with pytest.raises(gc.ShapeError, match="repeated index 'i'"):
+        gc.compile(lambda x: F.einsum("ii->i", x), rand(2, 3))

@@ -373,4 +373,14 @@ def test_dropout_grads():
 
 def test_dropout_ratio_error():
     with pytest.raises(gc.GcompileError, match="ratio must be in"):
-        trace(lambda x: F.dropout(x, 1.0, training=True), [rand(2)])
+        trace(lambda x: F.dropout(x, 1.5, training=True), [rand(2)])
+    with pytest.raises(gc.GcompileError, match="ratio must be in"):
+        trace(lambda x: F.dropout(x, -0.1, training=True), [rand(2)])
+
+
+def test_dropout_of_everything_gives_zeros_as_pytorch():
+    """ratio=1 in training: x * 0 (NaN where x is not finite, as torch), and a zero gradient."""
+    x = np.array([1.5, -2.0, np.inf, np.nan, 0.0], np.float32)
+    check_forward(lambda x: F.dropout(x, 1.0, training=True), [x], np.array([0, 0, np.nan, np.nan, 0], np.float32))
+    check_forward(lambda x: gc.grad(F.sum(F.dropout(x, 1.0, training=True, seed=1)), [x])[0], [x], np.zeros_like(x))
+    check_grads(lambda x: F.dropout(F.sin(x), 1.0, training=True), [rand(3, 4)])

@@ -125,3 +125,19 @@ def test_grad_prod_of_nonzero_values(axis, keepdims):
 def test_grad_logsumexp(axis, keepdims):
     x = rand(2, 3, 4, seed=9, dtype=np.float64)
     check_grads(lambda x: F.logsumexp(x * 2, axis, keepdims), [x])
+
+
+@pytest.mark.parametrize("axis, keepdims", [(None, False), (1, False), ((0, 1), True), ((-1, 0), False)])
+def test_grad_prod_with_zeros_divides_by_nothing(axis, keepdims):
+    """One zero in a slice gets the product of the others, two zeros give 0, to second order."""
+    x = rand(3, 4, seed=10, dtype=np.float64)
+    x[0, 1] = x[1, 2] = x[1, 3] = x[2, 0] = 0.0
+    check_grads(lambda x: F.prod(x, axis, keepdims), [x])
+
+
+def test_logsumexp_of_infinite_rows_in_float32_and_float64():
+    inf = np.inf
+    x = np.array([[inf, 1.0, 2.0], [-inf, -inf, -inf], [-inf, 1.0, -inf], [inf, inf, -inf], [np.nan, 1.0, 2.0]])
+    expected = np.array([inf, -inf, 1.0, inf, np.nan])
+    for dtype in (np.float32, np.float64):
+        check_forward(lambda x: F.logsumexp(x, axis=1), [x.astype(dtype)], expected.astype(dtype))

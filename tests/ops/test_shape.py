@@ -147,3 +147,15 @@ def test_zero_sized_dims():
     for n in (0, 2):
         x = rand(n, 2, 3, seed=n)
         np.testing.assert_array_equal(cf(x), x.reshape(2, n, 3))
+
+
+# -- zero-size results ---------------------------------------------------------------------------------
+def test_tile_and_broadcast_to_onto_a_zero_size_dim_give_the_zero_size_shape():
+    """ONNX Runtime's ExpandElimination took 1-vs-0 to 1 and dropped the Expand, so a reshape after
+    it failed; an empty expand now lowers to a fill of the target shape."""
+    x = rand(2, 3)
+    check_forward(lambda x: F.tile(x, (0, 1)), [x], np.tile(x, (0, 1)))
+    check_forward(lambda x: F.tile(x, 0), [x], np.tile(x, 0))
+    check_forward(lambda x: F.reshape(F.broadcast_to(x[None], (0, 2, 3)), (0, 3)) * 2, [x], np.zeros((0, 3)))
+    check_grads(lambda x: F.tile(x, (2, 0)), [x])
+    check_forward(lambda x: gc.grad(F.sum(F.tile(x, (0, 1))), [x])[0], [x], np.zeros_like(x))

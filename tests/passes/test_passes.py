@@ -108,6 +108,37 @@ def test_fold_is_bounded():
     assert "fill" in _ops(graph), "a 10k-element fill is left to the runtime"
 
 
+def test_fold_stores_no_weight_twice():
+    """The gradient of x @ W reads W and Wᵀ: Wᵀ is not folded into a second copy while W stays;
+    the Gemm pass reads W through transB instead. A copy of a constant nothing else reads, or a
+    tiny one, is still folded."""
+    w = RNG.standard_normal((64, 32)).astype(np.float32)
+    x = RNG.standard_normal((5, 64)).astype(np.float32)
+
+    def fn(x):
+        return gc.grad(F.sum(F.tanh(x @ w)), [x])[0]
+    graph = _graph(fn, x)
+    before = evaluate(graph, [x])
+    optimize(graph)
+    _assert_valid(graph)
+    constants = [n.attrs["value"] for n in graph.nodes.values() if n.op == "constant" and n.attrs["value"].size > 64]
+    assert len(constants) == 1 and constants[0].shape == w.shape, [c.shape for c in constants]
+    assert "transpose" not in _ops(graph)
+    np.testing.assert_allclose(evaluate(graph, [x])[0], before[0], rtol=1e-6)
+    model = gc.compile(fn, x, provider="cpu")
+    assert sum(t.ByteSize() for t in model.model.graph.initializer) < 1.2 * w.nbytes
+    np.testing.assert_allclose(model(x), before[0], rtol=1e-4, atol=1e-5)
+
+    only_copy = _graph(lambda x: x @ F.transpose(F.constant(w), (1, 0)).T, x)   # the original has no other reader
+    fold_constants(only_copy)
+    eliminate_dead_code(only_copy)
+    assert "transpose" not in _ops(only_copy)
+    small = RNG.standard_normal((4, 4))
+    tiny = _graph(lambda x: x @ small + x @ small.T, X)                    # 16 elements: folding is cheaper
+    fold_constants(tiny)
+    assert "transpose" not in _ops(tiny)
+
+
 @pytest.mark.parametrize("fn, gone", [
     (lambda x: (x + 0) * 1 - 0, {"add", "mul", "sub"}),
     (lambda x: x / 1.0, {"div"}),

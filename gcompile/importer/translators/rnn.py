@@ -1,4 +1,4 @@
-"""ONNX LSTM, GRU and RNN nodes, unrolled at trace time over their static sequence length.
+"""ONNX LSTM, GRU and RNN nodes, as a scan over the sequence (unrolled below ops.recurrent.SCAN_FROM_STEPS).
 
 The translators write ONNX's equations with gcompile ops, so an imported recurrent network
 differentiates to any order (w.r.t. inputs, initial states and weights). ONNX stores the gates
@@ -103,10 +103,9 @@ def _recurrent(h, r, rb):
 
 
 def _masks(seq_lens, steps: int):
-    """One (N, 1) bool per step: true while the step is inside its sequence."""
+    """(T, N, 1) bool: true while step t is inside sequence n."""
     seq_lens = as_tensor(seq_lens)
-    valid = F.greater(seq_lens, np.arange(steps, dtype=seq_lens.dtype).reshape(-1, 1))
-    return [F.expand_dims(valid[t], -1) for t in range(steps)]
+    return F.expand_dims(F.greater(seq_lens, np.arange(steps, dtype=seq_lens.dtype).reshape(-1, 1)), -1)
 
 
 @onnx_op("LSTM", "GRU", "RNN")
@@ -124,9 +123,9 @@ def _recurrent_node(n, x, w, r, b=None, seq_lens=None, h0=None, c0=None, p=None)
     reverses = _DIRECTIONS[direction]
     dirs, gates = len(reverses), _GATES[n.op_type]
     steps, batch, features = x.shape
-    if not isinstance(steps, int):
-        raise n.unsupported(f"a symbolic sequence length {steps!r}: the sequence is unrolled at import time, "
-                            "so its length must be static")
+    if not isinstance(steps, int) and seq_lens is not None:
+        raise n.unsupported(f"a symbolic sequence length {steps!r} with sequence_lens: the masks need a static "
+                            "length")
     hidden = n.attr("hidden_size", r.shape[-1])
     for what, value, shape in (("W", w, (dirs, gates * hidden, features)), ("R", r, (dirs, gates * hidden, hidden)),
                                ("B", b, (dirs, 2 * gates * hidden)), ("initial_h", h0, (dirs, batch, hidden)),

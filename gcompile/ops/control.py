@@ -1,0 +1,398 @@
+"""Loops that stay loops: scan, fori_loop and while_loop (exported as gc.scan, gc.fori_loop, gc.while_loop).
+
+The step function is traced once, into a body Graph held in the loop node's attributes (see
+ir.graph.bodies), instead of once per step: the graph, the build time and the ONNX model stay
+the same size whatever the trip count. A `scan` node reads [captured consts..., initial
+carries..., xs...] and gives [final carries..., stacked ys...]; its body reads [consts...,
+carries..., x slices...] and gives [new carries..., y slices...]. Tensors of the enclosing trace
+used in the step are captured as consts (frontend.tensor._Frame.capture).
+
+This module holds the front ends, the scan op's shape rule, reference and lowering, and the
+`while` op. The scan op itself is registered with its VJP rule in gradients/loops.py: the rule
+differentiates the body with gc.grad, which ops/ may not import (ARCHITECTURE.md §2); the front
+ends only record it by name.
+
+Lowering: a scan becomes an ONNX Scan (scan_input_directions and scan_output_directions give
+reverse; one without xs, a fori_loop whose index is unused, scans a placeholder), which ONNX
+Runtime runs faster than a Loop; while_loop becomes a Loop with a condition.
+docs/performance.md has the measurements.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from onnx import helper
+
+from ..errors import GcompileError, ShapeError, TraceError
+from ..frontend import pytree
+from ..frontend.source import user_location
+from ..frontend.tensor import Tensor, apply_n, as_tensor
+from ..frontend.trace import is_output_leaf, trace_body
+from ..ir import dims
+from ..ir.evaluate import bind_symbols, evaluate
+from ..ir.graph import Graph, Node, TensorType, ValueRef, extract, tensor_type
+from ..ir.registry import defop, supplied_vjp
+from .basic import full
+from .indexing import concat, stack
+from .shape import reshape
+
+_NO_Y = "no y"   # the y structure of a step function returning (carry, None)
+
+
+# -- pytrees of loop values ------------------------------------------------------------------------
+def _flatten(tree: Any, what: str) -> tuple[list[Tensor], Any]:
+    try:
+        leaves, treedef = pytree.flatten(tree, is_output_leaf)
+    except TypeError as err:
+        raise TraceError(f"{what} must be a Tensor, an array, a number or nested tuples/lists/dicts of them: "
+                         f"{err} (at {user_location()})") from None
+    return [as_tensor(leaf) for leaf in leaves], treedef
+
+
+def _check_types(what: str, treedef, expected: list[TensorType], got: list[TensorType], where: str) -> None:
+    for name, want, have in zip(pytree.paths(treedef, "carry"), expected, got):
+        if want != have:
+            raise TraceError(f"{what}: the carry returned by the step function has {name} of type {have}, but the "
+                             f"initial carry's is {want}; a carry keeps its dtype and shape from step to step "
+                             f"(at {where})")
+
+
+# -- scan -----------------------------------------------------------------------------------------------
+def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, length: int | None = None,
+         reverse: bool = False, unroll: int | bool = 1, checkpoint: bool = False) -> tuple[Any, Any]:
+    """Loop `f(carry, x) -> (carry, y)` over the leading axis of `xs`, as jax.lax.scan.
+
+    `init` and the carry are a Tensor or nested tuples/lists/dicts of them (each leaf keeps its
+    dtype and shape); `xs` likewise, every leaf stacked on axis 0, or None with `length` steps.
+    Returns (final carry, ys): ys stacks each step's y (any structure, or None) on a new axis 0.
+    reverse=True runs from the last step to the first (ys stay aligned with xs). `f` is traced
+    once into a loop body, lowered to an ONNX Scan; `unroll=k` traces k steps per body
+    iteration (True or k >= length unrolls completely, as plain Python would). Tensors of the
+    enclosing function used in `f` (weights) are read by the loop, and get gradients.
+
+    Reverse mode keeps each step's intermediates for the backward loop; checkpoint=True keeps
+    only the carries and recomputes each step in the backward loop instead (less memory, more
+    compute; gc.checkpoint for a loop body).
+    """
+    where = user_location()
+    carry, carry_tree = _flatten(init, "scan's init")
+    x_leaves, x_tree = _flatten(xs, "scan's xs") if xs is not None else ([], pytree.LEAF)
+    length = _length(x_leaves, length, where)
+    if unroll is not True and (isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1):
+        raise GcompileError(f"scan: unroll must be a positive int or True, got {unroll!r} (at {where})")
+    y_tree: list = []
+
+    def step(c: list[Tensor], x: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        result = f(pytree.unflatten(carry_tree, c), None if xs is None else pytree.unflatten(x_tree, x))
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            raise TraceError(f"scan: the step function must return a pair (carry, y), got {type(result).__name__} "
+                             f"(at {where})")
+        new, new_tree = _flatten(result[0], "the carry returned by scan's step function")
+        if new_tree != carry_tree:
+            raise TraceError(f"scan: the step function returned a carry of another structure than init "
+                             f"({len(new)} leaves for {len(c)}) (at {where})")
+        _check_types("scan", carry_tree, [t.type for t in c], [t.type for t in new], where)
+        ys, tree = _flatten(result[1], "scan's y") if result[1] is not None else ([], _NO_Y)
+        if y_tree and y_tree[0] != tree:
+            raise TraceError(f"scan: the step function's y changed structure between steps (at {where})")
+        y_tree[:] = [tree]
+        return new, ys
+
+    if unroll is not True and unroll == 1:
+        final, ys = _scan_node(step, carry, x_leaves, length, reverse, checkpoint)
+    elif not isinstance(length, int):
+        raise GcompileError(f"scan: unroll={unroll!r} needs a static number of steps, not {length!r} (at {where})")
+    elif unroll is True or unroll >= length:
+        final, ys = _unrolled(step, carry, x_leaves, length, reverse)
+    else:
+        final, ys = _scan_blocks(step, carry, x_leaves, length, reverse, int(unroll), checkpoint)
+    final_tree = pytree.unflatten(carry_tree, final)
+    return final_tree, (None if y_tree[0] is _NO_Y else pytree.unflatten(y_tree[0], ys))
+
+
+def _length(xs: list[Tensor], length: int | None, where: str):
+    """The trip count: the leading dim shared by every xs leaf (an int or a symbol), or `length`."""
+    if length is not None and (isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0):
+        raise GcompileError(f"scan: length must be a non-negative int, got {length!r} (at {where})")
+    for x in xs:
+        if x.ndim == 0:
+            raise ShapeError(f"scan: every leaf of xs needs a leading axis to scan over; got {x!r} (at {where})")
+    leading = {x.shape[0] for x in xs}
+    if len(leading) > 1:
+        raise ShapeError(f"scan: the leaves of xs have different leading dims {sorted(map(str, leading))} "
+                         f"(at {where})")
+    if not xs:
+        if length is None:
+            raise GcompileError(f"scan: without xs, give the number of steps as length= (at {where})")
+        return int(length)
+    (dim,) = leading
+    if length is not None and dim != length:
+        raise ShapeError(f"scan: length={length} but xs has {dim!r} steps (at {where})")
+    return dim
+
+
+def _unrolled(step, carry, xs, length: int, reverse: bool):
+    """The loop traced step by step, as plain Python would (unroll=True, or short loops)."""
+    if length == 0:
+        return _empty(step, carry, xs)
+    ys: list = [None] * length
+    for t in (reversed(range(length)) if reverse else range(length)):
+        carry, ys[t] = step(carry, [x[t] for x in xs])
+    return carry, [stack([y[j] for y in ys]) for j in range(len(ys[0]))]
+
+
+def _empty(step, carry, xs):
+    """Zero steps: the carry is unchanged and ys are empty, typed by tracing the step once (unrecorded)."""
+    body, _ = trace_body(lambda v: sum(step(v[:len(carry)], v[len(carry):]), []),
+                         [t.type for t in carry] + [_slice_type(x.type) for x in xs])
+    ys = [body.type_of(r) for r in body.outputs[len(carry):]]
+    return carry, [full((0, *t.shape), 0, t.dtype) for t in ys]
+
+
+def _slice_type(t: TensorType) -> TensorType:
+    return tensor_type(t.dtype, t.shape[1:])
+
+
+def _scan_node(step, carry, xs, length, reverse: bool, checkpoint: bool):
+    """One scan node whose body is `step` traced once."""
+    if length == 0:
+        return _empty(step, carry, xs)
+    nk = len(carry)
+    body, consts = trace_body(lambda v: sum(step(v[:nk], v[nk:]), []),
+                              [t.type for t in carry] + [_slice_type(x.type) for x in xs])
+    outs = apply_n("scan", [*consts, *carry, *xs], body=body, n_consts=len(consts), n_carry=nk,
+                   reverse=bool(reverse), length=length, checkpoint=bool(checkpoint))
+    return outs[:nk], outs[nk:]
+
+
+def _scan_blocks(step, carry, xs, length: int, reverse: bool, k: int, checkpoint: bool):
+    """unroll=k: a scan whose body runs k steps, over length // k blocks; the remaining steps unrolled
+    after it (before it, reversed)."""
+    blocks, main = length // k, length // k * k
+
+    def block(c, xb):
+        ys: list = [None] * k
+        for i in (reversed(range(k)) if reverse else range(k)):
+            c, ys[i] = step(c, [x[i] for x in xb])
+        return c, [stack([y[j] for y in ys]) for j in range(len(ys[0]))]
+
+    def blocked(c):
+        x_main = [reshape(x[:main], (blocks, k, *x.shape[1:])) for x in xs]
+        c, ys = _scan_node(block, c, x_main, blocks, reverse, checkpoint)
+        return c, [reshape(y, (main, *y.shape[2:])) for y in ys]
+
+    def rest(c):
+        return _unrolled(step, c, [x[main:] for x in xs], length - main, reverse)
+
+    if main == length:
+        return blocked(carry)
+    if reverse:
+        carry, tail = rest(carry)
+        carry, head = blocked(carry)
+    else:
+        carry, head = blocked(carry)
+        carry, tail = rest(carry)
+    return carry, [concat([a, b], axis=0) for a, b in zip(head, tail)]
+
+
+def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: Any, unroll: int | bool = 1,
+              checkpoint: bool = False) -> Any:
+    """body(i, value) for i = lower, ..., upper - 1 (static ints), as jax.lax.fori_loop; returns the
+    final value. A scan whose xs is the int64 index, so it differentiates like scan."""
+    for bound in (lower, upper):
+        if isinstance(bound, bool) or not isinstance(bound, (int, np.integer)):
+            raise GcompileError(f"fori_loop: the bounds must be Python ints (the trip count is static; use "
+                                f"gc.while_loop for a bound known at run time), got {bound!r} (at {user_location()})")
+    index = np.arange(int(lower), max(int(lower), int(upper)), dtype=np.int64)
+    value, _ = scan(lambda v, i: (body(i, v), None), init, index, unroll=unroll, checkpoint=checkpoint)
+    return value
+
+
+def _scan_parts(node_inputs: list, n_consts: int, n_carry: int) -> tuple[list, list, list]:
+    return node_inputs[:n_consts], node_inputs[n_consts:n_consts + n_carry], node_inputs[n_consts + n_carry:]
+
+
+def _scan_infer(types, *, body: Graph, n_consts: int, n_carry: int, reverse: bool, length, checkpoint: bool):
+    inner = [body.type_of(r) for r in body.inputs]
+    if len(inner) != len(types):
+        raise ShapeError(f"scan: {len(types)} operands for a body of {len(inner)} inputs")
+    consts, carries, xs = _scan_parts(list(zip(types, inner)), n_consts, n_carry)
+    outs = [body.type_of(r) for r in body.outputs]
+    for (outer, step), new in zip(carries, outs):
+        if not outer == step == new:
+            raise ShapeError(f"scan: a carry of type {outer} has body input {step} and output {new}")
+    for outer, step in consts:
+        if outer != step:
+            raise ShapeError(f"scan: a loop-invariant operand of type {outer} read as {step}")
+    for outer, step in xs:
+        if outer.dtype != step.dtype or outer.shape != (length, *step.shape):
+            raise ShapeError(f"scan: an xs operand of type {outer} for {length!r} steps of {step}")
+    return outs[:n_carry] + [tensor_type(t.dtype, (length, *t.shape)) for t in outs[n_carry:]]
+
+
+def _scan_reference(*arrays, body: Graph, n_consts: int, n_carry: int, reverse: bool, length, checkpoint: bool):
+    consts, carry, xs = _scan_parts(list(arrays), n_consts, n_carry)
+    steps = xs[0].shape[0] if xs else int(length)
+    ys: list = [None] * steps
+    for t in (reversed(range(steps)) if reverse else range(steps)):
+        outs = evaluate(body, [*consts, *carry, *(x[t] for x in xs)])
+        carry, ys[t] = outs[:n_carry], outs[n_carry:]
+    if steps:
+        stacked = [np.stack([y[j] for y in ys]) for j in range(len(body.outputs) - n_carry)]
+    else:   # the y shapes, from the body's types with the symbols its operands bind
+        bound = bind_symbols(body, [*consts, *carry, *(np.empty(x.shape[1:], x.dtype) for x in xs)])
+        stacked = [np.zeros((0, *dims.resolve_shape(body.type_of(r).shape, bound)), body.type_of(r).dtype)
+                   for r in body.outputs[n_carry:]]
+    return tuple(carry) + tuple(stacked)
+
+
+def _scalar(dtype) -> TensorType:
+    return tensor_type(dtype, ())
+
+
+def _scan_lower(ctx, names, node: Node):
+    """An ONNX Scan. ONNX Runtime refuses a Scan over zero steps, so with a symbolic length the loop
+    sits in an If whose other branch, for zero steps, passes the initial carries on and gives
+    empty ys."""
+    length = node.attrs["length"]
+    if isinstance(length, int):
+        return _emit_loop(ctx, names, node)
+    nk = node.attrs["n_carry"]
+    carries = _scan_parts(names, node.attrs["n_consts"], nk)[1]
+
+    def empty(branch) -> list[str]:
+        return carries + [branch.emit("ConstantOfShape", [branch.shape_tensor(t.shape)],
+                                      value=helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(t.dtype), [1],
+                                                               [np.zeros((), t.dtype).item()]))
+                          for t in node.outputs[nk:]]
+
+    steps = ctx.emit("Reshape", [ctx.shape_tensor((length,)), ctx.int64s([])])
+    none = ctx.emit("Equal", [steps, ctx.const(np.asarray(0, np.int64))])
+    return ctx.emit("If", [none], n_out=len(node.outputs), then_branch=ctx.branch(empty, node.outputs),
+                    else_branch=ctx.branch(lambda branch: _as_list(_emit_loop(branch, names, node)), node.outputs))
+
+
+def _as_list(names) -> list[str]:
+    return [names] if isinstance(names, str) else list(names)
+
+
+def _emit_loop(ctx, names, node: Node):
+    """The Scan. A scan without xs (a fori_loop whose index is unused) scans a placeholder of one
+    byte per step: ONNX Runtime runs a Scan's steps faster than a Loop's (docs/performance.md)."""
+    a = node.attrs
+    nc, nk = a["n_consts"], a["n_carry"]
+    consts, carries, xs = _scan_parts(names, nc, nk)
+    tail = []
+    if not xs:
+        length = a["length"]
+        if isinstance(length, int):
+            xs = [ctx.const(np.zeros(length, np.bool_))]
+        else:
+            xs = [ctx.emit("ConstantOfShape", [ctx.shape_tensor((length,))],
+                           value=helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(np.dtype(np.bool_)),
+                                                    [1], [False]))]
+        tail = [("step", _scalar(np.bool_))]
+    directions = [int(a["reverse"])]
+    n_ys = len(node.outputs) - nk
+    graph = ctx.subgraph(a["body"], consts + [None] * (len(names) - nc), tail=tail)
+    return ctx.emit("Scan", carries + xs, n_out=len(node.outputs), body=graph, num_scan_inputs=len(xs),
+                    scan_input_directions=directions * len(xs),
+                    scan_output_directions=directions * n_ys if n_ys else None)
+
+
+# The VJP rule differentiates the body with gc.grad, so gradients/loops.py supplies it (ARCHITECTURE.md §2).
+defop("scan", infer=_scan_infer, reference=_scan_reference, lower=_scan_lower, vjp=supplied_vjp("scan"))
+
+
+# -- narrowing a scan node: what passes/loops.py prunes -------------------------------------------------------
+def scan_uses(graph: Graph, node: Node) -> set[int]:
+    """The output indices of `node` read by another node or by the graph's outputs."""
+    used = {r.index for r in graph.outputs if r.node == node.id}
+    for consumer in graph.consumers(node.id):
+        used.update(r.index for r in consumer.inputs if r.node == node.id)
+    return used
+
+
+def narrow_scan(graph: Graph, node: Node, consts: list[int], frozen: list[int], carries: list[int], xs: list[int],
+                ys: list[int]) -> None:
+    """Rewrite a scan node in place to keep only the listed positions (indices within each group of
+    its operands and outputs: consts, carries, xs, ys). The `frozen` carries, which the body passes
+    on unchanged, become consts. Readers of the kept outputs follow their new indices; no one may
+    read a dropped output. The node gets a new body (bodies may be shared)."""
+    a, body = node.attrs, node.attrs["body"]
+    nc, nk = a["n_consts"], a["n_carry"]
+    ins, outs = body.inputs, body.outputs
+    new_body = extract(body, [ins[i] for i in consts] + [ins[nc + i] for i in frozen + carries]
+                       + [ins[nc + nk + i] for i in xs], [outs[i] for i in carries] + [outs[nk + j] for j in ys])
+    operands = node.inputs
+    graph.replace_inputs(node, [operands[i] for i in consts] + [operands[nc + i] for i in frozen + carries]
+                         + [operands[nc + nk + i] for i in xs])
+    kept = carries + [nk + j for j in ys]
+    moved = {node.out(old): ValueRef(node.id, new) for new, old in enumerate(kept)}
+    node.outputs = [node.outputs[i] for i in kept]
+    node.attrs = {**a, "body": new_body, "n_consts": len(consts) + len(frozen), "n_carry": len(carries)}
+    for consumer in graph.consumers(node.id):
+        graph.replace_inputs(consumer, [moved[r] if r.node == node.id else r for r in consumer.inputs])
+    graph.outputs = [moved[r] if r.node == node.id else r for r in graph.outputs]
+
+
+# -- while_loop -------------------------------------------------------------------------------------------------
+def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any) -> Any:
+    """Repeat value = body_fun(value) while cond_fun(value) (a bool scalar Tensor), as
+    jax.lax.while_loop; returns the final value. The trip count is only known at run time, so it
+    lowers to an ONNX Loop with a condition and is forward-only: differentiating through it is an
+    error (use scan or fori_loop, whose trip count is static)."""
+    where = user_location()
+    carry, tree = _flatten(init_val, "while_loop's init_val")
+
+    def condition(values: list[Tensor]) -> Tensor:
+        c = as_tensor(cond_fun(pytree.unflatten(tree, values)))
+        if c.dtype != np.bool_ or c.shape != ():
+            raise TraceError(f"while_loop: cond_fun must return a bool scalar Tensor, got {c.type} (at {where})")
+        return c
+
+    def step(values: list[Tensor]) -> list[Tensor]:
+        new, new_tree = _flatten(body_fun(pytree.unflatten(tree, values)), "the value returned by body_fun")
+        if new_tree != tree:
+            raise TraceError(f"while_loop: body_fun returned a value of another structure than init_val "
+                             f"(at {where})")
+        _check_types("while_loop", tree, [t.type for t in values], [t.type for t in new], where)
+        return [condition(new), *new]
+
+    first = condition(carry)
+    body, consts = trace_body(step, [t.type for t in carry])
+    outs = apply_n("while", [*consts, first, *carry], body=body, n_consts=len(consts), source=where)
+    return pytree.unflatten(tree, outs)
+
+
+def _while_infer(types, *, body: Graph, n_consts: int, source: str):
+    return [body.type_of(r) for r in body.outputs[1:]]
+
+
+def _while_reference(*arrays, body: Graph, n_consts: int, source: str):
+    consts, go, carry = list(arrays[:n_consts]), bool(arrays[n_consts]), list(arrays[n_consts + 1:])
+    while go:
+        outs = evaluate(body, consts + carry)
+        go, carry = bool(outs[0]), outs[1:]
+    return tuple(carry)
+
+
+def _while_lower(ctx, names, node: Node):
+    nc = node.attrs["n_consts"]
+    body: Graph = node.attrs["body"]
+    graph = ctx.subgraph(body, names[:nc] + [None] * (len(names) - nc - 1),
+                         head=[("iteration", _scalar(np.int64)), ("condition", _scalar(np.bool_))])
+    return ctx.emit("Loop", ["", *names[nc:]], n_out=len(node.outputs), body=graph)
+
+
+def _while_vjp(grads, inputs, outputs, *, body: Graph, n_consts: int, source: str):
+    raise GcompileError(f"gc.while_loop (at {source}) is not reverse-differentiable: its trip count is only known "
+                        "at run time, so there is no static loop to run backwards. Use gc.fori_loop or gc.scan with "
+                        "a static number of steps, or F.stop_gradient on the loop's inputs")
+
+
+defop("while", infer=_while_infer, reference=_while_reference, lower=_while_lower, vjp=_while_vjp)
+
+__all__: list[str] = []   # gc.scan, gc.fori_loop, gc.while_loop: exported by gcompile/__init__.py

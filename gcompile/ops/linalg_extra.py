@@ -1,0 +1,513 @@
+"""More linear algebra: the product forms (addmm, baddbmm, outer, inner, kron, tensordot), matrix
+parts (trace, diagonal, diag, tril, triu), cross, cdist, and the dense solvers det, slogdet,
+inv, solve and cholesky.
+
+ONNX has no matrix solver, so the solvers are written out as ai.onnx ops for a static matrix
+size n <= MAX_SOLVE_SIZE (leading batch dims may be symbolic): Gauss-Jordan elimination with
+partial pivoting (inv, solve), Gaussian elimination with partial pivoting (det, slogdet: the
+product of the pivots and the permutation's sign), and Cholesky's column recurrence. Each step
+works on whole rows, so a solver emits O(n) nodes. Their gradients are the standard matrix
+identities written with these same ops (d inv = -inv^T g inv^T, d det = g det inv^T, ...), so
+they differentiate again. qr and eigh are refused: ONNX has no eigensolver and no exact finite
+algorithm for eigh exists.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError, UnsupportedError
+from ..frontend.source import user_location
+from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
+from ..ir.dims import format_shape
+from ..ir.graph import tensor_type
+from ..ir.registry import defop
+from .basic import cast
+from .elementwise import _promote, abs, greater, not_equal, power, sqrt, where
+from .indexing import concat, slice_axes, take
+from .linalg import einsum, matmul
+from .reduce import max as reduce_max
+from .reduce import sum as reduce_sum
+from .shape import broadcast_to, expand_dims, ravel, reshape, squeeze, swapaxes, transpose
+from .shape_rules import broadcast_shapes, normalize_axis, require_float
+
+__all__ = ["addmm", "baddbmm", "cdist", "cholesky", "cross", "det", "diag", "diagonal", "eigh", "inner", "inv",
+           "kron", "outer", "qr", "slogdet", "solve", "tensordot", "trace", "tril", "triu"]
+
+MAX_SOLVE_SIZE = 32
+
+
+def _where(what: str) -> str:
+    return f"{what} (at {user_location()})"
+
+
+def _mT(x: Tensor) -> Tensor:
+    return swapaxes(x, -1, -2)
+
+
+# -- products ------------------------------------------------------------------------------------------
+def addmm(input, a, b, beta=1, alpha=1) -> Tensor:
+    """torch.addmm: beta * input + alpha * (a @ b) for matrices a, b (input broadcasts); with beta=0
+    input is ignored (NaN in it does not propagate), as torch."""
+    a, b = _promote(a, b)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ShapeError(_where(f"addmm: a and b must be matrices, got {format_shape(a.shape)} and "
+                                f"{format_shape(b.shape)}"))
+    return _scaled_sum(input, matmul(a, b), beta, alpha)
+
+
+def baddbmm(input, a, b, beta=1, alpha=1) -> Tensor:
+    """torch.baddbmm: beta * input + alpha * (a @ b) for batches of matrices a (B, n, k), b (B, k, m)."""
+    a, b = _promote(a, b)
+    if a.ndim != 3 or b.ndim != 3:
+        raise ShapeError(_where(f"baddbmm: a and b must be batches of matrices (rank 3), got "
+                                f"{format_shape(a.shape)} and {format_shape(b.shape)}"))
+    return _scaled_sum(input, matmul(a, b), beta, alpha)
+
+
+def _scaled_sum(input, product: Tensor, beta, alpha) -> Tensor:
+    product = product if alpha == 1 else product * alpha
+    if beta == 0:
+        return product
+    return product + (input if beta == 1 else input * beta)
+
+
+def outer(a, b) -> Tensor:
+    """numpy outer: the flattened a times the flattened b, (a.size, b.size)."""
+    a, b = _promote(a, b)
+    return expand_dims(ravel(a), 1) * expand_dims(ravel(b), 0)
+
+
+def inner(a, b) -> Tensor:
+    """numpy inner: sums over the last axes; shape a.shape[:-1] + b.shape[:-1] (0-d operands multiply)."""
+    a, b = _promote(a, b)
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    la, lb = "abcdefghij"[:a.ndim - 1], "klmnopqrst"[:b.ndim - 1]
+    return einsum(f"{la}z,{lb}z->{la}{lb}", a, b)
+
+
+def tensordot(a, b, axes=2) -> Tensor:
+    """numpy tensordot: sums a's `axes` against b's (an int N: a's last N with b's first N)."""
+    a, b = _promote(a, b)
+    if isinstance(axes, (int, np.integer)):
+        axes_a, axes_b = list(range(a.ndim - int(axes), a.ndim)), list(range(int(axes)))
+    else:
+        axes_a, axes_b = ([axes[k]] if isinstance(axes[k], (int, np.integer)) else list(axes[k]) for k in (0, 1))
+    if len(axes_a) != len(axes_b):
+        raise ShapeError(_where(f"tensordot: {len(axes_a)} axes of a against {len(axes_b)} of b"))
+    axes_a = [normalize_axis(x, a.ndim) for x in axes_a]
+    axes_b = [normalize_axis(x, b.ndim) for x in axes_b]
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    ta = [next(letters) for _ in range(a.ndim)]
+    tb = [next(letters) for _ in range(b.ndim)]
+    for x, y in zip(axes_a, axes_b):
+        tb[y] = ta[x]
+    out = [c for i, c in enumerate(ta) if i not in axes_a] + [c for i, c in enumerate(tb) if i not in axes_b]
+    return einsum(f"{''.join(ta)},{''.join(tb)}->{''.join(out)}", a, b)
+
+
+def kron(a, b) -> Tensor:
+    """numpy kron: the block product, shape a.shape * b.shape (the shorter shape padded with 1s)."""
+    a, b = _promote(a, b)
+    r = max(a.ndim, b.ndim)
+    a, b = reshape(a, (1,) * (r - a.ndim) + a.shape), reshape(b, (1,) * (r - b.ndim) + b.shape)
+    spread_a = reshape(a, tuple(d for n in a.shape for d in (n, 1)))
+    spread_b = reshape(b, tuple(d for n in b.shape for d in (1, n)))
+    return reshape(spread_a * spread_b, tuple(p * q for p, q in zip(a.shape, b.shape)))
+
+
+def cross(a, b, axis: int = -1) -> Tensor:
+    """The cross product of 3-vectors along `axis` (numpy cross, torch.linalg.cross), broadcasting."""
+    a, b = _promote(a, b)
+    ax_a, ax_b = normalize_axis(axis, a.ndim), normalize_axis(axis, b.ndim)
+    if a.shape[ax_a] != 3 or b.shape[ax_b] != 3:
+        raise ShapeError(_where(f"cross: axis {axis} of {format_shape(a.shape)} and {format_shape(b.shape)} "
+                                "must have size 3"))
+    pa = [slice_axes(a, (ax_a,), (k,), (k + 1,), (1,)) for k in range(3)]
+    pb = [slice_axes(b, (ax_b,), (k,), (k + 1,), (1,)) for k in range(3)]
+    parts = [pa[1] * pb[2] - pa[2] * pb[1], pa[2] * pb[0] - pa[0] * pb[2], pa[0] * pb[1] - pa[1] * pb[0]]
+    return concat(parts, axis)
+
+
+# -- matrix parts ----------------------------------------------------------------------------------------
+def _static_dims(x: Tensor, axes, what: str) -> tuple:
+    sizes = tuple(x.shape[a] for a in axes)
+    if not all(isinstance(d, int) for d in sizes):
+        raise UnsupportedError(_where(f"{what}: axes {tuple(axes)} of {format_shape(x.shape)} must be static"))
+    return sizes
+
+
+def diagonal(x, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tensor:
+    """numpy diagonal: the entries x[..., i, i + offset] of the (axis1, axis2) planes, as the last axis."""
+    x = as_tensor(x)
+    a, b = normalize_axis(axis1, x.ndim), normalize_axis(axis2, x.ndim)
+    if a == b:
+        raise ShapeError(_where(f"diagonal: axis1 and axis2 must differ, got {axis1} and {axis2}"))
+    n, m = _static_dims(x, (a, b), "diagonal")
+    rest = [i for i in range(x.ndim) if i not in (a, b)]
+    planes = reshape(transpose(x, rest + [a, b]), tuple(x.shape[i] for i in rest) + (n * m,))
+    rows = np.arange(max(0, -offset), min(n, m - offset)) if min(n, m - offset) > max(0, -offset) else \
+        np.zeros(0, np.int64)
+    return take(planes, (rows * m + rows + offset).astype(np.int64), axis=-1)
+
+
+def trace(x, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Tensor:
+    """numpy trace: the sum of diagonal(x, offset, axis1, axis2)."""
+    d = diagonal(x, offset, axis1, axis2)
+    return reduce_sum(d, -1) if d.shape[-1] else reduce_sum(d * 0, -1)
+
+
+def diag(v, k: int = 0) -> Tensor:
+    """numpy diag: a 1-d v as the k-th diagonal of a square matrix, or the k-th diagonal of a matrix."""
+    v = as_tensor(v)
+    if v.ndim == 2:
+        return diagonal(v, k, 0, 1)
+    if v.ndim != 1:
+        raise ShapeError(_where(f"diag: v must be 1-d or 2-d, got {format_shape(v.shape)}"))
+    (n,) = _static_dims(v, (0,), "diag")
+    size = n + (k if k > 0 else -k)
+    table = np.full((size, size), n, np.int64)                       # position n reads a 0 appended to v
+    rows = np.arange(n) + max(0, -k)
+    table[rows, rows + k] = np.arange(n)
+    padded = concat([v, as_tensor(np.zeros(1, v.dtype))])
+    return reshape(take(padded, table.ravel()), (size, size))
+
+
+def _triangle(x, k: int, lower: bool, what: str) -> Tensor:
+    x = as_tensor(x)
+    if x.ndim < 2:
+        raise ShapeError(_where(f"{what}: x must have at least 2 dims, got {format_shape(x.shape)}"))
+    n, m = _static_dims(x, (x.ndim - 2, x.ndim - 1), what)
+    mask = np.tri(n, m, k, bool) if lower else ~np.tri(n, m, k - 1, bool)
+    return where(mask, x, np.zeros((), x.dtype))
+
+
+def tril(x, k: int = 0) -> Tensor:
+    """numpy tril: x with the entries above the k-th diagonal of its last two axes zeroed."""
+    return _triangle(x, k, True, "tril")
+
+
+def triu(x, k: int = 0) -> Tensor:
+    """numpy triu: x with the entries below the k-th diagonal of its last two axes zeroed."""
+    return _triangle(x, k, False, "triu")
+
+
+# -- cdist -------------------------------------------------------------------------------------------------
+def cdist(x1, x2, p: float = 2.0) -> Tensor:
+    """torch.cdist: the p-norm distances between the rows of x1 (..., P, M) and x2 (..., R, M),
+    (..., P, R), computed from the differences (exact; torch may use a matmul form for large
+    p=2 inputs). Gradients as torch's: 0 where a distance is 0."""
+    x1, x2 = _promote(x1, x2)
+    require_float(x1.type, "x1")
+    if x1.ndim < 2 or x2.ndim < 2 or x1.shape[-1] != x2.shape[-1]:
+        raise ShapeError(_where(f"cdist: x1 {format_shape(x1.shape)} and x2 {format_shape(x2.shape)} must be "
+                                "(..., P, M) and (..., R, M)"))
+    if p < 0:
+        raise ShapeError(_where(f"cdist: p must be >= 0, got {p}"))
+    diff = abs(expand_dims(x1, -2) - expand_dims(x2, -3))                # (..., P, R, M)
+    if p == 0:
+        return reduce_sum(cast(not_equal(diff, 0), x1.dtype), -1)
+    if p == np.inf:
+        return reduce_max(diff, -1)
+    if p == 1:
+        return reduce_sum(diff, -1)
+    total = reduce_sum(power(diff, float(p)), -1)
+    positive = greater(total, 0)                 # the root's derivative is infinite at 0: keep it out
+    root = power(where(positive, total, np.ones((), x1.dtype)), 1 / p) if p != 2 else \
+        sqrt(where(positive, total, np.ones((), x1.dtype)))
+    return where(positive, root, np.zeros((), x1.dtype))
+
+
+# -- the solvers -------------------------------------------------------------------------------------------
+def _square(types, what: str):
+    a = types[0]
+    require_float(a, what)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2] or not isinstance(a.shape[-1], int):
+        raise ShapeError(f"{what} needs square matrices (..., n, n) with a static n, got {format_shape(a.shape)}")
+    if a.shape[-1] > MAX_SOLVE_SIZE:
+        raise UnsupportedError(f"{what}: matrices of size {a.shape[-1]} are beyond the unrolled solver's bound "
+                               f"({MAX_SOLVE_SIZE}): ONNX has no matrix solver op, and gcompile writes the "
+                               "elimination out step by step")
+    return a
+
+
+class _Rows:
+    """Emits the row operations of an elimination on M (..., n, w) into a LowerContext."""
+
+    def __init__(self, ctx, m: str, n: int, rank: int, dtype):
+        self.ctx, self.m, self.n, self.rank, self.dtype = ctx, m, n, rank, np.dtype(dtype)
+        self.rows = ctx.int64s(range(n))
+
+    def scalar(self, value) -> str:
+        return self.ctx.const(np.asarray(value, self.dtype))
+
+    def column(self, k: int) -> str:
+        """M[..., :, k] as (..., n, 1)."""
+        return self.ctx.emit("Gather", [self.m, self.ctx.int64s([k])], axis=self.rank - 1)
+
+    def row(self, k: int) -> str:
+        """M[..., k, :] as (..., 1, w)."""
+        return self.ctx.emit("Gather", [self.m, self.ctx.int64s([k])], axis=self.rank - 2)
+
+    def pivot(self, k: int) -> str:
+        """Swap into row k the row at or below k with the largest |M[.., k]| (the first of ties);
+        returns the int64 pivot row (..., 1, 1)."""
+        ctx = self.ctx
+        col = ctx.emit("Abs", [self.column(k)])                                    # (..., n, 1)
+        below = ctx.const((np.arange(self.n) >= k).reshape(self.n, 1))
+        col = ctx.emit("Where", [below, col, self.scalar(-1)])
+        p = ctx.emit("ArgMax", [col], axis=self.rank - 2, keepdims=1, select_last_index=0)   # (..., 1, 1)
+        rows = ctx.const(np.arange(self.n, dtype=np.int64).reshape(self.n, 1))
+        k_ = ctx.const(np.asarray(k, np.int64))
+        perm = ctx.emit("Where", [ctx.emit("Equal", [rows, k_]), p,
+                                  ctx.emit("Where", [ctx.emit("Equal", [rows, p]), k_, rows])])   # (..., n, 1)
+        perm = ctx.emit("Expand", [perm, ctx.emit("Shape", [self.m])])
+        self.m = ctx.emit("GatherElements", [self.m, perm], axis=self.rank - 2)
+        return p
+
+    def eliminate(self, k: int, pivot: str, jordan: bool) -> None:
+        """Subtract multiples of row k from the rows below it (and above it with jordan=True, which
+        also divides row k by its pivot)."""
+        ctx = self.ctx
+        row = ctx.emit("Div", [self.row(k), pivot])                               # (..., 1, w)
+        factors = self.column(k)                                                   # (..., n, 1)
+        others = np.arange(self.n) != k if jordan else np.arange(self.n) > k
+        factors = ctx.emit("Mul", [factors, ctx.const(others.reshape(self.n, 1).astype(self.dtype))])
+        self.m = ctx.emit("Sub", [self.m, ctx.emit("Mul", [factors, row])])
+        if jordan:
+            is_k = ctx.const((np.arange(self.n) == k).reshape(self.n, 1))
+            self.m = ctx.emit("Where", [is_k, row, self.m])
+
+    def diagonal_entry(self, k: int) -> str:
+        """M[..., k, k] as (..., 1, 1)."""
+        return self.ctx.emit("Gather", [self.row(k), self.ctx.int64s([k])], axis=self.rank - 1)
+
+
+def _gauss_jordan(ctx, a: str, b: str, n: int, rank: int, dtype) -> str:
+    """[A | B] reduced to [I | A^-1 B]; returns A^-1 B."""
+    rows = _Rows(ctx, ctx.emit("Concat", [a, b], axis=rank - 1), n, rank, dtype)
+    for k in range(n):
+        rows.pivot(k)
+        rows.eliminate(k, rows.diagonal_entry(k), jordan=True)
+    width = ctx.const(np.asarray([n], np.int64))
+    return ctx.emit("Slice", [rows.m, width, ctx.int64s([2 ** 62]), ctx.int64s([rank - 1])])
+
+
+def _pivots(ctx, a: str, n: int, rank: int, dtype) -> tuple[list[str], str]:
+    """Gaussian elimination with partial pivoting: the pivots (each (..., 1, 1)) and the sign of
+    the row permutation (..., 1, 1). A zero pivot (singular A) is kept, and rows are divided by 1
+    instead, so the elimination stays finite and the product of the pivots is 0."""
+    rows = _Rows(ctx, a, n, rank, dtype)
+    pivots, sign = [], rows.scalar(1)
+    for k in range(n):
+        p = rows.pivot(k)
+        swapped = ctx.emit("Equal", [p, ctx.const(np.asarray(k, np.int64))])
+        sign = ctx.emit("Mul", [sign, ctx.emit("Where", [swapped, rows.scalar(1), rows.scalar(-1)])])
+        pivot = rows.diagonal_entry(k)
+        pivots.append(pivot)
+        safe = ctx.emit("Where", [ctx.emit("Equal", [pivot, rows.scalar(0)]), rows.scalar(1), pivot])
+        rows.eliminate(k, safe, jordan=False)
+    return pivots, sign
+
+
+def _product(ctx, names: list[str]) -> str:
+    out = names[0]
+    for name in names[1:]:
+        out = ctx.emit("Mul", [out, name])
+    return out
+
+
+def _batch(ctx, name: str, rank: int) -> str:
+    """(..., 1, 1) -> (...)."""
+    return ctx.emit("Squeeze", [name, ctx.int64s([rank - 2, rank - 1])])
+
+
+def _or_nan(fn, like: int):
+    """A numpy solver giving NaN (shaped like operand `like`) for a singular matrix instead of
+    raising: ONNX Runtime cannot raise at run time, and constant folding must not crash."""
+    def reference(*arrays):
+        try:
+            return fn(*arrays)
+        except np.linalg.LinAlgError:
+            return np.full_like(arrays[like], np.nan)
+    return reference
+
+
+# inv
+def _lower_inv(ctx, names, node):
+    t = ctx.graph.type_of(node.inputs[0])
+    n = t.shape[-1]
+    eye = ctx.emit("Expand", [ctx.const(np.eye(n, dtype=t.dtype)), ctx.emit("Shape", [names[0]])])
+    return _gauss_jordan(ctx, names[0], eye, n, t.ndim, t.dtype)
+
+
+def _inv_vjp(g, ins, outs):
+    y = _mT(outs[0])
+    return [-matmul(matmul(y, g[0]), y)]
+
+
+defop("inv", infer=lambda types: [_square(types, "inv")], reference=_or_nan(np.linalg.inv, 0), lower=_lower_inv,
+      vjp=_inv_vjp)
+
+
+def inv(a) -> Tensor:
+    """numpy.linalg.inv of square matrices (..., n, n) with a static n <= MAX_SOLVE_SIZE: Gauss-Jordan
+    elimination with partial pivoting. A singular matrix gives infinities or NaN (no error at run
+    time)."""
+    a = as_tensor(a)
+    return apply("inv", [a if a.dtype.kind == "f" else a.astype(np.float32)])
+
+
+# solve
+def _solve_infer(types):
+    a, b = types
+    _square([a], "solve")
+    if b.dtype != a.dtype or b.ndim != a.ndim or b.shape[-2] != a.shape[-1] or b.shape[:-2] != a.shape[:-2]:
+        raise ShapeError(f"solve: b {format_shape(b.shape)} must be (..., {a.shape[-1]}, k) with a's batch dims "
+                         f"and dtype ({a.dtype.name}{format_shape(a.shape)})")
+    return [b]
+
+
+def _lower_solve(ctx, names, node):
+    t = ctx.graph.type_of(node.inputs[0])
+    return _gauss_jordan(ctx, names[0], names[1], t.shape[-1], t.ndim, t.dtype)
+
+
+def _solve_vjp(g, ins, outs):
+    a = ins[0]
+    gb = apply("solve", [_mT(a), g[0]])
+    return [-matmul(gb, _mT(outs[0])), gb]
+
+
+defop("solve", infer=_solve_infer, reference=_or_nan(np.linalg.solve, 1), lower=_lower_solve, vjp=_solve_vjp)
+
+
+def solve(a, b) -> Tensor:
+    """numpy.linalg.solve: x with a @ x = b, for square a (..., n, n) (static n <= MAX_SOLVE_SIZE) and b
+    (..., n, k), or a 1-d b (n,) (numpy 2's rule); batch dims broadcast. Gauss-Jordan elimination
+    with partial pivoting."""
+    a, b = _promote(a, b)
+    if a.dtype.kind != "f":
+        a, b = a.astype(np.float32), b.astype(np.float32)
+    vector = b.ndim == 1
+    if vector:
+        b = expand_dims(b, -1)
+    if a.ndim < 2 or b.ndim < 2:
+        raise ShapeError(_where(f"solve: a {format_shape(a.shape)} must be (..., n, n)"))
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    x = apply("solve", [broadcast_to(a, batch + a.shape[-2:]), broadcast_to(b, batch + b.shape[-2:])])
+    return squeeze(x, -1) if vector else x
+
+
+# det and slogdet
+def _lower_det(ctx, names, node):
+    t = ctx.graph.type_of(node.inputs[0])
+    pivots, sign = _pivots(ctx, names[0], t.shape[-1], t.ndim, t.dtype)
+    return _batch(ctx, ctx.emit("Mul", [sign, _product(ctx, pivots)]), t.ndim)
+
+
+def _det_vjp(g, ins, outs):
+    scale = expand_dims(g[0] * outs[0], (-2, -1))
+    return [scale * _mT(apply("inv", [ins[0]]))]
+
+
+defop("det", infer=lambda types: [tensor_type(_square(types, "det").dtype, types[0].shape[:-2])],
+      reference=lambda a: np.asarray(np.linalg.det(a), a.dtype), lower=_lower_det, vjp=_det_vjp)
+
+
+def _lower_slogdet(ctx, names, node):
+    t = ctx.graph.type_of(node.inputs[0])
+    pivots, sign = _pivots(ctx, names[0], t.shape[-1], t.ndim, t.dtype)
+    signs = [ctx.emit("Sign", [p]) for p in pivots]
+    logs = [ctx.emit("Log", [ctx.emit("Abs", [p])]) for p in pivots]
+    total = logs[0]
+    for name in logs[1:]:
+        total = ctx.emit("Add", [total, name])
+    return [_batch(ctx, ctx.emit("Mul", [sign, _product(ctx, signs)]), t.ndim), _batch(ctx, total, t.ndim)]
+
+
+def _slogdet_reference(a):
+    sign, logabs = np.linalg.slogdet(a)
+    return np.asarray(sign, a.dtype), np.asarray(logabs, a.dtype)
+
+
+def _slogdet_vjp(g, ins, outs):
+    if g[1] is None:
+        return [None]
+    return [expand_dims(g[1], (-2, -1)) * _mT(apply("inv", [ins[0]]))]
+
+
+defop("slogdet", infer=lambda types: [tensor_type(_square(types, "slogdet").dtype, types[0].shape[:-2])] * 2,
+      reference=_slogdet_reference, lower=_lower_slogdet, vjp=_slogdet_vjp, n_outputs=2)
+
+
+def det(a) -> Tensor:
+    """numpy.linalg.det of square matrices (..., n, n), static n <= MAX_SOLVE_SIZE: the product of the
+    pivots of Gaussian elimination with partial pivoting, signed by the row swaps (0 for a singular
+    matrix). Its gradient g·det·inv(a)^T needs an invertible a."""
+    a = as_tensor(a)
+    return apply("det", [a if a.dtype.kind == "f" else a.astype(np.float32)])
+
+
+def slogdet(a) -> tuple[Tensor, Tensor]:
+    """numpy.linalg.slogdet: (sign, log|det|) of square matrices, from the same elimination as det
+    (sign 0 and -inf for a singular matrix). The gradient of log|det| is inv(a)^T."""
+    a = as_tensor(a)
+    sign, logabs = apply_n("slogdet", [a if a.dtype.kind == "f" else a.astype(np.float32)])
+    return sign, logabs
+
+
+# cholesky
+def _lower_cholesky(ctx, names, node):
+    """Column by column: v = A[:, j] - L L[j, :]^T, L[j, j] = sqrt(v[j]), L[i, j] = v[i] / L[j, j]
+    below; the columns not yet computed are zero in L, so the product needs no masking."""
+    t = ctx.graph.type_of(node.inputs[0])
+    n, rank = t.shape[-1], t.ndim
+    rows = _Rows(ctx, names[0], n, rank, t.dtype)
+    low = ctx.emit("Mul", [names[0], ctx.const(np.zeros((n, n), t.dtype))])      # zeros of A's shape
+    for j in range(n):
+        lj = ctx.emit("Gather", [low, ctx.int64s([j])], axis=rank - 2)           # (..., 1, n): L[j, :]
+        v = ctx.emit("Sub", [rows.column(j), ctx.emit("MatMul", [low, ctx.emit("Transpose", [lj], perm=[
+            *range(rank - 2), rank - 1, rank - 2])])])                            # (..., n, 1)
+        d = ctx.emit("Sqrt", [ctx.emit("Gather", [v, ctx.int64s([j])], axis=rank - 2)])   # (..., 1, 1)
+        below = ctx.const((np.arange(n) >= j).reshape(n, 1).astype(t.dtype))
+        col = ctx.emit("Mul", [ctx.emit("Div", [v, d]), below])
+        low = ctx.emit("Add", [low, ctx.emit("Mul", [col, ctx.const(np.eye(n, dtype=t.dtype)[j:j + 1])])])
+    return low
+
+
+def _cholesky_vjp(g, ins, outs):
+    """gA = sym(L^-T Φ(L^T gL) L^-1), Φ keeping the lower triangle with its diagonal halved."""
+    low = outs[0]
+    n = low.shape[-1]
+    phi = matmul(_mT(low), g[0]) * (np.tril(np.ones((n, n)), -1) + 0.5 * np.eye(n)).astype(low.dtype)
+    low_inv = apply("inv", [low])
+    s = matmul(matmul(_mT(low_inv), phi), low_inv)
+    return [(s + _mT(s)) * 0.5]
+
+
+defop("cholesky", infer=lambda types: [_square(types, "cholesky")], reference=_or_nan(np.linalg.cholesky, 0),
+      lower=_lower_cholesky, vjp=_cholesky_vjp)
+
+
+def cholesky(a) -> Tensor:
+    """numpy.linalg.cholesky: the lower-triangular L with L L^T = a, for symmetric positive-definite
+    a (..., n, n), static n <= MAX_SOLVE_SIZE (only a's lower triangle is read, as LAPACK; a matrix
+    that is not positive definite gives NaN). The gradient treats a as symmetric, as torch."""
+    a = as_tensor(a)
+    return apply("cholesky", [a if a.dtype.kind == "f" else a.astype(np.float32)])
+
+
+# -- refused ------------------------------------------------------------------------------------------------
+def qr(a, mode: str = "reduced"):
+    """Refused: gcompile has no QR decomposition yet (ONNX has none; Householder steps written out
+    would be exact but are not implemented)."""
+    raise UnsupportedError(_where("qr is not supported: ONNX has no QR decomposition op and gcompile does not "
+                                  "write one out; compute it outside the model"))
+
+
+def eigh(a, UPLO: str = "L"):
+    """Refused: a symmetric eigensolver is iterative and ONNX has no eigensolver op."""
+    raise UnsupportedError(_where("eigh is not supported: ONNX has no eigensolver op, and eigenvalues have no "
+                                  "finite exact algorithm to write out; compute them outside the model"))
+

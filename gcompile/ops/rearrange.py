@@ -1,0 +1,220 @@
+"""Rearranging data without computing on it: flip, roll, rot90, moveaxis/movedim, unflatten, the
+numpy stacks (hstack, vstack, dstack), unbind and repeat_interleave.
+
+Each is a composition of slices, concats, transposes, reshapes, broadcasts and gathers with
+static indices, so their gradients (and every higher order) come from those ops' adjoint pairs
+(ops/indexing.py). Sizes along the axes they move data on must be static; numpy's argument
+conventions hold, with PyTorch's names where numpy has none (movedim, unflatten, unbind,
+repeat_interleave).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError, UnsupportedError
+from ..frontend.source import user_location
+from ..frontend.tensor import Tensor, as_tensor
+from ..ir import dims
+from ..ir.dims import format_shape
+from .elementwise import _promote
+from .indexing import concat, slice_axes, take
+from .shape import broadcast_to, reshape, transpose
+from .shape_rules import normalize_axes, normalize_axis
+
+__all__ = ["dstack", "flip", "hstack", "movedim", "moveaxis", "repeat_interleave", "roll", "rot90", "unbind",
+           "unflatten", "vstack"]
+
+
+def _static(x: Tensor, axis: int, what: str) -> int:
+    d = x.shape[axis]
+    if not isinstance(d, int):
+        raise UnsupportedError(f"{what}: axis {axis} of {format_shape(x.shape)} has the symbolic size {d!r}; it "
+                               f"needs a static size (at {user_location()})")
+    return d
+
+
+def _axes(axis, ndim: int, what: str) -> tuple[int, ...]:
+    try:
+        return normalize_axes(axis, ndim)
+    except ShapeError as err:
+        raise ShapeError(f"{what}: {err} (at {user_location()})") from None
+
+
+def _axis(axis, ndim: int, what: str) -> int:
+    try:
+        return normalize_axis(int(axis), ndim)
+    except ShapeError as err:
+        raise ShapeError(f"{what}: {err} (at {user_location()})") from None
+
+
+# -- flip, roll, rot90 -------------------------------------------------------------------------------
+def flip(x, axis=None) -> Tensor:
+    """numpy flip (torch.flip): x reversed along `axis` (an int, a tuple, or None for every axis)."""
+    x = as_tensor(x)
+    axes = [a for a in _axes(axis, x.ndim, "flip") if _static(x, a, "flip") > 1]
+    n = len(axes)
+    return slice_axes(x, axes, [x.shape[a] - 1 for a in axes], [-1] * n, [-1] * n) if axes else x
+
+
+def roll(x, shift, axis=None) -> Tensor:
+    """numpy roll (torch.roll): elements shifted by `shift` along `axis`, those past the end coming
+    back at the start. shift and axis are ints or equal-length tuples; axis=None rolls the
+    flattened x and restores its shape."""
+    x = as_tensor(x)
+    if axis is None:
+        if not isinstance(shift, (int, np.integer)):
+            raise ShapeError(f"roll: with axis=None the shift must be one int, got {shift!r} (at {user_location()})")
+        return reshape(roll(reshape(x, (dims.product(x.shape),)), shift, 0), x.shape)
+    shifts = (shift,) if isinstance(shift, (int, np.integer)) else tuple(shift)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    if len(shifts) != len(axes):
+        if len(shifts) == 1:
+            shifts = shifts * len(axes)
+        elif len(axes) == 1:
+            axes = axes * len(shifts)
+        else:
+            raise ShapeError(f"roll: {len(shifts)} shifts for {len(axes)} axes (at {user_location()})")
+    for s, a in zip(shifts, axes):
+        a = _axis(a, x.ndim, "roll")
+        n = _static(x, a, "roll")
+        k = int(s) % n if n else 0
+        if k:
+            x = concat([slice_axes(x, (a,), (n - k,), (n,), (1,)), slice_axes(x, (a,), (0,), (n - k,), (1,))], a)
+    return x
+
+
+def rot90(x, k: int = 1, axes=(0, 1)) -> Tensor:
+    """numpy rot90 (torch.rot90): x rotated by 90 degrees k times in the plane of `axes`, from the
+    first axis towards the second."""
+    x = as_tensor(x)
+    if len(axes) != 2:
+        raise ShapeError(f"rot90: axes must be two axes, got {axes!r} (at {user_location()})")
+    a, b = (_axis(ax, x.ndim, "rot90") for ax in axes)
+    if a == b:
+        raise ShapeError(f"rot90: the axes {axes!r} must differ (at {user_location()})")
+    k = int(k) % 4
+    perm = list(range(x.ndim))
+    perm[a], perm[b] = perm[b], perm[a]
+    if k == 1:
+        return transpose(flip(x, b), perm)
+    if k == 2:
+        return flip(x, (a, b))
+    if k == 3:
+        return flip(transpose(x, perm), b)
+    return x
+
+
+# -- moving and splitting axes -----------------------------------------------------------------------
+def moveaxis(x, source, destination) -> Tensor:
+    """numpy moveaxis (torch.movedim): the axes `source` moved to positions `destination`, the
+    others keeping their order."""
+    x = as_tensor(x)
+    src = [source] if isinstance(source, (int, np.integer)) else list(source)
+    dst = [destination] if isinstance(destination, (int, np.integer)) else list(destination)
+    if len(src) != len(dst):
+        raise ShapeError(f"moveaxis: {len(src)} source axes for {len(dst)} destinations (at {user_location()})")
+    src = [_axis(a, x.ndim, "moveaxis") for a in src]
+    dst = [_axis(a, x.ndim, "moveaxis") for a in dst]
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ShapeError(f"moveaxis: repeated axis in {source!r} or {destination!r} (at {user_location()})")
+    rest = [a for a in range(x.ndim) if a not in src]
+    perm: list = [None] * x.ndim
+    for s, d in zip(src, dst):
+        perm[d] = s
+    fill = iter(rest)
+    return transpose(x, [p if p is not None else next(fill) for p in perm])
+
+
+movedim = moveaxis
+
+
+def unflatten(x, axis: int, sizes) -> Tensor:
+    """torch.unflatten: axis `axis` split into `sizes` (at most one -1, inferred)."""
+    x = as_tensor(x)
+    a = _axis(axis, x.ndim, "unflatten")
+    sizes = tuple(int(s) if isinstance(s, (int, np.integer)) else s for s in sizes)
+    if not sizes:
+        raise ShapeError(f"unflatten: sizes must name at least one dim (at {user_location()})")
+    if -1 in sizes:
+        known = dims.product(s for s in sizes if s != -1)
+        missing = dims.divide(x.shape[a], known)
+        if missing is None or sizes.count(-1) > 1:
+            raise ShapeError(f"unflatten: sizes {sizes} do not split axis {a} of {format_shape(x.shape)} "
+                             f"(at {user_location()})")
+        sizes = tuple(missing if s == -1 else s for s in sizes)
+    if dims.product(sizes) != x.shape[a]:
+        raise ShapeError(f"unflatten: sizes {sizes} multiply to {dims.product(sizes)!r}, not to the size "
+                         f"{x.shape[a]!r} of axis {a} of {format_shape(x.shape)} (at {user_location()})")
+    return reshape(x, x.shape[:a] + sizes + x.shape[a + 1:])
+
+
+def unbind(x, axis: int = 0) -> tuple[Tensor, ...]:
+    """torch.unbind: the slices of x along `axis`, each without that axis."""
+    x = as_tensor(x)
+    a = _axis(axis, x.ndim, "unbind")
+    n = _static(x, a, "unbind")
+    rest = x.shape[:a] + x.shape[a + 1:]
+    return tuple(reshape(slice_axes(x, (a,), (i,), (i + 1,), (1,)), rest) for i in range(n))
+
+
+# -- the numpy stacks ------------------------------------------------------------------------------------
+def _at_least(x: Tensor, rank: int) -> Tensor:
+    """numpy's atleast_1d/2d/3d: 0-d -> (1,)*rank; 1-d (N,) -> (1, N) or (1, N, 1); 2-d (M, N) -> (M, N, 1)."""
+    if x.ndim >= rank:
+        return x
+    shape = {0: (1,) * rank, 1: ((1,) + x.shape + (1,))[:rank] if rank == 3 else (1,) + x.shape,
+             2: x.shape + (1,)}[x.ndim]
+    return reshape(x, shape)
+
+
+def _sequence(xs, what: str) -> list[Tensor]:
+    xs = list(xs)
+    if not xs:
+        raise ShapeError(f"{what} needs at least one array (at {user_location()})")
+    return _promote(*xs)
+
+
+def hstack(xs) -> Tensor:
+    """numpy hstack: joined along axis 1 (axis 0 for 1-d arrays)."""
+    xs = [_at_least(x, 1) for x in _sequence(xs, "hstack")]
+    return concat(xs, 0 if xs[0].ndim == 1 else 1)
+
+
+def vstack(xs) -> Tensor:
+    """numpy vstack: 1-d arrays as rows, joined along axis 0."""
+    return concat([_at_least(x, 2) for x in _sequence(xs, "vstack")], 0)
+
+
+def dstack(xs) -> Tensor:
+    """numpy dstack: joined along axis 2, after numpy's atleast_3d."""
+    return concat([_at_least(x, 3) for x in _sequence(xs, "dstack")], 2)
+
+
+# -- repeat_interleave -------------------------------------------------------------------------------------
+def repeat_interleave(x, repeats, axis=None) -> Tensor:
+    """numpy repeat (torch.repeat_interleave): each element repeated `repeats` times along `axis`
+    (None: of the flattened x). repeats is an int, or one non-negative int per element along the
+    axis, known when tracing (a run-time count would make the result size data-dependent)."""
+    x = as_tensor(x)
+    if axis is None:
+        x, axis = reshape(x, (dims.product(x.shape),)), 0
+    a = _axis(axis, x.ndim, "repeat_interleave")
+    if isinstance(repeats, Tensor):
+        raise UnsupportedError(f"repeat_interleave: repeats must be known when tracing (an int or a list), not a "
+                               f"Tensor: the result's size would depend on run-time values (at {user_location()})")
+    reps = np.asarray(repeats)
+    if reps.dtype.kind not in "iu" or reps.ndim > 1 or (reps < 0).any():
+        raise ShapeError(f"repeat_interleave: repeats must be a non-negative int or a 1-d list of them, got "
+                         f"{repeats!r} (at {user_location()})")
+    if reps.ndim == 0:
+        r = int(reps)
+        if r == 1:
+            return x
+        spread = reshape(x, x.shape[:a + 1] + (1,) + x.shape[a + 1:])
+        spread = broadcast_to(spread, x.shape[:a + 1] + (r,) + x.shape[a + 1:])
+        return reshape(spread, x.shape[:a] + (dims.product((x.shape[a], r)),) + x.shape[a + 1:])
+    n = _static(x, a, "repeat_interleave")
+    if reps.shape != (n,):
+        raise ShapeError(f"repeat_interleave: {reps.size} repeats for axis {a} of size {n} in "
+                         f"{format_shape(x.shape)} (at {user_location()})")
+    return take(x, np.repeat(np.arange(n, dtype=np.int64), reps), axis=a)

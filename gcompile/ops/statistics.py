@@ -1,0 +1,138 @@
+"""Spread and size: var and std (with PyTorch's `correction`), vector_norm and norm.
+
+var is two passes (the mean, then the mean squared deviation), which float32 needs. std's
+gradient is 0 where the variance is 0 (a constant slice), and a norm's gradient is 0 where the
+norm is 0, as PyTorch's (the derivatives there are undefined; JAX gives NaN).
+
+vector_norm is one op, so it lowers to ONNX's ReduceL1/ReduceL2 and carries PyTorch's
+subgradients: ord ±inf shares the gradient equally among the tied extreme entries, ord 0
+(the count of nonzeros) has none, and ord p is g·sign(x)·|x|^(p-1)/‖x‖^(p-1), 0 at x = 0.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from onnx import helper
+
+from ..errors import UnsupportedError
+from ..frontend.source import user_location
+from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.registry import defop
+from .basic import cast
+from .elementwise import abs as absolute
+from .elementwise import equal, maximum, not_equal, power, sign, sqrt, where
+from .reduce import _kept, _reduce_infer, count, mean
+from .reduce import sum as reduce_sum
+from .shape_rules import axes_for
+
+__all__ = ["norm", "std", "var", "vector_norm"]
+
+
+def _float(x) -> Tensor:
+    x = as_tensor(x)
+    return x if x.dtype.kind == "f" else cast(x, np.float32)
+
+
+def var(x, axis=None, correction: float = 1, keepdims: bool = False) -> Tensor:
+    """The variance over `axis`: the sum of squared deviations from the mean divided by N - correction
+    (torch.var; correction=0 is numpy's default ddof=0). N - correction <= 0 divides by 0 (NaN or inf),
+    as PyTorch does."""
+    x = _float(x)
+    axes = axes_for(axis, x.ndim, "var")
+    d = x - mean(x, axes, keepdims=True)
+    dof = maximum(count(x, axes) - correction, 0)
+    return reduce_sum(d * d, axes, keepdims=keepdims) / dof
+
+
+def std(x, axis=None, correction: float = 1, keepdims: bool = False) -> Tensor:
+    """sqrt(var(x, axis, correction)) (torch.std); its gradient is 0 where the variance is 0."""
+    v = var(x, axis, correction, keepdims)
+    flat = equal(v, 0)
+    return where(flat, 0, sqrt(where(flat, 1, v)))
+
+
+# -- vector norms ------------------------------------------------------------------------------------------
+def vector_norm(x, ord: float = 2, axis=None, keepdims: bool = False) -> Tensor:
+    """(Σ|x|^ord)^(1/ord) over `axis` (all axes by default), as torch.linalg.vector_norm: ord may be
+    any p > 0, inf (max |x|), -inf (min |x|) or 0 (the number of nonzeros). NaN propagates."""
+    x = _float(x)
+    ord = float(ord)
+    if ord < 0 and ord != -math.inf:
+        raise UnsupportedError(f"vector_norm: ord {ord} is not supported (use p > 0, 0, inf or -inf) "
+                               f"(at {user_location()})")
+    axes = axes_for(axis, x.ndim, "vector_norm")
+    if not axes:            # each entry its own slice (ONNX reads an empty axes list as "all axes")
+        return cast(not_equal(x, 0), x.dtype) if ord == 0 else absolute(x)
+    return apply("vector_norm", [x], ord=ord, axes=axes, keepdims=bool(keepdims))
+
+
+def norm(x, ord=None, axis=None, keepdims: bool = False) -> Tensor:
+    """numpy.linalg.norm for vectors and the Frobenius norm: ord None or "fro" is the 2-norm over `axis`
+    (all axes by default); a number is vector_norm(ord) over one axis (an int `axis`, or a 1-D x).
+    Matrix norms other than Frobenius (ord "nuc", 1, 2, inf over two axes) are not supported."""
+    x = _float(x)
+    if ord in (None, "fro"):
+        return vector_norm(x, 2, axis, keepdims)
+    if isinstance(axis, (int, np.integer)) or (axis is None and x.ndim == 1):
+        return vector_norm(x, ord, axis, keepdims)
+    raise UnsupportedError(f"norm: the matrix norm ord={ord!r} over {x.ndim if axis is None else len(axis)} axes "
+                           f"is not supported (vector norms over one axis and ord='fro' are) (at {user_location()})")
+
+
+def _norm_reference(x, ord, axes, keepdims):
+    a = np.abs(x)
+    with np.errstate(all="ignore"):
+        if ord == math.inf:
+            y = np.max(a, axis=axes, keepdims=keepdims)
+        elif ord == -math.inf:
+            y = np.min(a, axis=axes, keepdims=keepdims)
+        elif ord == 0:
+            y = np.sum(x != 0, axis=axes, keepdims=keepdims)
+        else:
+            y = np.sum(a ** ord, axis=axes, keepdims=keepdims) ** (1 / ord)
+    return np.asarray(y, x.dtype)
+
+
+def _lower_norm(ctx, names, node):
+    a = node.attrs
+    ord, axes, keep, dtype = a["ord"], ctx.int64s(a["axes"]), int(a["keepdims"]), node.outputs[0].dtype
+    x = names[0]
+    if ord == 2:
+        return ctx.emit("ReduceL2", [x, axes], keepdims=keep)
+    if ord == 1:
+        return ctx.emit("ReduceL1", [x, axes], keepdims=keep)
+    if ord == 0:
+        nonzero = ctx.emit("Cast", [ctx.emit("Not", [ctx.emit("Equal", [x, ctx.const(np.zeros((), dtype))])])],
+                           to=helper.np_dtype_to_tensor_dtype(dtype))
+        return ctx.emit("ReduceSum", [nonzero, axes], keepdims=keep)
+    if math.isinf(ord):          # onnxruntime's ReduceMax/ReduceMin skip NaN: put it back
+        y = ctx.emit("ReduceMax" if ord > 0 else "ReduceMin", [ctx.emit("Abs", [x]), axes], keepdims=keep)
+        nan = ctx.emit("Cast", [ctx.emit("IsNaN", [x])], to=helper.np_dtype_to_tensor_dtype(dtype))
+        any_nan = ctx.emit("ReduceMax", [nan, axes], keepdims=keep)
+        has_nan = ctx.emit("Greater", [any_nan, ctx.const(np.zeros((), dtype))])
+        return ctx.emit("Where", [has_nan, ctx.const(np.asarray(np.nan, dtype)), y])
+    powered = ctx.emit("Pow", [ctx.emit("Abs", [x]), ctx.const(np.asarray(ord, dtype))])
+    total = ctx.emit("ReduceSum", [powered, axes], keepdims=keep)
+    return ctx.emit("Pow", [total, ctx.const(np.asarray(1 / ord, dtype))])
+
+
+def _norm_vjp(g, ins, outs, ord, axes, keepdims):
+    x = ins[0]
+    gk, y = _kept(g[0], x, axes, keepdims), _kept(outs[0], x, axes, keepdims)
+    if ord == 0:
+        return [None]
+    if ord == 1:
+        return [gk * sign(x)]
+    if math.isinf(ord):       # shared equally among the entries at the extreme
+        hit = cast(equal(absolute(x), y), x.dtype)
+        return [gk * sign(x) * hit / reduce_sum(hit, axes, keepdims=True)]
+    a = absolute(x)
+    zero_norm = equal(y, 0)
+    scale = x if ord == 2 else sign(x) * power(where(equal(a, 0), 1, a), ord - 1)
+    denominator = where(zero_norm, 1, y if ord == 2 else power(y, ord - 1))
+    return [where(zero_norm, 0, gk * scale / denominator)]
+
+
+defop("vector_norm", infer=lambda types, ord, axes, keepdims: _reduce_infer(types, axes, keepdims),
+      reference=_norm_reference, lower=_lower_norm, vjp=_norm_vjp)

@@ -1,0 +1,100 @@
+"""gc.from_torch. The fixture tests always run the import path: files exported by gc.from_torch from
+PyTorch modules (tools/make_bridge_fixtures.py, torch's dynamo exporter) load without torch, have
+exactly the module's state_dict as parameters and buffers, and match PyTorch's outputs (eval and
+training mode), gradients, running statistics and an SGD step. Where torch is installed, the
+export itself is run and compared with torch directly."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gcompile as gc
+import gcompile.functions as F
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+MODELS = ["cnn", "transformer"]
+
+
+def _fixture(name):
+    arrays = dict(np.load(DATA / f"bridge_{name}.npz"))
+    group = lambda prefix: {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}  # noqa: E731
+    return gc.from_torch(DATA / f"bridge_{name}.onnx"), arrays, group
+
+
+def _loss(module, x, w):
+    return F.sum(module(x) * w)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_imported_parameters_are_the_state_dict(name):
+    model, arrays, group = _fixture(name)
+    assert list(model.params) == [n for n in group("grad/") if n != "x"]          # trainable, torch's order
+    assert set(model.state_dict()) == set(group("sgd/"))                          # every state_dict entry
+    assert not any(n.startswith("val_") for n in model.state_dict())              # no exporter constants
+    assert model.training and model.input_specs()[0].shape[0] == "batch"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_values_and_gradients_match_torch(name):
+    model, arrays, group = _fixture(name)
+    x, w = arrays["x"], arrays["w"]
+
+    def run(m, x):
+        (value, new_buffers), (gm, gx) = gc.value_and_grad(
+            lambda m, x: (_loss(m, x, w), dict(m.named_buffers())), argnums=(0, 1), has_aux=True)(m, x)
+        return m(x), gm.params, gx, new_buffers
+
+    y, grads, gx, buffers = gc.jit(run)(model, x)
+    np.testing.assert_allclose(y, arrays["y_train"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(gx, arrays["grad/x"], rtol=1e-4, atol=1e-5)
+    for n, g in group("grad/").items():
+        if n != "x":
+            np.testing.assert_allclose(grads[n], g, rtol=1e-4, atol=1e-5, err_msg=n)
+    for n, b in group("new/").items():
+        np.testing.assert_allclose(buffers[n], b, rtol=1e-5, atol=1e-6, err_msg=n)
+    y_eval = gc.jit(lambda m, x: m(x))(model.eval(), x)
+    np.testing.assert_allclose(y_eval, arrays["y_eval"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_training_step_matches_torch_sgd(name):
+    model, arrays, group = _fixture(name)
+    x, w = arrays["x"], arrays["w"]
+    step = gc.export_train_step(lambda m, x: _loss(m, x, w), model, gc.optim.SGD(0.1), gc.spec(x.shape),
+                                provider="cpu")
+    trainer = gc.runtime.Trainer(step)
+    trainer.step(x)
+    after = trainer.state_dict()
+    for n, expected in group("sgd/").items():
+        np.testing.assert_allclose(after[n], expected, rtol=1e-4, atol=1e-5, err_msg=n)
+
+
+def test_saved_model_round_trips_and_refuses_other_models(tmp_path):
+    model, _, _ = _fixture("cnn")
+    model.load_state_dict({k: np.asarray(v) * 0 for k, v in model.state_dict().items()}).eval()
+    model.save_onnx(tmp_path / "m.onnx")
+    again = gc.from_torch(tmp_path / "m.onnx")
+    assert not again.training and all(np.all(v == 0) for v in again.state_dict().values())
+    with pytest.raises(gc.GcompileError, match="not exported by gc.from_torch"):
+        gc.from_torch(DATA / "torch_mlp.onnx")
+
+
+def test_export_from_a_torch_module_matches_torch():
+    pytest.importorskip("torch")
+    pytest.importorskip("onnxscript")              # torch.onnx's dynamo exporter needs it
+    import sys
+    sys.path.insert(0, str(DATA.parent.parent / "tools"))
+    try:
+        from make_bridge_fixtures import MODELS as BUILDERS
+        from make_bridge_fixtures import reference
+    finally:
+        sys.path.pop(0)
+    for seed, build in enumerate(BUILDERS.values()):
+        module, x, arrays = reference(build, seed)
+        model = gc.from_torch(module, x)
+        assert list(model.params) == [n for n, _ in module.named_parameters()]
+        w = arrays["w"]
+        y, grads = gc.jit(lambda m, x, w: (m(x), gc.grad(lambda m: _loss(m, x, w))(m).params))(model, x.numpy(), w)
+        np.testing.assert_allclose(y, arrays["y_train"], rtol=1e-4, atol=1e-5)
+        for n in model.params:
+            np.testing.assert_allclose(grads[n], arrays[f"grad/{n}"], rtol=1e-4, atol=1e-5, err_msg=n)

@@ -1,0 +1,165 @@
+"""addmm, baddbmm, outer, inner, kron, tensordot, cross, trace, diagonal, diag, tril, triu, cdist
+and the unrolled solvers (inv, solve, det, slogdet, cholesky): forward through onnxruntime
+against numpy (float32 and float64, batches, a symbolic batch), float64 gradient checks at orders
+1 and 2, and the edges: singular matrices, size-1 and empty diagonals, zero distances, ties of
+pivots, the size bound, and the refused qr/eigh."""
+import numpy as np
+import pytest
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile.ops.linalg_extra import MAX_SOLVE_SIZE
+
+from ..opcheck import check_forward, check_grads
+
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape, dtype=np.float64):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+# -- products and parts ---------------------------------------------------------------------------------
+PRODUCTS = [
+    ("addmm", lambda i, a, b: F.addmm(i, a, b, beta=0.5, alpha=2.0), lambda i, a, b: 0.5 * i + 2 * a @ b,
+     [(4,), (3, 2), (2, 4)]),
+    ("addmm_beta0", lambda i, a, b: F.addmm(i, a, b, beta=0), lambda i, a, b: a @ b, [(3, 4), (3, 2), (2, 4)]),
+    ("baddbmm", lambda i, a, b: F.baddbmm(i, a, b, alpha=-1), lambda i, a, b: i - a @ b,
+     [(2, 3, 4), (2, 3, 2), (2, 2, 4)]),
+    ("outer", F.outer, np.outer, [(3,), (2, 2)]),
+    ("inner", F.inner, np.inner, [(2, 3), (4, 3)]),
+    ("inner_vectors", F.inner, np.inner, [(3,), (3,)]),
+    ("kron", F.kron, np.kron, [(2, 3), (3, 1)]),
+    ("kron_ranks", F.kron, np.kron, [(2,), (2, 2, 3)]),
+    ("tensordot", F.tensordot, np.tensordot, [(2, 3, 4), (3, 4, 2)]),
+    ("tensordot_pairs", lambda a, b: F.tensordot(a, b, ([0, 2], [2, 0])),
+     lambda a, b: np.tensordot(a, b, ([0, 2], [2, 0])), [(2, 3, 4), (4, 1, 2)]),
+    ("tensordot_0", lambda a, b: F.tensordot(a, b, 0), lambda a, b: np.tensordot(a, b, 0), [(2,), (3,)]),
+    ("cross", F.cross, np.cross, [(4, 3), (1, 3)]),
+    ("cross_axis", lambda a, b: F.cross(a, b, axis=0), lambda a, b: np.cross(a, b, axis=0), [(3, 2), (3, 2)]),
+    ("trace", F.trace, np.trace, [(3, 4)]),
+    ("trace_offset", lambda x: F.trace(x, -1, 1, 2), lambda x: np.trace(x, -1, 1, 2), [(2, 4, 3)]),
+    ("diagonal", lambda x: F.diagonal(x, 1, 2, 0), lambda x: np.diagonal(x, 1, 2, 0), [(3, 2, 4)]),
+    ("diag_of_vector", lambda v: F.diag(v, -2), lambda v: np.diag(v, -2), [(3,)]),
+    ("diag_of_matrix", lambda v: F.diag(v, 1), lambda v: np.diag(v, 1), [(3, 4)]),
+    ("tril", lambda x: F.tril(x, -1), lambda x: np.tril(x, -1), [(2, 3, 4)]),
+    ("triu", lambda x: F.triu(x, 1), lambda x: np.triu(x, 1), [(4, 3)]),
+]
+
+
+@pytest.mark.parametrize("fn, np_fn, shapes", [c[1:] for c in PRODUCTS], ids=[c[0] for c in PRODUCTS])
+def test_products_and_parts_match_numpy(fn, np_fn, shapes):
+    xs = [rand(*s) for s in shapes]
+    check_forward(fn, xs, np_fn(*xs), rtol=1e-12, atol=1e-12)
+    check_grads(fn, xs)
+
+
+def test_numpy_functions_on_tensors_dispatch_here():
+    a, b = rand(3, 3), rand(3, 3)
+    check_forward(lambda a, b: (np.trace(a), np.outer(a, b), np.kron(a, b), np.tril(a), np.cross(a, b),
+                                np.linalg.inv(a + 4 * np.eye(3)), np.linalg.det(a)), [a, b],
+                  [np.trace(a), np.outer(a, b), np.kron(a, b), np.tril(a), np.cross(a, b),
+                   np.linalg.inv(a + 4 * np.eye(3)), np.linalg.det(a)], rtol=1e-10, atol=1e-10)
+
+
+def test_empty_diagonals_and_traces():
+    x = rand(2, 3)
+    check_forward(lambda x: (F.diagonal(x, 5), F.trace(x, -4)), [x], [np.diagonal(x, 5), np.trace(x, -4)])
+    check_forward(lambda x: F.trace(x), [np.zeros((0, 0))], np.trace(np.zeros((0, 0))))
+
+
+# -- cdist ----------------------------------------------------------------------------------------------
+def naive_cdist(a, b, p):
+    d = np.abs(a[..., :, None, :] - b[..., None, :, :])
+    if p == 0:
+        return (d != 0).sum(-1).astype(a.dtype)
+    if p == np.inf:
+        return d.max(-1)
+    return (d ** p).sum(-1) ** (1 / p)
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 3.0, 0.5, np.inf, 0.0])
+def test_cdist(p):
+    a, b = rand(2, 4, 3), rand(2, 5, 3)
+    check_forward(lambda a, b: F.cdist(a, b, p), [a, b], naive_cdist(a, b, p), rtol=1e-12, atol=1e-12)
+    if p != 0:
+        check_grads(lambda a, b: F.cdist(a, b, p), [a, b])
+
+
+def test_cdist_gradient_is_zero_at_zero_distance():
+    a = rand(3, 2)
+    got = gc.compile(lambda a: gc.grad(F.sum(F.cdist(a, a)), [a])[0], a, provider="cpu")(a)
+    rows = a[:, None, :] - a[None, :, :]
+    dist = np.sqrt((rows ** 2).sum(-1))
+    np.fill_diagonal(dist, 1)
+    expected = 2 * (rows / dist[..., None]).sum(1)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+
+
+# -- solvers --------------------------------------------------------------------------------------------
+def spd(*shape):
+    x = rand(*shape)
+    return x @ np.swapaxes(x, -1, -2) + shape[-1] * np.eye(shape[-1])
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 7])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_solvers_match_numpy(n, dtype):
+    a, b, s = rand(3, n, n), rand(3, n, 2), spd(3, n, n)
+    tol = dict(rtol=1e-3, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-11)
+    sign, logabs = np.linalg.slogdet(a)
+    check_forward(lambda a, b, s: (F.inv(a), F.solve(a, b), F.det(a), *F.slogdet(a), F.cholesky(s)),
+                  [a.astype(dtype), b.astype(dtype), s.astype(dtype)],
+                  [np.linalg.inv(a), np.linalg.solve(a, b), np.linalg.det(a), sign, logabs, np.linalg.cholesky(s)],
+                  **tol)
+
+
+def test_solve_vector_broadcast_and_symbolic_batch():
+    a, b = rand(4, 4) + 4 * np.eye(4), rand(4)
+    check_forward(lambda a, b: F.solve(a, b), [a, b], np.linalg.solve(a, b), rtol=1e-10)
+    bs = rand(2, 4, 3)
+    check_forward(lambda a, b: F.solve(a, b), [a, bs], np.linalg.solve(a, bs), rtol=1e-10)
+    cf = gc.compile(lambda a: (F.inv(a), F.det(a)), gc.spec(("batch", 3, 3)))
+    for n in (1, 4):
+        x = rand(n, 3, 3).astype(np.float32)
+        inv, det = cf(x)
+        np.testing.assert_allclose(inv, np.linalg.inv(x), rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(det, np.linalg.det(x), rtol=1e-4, atol=1e-5)
+
+
+def test_pivoting_handles_zero_leading_entries_and_singular_matrices():
+    """A zero in the corner needs a row swap (elimination without pivoting would divide by 0); a
+    singular matrix has det 0, slogdet (0, -inf) and a non-finite inverse."""
+    p = np.array([[0.0, 2.0, 1.0], [1.0, 1.0, 0.0], [3.0, 0.0, 1.0]])
+    check_forward(lambda a: (F.inv(a), F.det(a)), [p], [np.linalg.inv(p), np.linalg.det(p)], rtol=1e-12)
+    singular = np.array([[1.0, 2.0], [2.0, 4.0]])
+    det, (sign, logabs), inv = gc.compile(lambda a: (F.det(a), F.slogdet(a), F.inv(a)), singular,
+                                          provider="cpu")(singular)
+    assert det == 0 and sign == 0 and logabs == -np.inf and not np.isfinite(inv).all()
+    ties = np.array([[1.0, 2.0], [-1.0, 3.0]])                       # |pivot| tie: the first row stays
+    check_forward(F.det, [ties], np.linalg.det(ties), rtol=1e-12)
+
+
+@pytest.mark.parametrize("fn", [
+    F.inv, F.det, lambda a: F.slogdet(a)[1], lambda a: F.solve(a, np.arange(6.0).reshape(3, 2)),
+    lambda a: F.solve(np.eye(3) * 2 + 0.1, a), lambda x: F.cholesky(x @ x.T + 3 * np.eye(3)),
+], ids=["inv", "det", "slogdet", "solve_a", "solve_b", "cholesky"])
+def test_solver_gradients(fn):
+    check_grads(fn, [rand(3, 3) + 2 * np.eye(3)])
+
+
+def test_batched_solver_gradients():
+    check_grads(lambda a, b: (F.solve(a, b), F.det(a)), [rand(2, 3, 3) + 3 * np.eye(3), rand(2, 3, 1)])
+
+
+def test_solver_limits_and_refusals():
+    big = MAX_SOLVE_SIZE + 1
+    with pytest.raises(gc.UnsupportedError, match=f"inv: matrices of size {big} are beyond"):
+        gc.compile(F.inv, gc.spec((big, big)))
+    with pytest.raises(gc.ShapeError, match="det needs square matrices"):
+        gc.compile(F.det, rand(2, 3))
+    with pytest.raises(gc.UnsupportedError, match="qr is not supported"):
+        gc.compile(F.qr, rand(3, 3))
+    with pytest.raises(gc.UnsupportedError, match="eigh is not supported"):
+        gc.compile(lambda a: np.linalg.eigh(a), rand(3, 3))

@@ -1,0 +1,235 @@
+"""Losses, normalisation, scaled_dot_product_attention and embedding_bag: forward through
+onnxruntime against numpy written from PyTorch's definitions, float64 gradient checks at orders 1
+and 2, and the edges (probabilities of exactly 0 and 1, ignored targets, zero vectors, fully
+masked attention rows, empty bags, padding ids). tests/ops/test_torch_parity.py compares them
+with PyTorch's own values and gradients."""
+import numpy as np
+import pytest
+
+import gcompile as gc
+import gcompile.functions as F
+
+from ..opcheck import check_forward, check_grads
+
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape)
+
+
+X, Y = rand(4, 5), rand(4, 5)
+LOG_PROBS = X - np.log(np.exp(X).sum(1, keepdims=True))
+TARGET = np.array([1, 2, 0, 4])
+
+
+# -- losses ---------------------------------------------------------------------------------------------
+def test_nll_loss():
+    w = RNG.random(5) + 0.5
+    picked = LOG_PROBS[np.arange(4), TARGET]
+    kept = TARGET != 2
+    expected = -(picked * w[TARGET] * kept).sum() / (w[TARGET] * kept).sum()
+    check_forward(lambda a, t, w: F.nll_loss(a, t, w, ignore_index=2), [LOG_PROBS, TARGET, w], expected)
+    check_forward(lambda a, t: F.nll_loss(a, t, reduction="none"), [LOG_PROBS, TARGET], -picked)
+    check_forward(lambda a: F.nll_loss(a[0], np.array(3)), [LOG_PROBS], -LOG_PROBS[0, 3])
+    check_grads(lambda a, w: F.nll_loss(a, TARGET, w, ignore_index=0), [LOG_PROBS, w])
+    got = gc.compile(lambda a, t: F.nll_loss(a, t, ignore_index=1), LOG_PROBS, np.ones(4, np.int64),
+                     provider="cpu")(LOG_PROBS, np.ones(4, np.int64))
+    assert np.isnan(got)                                   # every target ignored: 0 / 0, as torch
+
+
+def test_binary_cross_entropy_clamps_its_logs_at_minus_100():
+    p = np.array([0.0, 1.0, 0.3, 0.999])
+    t = np.array([1.0, 0.0, 0.4, 1.0])
+    with np.errstate(divide="ignore"):
+        expected = -(t * np.maximum(np.log(p), -100) + (1 - t) * np.maximum(np.log1p(-p), -100))
+    check_forward(lambda p, t: F.binary_cross_entropy(p, t, reduction="none"), [p, t], expected, rtol=1e-12)
+    check_grads(lambda p, t: F.binary_cross_entropy(p, t, weight=np.array([2.0, 1])), [p[2:] * 0.5 + 0.2, t[2:]])
+
+
+def test_binary_cross_entropy_with_logits_is_stable():
+    x = np.array([-800.0, -2.0, 0.0, 3.0, 800.0])
+    t = np.array([0.2, 1.0, 0.5, 0.0, 1.0])
+    pw = 1.5
+    sp = np.logaddexp(0, -x)
+    expected = (1 - t) * x + (1 + (pw - 1) * t) * sp
+    check_forward(lambda x, t: F.binary_cross_entropy_with_logits(x, t, reduction="none", pos_weight=pw), [x, t],
+                  expected, rtol=1e-12)
+    check_grads(lambda x, t: F.binary_cross_entropy_with_logits(x, t, pos_weight=pw), [x[1:4] + 0.1, t[1:4]])
+
+
+@pytest.mark.parametrize("name, np_fn", [
+    ("l1_loss", lambda d: np.abs(d)),
+    ("smooth_l1_loss", lambda d: np.where(np.abs(d) < 1, 0.5 * d * d, np.abs(d) - 0.5)),
+    ("huber_loss", lambda d: np.where(np.abs(d) < 1, 0.5 * d * d, np.abs(d) - 0.5)),
+])
+def test_regression_losses(name, np_fn):
+    check_forward(lambda a, b: getattr(F, name)(a, b, reduction="none"), [X, Y], np_fn(X - Y), rtol=1e-12)
+    check_grads(lambda a, b: getattr(F, name)(a, b), [X, Y])
+
+
+def test_smooth_l1_and_huber_parameters():
+    d = X - Y
+    check_forward(lambda a, b: (F.smooth_l1_loss(a, b, "sum", beta=0.5), F.huber_loss(a, b, "sum", delta=0.5),
+                                F.smooth_l1_loss(a, b, beta=0.0)), [X, Y],
+                  [np.where(np.abs(d) < 0.5, d * d, np.abs(d) - 0.25).sum(),
+                   np.where(np.abs(d) < 0.5, 0.5 * d * d, 0.5 * (np.abs(d) - 0.25)).sum(), np.abs(d).mean()],
+                  rtol=1e-12)
+
+
+def test_kl_div():
+    q = np.exp(LOG_PROBS[::-1])
+    q[0, 0] = 0                                            # a zero target contributes 0
+    pointwise = np.where(q > 0, q * np.log(np.where(q > 0, q, 1)), 0) - q * LOG_PROBS
+    check_forward(lambda a, b: (F.kl_div(a, b, "batchmean"), F.kl_div(a, b, "none"), F.kl_div(a[1:], np.log(b[1:]),
+                                                                                           "sum", log_target=True)),
+                  [LOG_PROBS, q], [pointwise.sum() / 4, pointwise, pointwise[1:].sum()], rtol=1e-12)
+    check_grads(lambda a, b: F.kl_div(a, b, "batchmean"), [LOG_PROBS, q[1:2] + 0.5])
+    check_grads(lambda a, b: F.kl_div(a, b, "mean", log_target=True), [LOG_PROBS, LOG_PROBS[::-1]])
+
+
+def test_cosine_similarity_and_pairwise_distance():
+    expected = (X * Y).sum(1) / np.linalg.norm(X, axis=1) / np.linalg.norm(Y, axis=1)
+    check_forward(lambda a, b: F.cosine_similarity(a, b), [X, Y], expected, rtol=1e-12)
+    zero = X.copy()
+    zero[1] = 0
+    check_forward(lambda a, b: F.cosine_similarity(a, b), [zero, Y], np.where(np.arange(4) == 1, 0, expected),
+                  rtol=1e-12, atol=1e-15)
+    check_grads(lambda a, b: F.cosine_similarity(a, b, axis=0), [X, Y[:1]])
+    check_forward(lambda a, b: F.pairwise_distance(a, b, p=3), [X, Y],
+                  (np.abs(X - Y + 1e-6) ** 3).sum(-1) ** (1 / 3), rtol=1e-12)
+    check_grads(lambda a, b: F.pairwise_distance(a, b), [X, Y])
+
+
+def test_margin_losses():
+    s = np.sign(rand(5))
+    check_forward(lambda a, b, s: F.margin_ranking_loss(a, b, s, margin=0.3, reduction="none"), [X[0], Y[0], s],
+                  np.maximum(0, -s * (X[0] - Y[0]) + 0.3), rtol=1e-12)
+    y = np.sign(Y)
+    check_forward(lambda a, y: F.hinge_embedding_loss(a, y, 0.8, "none"), [X, y],
+                  np.where(y == 1, X, np.maximum(0, 0.8 - X)), rtol=1e-12)
+    d_pos = np.linalg.norm(X - Y + 1e-6, axis=-1)
+    d_neg = np.linalg.norm(X - X[::-1] + 1e-6, axis=-1)
+    check_forward(lambda a, p, n: F.triplet_margin_loss(a, p, n, reduction="none"), [X, Y, X[::-1]],
+                  np.maximum(d_pos - d_neg + 1, 0), rtol=1e-12)
+    check_grads(lambda a, b: F.margin_ranking_loss(a, b, s, margin=0.3), [X[0], Y[0]])
+    check_grads(lambda a: F.hinge_embedding_loss(a, y, 0.8), [X])
+    check_grads(lambda a, p, n: F.triplet_margin_loss(a, p, n, margin=3.0, p=3, swap=True), [X, Y, rand(4, 5)])
+
+
+def test_bad_reduction_is_named():
+    with pytest.raises(gc.GcompileError, match="l1_loss: reduction must be"):
+        gc.compile(lambda a, b: F.l1_loss(a, b, "avg"), X, Y)
+
+
+# -- normalisation -----------------------------------------------------------------------------------------
+IMG = rand(2, 6, 3, 2)
+
+
+def standardise(x, axes, eps=1e-5):
+    xc = x - x.mean(axes, keepdims=True)
+    return xc / np.sqrt((xc * xc).mean(axes, keepdims=True) + eps)
+
+
+def test_group_and_instance_norm():
+    w, b = rand(6), rand(6)
+    grouped = standardise(IMG.reshape(2, 3, -1), (2,)).reshape(IMG.shape)
+    check_forward(lambda x, w, b: F.group_norm(x, 3, w, b), [IMG, w, b],
+                  grouped * w[:, None, None] + b[:, None, None], rtol=1e-10)
+    check_forward(lambda x: F.instance_norm(x), [IMG], standardise(IMG, (2, 3)), rtol=1e-10)
+    check_grads(lambda x, w, b: F.group_norm(x, 2, w, b), [IMG, w, b])
+    check_grads(lambda x, w: F.instance_norm(x, w), [IMG, w])
+    with pytest.raises(gc.ShapeError, match="divisible by num_groups=4"):
+        gc.compile(lambda x: F.group_norm(x, 4), IMG)
+
+
+def test_rms_norm_and_normalize():
+    w = rand(3, 2)
+    check_forward(lambda x, w: F.rms_norm(x, (3, 2), w), [IMG, w],
+                  IMG / np.sqrt((IMG ** 2).mean((2, 3), keepdims=True) + np.finfo(np.float64).eps) * w, rtol=1e-10)
+    zero = X.copy()
+    zero[2] = 0
+    check_forward(lambda x: F.normalize(x), [zero], zero / np.maximum(np.linalg.norm(zero, axis=1, keepdims=True),
+                                                                       1e-12), rtol=1e-12)
+    check_grads(lambda x, w: F.rms_norm(x, 2, w[0], eps=1e-3), [IMG, w])
+    check_grads(lambda x: (F.normalize(x), F.normalize(x, p=1.5, axis=0)), [X])
+    got = gc.compile(lambda x: gc.grad(F.sum(F.normalize(x) * Y), [x])[0], zero, provider="cpu")(zero)
+    assert np.isfinite(got).all()                          # the norm's gradient at a zero vector is 0, as torch
+
+
+# -- attention and bags -----------------------------------------------------------------------------------
+def attention(q, k, v, mask=None, causal=False, scale=None):
+    s = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(q.shape[-1]) if scale is None else scale)
+    if causal:
+        mask = np.tril(np.ones(s.shape[-2:], bool))
+    if mask is not None and mask.dtype == bool:
+        s = np.where(mask, s, -np.inf)
+    elif mask is not None:
+        s = s + mask
+    with np.errstate(invalid="ignore"):
+        w = np.exp(s - s.max(-1, keepdims=True))
+        w = w / w.sum(-1, keepdims=True)
+    return np.nan_to_num(w) @ v
+
+
+QKV = [rand(2, 4, 3), rand(2, 5, 3), rand(2, 5, 2)]
+
+
+def test_scaled_dot_product_attention():
+    mask = RNG.random((4, 5)) > 0.4
+    mask[2] = False                                        # a row with nothing to attend to gives zeros
+    bias = rand(4, 5)
+    check_forward(lambda q, k, v, m: (F.scaled_dot_product_attention(q, k, v),
+                                      F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                                      F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.4),
+                                      F.scaled_dot_product_attention(q, k, v, attn_mask=bias)),
+                  QKV + [mask], [attention(*QKV), attention(*QKV, mask), attention(*QKV, causal=True, scale=0.4),
+                                 attention(*QKV, bias)], rtol=1e-10, atol=1e-12)
+    check_grads(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), QKV)
+    check_grads(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), QKV)
+    with pytest.raises(gc.UnsupportedError, match="needs training=True"):
+        gc.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.1), *QKV)
+    y = gc.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5, training=True, seed=1),
+                   *QKV, provider="cpu")(*QKV)
+    assert y.shape == (2, 4, 2) and np.isfinite(y).all()
+
+
+TABLE = rand(10, 3)
+IDS = np.array([3, 7, 3, 0, 9, 9, 1, 4, 7])
+OFFSETS = [0, 2, 2, 6]                                     # bags [0:2], [] (empty), [2:6], [6:9]
+
+
+def bags(ids, offsets, mode, padding_idx=None, weights=None):
+    ends = list(offsets[1:]) + [len(ids)]
+    rows = TABLE[ids] * (1 if weights is None else weights[:, None])
+    out = []
+    for s, e in zip(offsets, ends):
+        keep = [j for j in range(s, e) if ids[j] != padding_idx]
+        part = rows[keep]
+        out.append(np.zeros(3) if not keep else {"sum": part.sum(0), "mean": part.mean(0), "max": part.max(0)}[mode])
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag(mode):
+    check_forward(lambda w, i: (F.embedding_bag(i, w, OFFSETS, mode), F.embedding_bag(i, w, OFFSETS, mode,
+                                                                                      padding_idx=3)),
+                  [TABLE, IDS], [bags(IDS, OFFSETS, mode), bags(IDS, OFFSETS, mode, padding_idx=3)], rtol=1e-12)
+    square = IDS.reshape(3, 3)
+    check_forward(lambda w, i: F.embedding_bag(i, w, mode=mode), [TABLE, square],
+                  bags(IDS, [0, 3, 6], mode), rtol=1e-12)
+    check_grads(lambda w: F.embedding_bag(IDS, w, OFFSETS, mode, padding_idx=9), [TABLE])
+    cf = gc.compile(lambda w, i: F.embedding_bag(i, w, mode=mode), TABLE, gc.spec(("bags", 3), np.int64))
+    np.testing.assert_allclose(cf(TABLE, square[:2]), bags(IDS[:6], [0, 3], mode), rtol=1e-12)
+
+
+def test_embedding_bag_weights_and_last_offset():
+    psw = rand(9)
+    check_forward(lambda w, i, p: (F.embedding_bag(i, w, OFFSETS, "sum", per_sample_weights=p),
+                                   F.embedding_bag(i, w, [0, 3, 9], "sum", include_last_offset=True)),
+                  [TABLE, IDS, psw], [bags(IDS, OFFSETS, "sum", weights=psw), bags(IDS, [0, 3], "sum")], rtol=1e-12)
+    check_grads(lambda w, p: F.embedding_bag(IDS, w, OFFSETS, "sum", per_sample_weights=p), [TABLE, psw])
+    with pytest.raises(gc.ShapeError, match="per_sample_weights need mode='sum'"):
+        gc.compile(lambda w: F.embedding_bag(IDS, w, OFFSETS, "mean", per_sample_weights=psw), TABLE)
+    with pytest.raises(gc.UnsupportedError, match="offsets must be known when tracing"):
+        gc.compile(lambda w, o: F.embedding_bag(IDS, w, o), TABLE, np.array([0, 4]))

@@ -1,0 +1,135 @@
+"""The loop passes (passes/loops.py) and every pass inside loop bodies: values unchanged (NaN and Inf
+included), a fixed point reached, the graph valid, and no rewrite where none applies."""
+import numpy as np
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile.frontend.trace import trace
+from gcompile.ir.evaluate import evaluate
+from gcompile.passes import fuse_gemm, hoist_loop_sums, optimize, prune_loops
+from gcompile.passes.base import run_in_bodies
+
+RNG = np.random.default_rng(0)
+XS = RNG.standard_normal((5, 3, 4))
+W = RNG.standard_normal((4, 4)) * 0.5
+H0 = RNG.standard_normal((3, 4))
+
+
+def _scans(graph):
+    return [n for n in graph.nodes.values() if n.op == "scan"]
+
+
+def _check(pass_fn, fn, arrays, expect_change=True):
+    graph = trace(fn, list(arrays)).graph
+    before = evaluate(graph, arrays)
+    assert pass_fn(graph).changed == expect_change
+    graph.lint()
+    for a, b in zip(before, evaluate(graph, arrays)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    assert not pass_fn(graph).changed
+    return graph
+
+
+def accumulating(xs, w, h0):
+    """A step that accumulates x_tᵀ·h (a weight's gradient) and Σ h (a bias's) in carries."""
+    def step(c, x):
+        h, gw, gb = c
+        h2 = F.tanh(h @ w + x)
+        return (h2, gw + F.transpose(x) @ h2, gb + F.sum(h2, axis=0)), None
+    (h, gw, gb), _ = gc.scan(step, (h0, F.zeros_like(w), F.zeros_like(h0[0])), xs)
+    return h, gw, gb
+
+
+def test_sums_move_out_of_the_loop():
+    arrays = [XS, W, H0]
+    graph = trace(accumulating, arrays).graph
+    optimize(graph, 1)
+    run_in_bodies(graph, fuse_gemm)                    # the products as gemm, as level 2 writes them
+    before = evaluate(graph, arrays)
+    assert hoist_loop_sums(graph).changed
+    graph.lint()
+    (node,) = _scans(graph)
+    assert node.attrs["n_carry"] == 1                  # only h is carried now
+    for a, b in zip(before, evaluate(graph, arrays)):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert not hoist_loop_sums(graph).changed
+
+
+def test_no_hoisting_when_the_accumulator_is_read_in_the_step_or_the_loop_checkpoints():
+    def reads_acc(xs, w, h0):
+        def step(c, x):
+            h, s = c
+            h2 = F.tanh(h @ w + x + F.sum(s))
+            return (h2, s + F.sum(h2, axis=0)), None
+        return gc.scan(step, (h0, F.zeros_like(h0[0])), xs)[0]
+    _check(hoist_loop_sums, reads_acc, [XS, W, H0], expect_change=False)
+
+    def checkpointed(xs, w, h0):
+        def step(c, x):
+            h, s = c
+            h2 = F.tanh(h @ w + x)
+            return (h2, s + F.sum(h2, axis=0)), None
+        return gc.scan(step, (h0, F.zeros_like(h0[0])), xs, checkpoint=True)[0]
+    _check(hoist_loop_sums, checkpointed, [XS, W, H0], expect_change=False)
+
+
+def test_prune_keeps_values_with_nan_and_inf_and_reaches_a_fixed_point():
+    xs = XS.copy()
+    xs[1, 0, 0], xs[2, 1, 1] = np.nan, np.inf
+
+    def fn(xs, w, h0):
+        (h, counter, same), ys = gc.scan(lambda c, x: ((F.tanh(c[0] @ w + x), c[1] + 1, c[2]), (c[0] * x, x)),
+                                         (h0, np.float64(0), w), xs)
+        return h, ys[0] + same.sum()
+    graph = _check(prune_loops, fn, [xs, W, H0])
+    (node,) = _scans(graph)
+    assert (node.attrs["n_carry"], len(node.outputs)) == (1, 2)   # no counter, no passthrough, no ys[1]
+
+
+def test_prune_leaves_a_loop_whose_outputs_are_all_read():
+    def fn(xs, w, h0):
+        return gc.scan(lambda h, x: (F.tanh(h @ w + x), h * 2), h0, xs)
+    _check(prune_loops, fn, [XS, W, H0], expect_change=False)
+
+
+def test_passes_run_inside_bodies():
+    def fn(xs, w, h0):
+        def step(h, x):
+            a = F.tanh(h @ w + x) * 1.0 + 0.0          # simplify: no mul, no add
+            b = F.tanh(h @ w + x)                       # cse: the same as a
+            return a + b, F.exp(np.zeros(2)) * h[:, :2]  # fold: exp(0)
+        return gc.scan(step, h0, xs)
+    graph = trace(fn, [XS, W, H0]).graph
+    body = _scans(graph)[0].attrs["body"]
+    ops_before = [n.op for n in body.nodes.values()]
+    before = evaluate(graph, [XS, W, H0])
+    optimize(graph)
+    ops_after = [n.op for n in _scans(graph)[0].attrs["body"].nodes.values()]
+    assert ops_before.count("tanh") == 2 and ops_after.count("tanh") == 1
+    assert "exp" not in ops_after and ops_after.count("mul") < ops_before.count("mul")
+    for a, b in zip(before, evaluate(graph, [XS, W, H0])):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_loops_drawing_random_numbers_are_never_merged_folded_or_recomputed():
+    def two_dropout_loops(h0):
+        def noisy(h, _):
+            return F.dropout(h, 0.5, training=True), None
+        a, _ = gc.scan(noisy, h0, length=3)
+        b, _ = gc.scan(noisy, h0, length=3)     # the same body and operands: still two draws
+        return a - b
+    graph = trace(two_dropout_loops, [np.ones((3, 4))]).graph
+    optimize(graph)
+    assert len(_scans(graph)) == 2
+    constant = trace(lambda x: x + gc.scan(lambda h, _: (F.dropout(h, 0.5, training=True), None),
+                                           np.ones(4), length=2)[0], [np.ones(4)]).graph
+    optimize(constant)
+    assert len(_scans(constant)) == 1           # all operands constant, but not folded
+
+    def checkpointed(h0):
+        h = gc.checkpoint(lambda h0: gc.scan(lambda h, _: (F.dropout(F.tanh(h), 0.5, training=True), None),
+                                             h0, length=3)[0], h0)
+        return gc.grad(F.sum(h * h), [h0])[0]
+    graph = trace(checkpointed, [np.ones((3, 4))]).graph
+    optimize(graph)
+    assert len([n for n in _scans(graph) if n.order == 0]) == 1   # the random forward loop is not copied

@@ -1,0 +1,89 @@
+"""Tracing, differentiating, optimising and lowering from several threads at once: each thread has
+its own trace frames, and the results are the models a sequential build gives, byte for byte."""
+import gc
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import gcompile as gc_
+import gcompile.functions as F
+from gcompile.errors import TraceError
+
+
+def _function(k: int):
+    """A different function per k: an MLP with k-dependent depth and activation (its layers a loop for
+    odd k: loop bodies are traced in their thread's frames too), its loss and gradients."""
+    acts = [F.tanh, F.sigmoid, F.relu, F.softplus]
+
+    def fn(x, w, b):
+        h = x
+        for i in range(12 + k % 5):
+            h = acts[(k + i) % len(acts)](h @ w + b * (i + 1))
+        if k % 2:
+            h, _ = gc_.scan(lambda h, _: (acts[k % len(acts)](h @ w + b), None), h, length=3 + k)
+        loss = F.mean(h * h) + k
+        return loss, gc_.grad(loss, [w, b])
+    fn.__name__ = f"fn{k}"
+    return fn
+
+
+def _args(k: int):
+    rng = np.random.default_rng(k)
+    return [rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal((6, 6)).astype(np.float32),
+            rng.standard_normal(6).astype(np.float32)]
+
+
+def test_sixteen_compiles_from_eight_threads_equal_sequential_builds():
+    sequential = {k: gc_.compile(_function(k), *_args(k), provider="cpu") for k in range(16)}
+    results: dict = {}
+    errors: list = []
+    barrier = threading.Barrier(8)
+
+    def work(t: int):
+        try:
+            barrier.wait()
+            for k in (t, t + 8):
+                results[k] = gc_.compile(_function(k), *_args(k), provider="cpu")
+        except Exception as err:  # noqa: BLE001 - reported by the assertion below
+            errors.append(f"{type(err).__name__}: {err}")
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)   # switch threads often, so that their traces interleave
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    assert sorted(results) == list(range(16))
+    for k, cf in results.items():
+        assert cf.model.SerializeToString() == sequential[k].model.SerializeToString(), k
+        for got, want in zip(cf.run_flat(*_args(k)), sequential[k].run_flat(*_args(k))):
+            np.testing.assert_array_equal(got, want)
+    assert gc.isenabled()   # the collector pause nests across threads and ends with the last build
+
+
+def test_a_tensor_of_another_threads_trace_is_refused():
+    leaked = []
+    started, finish = threading.Event(), threading.Event()
+
+    def other(x):
+        leaked.append(x * 2)
+        started.set()
+        finish.wait(10)
+        return x
+
+    thread = threading.Thread(target=lambda: gc_.compile(other, np.ones(3, np.float32), provider="cpu"))
+    thread.start()
+    try:
+        assert started.wait(10)
+        with pytest.raises(TraceError, match="belongs to another traced function"):
+            gc_.compile(lambda y: y + leaked[0], np.ones(3, np.float32), provider="cpu")
+    finally:
+        finish.set()
+        thread.join()

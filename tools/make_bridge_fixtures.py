@@ -1,0 +1,90 @@
+"""gc.from_torch fixtures for tests/importer/test_torch_bridge.py: two PyTorch modules exported through
+gc.from_torch (the dynamo exporter) and saved with TorchModule.save_onnx, with PyTorch's own numbers.
+
+Run by hand where torch and onnxscript are installed (the tests never import them):
+
+    .venv/bin/python tools/make_bridge_fixtures.py [--out tests/data]
+
+For each model of MODELS (a small CNN with BatchNorm, one nn.TransformerEncoderLayer), in training
+mode, it writes bridge_<name>.onnx and bridge_<name>.npz holding:
+  x               the input; w the weights of the scalar loss L = sum(y * w)
+  y_train, y_eval PyTorch's output in training mode and in eval mode
+  grad/<name>     dL/d(parameter) in training mode, by state_dict name; grad/x dL/dx
+  new/<name>      the buffers after the training-mode call (running statistics)
+  sgd/<name>      the state_dict after one torch.optim.SGD(lr=0.1) step on L
+The same functions build the models in the test that runs where torch is installed. The CNN's file
+is also copied to examples/data/bridge_cnn.onnx, which the README loads.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import numpy as np
+import torch
+
+import gcompile as gc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cnn():
+    return torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                               torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(4 * 3 * 3, 5)), (4, 2, 6, 6)
+
+
+def transformer():
+    return torch.nn.TransformerEncoderLayer(16, 2, 24, dropout=0.0, batch_first=True), (3, 5, 16)
+
+
+MODELS = {"cnn": cnn, "transformer": transformer}
+
+
+def reference(build, seed: int):
+    """(module before any step, x, w, arrays of PyTorch's numbers) for one model."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    module, shape = build()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.4)
+    module.train()
+    x = torch.randn(shape, generator=gen)
+    probe = build()[0]
+    probe.load_state_dict(module.state_dict())
+    with torch.no_grad():
+        w = torch.randn(build()[0](x).shape, generator=gen)
+    xg = x.clone().requires_grad_(True)
+    y = probe(xg)
+    names = [n for n, _ in probe.named_parameters()]
+    grads = torch.autograd.grad((y * w).sum(), [xg] + [p for _, p in probe.named_parameters()])
+    arrays = {"x": x, "w": w, "y_train": y.detach(), "grad/x": grads[0]}
+    arrays.update({f"grad/{n}": g for n, g in zip(names, grads[1:])})
+    arrays.update({f"new/{n}": b.clone() for n, b in probe.named_buffers()})
+    stepped = build()[0]
+    stepped.load_state_dict(module.state_dict())
+    opt = torch.optim.SGD(stepped.parameters(), lr=0.1)
+    (stepped(x) * w).sum().backward()
+    opt.step()
+    arrays.update({f"sgd/{n}": v.clone() for n, v in stepped.state_dict().items()})
+    evaluated = build()[0]
+    evaluated.load_state_dict(module.state_dict())
+    arrays["y_eval"] = evaluated.eval()(x).detach()
+    return module, x, {k: v.detach().numpy() for k, v in arrays.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(ROOT, "tests", "data"))
+    args = parser.parse_args()
+    for seed, (name, build) in enumerate(MODELS.items()):
+        module, x, arrays = reference(build, seed)
+        gc.from_torch(module, x).save_onnx(os.path.join(args.out, f"bridge_{name}.onnx"))
+        if name == "cnn":
+            gc.from_torch(module, x).save_onnx(os.path.join(ROOT, "examples", "data", "bridge_cnn.onnx"))
+        np.savez_compressed(os.path.join(args.out, f"bridge_{name}.npz"), **arrays)
+        print(f"bridge_{name}: {len(arrays)} arrays")
+
+
+if __name__ == "__main__":
+    main()
