@@ -111,3 +111,22 @@ def test_large_graphs_plan_memory_without_static_reuse_or_a_pattern(monkeypatch)
     np.testing.assert_allclose(cf(np.ones(3, np.float32)), np.tanh(np.tanh(np.tanh(np.tanh(np.tanh(np.ones(3)))))),
                                rtol=1e-6)
     assert seen == [(True, True), (False, True), (False, False)]
+
+
+def _loop_reading(outer: str, output: str):
+    """An If whose branches read `outer` from the enclosing graph (no explicit input)."""
+    from onnx import TensorProto
+    branch = helper.make_graph([helper.make_node("Identity", [outer], ["inner"])], "branch", [],
+                               [helper.make_tensor_value_info("inner", TensorProto.FLOAT, [3])])
+    return helper.make_node("If", ["cond"], [output], name=output, then_branch=branch, else_branch=branch)
+
+
+def test_a_value_a_body_reads_from_outside_is_placed_before_it_and_kept():
+    # `c` is read only inside the If's branches: ordering must still put its producer first, and
+    # merging repeats must not drop it as a copy of `a`
+    nodes = [node("Tanh", ["x"], "a"), node("Tanh", ["a"], "c"), _loop_reading("c", "y")]
+    assert names(order.schedule_order(nodes, ["y"])) == ["a", "c", "y"]
+    twins = [node("Tanh", ["x"], "a"), node("Tanh", ["x"], "c"), _loop_reading("c", "y")]
+    assert names(dedupe_nodes(twins, {"y"})) == ["a", "c", "y"]
+    from gcompile.lowering.reads import node_reads
+    assert node_reads(nodes[2]) == ["cond", "c"]
