@@ -10,10 +10,11 @@ Because gc.grad inside fn records ordinary nodes, vmap(grad(f)) batches the grad
 which gives per-example gradients: the gradient of each example's loss w.r.t. parameters shared
 by all examples, shaped (batch, *param.shape).
 
-Rules exist for the elementwise ops, reductions, softmax/log_softmax, layer_norm, shape ops
-(reshape, transpose, expand, slice, pad, concat), gather/scatter (take, embedding, their
-gradients), matmul, einsum, convolution and pooling (and their gradient ops; a batched
-weight gradient needs a static batch size). Any other op is refused with its name.
+Rules exist for the ops declaring Trait.ELEMENTWISE (one generic rule), reductions,
+softmax/log_softmax, layer_norm, shape ops (reshape, transpose, expand, slice, pad, concat),
+gather/scatter (take, embedding, their gradients), matmul, einsum, convolution and pooling (and
+their gradient ops; a batched weight gradient needs a static batch size). Any other op is refused
+with its name.
 """
 from __future__ import annotations
 
@@ -84,18 +85,9 @@ def _static(size, what: str) -> int:
 
 
 # -- elementwise ---------------------------------------------------------------------------------------
-_ELEMENTWISE = ("abs", "ceil", "cos", "elu", "erf", "exp", "expm1", "floor", "gelu", "identity", "leaky_relu", "log",
-                "log1p", "logical_not", "neg", "relu", "round", "rsqrt", "selu", "sigmoid", "sign", "sin", "softplus",
-                "sqrt", "stop_gradient", "tan", "tanh", "cast", "dropout")
-
-
-@batching_rule(*_ELEMENTWISE)
 def _elementwise(node, ins, batched, size):
-    ins = ins if len(ins) == 1 or all(batched) else _all_batched(ins, batched, size)
-    return apply_n(node.op, ins, **node.attrs)
-
-
-def _broadcasting(node, ins, batched, size):
+    """Trait.ELEMENTWISE: the op itself, its batched operands' per-example axes right-aligned with the
+    shared ones' (a unary op needs nothing)."""
     rank = node.outputs[0].ndim
     return apply_n(node.op, [_align(x, rank) if b else x for x, b in zip(ins, batched)], **node.attrs)
 
@@ -309,9 +301,10 @@ def _rule(op: str) -> Rule:
     rule = RULES.get(op)
     if rule is not None:
         return rule
-    if has_trait(op, Trait.BROADCASTS):
-        return _broadcasting
-    raise UnsupportedError(f"vmap: op {op!r} has no batching rule (gradients/vmap.py lists the supported ops)")
+    if has_trait(op, Trait.ELEMENTWISE):
+        return _elementwise
+    raise UnsupportedError(f"vmap: op {op!r} has no batching rule (gradients/vmap.py lists the rules; an "
+                           f"elementwise op declares Trait.ELEMENTWISE)")
 
 
 def _batch_region(graph, nodes: Sequence[Node], env: dict, size) -> None:
