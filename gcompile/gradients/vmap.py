@@ -368,7 +368,7 @@ def vmap(fn: Callable, in_axes: int | None | Sequence[int | None] = 0, out_axes:
                 if t.ndim == 0:
                     raise GcompileError(f"vmap: a batched argument must have an axis to map over, got {t.type}")
                 axis = axis % t.ndim
-                t = F.swapaxes(t, 0, axis) if axis else t
+                t = F.transpose(t, (axis,) + tuple(i for i in range(t.ndim) if i != axis)) if axis else t
                 if size is not None and t.shape[0] != size:
                     raise ShapeError(f"vmap: batched arguments have batch sizes {size} and {t.shape[0]} "
                                      f"(at {user_location()})")
