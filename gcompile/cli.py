@@ -146,7 +146,7 @@ def build(model, out_dir, opset, optimize, check, recompute, external_data_thres
 
 
 def _parse_inputs(values, option: str = "--input") -> dict:
-    import numpy as np
+    from .runtime import npz
     feeds = {}
     for item in values:
         name, sep, path = item.partition("=")
@@ -157,8 +157,8 @@ def _parse_inputs(values, option: str = "--input") -> dict:
         if not os.path.isfile(path):
             raise GcompileError(f"{option} {name}: file {path!r} not found")
         try:
-            feeds[name] = np.load(path, allow_pickle=False)
-        except Exception as err:
+            feeds[name] = npz.load_npy(path)
+        except (OSError, ValueError, EOFError) as err:
             raise GcompileError(f"{option} {name}: cannot read {path!r} as a .npy array ({err})") from None
     return feeds
 

@@ -9,7 +9,7 @@ import numpy as np
 from gcompile.ir.registry import REGISTRY, Trait
 
 ARITY = {"add_n": 3, "where": 3}               # otherwise: the reference's ufunc arity, or 2 for the ops below
-BINARY = {"div", "floor_divide", "fmod", "remainder", "xlogy"}
+BINARY = {"div", "floor_divide", "fmod", "remainder", "silu_deriv", "xlogy"}
 BOOL_OPERANDS = {"logical_and": (0, 1), "logical_or": (0, 1), "logical_not": (0,), "where": (0,)}
 ATTRS = {
     "cast": {"dtype": np.dtype(np.float32)},
@@ -17,8 +17,11 @@ ATTRS = {
     "dropout": {"ratio": 0.0, "seed": 0},      # a draw per position: ratio 0 keeps the check deterministic
     "elu": {"alpha": 0.7},
     "gelu": {"approximate": True},
+    "gelu_deriv": {"order": 3},
     "leaky_relu": {"slope": 0.1},
+    "poly": {"coeffs": (0.5, -1.0, 0.0, 2.0)},
     "polygamma": {"n": 1},
+    "silu_deriv": {"order": 2},
     "softplus": {"beta": 2.0},
 }
 DOMAIN = {"arccosh": (1.1, 3.0)}               # otherwise (-0.9, 0.9), where most ops are finite

@@ -171,3 +171,31 @@ def test_inspect_describes_a_model_too_new_to_run(tmp_path, version):
     assert "warning:" in result.stderr and "99" in result.stderr
     assert "y: float32(2,)" in result.stdout and "Identity" in result.stdout
     user_error(invoke("run", model, "-i", "x=nope.npy"), "99")
+
+
+# -- input files: a .npy header is checked against the file before anything is allocated -------------------------
+def _npy_bytes(shape, descr="<f4", data=b"") -> bytes:
+    text = repr({"descr": descr, "fortran_order": False, "shape": tuple(shape)}).encode()
+    text += b" " * (63 - (10 + len(text)) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + data
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (_npy_bytes((1 << 31,), data=b"\0" * 16), "declares float32(2147483648,) (8589934592 bytes) but 16 bytes"),
+    (_npy_bytes((2,), data=b"\0" * 64), "but more bytes follow it"),
+    (_npy_bytes((2,), "|O", b"\0" * 16), "Python objects"),
+    (b"\x93NUMPY\x01\x00\xff\xff" + b"{" * 40, "cannot read"),
+    (b"not a numpy file", "cannot read"),
+])
+def test_run_refuses_hostile_npy_inputs_before_allocating(tmp_path, content, fragment):
+    """numpy's loader would allocate the 8 GiB this 100-byte file declares before noticing it is short."""
+    import tracemalloc
+    model = identity_model(tmp_path / "m.onnx", ["y"])
+    (tmp_path / "x.npy").write_bytes(content)
+    tracemalloc.start()
+    try:
+        result = invoke("run", model, "-i", f"x={tmp_path / 'x.npy'}")
+        assert tracemalloc.get_traced_memory()[1] < 50_000_000
+    finally:
+        tracemalloc.stop()
+    user_error(result, "--input x", fragment)

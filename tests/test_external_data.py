@@ -149,7 +149,8 @@ def test_compiling_a_model_past_the_threshold_runs_from_external_data(monkeypatc
     monkeypatch.setattr(gcompile.runtime.compiled, "EXTERNAL_DATA_THRESHOLD", 0)   # as if it were 2 GiB
     loaded = []
     make_session = gcompile.runtime.compiled.make_session
-    monkeypatch.setattr(gcompile.runtime.compiled, "make_session", lambda m, p: loaded.append(m) or make_session(m, p))
+    monkeypatch.setattr(gcompile.runtime.compiled, "make_session",
+                        lambda m, p, **kw: loaded.append(m) or make_session(m, p, **kw))
     cf = gc.compile(predict, gc.spec(("batch", 32)))
     assert len(loaded) == 1 and loaded[0].endswith("model.onnx")                     # from a path, not bytes
     np.testing.assert_allclose(cf(X), expected(X), rtol=1e-5, atol=1e-6)

@@ -99,3 +99,12 @@ def test_many_signatures_warn_once(monkeypatch):
         for n in range(1, 6):
             f(np.zeros(n, np.float32))
     assert len([w for w in caught if "compiled for 3 different signatures" in str(w.message)]) == 1
+
+
+def test_compile_of_a_function_taking_no_argument_compiles_at_once():
+    """Without specs gc.compile is the jit decorator, except for a function with no parameter at
+    all: there is no call to wait for."""
+    cf = gc.compile(lambda: F.arange(3) * 2, provider="cpu")
+    assert isinstance(cf, gc.CompiledFunction)
+    np.testing.assert_array_equal(cf(), [0, 2, 4])
+    assert isinstance(gc.compile(lambda x: x * 2), gc.Jitted)

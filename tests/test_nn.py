@@ -135,3 +135,37 @@ def test_sequential_and_module_list():
     assert list(layers.state_dict()) == ["0.weight", "0.bias", "1.weight", "1.bias"]
     with pytest.raises(gc.GcompileError, match="not callable"):
         layers(X)
+
+
+def _npy_header(shape, dtype="<f4") -> bytes:
+    text = repr({"descr": dtype, "fortran_order": False, "shape": tuple(shape)}).encode()
+    text += b" " * (63 - (10 + len(text)) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text
+
+
+@pytest.mark.parametrize("entries, message", [
+    ({"weight.npy": _npy_header((1 << 20, 1 << 20)), "bias.npy": _npy_header((2,)) + b"\0" * 8},
+     r"module expects shape \(2, 1\)"),                             # a header declaring 4 TiB of floats
+    ({"weight.npy": _npy_header((2, 1), "|O") + b"\0" * 16, "bias.npy": _npy_header((2,)) + b"\0" * 8},
+     "numeric arrays only"),                                        # Python objects
+    ({"weight.npy": _npy_header((2, 1)) + b"\0" * 8 + b"\0" * 50_000_000, "bias.npy": _npy_header((2,)) + b"\0" * 8},
+     "more than its array takes"),                                  # a deflate bomb: 50 MB behind a tiny entry
+])
+def test_hostile_npz_state_dicts_are_refused_before_reading(tmp_path, entries, message):
+    """The .npz reader of Trainer checkpoints checks names, headers and declared sizes before any
+    array is read, for gc.nn state dicts too (numpy's own loader would allocate first)."""
+    import tracemalloc
+    import zipfile
+    path = tmp_path / "s.npz"
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    assert path.stat().st_size < 200_000
+    tracemalloc.start()
+    try:
+        for strict in (True, False):
+            with pytest.raises(gc.GcompileError, match=message):
+                nn.Linear(1, 2).load_state_dict(path, strict=strict)
+        assert tracemalloc.get_traced_memory()[1] < 20_000_000
+    finally:
+        tracemalloc.stop()

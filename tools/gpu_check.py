@@ -1,5 +1,5 @@
-"""CUDA provider check: run the benchmark workloads W1–W6 on provider "cuda" and "cpu", check
-that outputs agree (rtol 1e-4 in float32) and time both (median of --runs after warm-up).
+"""CUDA provider check: run the benchmark workloads (W1–W10 and the loop workloads) on provider
+"cuda" and "cpu", check that outputs agree (rtol 1e-4 in float32) and time both (median of --runs after warm-up).
 
     python tools/gpu_check.py [--runs 20] [--only W1,W4]
 
@@ -37,7 +37,7 @@ def _median_ms(fn, inputs, runs: int) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--only", default="W1,W2,W3,W4,W5,W6")
+    parser.add_argument("--only", default=",".join(bench.WORKLOADS))
     args = parser.parse_args(argv)
     if not cuda_available():
         print("the CUDA execution provider does not load here (no GPU, or CUDA/cuDNN libraries missing)")

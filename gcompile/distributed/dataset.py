@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import GcompileError, InputError
 from ..ir.dims import format_shape
-from ..runtime import modelfile
+from ..runtime import modelfile, npz
 from ..runtime.files import write_files
 from ..runtime.providers import make_session
 from .cluster import connect
@@ -202,7 +202,7 @@ def _read_npy(ray: Any, files: list[str], column: str) -> Any:
     """The rows of .npy files, in file order, as the column `column`. (Ray Data's read_numpy takes
     no CPU reservation, so the files are read as bytes and decoded here.)"""
     def decode(batch: dict) -> dict:
-        return {column: np.concatenate([np.load(io.BytesIO(b), allow_pickle=False) for b in batch["bytes"]])}
+        return {column: np.concatenate([npz.load_npy(io.BytesIO(b)) for b in batch["bytes"]])}
     return ray.data.read_binary_files(files, num_cpus=0).map_batches(decode, batch_size=1, batch_format="numpy",
                                                                      num_cpus=0)
 
@@ -315,7 +315,7 @@ def read_shards(out: str | os.PathLike) -> dict[str, np.ndarray]:
         folder = os.path.join(out, name)
         files = sorted(f for f in os.listdir(folder) if _PART.fullmatch(f)) if os.path.isdir(folder) else []
         if files:
-            found[name] = np.concatenate([np.load(os.path.join(folder, f), allow_pickle=False) for f in files])
+            found[name] = np.concatenate([npz.load_npy(os.path.join(folder, f)) for f in files])
     if not found:
         raise GcompileError(f"{out} holds no shards written by map_model")
     return found

@@ -30,8 +30,8 @@ from numpy.typing import ArrayLike
 from ..errors import GcompileError, InputError
 from ..ir.dims import format_shape
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD
+from ..runtime import npz
 from ..runtime.modelfile import signature
-from ..training import checkpoint
 from ..training.split import SplitStep
 from .cluster import WorkerError, connect
 from .worker import PHASES, Worker, fingerprint
@@ -372,14 +372,14 @@ class DistributedTrainer:
         checking that every worker holds the same (verify). Trainer.load reads it too."""
         self.verify()
         values = self._carried()
-        checkpoint.write(path, {entry: values[name] for entry, name in self._entries().items()})
+        npz.write(path, {entry: values[name] for entry, name in self._entries().items()})
 
     def load(self, path: str | os.PathLike) -> None:
         """Resume every worker from a checkpoint (written by this class or by Trainer.save, with any
         number of workers); checked against the layout before any array is read."""
         self._open()
         entries = self._entries()
-        arrays = checkpoint.read(path, {entry: self._types[name] for entry, name in entries.items()})
+        arrays = npz.read(path, {entry: self._types[name] for entry, name in entries.items()})
         self._set_all({name: arrays[entry] for entry, name in entries.items()})
 
     # -- lifetime ------------------------------------------------------------------------------------

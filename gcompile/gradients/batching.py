@@ -34,6 +34,7 @@ NOT_BATCHED: dict[str, str] = {
     "input": "a graph input has no operands (vmap replaces its per-example placeholders itself)",
     "constant": "a constant has no operands: it is the same for every example",
     "fill": "a fill has no operands: it is the same for every example",
+    "arange": "a range has no operands (its length is an attribute): it is the same for every example",
 }
 
 # Ops whose outputs stay per-example when an operand is batched (their value is the same for every example).

@@ -71,6 +71,22 @@ def _layer_norm(node, ins, batched, size):
     return [y * gamma + beta]
 
 
+@batching_rule("batch_norm")
+def _batch_norm(node, ins, batched, size):
+    """Training-mode batch norm with per-example statistics: the batch axis is one more axis the
+    statistics keep, so the op is written out (its closed-form VJP stays with the unbatched op)."""
+    x, gamma, beta = all_batched(ins, batched, size)
+    channel = node.attrs["axis"] + 1
+    axes = tuple(i for i in range(1, x.ndim) if i != channel)
+    per_channel = tuple(x.shape[i] if i in (0, channel) else 1 for i in range(x.ndim))
+    mu = F.mean(x, axis=axes, keepdims=True)
+    xc = x - mu
+    var = F.mean(xc * xc, axis=axes, keepdims=True)
+    y = xc * F.rsqrt(var + node.attrs["eps"]) * F.reshape(gamma, per_channel) + F.reshape(beta, per_channel)
+    stats = (x.shape[0], x.shape[channel])
+    return [y, F.reshape(mu, stats), F.reshape(var, stats), xc]
+
+
 # -- shapes ---------------------------------------------------------------------------------------------
 @batching_rule("transpose")
 def _transpose(node, ins, batched, size):
@@ -120,14 +136,20 @@ def _after(node, ins, batched, size):
 
 
 # -- gather and scatter ------------------------------------------------------------------------------------
-def _offsets(idx: Tensor, size, n) -> Tensor:
-    """Batched indices into axis 0 of a (B·n, ...) merge: example b's index i becomes b·n + i (b·n is an
-    exclusive running sum, so the batch size may be symbolic)."""
+def _starts(size, n, ndim: int) -> Tensor:
+    """b·n for each example b, shaped (B, 1, ...) to add to batched int64 indices of rank `ndim`: where an
+    index into a (B·n, ...) merge of the examples starts (an exclusive running sum, so the batch size
+    may be symbolic)."""
     if not isinstance(n, int):
-        raise UnsupportedError(f"vmap: indexing an axis of symbolic size {n!r} with batched indices is not supported "
+        raise UnsupportedError(f"vmap: batched indices into an axis of symbolic size {n!r} are not supported "
                                f"(at {user_location()})")
     starts = F.cumsum(F.full((size,), n, np.int64), exclusive=True)
-    return F.cast(idx, np.int64) + F.reshape(starts, (size,) + (1,) * (idx.ndim - 1))
+    return F.reshape(starts, (size,) + (1,) * (ndim - 1))
+
+
+def _offsets(idx: Tensor, size, n) -> Tensor:
+    """Batched indices into axis 0 of a (B·n, ...) merge: example b's index i becomes b·n + i."""
+    return F.cast(idx, np.int64) + _starts(size, n, idx.ndim)
 
 
 def _axis_first(x: Tensor, axis: int) -> Tensor:
@@ -221,31 +243,35 @@ def _matrices(node, ins, batched, size):
 # -- convolution, pooling and resampling ---------------------------------------------------------------------
 @batching_rule("conv", "conv_transpose")
 def _conv(node, ins, batched, size):
+    """Shared weights: the batch merged into the images' axis. Per-example weights: see _grouped."""
     x, w, *bias = ins
-    if any(batched[1:]):
-        if node.op == "conv" and batched[1]:
-            return _conv_batched_weights(node, ins, batched, size)
-        raise UnsupportedError(f"vmap: {node.op} with a batched weight or bias is not supported (at {node.source})")
+    if batched[1]:
+        return _grouped(node, ins, batched, size)
+    x = x if batched[0] else broadcast(x, size)
     n = x.shape[1]
-    return [split(apply_n(node.op, [merge(x), w, *bias], **node.attrs)[0], size, n)]
+    y = split(apply_n(node.op, [merge(x), w, *([] if any(batched[2:]) else bias)], **node.attrs)[0], size, n)
+    if any(batched[2:]):                             # a per-example bias, added after
+        y = y + F.reshape(bias[0], (size, 1, bias[0].shape[1]) + (1,) * (y.ndim - 3))
+    return [y]
 
 
-def _conv_batched_weights(node, ins, batched, size):
-    """Per-example weights: the batch becomes groups of one grouped convolution."""
-    b = static(size, "conv with batched weights")
-    x, w, *bias = all_batched(ins, [batched[0], True, *([True] * (len(ins) - 2))], size)
-    n, groups = x.shape[1], node.attrs["groups"]
-    xg = F.reshape(F.swapaxes(x, 0, 1), (n, b * x.shape[2]) + x.shape[3:])          # (N, B·C, ...)
-    wg = F.reshape(w, (b * w.shape[1],) + w.shape[2:])                               # (B·Co, C/g, ...)
-    bg = [F.reshape(bias[0], (b * bias[0].shape[1],))] if bias else []
-    y = apply_n("conv", [xg, wg, *bg], **{**node.attrs, "groups": groups * b})[0]   # (N, B·Co, ...)
-    y = F.reshape(y, (n, b, w.shape[1]) + y.shape[2:])
-    return [F.swapaxes(y, 0, 1)]
+def _grouped(node, ins, batched, size):
+    """Per-example weights: the examples become groups of one grouped convolution, each example's
+    channels side by side ((B, N, C, ...) -> (N, B·C, ...)); the weights' leading axis (out channels of
+    conv, in channels of conv_transpose) stacks the same way."""
+    b = static(size, f"{node.op} with per-example weights")
+    x, w, *bias = all_batched(ins, batched, size)
+    n, out_channels = x.shape[1], node.outputs[0].shape[1]
+    xg = F.reshape(F.swapaxes(x, 0, 1), (n, b * x.shape[2]) + x.shape[3:])
+    wg = F.reshape(w, (b * w.shape[1],) + w.shape[2:])
+    bg = [F.reshape(bias[0], (b * out_channels,))] if bias else []
+    y = apply_n(node.op, [xg, wg, *bg], **{**node.attrs, "groups": node.attrs["groups"] * b})[0]
+    return [F.swapaxes(F.reshape(y, (n, b, out_channels) + y.shape[2:]), 0, 1)]
 
 
 @batching_rule("conv_weight_grad")
 def _conv_weight_grad(node, ins, batched, size):
-    """Per-example weight gradients: x and g grouped by example along the channels."""
+    """Per-example weight gradients: x and g grouped by example along the channels, as in _grouped."""
     b = static(size, "a per-example convolution weight gradient")
     x, g = all_batched(ins, batched, size)
     n = x.shape[1]
@@ -255,15 +281,41 @@ def _conv_weight_grad(node, ins, batched, size):
     return [F.reshape(y, (b, g.shape[2]) + y.shape[1:])]
 
 
-@batching_rule("max_pool", "avg_pool", "avg_pool_grad", "pool_gather", "pool_scatter", "resize")
-def _pool(node, ins, batched, size):
-    """Ops on (N, C, *spatial) images, each image alone: on (B·N, C, ...). Max pooling's flat indices
-    then count in the merged tensor, which is what pool_scatter and pool_gather, merged the same way,
-    read."""
-    ins = all_batched(ins, batched, size)
-    n = ins[0].shape[1]
-    attrs = dict(node.attrs)
-    if node.op == "pool_scatter":
-        attrs["shape"] = (dims.product((size, attrs["shape"][0])),) + tuple(attrs["shape"][1:])
-    outs = apply_n(node.op, [merge(x) for x in ins], **attrs)
-    return [split(y, size, n) for y in outs]
+@batching_rule("avg_pool", "avg_pool_grad", "resize")
+def _images(node, ins, batched, size):
+    """Ops on (N, C, *spatial) images, each image alone: on (B·N, C, ...)."""
+    x = ins[0]
+    return [split(apply_n(node.op, [merge(x)], **node.attrs)[0], size, x.shape[1])]
+
+
+@batching_rule("max_pool")
+def _max_pool(node, ins, batched, size):
+    """On (B·N, C, ...) images; the flat indices, which then count in the merged tensor, are made each
+    example's own again."""
+    x = ins[0]
+    y, idx = apply_n("max_pool", [merge(x)], **node.attrs)
+    idx = split(idx, size, x.shape[1])
+    return [split(y, size, x.shape[1]), idx - _starts(size, dims.product(x.shape[1:]), idx.ndim)]
+
+
+@batching_rule("pool_scatter")
+def _pool_scatter(node, ins, batched, size):
+    """Scatter into the (B·N, C, ...) merge of the examples' tensors (an image op again, which its
+    MaxUnpool lowering needs) at the indices offset by example."""
+    g, idx = all_batched(ins, batched, size)
+    shape = tuple(node.attrs["shape"])
+    idx = _offsets(idx, size, dims.product(shape))
+    merged = (dims.product((size, shape[0])),) + shape[1:]
+    y = apply_n("pool_scatter", [merge(g), merge(idx)], **{**node.attrs, "shape": merged})[0]
+    return [split(y, size, shape[0])]
+
+
+@batching_rule("pool_gather")
+def _pool_gather(node, ins, batched, size):
+    """Read the flat merge of the examples' tensors at the indices offset by example (a shared tensor
+    is read as it is: the output has the indices' shape)."""
+    h, idx = ins
+    if not batched[0]:
+        return apply_n("pool_gather", [h, idx], **node.attrs)
+    idx = idx if batched[1] else broadcast(idx, size)
+    return apply_n("pool_gather", [h, _offsets(idx, size, dims.product(h.shape[1:]))], **node.attrs)

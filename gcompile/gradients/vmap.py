@@ -35,13 +35,10 @@ from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, as_tensor, current_frame
 from ..ir.graph import Node
 from . import batching_loops, batching_rules  # noqa: F401 - they register the rules of the non-elementwise ops
-from .batching import NOT_BATCHED as NOT_BATCHED
-from .batching import RULES as RULES
-from .batching import batch_node, broadcast, rule_for
+from .batching import batch_node, broadcast
 from .engine import prune_new_nodes
 
 __all__ = ["vmap"]
-_rule = rule_for    # the batching rule of an op, or UnsupportedError naming it
 
 
 def _batch_region(graph, nodes: Sequence[Node], env: dict, size) -> None:

@@ -32,7 +32,8 @@ class NotSymbolic(Exception):
 
 
 class SymInts:
-    """An integer tensor known at import time up to symbolic dims (entries: ints or dim names)."""
+    """An integer tensor known at import time up to symbolic dims (entries: ints or dim names). Its dtype
+    may also be a float one: a size cast to float (whole numbers, divided only exactly)."""
     __slots__ = ("dtype", "values")
 
     def __init__(self, values, dtype=np.int64):
@@ -84,6 +85,13 @@ def _div(a, b):
     return _raise() if q is None else q
 
 
+def _exact_div(a, b):
+    """Division of whole numbers held as floats: symbolic only where it leaves no remainder."""
+    if isinstance(a, int) and isinstance(b, int) and (not b or a % b):
+        _raise()
+    return _div(a, b)
+
+
 def _add(a, b, sign=1):
     if isinstance(a, int) and isinstance(b, int):
         return a + sign * b
@@ -107,7 +115,8 @@ def _raise():
     raise NotSymbolic()
 
 
-SYMBOLIC_BINARY = {"Mul": _mul, "Div": _div, "Add": _add, "Sub": lambda a, b: _add(a, b, -1), "Equal": _equal}
+SYMBOLIC_BINARY = {"Mul": _mul, "Div": _div, "ExactDiv": _exact_div, "Add": _add, "Sub": lambda a, b: _add(a, b, -1),
+                   "Equal": _equal}
 
 
 # dtypes gcompile traces (ONNX's others: strings, bfloat16, float8, 4-bit, unsigned 16-64, complex)

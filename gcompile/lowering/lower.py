@@ -8,6 +8,8 @@ from ..collector import collector_paused
 from ..ir.graph import Graph
 from ..version import __version__
 from .context import LowerContext, value_info
+from .dedupe import dedupe_nodes
+from .order import schedule_order
 from .versions import choose_opset, runtime_limits
 
 
@@ -30,17 +32,22 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
         ctx.nodes.append(helper.make_node("Identity", [names[ref]], [out_name], name=out_name))
         outputs.append(value_info(out_name, graph.type_of(ref)))
     inputs = [value_info(n, graph.type_of(r)) for n, r in zip(input_names, graph.inputs)]
+    nodes = dedupe_nodes(ctx.nodes, set(graph.output_names))
+    nodes = schedule_order(nodes, graph.output_names)   # how ONNX Runtime loads and runs it: see order.py
     typed: dict = {}
     if value_types:   # each node output once, not the values that are graph inputs, initializers or outputs
         declared = set(input_names) | set(graph.output_names) | {t.name for t in ctx.initializers}
+        produced = {out for node in nodes for out in node.output}   # a merged repeat's outputs are gone
         for node in graph.topo_order():
             for i, t in enumerate(node.outputs):
                 tensor = names.get(node.out(i))
-                if tensor is not None and tensor not in declared and node.op not in ("input", "constant"):
+                if tensor is not None and tensor in produced and tensor not in declared \
+                        and node.op not in ("input", "constant"):
                     typed.setdefault(tensor, value_info(tensor, t))
-    onnx_graph = helper.make_graph(ctx.nodes, name, inputs, outputs, initializer=ctx.initializers,
+    onnx_graph = helper.make_graph(nodes, name, inputs, outputs, initializer=ctx.initializers,
                                    value_info=list(typed.values()))
     model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="gcompile", producer_version=__version__)
     model.ir_version = runtime_limits()[0]
     return model, ctx.float64_ops
+

@@ -9,7 +9,6 @@ before anything is read; .npz files are read with pickles refused.
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import struct
@@ -20,6 +19,7 @@ import numpy as np
 
 from ..errors import GcompileError, InputError
 from ..ir.dims import format_shape
+from ..runtime import npz
 from ..runtime.files import atomic_write
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
@@ -39,9 +39,7 @@ def _suffix(path) -> str:
 def write(path: str | os.PathLike, arrays: Mapping[str, np.ndarray]) -> None:
     """Write `arrays` to a .npz or .safetensors file (by `path`'s suffix), atomically."""
     if _suffix(path) == ".npz":
-        buffer = io.BytesIO()
-        np.savez(buffer, **dict(arrays))  # type: ignore[arg-type]
-        atomic_write(path, buffer.getvalue())
+        npz.write(path, dict(arrays))
         return
     header: dict[str, Any] = {}
     blobs, offset = [], 0
@@ -67,7 +65,8 @@ def read(path: str | os.PathLike, expected: Mapping[str, tuple[np.dtype, tuple]]
     where = os.fspath(path)
     if not os.path.isfile(where):
         raise GcompileError(f"{where}: no such state dict file")
-    arrays = _read_npz(where) if _suffix(path) == ".npz" else _read_safetensors(where, expected)
+    arrays = npz.read(where, expected, what="state dict", owner="module", strict=strict, exact_dtype=False) \
+        if _suffix(path) == ".npz" else _read_safetensors(where, expected)
     names = list(arrays)
     missing = [n for n in expected if n not in arrays]
     unexpected = [n for n in names if n not in expected]
@@ -76,14 +75,6 @@ def read(path: str | os.PathLike, expected: Mapping[str, tuple[np.dtype, tuple]]
             ([f"missing {', '.join(map(repr, missing))}"] if missing else [])
             + ([f"unexpected {', '.join(map(repr, unexpected[:10]))}"] if unexpected else [])))
     return arrays
-
-
-def _read_npz(where: str) -> dict[str, np.ndarray]:
-    try:
-        with np.load(where, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-    except (OSError, ValueError, EOFError) as err:
-        raise GcompileError(f"cannot read state dict {where!r}: {err}") from None
 
 
 def _read_safetensors(where: str, expected: Mapping[str, tuple[np.dtype, tuple]]) -> dict[str, np.ndarray]:

@@ -10,7 +10,7 @@ from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .shape_rules import broadcast_shapes, same_dtype, unary_any
 
-__all__ = ["add_n", "cast", "constant", "full", "identity", "ones_like", "stop_gradient", "zeros_like"]
+__all__ = ["add_n", "arange", "cast", "constant", "full", "identity", "ones_like", "stop_gradient", "zeros_like"]
 
 
 def _not_lowered(ctx, names, node):  # inputs and constants are handled by the lowering driver itself
@@ -93,6 +93,36 @@ def _lower_fill(ctx, names, node):
 
 defop("fill", infer=lambda types, shape, value, dtype: [tensor_type(dtype, shape)],
       reference=lambda shape, value, dtype: np.full(shape, value, dtype=dtype), lower=_lower_fill,
+      traits={Trait.NONDIFF, Trait.CHEAP})
+
+
+def arange(n, start=0, step=1, dtype="int64") -> Tensor:
+    """start, start + step, ..., start + (n-1)·step: `n` values of `dtype`, where `n` may be a symbolic
+    dim ("batch", x.shape[0]), so a range over a dynamic size keeps it symbolic (ONNX Range at run time)."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer, str)):
+        raise ShapeError(f"arange: n must be an int or a symbolic dim, got {n!r}")
+    if not isinstance(n, str) and n < 0:
+        raise ShapeError(f"arange: negative length {n}")
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "iuf":
+        raise ShapeError(f"arange: dtype {dtype.name} is not numeric")
+    index = apply("arange", [], shape=(n if isinstance(n, str) else int(n),), dtype=dtype)
+    if step != 1:
+        index = index * np.asarray(step, dtype)
+    return index + np.asarray(start, dtype) if start != 0 else index
+
+
+def _lower_arange(ctx, names, node):
+    """Range(0, n, 1) in int64 (n read from the shape where it is symbolic), cast to the dtype."""
+    a = node.attrs
+    n = ctx.emit("Reshape", [ctx.shape_tensor(a["shape"]), ctx.int64s([])])
+    index = ctx.emit("Range", [ctx.const(np.int64(0)), n, ctx.const(np.int64(1))])
+    dtype = np.dtype(a["dtype"])
+    return index if dtype == np.int64 else ctx.emit("Cast", [index], to=helper.np_dtype_to_tensor_dtype(dtype))
+
+
+defop("arange", infer=lambda types, shape, dtype: [tensor_type(dtype, shape)],
+      reference=lambda shape, dtype: np.arange(shape[0]).astype(dtype), lower=_lower_arange,
       traits={Trait.NONDIFF, Trait.CHEAP})
 
 

@@ -281,12 +281,14 @@ def _lower_conv_transpose(ctx, names, node):
 
 def _lower_conv_weight_grad(ctx, names, node):
     """gw[o, c, k] = sum over n, i of xpad[n, c, i*stride + k*dilation] * g[n, o, i]: with batch and
-    channels swapped, slice each kernel tap's strided window out of the padded x and stack the taps
-    beside the channels (im2col whose copies move whole planes), then one MatMul per group that
-    contracts batch and output positions at once. Its (channel, tap) order is already the weight
-    layout. (A Conv with g as its kernel computes the same, but onnxruntime runs such huge-kernel,
-    tiny-output convolutions several times slower; a channels-last im2col spent more on its
-    last-axis Concat than on the product, and a product per image more on summing the images.)"""
+    channels swapped, slice each kernel tap's strided window out of the padded x (a copy that
+    moves whole planes) and contract it with g in one MatMul per tap, over batch and output
+    positions at once (per group: a batched MatMul); the taps' (Co, Ci) results are joined last.
+    Joining the windows first (im2col) and running one long product copied the input once more
+    in the Concat, 9 times its size for a 3x3 kernel: the per-tap products took 0.7x its time
+    single-threaded and 0.9x with two threads (docs/performance.md). (A Conv with g as its
+    kernel computes the same, but onnxruntime runs such huge-kernel, tiny-output convolutions
+    several times slower.)"""
     a = node.attrs
     groups, kernel = a["groups"], a["kernel"]
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
@@ -296,17 +298,17 @@ def _lower_conv_weight_grad(ctx, names, node):
     x = ctx.emit("Transpose", [names[0]], perm=swap)                                      # (C, N, *S)
     if any(any(p) for p in a["pad"]):
         x = ctx.pad(x, [0, 0, *(p[0] for p in a["pad"])], [0, 0, *(p[1] for p in a["pad"])])
-    axes, flat = ctx.int64s(range(2, 2 + nsp)), ctx.int64s([0, 1, -1])
-    cols = []
+    axes, per_group = ctx.int64s(range(2, 2 + nsp)), ctx.int64s([groups, ci, -1])
+    g = ctx.emit("Reshape", [ctx.emit("Transpose", [names[1]], perm=swap), ctx.int64s([groups, co // groups, -1])])
+    parts = []
     for tap in _taps(kernel):
         window = _tap_window(tap, a["stride"], a["dilation"], out)[1:]
-        cols.append(ctx.emit("Reshape", [ctx.emit("Slice", [
+        cols = ctx.emit("Reshape", [ctx.emit("Slice", [
             x, ctx.int64s([w.start for w in window]), ctx.int64s([w.stop for w in window]), axes,
-            ctx.int64s(a["stride"])]), flat]))                                          # (C, 1, N*P)
-    cols = ctx.emit("Concat", cols, axis=1) if taps > 1 else cols[0]                     # (C, T, N*P)
-    cols = ctx.emit("Reshape", [cols, ctx.int64s([groups, ci * taps, -1])])
-    g = ctx.emit("Reshape", [ctx.emit("Transpose", [names[1]], perm=swap), ctx.int64s([groups, co // groups, -1])])
-    gw = ctx.emit("MatMul", [g, ctx.emit("Transpose", [cols], perm=[0, 2, 1])])         # (G, Co/G, Ci*T)
+            ctx.int64s(a["stride"])]), per_group])                                      # (G, Ci, N*P)
+        gw = ctx.emit("MatMul", [g, ctx.emit("Transpose", [cols], perm=[0, 2, 1])])     # (G, Co/G, Ci)
+        parts.append(ctx.emit("Reshape", [gw, ctx.int64s([co, ci, 1])]))
+    gw = ctx.emit("Concat", parts, axis=2) if taps > 1 else parts[0]                     # (Co, Ci, T)
     return ctx.emit("Reshape", [gw, ctx.int64s([co, ci, *kernel])])
 
 

@@ -8,10 +8,11 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import ShapeError
-from ..frontend.tensor import Tensor, apply, as_tensor
+from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast
+from .poly import SIGMOID_PRIME, TANH_PRIME, gelu_deriv, poly, silu_deriv
 from .shape_rules import binary_broadcast, broadcast_shapes, compare_broadcast, same_dtype, unary_float
 
 __all__ = ["abs", "add", "ceil", "clip", "cos", "divide", "elu", "equal", "erf", "exp", "expm1", "floor",
@@ -265,9 +266,11 @@ abs = _unary_def("abs", np.abs, _onnx("Abs"), lambda g, ins, outs: [g[0] * sign(
 sin = _unary_def("sin", np.sin, _onnx("Sin"), lambda g, ins, outs: [g[0] * cos(ins[0])])
 cos: Callable[..., Tensor] = _unary_def("cos", np.cos, _onnx("Cos"), lambda g, ins, outs: [-(g[0] * sin(ins[0]))])
 tan = _unary_def("tan", np.tan, _onnx("Tan"), lambda g, ins, outs: [g[0] * (1 + outs[0] * outs[0])])
-tanh = _unary_def("tanh", np.tanh, _onnx("Tanh"), lambda g, ins, outs: [g[0] * (1 - outs[0] * outs[0])])
+# tanh' = 1 - y², sigmoid' = s - s²: polynomials in the output, whose own derivatives are
+# closed forms too (ops/poly.py)
+tanh = _unary_def("tanh", np.tanh, _onnx("Tanh"), lambda g, ins, outs: [g[0] * poly(outs[0], TANH_PRIME)])
 sigmoid = _unary_def("sigmoid", lambda x: 0.5 * (1 + np.tanh(0.5 * x)), _onnx("Sigmoid"),
-                     lambda g, ins, outs: [g[0] * outs[0] * (1 - outs[0])])
+                     lambda g, ins, outs: [g[0] * poly(outs[0], SIGMOID_PRIME)])
 _erf_reference = np.vectorize(math.erf, otypes=[float])
 erf = _unary_def("erf", _erf_reference, _onnx("Erf"),
                  lambda g, ins, outs: [g[0] * (2 / math.sqrt(math.pi)) * exp(-(ins[0] * ins[0]))])
@@ -448,8 +451,35 @@ defop("softplus", infer=unary_float, reference=_softplus_reference, lower=_lower
 
 
 def silu(x) -> Tensor:
+    """x·sigmoid(x) (swish). One op whose derivatives of every order are closed forms in x and
+    sigmoid(x), its second output (ops/poly.py)."""
     x = as_tensor(x)
-    return x * sigmoid(x)
+    if x.dtype.kind != "f":   # as x * sigmoid(x) promotes: int64 gives float64
+        x = cast(x, np.result_type(x.dtype, np.float32))
+    return apply_n("silu", [x])[0]
+
+
+def _silu_reference(x):
+    s = 0.5 * (1 + np.tanh(0.5 * x))
+    return x * s, s
+
+
+def _lower_silu(ctx, names, node):
+    s = ctx.emit("Sigmoid", names)
+    return [ctx.emit("Mul", [names[0], s]), s]
+
+
+def _silu_vjp(g, ins, outs):
+    x, s = ins[0], outs[1]
+    gx = None if g[0] is None else g[0] * silu_deriv(x, s, 1)
+    if g[1] is not None:
+        gs = g[1] * poly(s, SIGMOID_PRIME)
+        gx = gs if gx is None else gx + gs
+    return [gx]
+
+
+defop("silu", infer=lambda types: unary_float(types) * 2, reference=_silu_reference, lower=_lower_silu,
+      vjp=_silu_vjp, traits={Trait.CHEAP, Trait.ELEMENTWISE})
 
 
 def gelu(x, approximate: bool = False) -> Tensor:
@@ -490,9 +520,7 @@ def _gelu_vjp(g, ins, outs, approximate):
         t = tanh(inner)
         dinner = _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
         return [g[0] * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * dinner)]
-    cdf = 0.5 * (1 + erf(x * (1 / math.sqrt(2))))
-    pdf = exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))
-    return [g[0] * (cdf + x * pdf)]
+    return [g[0] * gelu_deriv(x, 1)]     # Φ + x·φ, and closed forms at every higher order
 
 
 defop("gelu", infer=unary_float, reference=_gelu_reference, lower=_lower_gelu, vjp=_gelu_vjp,

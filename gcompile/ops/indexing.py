@@ -552,11 +552,12 @@ def pad(x, pads, mode: str = "constant", value=0) -> Tensor:
 
 # -- tile ---------------------------------------------------------------------------------------------
 def tile(x, reps) -> Tensor:
-    """numpy tile, as reshape → broadcast → reshape: each tiled axis d becomes a (rep, d) pair, so the
-    gradient is broadcast's (a sum over the rep axes)."""
+    """numpy tile (a repetition count may be a symbolic dim), as reshape → broadcast → reshape: each
+    tiled axis d becomes a (rep, d) pair, so the gradient is broadcast's (a sum over the rep axes)."""
     x = as_tensor(x)
-    reps = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(r) for r in reps)
-    if any(r < 0 for r in reps):
+    reps = (reps,) if isinstance(reps, (int, np.integer, str)) else tuple(reps)
+    reps = tuple(r if isinstance(r, str) else int(r) for r in reps)     # symbolic dims repeat a dynamic count
+    if any(isinstance(r, int) and r < 0 for r in reps):
         raise ShapeError(f"tile: negative repetitions {reps}")
     n = max(len(reps), x.ndim)
     reps, shape = (1,) * (n - len(reps)) + reps, (1,) * (n - x.ndim) + x.shape

@@ -1,10 +1,11 @@
 """Neural-network functions: softmax family, losses, normalisation, dropout.
 
-softmax, log_softmax, layer_norm and dropout are primitive ops so they lower to ONNX's
-fused kernels; their VJP rules are written with gcompile ops, so they differentiate
-again. The losses and batch_norm are compositions: their gradients come from the rules
-of the ops they are built from, which keeps them stable and differentiable to any order
-(ARCHITECTURE.md §9.2: the cross-entropy gradient falls out as (softmax(x) - onehot(t))·dz).
+softmax, log_softmax, layer_norm, training-mode batch_norm and dropout are primitive ops so
+they lower to ONNX's fused kernels and differentiate in closed form; their VJP rules are
+written with gcompile ops, so they differentiate again. The losses and inference-mode
+batch_norm are compositions: their gradients come from the rules of the ops they are built
+from, which keeps them stable and differentiable to any order (ARCHITECTURE.md §9.2: the
+cross-entropy gradient falls out as (softmax(x) - onehot(t))·dz).
 """
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast
 from .elementwise import _promote, equal, exp, rsqrt, softplus
-from .reduce import mean
+from .reduce import count, mean
 from .reduce import sum as reduce_sum
-from .shape import expand_dims, reshape
+from .shape import broadcast_to, expand_dims, reshape
 from .shape_rules import axis_for, require_float, same_dtype, unary_float
 
 __all__ = ["batch_norm", "dropout", "layer_norm", "log_softmax", "mse", "one_hot", "sigmoid_cross_entropy",
@@ -200,9 +201,9 @@ def batch_norm(x, gamma, beta, running_mean=None, running_var=None, axis: int = 
                training: bool = True, return_stats: bool = False):
     """Normalise each channel (index along `axis`) by its statistics, then scale and shift.
 
-    training=True uses the batch's mean and biased variance over every axis but `axis` (a
-    composition of ops, so gradients flow through the statistics); running_mean/running_var
-    are ignored then. training=False uses running_mean and running_var (required). The
+    training=True uses the batch's mean and biased variance over every axis but `axis`
+    (gradients flow through the statistics, in closed form); running_mean/running_var are
+    ignored then. training=False uses running_mean and running_var (required). The
     running statistics are the caller's to update: return_stats=True also returns the
     (mean, variance) used, each of shape (C,).
     """
@@ -216,15 +217,96 @@ def batch_norm(x, gamma, beta, running_mean=None, running_var=None, axis: int = 
         if p.shape != (c,):
             raise ShapeError(f"batch_norm: {name} must have shape ({c},) (the size of axis {ax} of x "
                              f"{format_shape(x.shape)}), got {format_shape(p.shape)} (at {user_location()})")
-    per_channel = tuple(c if i == ax else 1 for i in range(x.ndim))
-    gamma, beta, *stats = [reshape(p, per_channel) for p in params]
     if training:
-        mu, xc, var = _centred(x, tuple(i for i in range(x.ndim) if i != ax))
-    else:
-        mu, var = stats
-        xc = x - mu
-    y = xc * rsqrt(var + eps) * gamma + beta
+        y, mu, var, _ = apply_n("batch_norm", [x, *params], axis=ax, eps=float(eps))
+        return (y, mu, var) if return_stats else y
+    per_channel = tuple(c if i == ax else 1 for i in range(x.ndim))
+    gamma, beta, mu, var = [reshape(p, per_channel) for p in params]
+    y = (x - mu) * rsqrt(var + eps) * gamma + beta
     return (y, reshape(mu, (c,)), reshape(var, (c,))) if return_stats else y
+
+
+# Training-mode batch norm: y = (x - mean) / sqrt(var + eps) * gamma + beta with the batch's
+# mean and biased variance per channel, returned as outputs 1 and 2; output 3 is the centred
+# x - mean, which the forward computes anyway and the backward reads (one tensor kept, not x).
+def _channel_shape(x, axis) -> tuple:
+    return tuple(d if i == axis else 1 for i, d in enumerate(x.shape))
+
+
+def _other_axes(ndim: int, axis: int) -> tuple:
+    return tuple(i for i in range(ndim) if i != axis)
+
+
+def _batch_norm_infer(types, axis, eps):
+    x = types[0]
+    require_float(x)
+    same_dtype(types)
+    stat = tensor_type(x.dtype, (x.shape[axis],))
+    return [x, stat, stat, x]
+
+
+def _batch_norm_reference(x, gamma, beta, axis, eps):
+    axes, shape = _other_axes(x.ndim, axis), _channel_shape(x, axis)
+    mu, var = x.mean(axes), x.var(axes)
+    xc = x - mu.reshape(shape)
+    return xc / np.sqrt(var.reshape(shape) + eps) * gamma.reshape(shape) + beta.reshape(shape), mu, var, xc
+
+
+def _lower_batch_norm(ctx, names, node):
+    """ReduceMean, the centred x, the mean of its square (ONNX Runtime's ReduceSumSquare over
+    these axes took twice as long as Mul and ReduceMean), then ONNX's own BatchNormalization
+    with those statistics (one pass) where the channel axis is 1."""
+    x, gamma, beta = names
+    a, t = node.attrs, node.outputs[0]
+    axes, shape = _other_axes(len(t.shape), a["axis"]), _channel_shape(t, a["axis"])
+    mu = ctx.emit("Reshape", [ctx.emit("ReduceMean", [x, ctx.int64s(axes)], keepdims=0), ctx.int64s([-1])],
+                  allowzero=1)
+    xc = ctx.emit("Sub", [x, ctx.emit("Reshape", [mu, ctx.shape_tensor(shape)], allowzero=1)])
+    var = ctx.emit("ReduceMean", [ctx.emit("Mul", [xc, xc]), ctx.int64s(axes)], keepdims=0)
+    if a["axis"] == 1:
+        y = ctx.emit("BatchNormalization", [x, gamma, beta, mu, var], epsilon=a["eps"])
+    else:
+        eps = ctx.const(np.asarray(a["eps"], t.dtype))
+        scale = ctx.emit("Div", [gamma, ctx.emit("Sqrt", [ctx.emit("Add", [var, eps])])])
+        y = ctx.emit("Add", [ctx.emit("Mul", [xc, ctx.emit("Reshape", [scale, ctx.shape_tensor(shape)])]),
+                             ctx.emit("Reshape", [beta, ctx.shape_tensor(shape)])])
+    return [y, mu, var, xc]
+
+
+def _batch_norm_vjp(g, ins, outs, axis, eps):
+    """With xc = x - mean, r = 1/sqrt(var + eps), a = gamma·r and n elements per channel:
+    dbeta = Σ gy, dgamma = r·Σ gy·xc, and dx = a·gy - a·Σgy/n - xc·a·r²·Σ(gy·xc)/n — two
+    reductions and one fused expression, not the backward of every op of the definition.
+    Cotangents of the returned statistics add gmean/n and 2·gvar·xc/n, and one of the centred
+    x (from a higher-order backward, which reads it) gxc - mean(gxc)."""
+    x, gamma, _ = ins
+    _, _, var, xc = outs
+    gy, gmu, gvar, gxc = g
+    axes, shape = _other_axes(x.ndim, axis), _channel_shape(x, axis)
+    r = rsqrt(reshape(var, shape) + eps)
+    n = count(x, axes)
+    gx = g_gamma = g_beta = None
+    if gy is not None:
+        sum_g = reduce_sum(gy, axes, keepdims=True)
+        sum_gxc = reduce_sum(gy * xc, axes, keepdims=True)
+        a = reshape(gamma, shape) * r
+        gx = a * gy + (xc * (-(a * r * r * sum_gxc) / n) - a * sum_g / n)
+        g_gamma, g_beta = reshape(sum_gxc * r, gamma.shape), reshape(sum_g, gamma.shape)
+    if gmu is not None:
+        gx = _plus(gx, broadcast_to(reshape(gmu, shape) / n, x.shape))
+    if gvar is not None:
+        gx = _plus(gx, xc * (reshape(gvar, shape) * (2 / n)))
+    if gxc is not None:
+        gx = _plus(gx, gxc - mean(gxc, axes, keepdims=True))
+    return [gx, g_gamma, g_beta]
+
+
+def _plus(a, b):
+    return b if a is None else a + b
+
+
+defop("batch_norm", infer=_batch_norm_infer, reference=_batch_norm_reference, lower=_lower_batch_norm,
+      vjp=_batch_norm_vjp)
 
 
 # -- dropout -----------------------------------------------------------------------------------------

@@ -26,12 +26,23 @@ Pass = Callable[[Graph], PassResult]
 LINT = False
 
 
-def replace_uses(graph: Graph, old: ValueRef, new: ValueRef) -> None:
-    """Make every consumer of `old` (and the graph outputs) read `new` instead."""
+def replace_uses(graph: Graph, old: ValueRef, new: ValueRef, outputs: bool = True) -> None:
+    """Make every consumer of `old` (and the graph outputs, unless outputs=False) read `new` instead.
+
+    A pass that replaces many values leaves the outputs out and calls replace_outputs once: a
+    gradient has an output per parameter, and scanning them on every call made CSE of a
+    12,500-layer MLP's gradient quadratic (11 s of a 40,000-node build)."""
     for consumer in graph.consumers(old.node):
         if old in consumer.inputs:
             graph.replace_inputs(consumer, [new if r == old else r for r in consumer.inputs])
-    graph.outputs = [new if r == old else r for r in graph.outputs]
+    if outputs and old in graph.outputs:
+        graph.outputs = [new if r == old else r for r in graph.outputs]
+
+
+def replace_outputs(graph: Graph, replaced: dict[ValueRef, ValueRef]) -> None:
+    """Point the graph outputs that read a key of `replaced` at its value."""
+    if replaced:
+        graph.outputs = [replaced.get(r, r) for r in graph.outputs]
 
 
 def run_pass(graph: Graph, p: Pass) -> PassResult:

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..ir.graph import Graph, Node
 from ..ir.registry import is_random
-from .base import PassResult, replace_uses
+from .base import PassResult, replace_outputs, replace_uses
 
 _MAX_CONSTANT_BYTES = 1 << 16   # larger constants are compared by identity only
 
@@ -46,6 +46,7 @@ def _node_key(node: Node, position: dict[int, int]) -> tuple:
 
 def eliminate_common_subexpressions(graph: Graph) -> PassResult:
     seen: dict = {}
+    replaced: dict = {}
     changed = False
     for node in graph.topo_order():
         if node.op == "input" or is_random(node):
@@ -55,8 +56,10 @@ def eliminate_common_subexpressions(graph: Graph) -> PassResult:
         if first is node:
             continue
         for i in range(len(node.outputs)):
-            replace_uses(graph, node.out(i), first.out(i))
+            replace_uses(graph, node.out(i), first.out(i), outputs=False)
+            replaced[node.out(i)] = first.out(i)
         first.order = min(first.order, node.order)
         graph.remove_node(node.id)
         changed = True
+    replace_outputs(graph, replaced)
     return PassResult(graph, changed)

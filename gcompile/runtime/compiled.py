@@ -30,18 +30,18 @@ def _ort_value_type():
     return ort.OrtValue
 
 
-def load_session(serialized: Serialized, provider: str):
-    """An onnxruntime session for a serialised model and, for a model too large for one
-    protobuf, its external data: onnxruntime reads that only from beside a model path, so
-    both go to a scratch folder first."""
+def load_session(serialized: Serialized, provider: str, nodes: int | None = None):
+    """An onnxruntime session for a serialised model (of `nodes` nodes, when known) and, for a
+    model too large for one protobuf, its external data: onnxruntime reads that only from beside
+    a model path, so both go to a scratch folder first."""
     data, weights, location = serialized
     if weights is None or location is None:
-        return make_session(data, provider)
+        return make_session(data, provider, nodes=nodes)
     with tempfile.TemporaryDirectory(prefix="gcompile-") as folder:
         for file_name, blob in ((location, weights), ("model.onnx", data)):
             with open(os.path.join(folder, file_name), "wb") as f:
                 f.write(blob)
-        return make_session(os.path.join(folder, "model.onnx"), provider)
+        return make_session(os.path.join(folder, "model.onnx"), provider, nodes=nodes)
 
 
 def non_finite(value: np.ndarray) -> str | None:
@@ -75,7 +75,8 @@ class CompiledFunction:
             raise GcompileError("onnxruntime's CPU provider has no float64 kernel for: " + "; ".join(float64_ops)
                                 + ". Compile this function in float32, or run the saved model on a runtime "
                                   "that has these kernels")
-        self._session = load_session(serialize(model, "model.onnx", EXTERNAL_DATA_THRESHOLD), provider)
+        self._session = load_session(serialize(model, "model.onnx", EXTERNAL_DATA_THRESHOLD), provider,
+                                     nodes=len(model.graph.node))
         self._output_names = list(traced.graph.output_names)
 
     @property

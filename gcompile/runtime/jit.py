@@ -198,6 +198,13 @@ def jit(fn: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
     return wrap if fn is None else wrap(fn)
 
 
+def _takes_arguments(fn: Callable) -> bool:
+    try:
+        return bool(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):   # no signature to read: keep the decorator's reading
+        return True
+
+
 def compile(fn: Callable | None = None, *args: Any, provider: str = "auto", opset: int | None = None,
             optimize: int = 2, name: str | None = None, check_numerics: bool = False,
             recompute: bool = False) -> Any:
@@ -210,9 +217,10 @@ def compile(fn: Callable | None = None, *args: Any, provider: str = "auto", opse
     (regions marked with gc.checkpoint are recomputed either way); see passes/recompute.py.
 
     Without argument specs, as a bare decorator (@gc.compile, or @gc.compile(provider="cpu")),
-    it is gc.jit: specs are taken from each call's arrays (runtime/jit.py).
+    it is gc.jit: specs are taken from each call's arrays (runtime/jit.py). A function that takes
+    no argument at all has nothing to wait for and is compiled at once.
     """
-    if fn is None or not args:
+    if fn is None or (not args and _takes_arguments(fn)):
         return jit(fn, provider=provider, opset=opset, optimize=optimize, name=name,
                    check_numerics=check_numerics, recompute=recompute)
     traced = trace(fn, args, name=name)

@@ -121,8 +121,8 @@ def session(f: ModelFile, provider: str):
     data handed over from the verified mappings. (An onnxruntime older than 1.29 cannot take those:
     it reads the model and its data again from beside the model's path.)"""
     if f.external and not external_data_from_memory():
-        return make_session(os.path.abspath(f.path), provider)
-    return make_session(f.data, provider, f.external)
+        return make_session(os.path.abspath(f.path), provider, nodes=len(f.model.graph.node))
+    return make_session(f.data, provider, f.external, nodes=len(f.model.graph.node))
 
 
 def check_manifest(path, data: bytes, external: Mapping[str, Any] | None = None) -> None:

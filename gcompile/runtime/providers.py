@@ -15,9 +15,23 @@ from typing import Any
 
 from ..errors import GcompileError
 from ..install_check import onnxruntime  # every first use of onnxruntime is checked (a doubled install)
+from .adaptive import ADAPT_MAX_BYTES, ADAPT_MAX_NODES, AdaptiveSession
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 _ERRORS, _SILENT = 3, 4   # onnxruntime log severities
+
+# Above this many ONNX nodes a session plans memory without reusing buffers statically: ONNX
+# Runtime's planner scans a list of freed buffers for each allocation, and a backward pass frees
+# far more forward-shaped buffers than it asks for, so planning grew quadratically (18 s of a
+# 19,000-node LSTM gradient's session). The arena and the per-shape memory pattern still reuse
+# memory at run time: peak RSS measured the same (docs/performance.md).
+MEMORY_REUSE_MAX_NODES = 4000
+# Above this many, no memory pattern either: with static reuse off, ONNX Runtime plans the first
+# run's memory pattern by placing every buffer among the live ones, which grew quadratically too
+# (a 98,000-node LSTM gradient's first run took 60 s of CPU; without the pattern 0.2 s). Later
+# runs then allocate from the arena as they go: 5-25% slower per run at 30,000 nodes, where the
+# pattern's first run still cost 1-1.4 s.
+MEMORY_PATTERN_MAX_NODES = 50000
 
 
 @functools.cache
@@ -83,28 +97,70 @@ def quiet_onnxruntime() -> Iterator[None]:
                 ort.set_default_logger_severity(_ERRORS)
 
 
-def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] | None = None,
-                 threads: int | None = None):
-    """A session for serialised model bytes or a model path (a path lets onnxruntime find external data).
+# Pad_Fusion merges a zero Pad into a following MaxPool, whose pads count as -inf: wrong
+# wherever a padded zero is a window's maximum. gcompile's own models never match it
+# (LowerContext.pad); disabling it keeps `gcompile run` right on other people's models too.
+# MatMulScaleFusion folds a scalar Mul into FusedMatMul's alpha, a float32 attribute: a float64
+# x @ y * scale then carries float32 rounding (1e-8 relative).
+DISABLED_OPTIMIZERS = ["Pad_Fusion", "MatMulScaleFusion"]
 
-    `external` maps the external data locations a model given as bytes refers to onto their
-    contents (see external_data_from_memory). `threads`: onnxruntime's intra-op threads (default:
-    every CPU; a process sharing the machine, such as a distributed worker, passes its share)."""
+
+def session_options(nodes: int | None = None, threads: int | None = None):
+    """The onnxruntime SessionOptions gcompile's sessions use, for a model of `nodes` nodes when
+    known (memory planning by size: MEMORY_REUSE_MAX_NODES, MEMORY_PATTERN_MAX_NODES;
+    tools/profile.py starts from them too): `threads` intra-op threads (default: one per core)
+    that never spin while waiting (runtime/adaptive.py says why)."""
     ort = onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads or os.cpu_count() or 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if nodes is not None and nodes > MEMORY_REUSE_MAX_NODES:
+        options.enable_mem_reuse = False
+    if nodes is not None and nodes > MEMORY_PATTERN_MAX_NODES:
+        options.enable_mem_pattern = False
     options.log_severity_level = _SILENT      # also at run time: errors reach the caller as exceptions
-    if external:
-        names = list(external)
-        options.add_external_initializers_from_files_in_memory(names, [external[n] for n in names],
-                                                               [len(external[n]) for n in names])
-    providers = [PROVIDERS[provider]] + ([PROVIDERS["cpu"]] if provider != "cpu" else [])
-    # Pad_Fusion merges a zero Pad into a following MaxPool, whose pads count as -inf: wrong
-    # wherever a padded zero is a window's maximum. gcompile's own models never match it
-    # (LowerContext.pad); this keeps `gcompile run` right on other people's models too.
-    # MatMulScaleFusion folds a scalar Mul into FusedMatMul's alpha, a float32 attribute: a float64
-    # x @ y * scale then carries float32 rounding (1e-8 relative).
-    with quiet_onnxruntime():
-        return ort.InferenceSession(model, options, providers=providers,
-                                    disabled_optimizers=["Pad_Fusion", "MatMulScaleFusion"])
+    return options
+
+
+def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] | None = None,
+                 nodes: int | None = None, threads: int | None = None):
+    """A session for serialised model bytes or a model path (a path lets onnxruntime find external data).
+
+    `external` maps the external data locations a model given as bytes refers to onto their
+    contents (see external_data_from_memory); `nodes` is the model's node count, when known
+    (see MEMORY_REUSE_MAX_NODES). `threads`: onnxruntime's intra-op threads, for a process that
+    shares the machine by design (a distributed worker passes its share); the environment
+    variable GCOMPILE_THREADS sets it for every session. Otherwise, on the CPU of a machine with
+    several cores, for model bytes of at most adaptive.ADAPT_MAX_NODES nodes and ADAPT_MAX_BYTES,
+    the session picks its thread count by timing itself (runtime/adaptive.py)."""
+    ort = onnxruntime()
+    threads = threads or configured_threads()
+
+    def make(threads: int | None = None):
+        options = session_options(nodes, threads)
+        if external:
+            names = list(external)
+            options.add_external_initializers_from_files_in_memory(names, [external[n] for n in names],
+                                                                   [len(external[n]) for n in names])
+        providers = [PROVIDERS[provider]] + ([PROVIDERS["cpu"]] if provider != "cpu" else [])
+        with quiet_onnxruntime():
+            return ort.InferenceSession(model, options, providers=providers, disabled_optimizers=DISABLED_OPTIMIZERS)
+    cores = os.cpu_count() or 1
+    # A model read from a path may sit in a scratch folder gone before the second session is made.
+    size = len(model) + sum(len(v) for v in (external or {}).values()) if isinstance(model, bytes) else None
+    if threads is None and provider == "cpu" and cores > 1 and nodes is not None and nodes <= ADAPT_MAX_NODES \
+            and size is not None and size <= ADAPT_MAX_BYTES:
+        return AdaptiveSession(make, cores)
+    return make(threads)
+
+
+def configured_threads() -> int | None:
+    """GCOMPILE_THREADS as a positive thread count, or None when unset (a clear error otherwise)."""
+    value = os.environ.get("GCOMPILE_THREADS", "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise GcompileError(f"GCOMPILE_THREADS must be a positive whole number of threads, got {value!r}")
+    return int(value)
+

@@ -21,10 +21,9 @@ from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError
 from ..ir.dims import format_shape
-from ..runtime import modelfile
+from ..runtime import modelfile, npz
 from ..runtime.modelfile import signature
 from ..runtime.providers import PROVIDERS, make_session, resolve_provider
-from . import checkpoint
 from .layout import StepLayout
 
 if TYPE_CHECKING:
@@ -50,7 +49,8 @@ def _opened(step: Any) -> Iterator[tuple[onnx.ModelProto, dict | None, str | Non
     else:
         raise GcompileError(f"Trainer takes a compiled training step (gc.export_train_step), an onnx.ModelProto "
                             f"or the path of a saved training-step model, got {type(step).__name__}")
-    yield model, params, provider, functools.partial(make_session, model.SerializeToString())
+    nodes = len(model.graph.node)
+    yield model, params, provider, functools.partial(make_session, model.SerializeToString(), nodes=nodes)
 
 
 class Trainer:
@@ -213,11 +213,11 @@ class Trainer:
     def save(self, path: str | os.PathLike) -> None:
         """Write parameters, buffers, optimizer state and step counter to an .npz file, atomically."""
         values = {**self.params, **self.buffers, **self.state, "step": self._live["step"].numpy()}
-        checkpoint.write(path, {entry: values[name] for entry, name in self._entries().items()})
+        npz.write(path, {entry: values[name] for entry, name in self._entries().items()})
 
     def load(self, path: str | os.PathLike) -> None:
         """Resume from a checkpoint written by `save`: the next step is the one that would have followed.
-        The file is checked against this step's layout before any array is read (checkpoint.read)."""
+        The file is checked against this step's layout before any array is read (runtime/npz.py)."""
         entries = self._entries()
-        arrays = checkpoint.read(path, {entry: self._types[name] for entry, name in entries.items()})
+        arrays = npz.read(path, {entry: self._types[name] for entry, name in entries.items()})
         self._set({name: arrays[entry] for entry, name in entries.items()})

@@ -121,3 +121,27 @@ def test_an_op_without_a_batching_rule_is_named(scratch_op):
         gc.compile(gc.vmap(lambda x: apply("scratch_unbatched", [x])), rand(B, 2))
     with pytest.raises(gc.ShapeError, match="batch sizes 4 and 3"):
         gc.compile(gc.vmap(lambda a, b: a + b), rand(4, 2), rand(3, 2))
+
+
+def test_training_batch_norm_and_closed_form_activations():
+    """Ops with closed-form derivatives (poly, silu, gelu_deriv, silu_deriv) and training-mode
+    batch norm, whose statistics become per-example under vmap, at first and second order."""
+    def energy(w, x):
+        h = F.batch_norm(x @ w, np.ones(3), np.zeros(3), axis=1)
+        return F.sum(F.silu(h) + F.tanh(h) * F.sigmoid(h))
+
+    def forces(w, x):
+        return gc.grad(energy, argnums=1)(w, x)
+
+    def loss_grad(w, x):
+        return gc.grad(lambda w, x: F.sum(forces(w, x) ** 2))(w, x)
+    _check(energy, [rand(4, 3)], [rand(B, 5, 4)])
+    _check(forces, [rand(4, 3)], [rand(B, 5, 4)])
+    _check(loss_grad, [rand(4, 3)], [rand(B, 5, 4)], rtol=1e-8, atol=1e-9)
+
+
+def test_exact_gelu_derivatives_in_float32():   # ONNX Runtime's CPU Erf is float32 only
+    def forces(x):
+        return gc.grad(lambda x: F.sum(F.gelu(x, approximate=False) * x))(x)
+    _check(lambda x: gc.grad(lambda x: F.sum(forces(x) ** 2))(x), [], [rand(B, 5)], rtol=1e-4, atol=1e-5,
+           dtype=np.float32)

@@ -10,11 +10,13 @@ import gcompile as gc
 import gcompile.functions as F
 from gcompile.frontend.tensor import apply, apply_n
 from gcompile.frontend.trace import trace
-from gcompile.gradients import vmap as V
+from gcompile.gradients import batching
+from gcompile.gradients import vmap as _registers_the_rules  # noqa: F401
 from gcompile.ir.evaluate import evaluate
 from gcompile.ir.registry import REGISTRY, Trait
 
-from ..elementwise_samples import ATTRS, arity, elementwise_ops, operands
+from ..elementwise_samples import ATTRS, arity, operands
+from .vmap_samples import SAMPLES
 
 RNG = np.random.default_rng(0)
 B = 3
@@ -64,39 +66,13 @@ def check_vmap(fn, args, in_axes, *, ort=False, symbolic=True, rtol=1e-9, atol=1
     if ort:
         cf = gc.compile(batched, *(_symbolic(args, in_axes) if symbolic else args), provider="cpu")
         for k, g in enumerate(cf.run_flat(*_leaves(args))):
-            np.testing.assert_allclose(g, expected[k], rtol=1e-7, atol=1e-9, err_msg=f"onnxruntime, output {k}")
+            np.testing.assert_allclose(g, expected[k], rtol=max(rtol, 1e-7), atol=max(atol, 1e-9),
+                                       err_msg=f"onnxruntime, output {k}")
     return expected
 
 
-# -- coverage ---------------------------------------------------------------------------------------------------
-def test_every_registry_op_batches_or_is_refused_with_a_reason():
-    """A new op fails here, named, until it declares Trait.ELEMENTWISE, gets a rule in
-    gradients/batching_rules.py (or batching_loops.py), or joins NOT_BATCHED with its reason."""
-    missing = []
-    for name in sorted(REGISTRY):
-        if name in V.NOT_BATCHED:
-            assert V.NOT_BATCHED[name].strip(), name
-            with pytest.raises(gc.UnsupportedError, match=f"op '{name}' is never batched: "):
-                V._rule(name)
-            continue
-        try:
-            V._rule(name)
-        except gc.UnsupportedError:
-            missing.append(name)
-    assert not missing, f"ops without a batching rule: {missing}"
-
-
-def test_the_ops_never_batched_have_no_operands():
-    """What NOT_BATCHED says: these ops read nothing, so no node of theirs reads a batched value."""
-    graph = trace(lambda x: x + F.full((2,), 1.0, np.float64) + np.ones(2), [rand(2)]).graph
-    ops = {n.op: n for n in graph.nodes.values()}
-    assert {"input", "constant", "fill"} <= set(ops) and set(V.NOT_BATCHED) == {"input", "constant", "fill"}
-    assert all(not ops[name].inputs for name in V.NOT_BATCHED)
-
-
-# -- elementwise ---------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("op", elementwise_ops())
-def test_every_elementwise_op_batches_with_batched_and_shared_operands(op):
+# -- coverage: every op of the registry ---------------------------------------------------------------------------
+def _check_elementwise(op):
     """Batched operands of lower per-example rank than a shared one, and the other way round."""
     attrs, n = ATTRS.get(op, {}), arity(op)
     shapes = [(2, 3), (3,), (2, 1)][:n]
@@ -110,6 +86,50 @@ def test_every_elementwise_op_batches_with_batched_and_shared_operands(op):
         arrays = operands(op, [(B, *s) if m else s for s, m in zip(shapes, mask)], RNG)
         with np.errstate(all="ignore"):
             check_vmap(fn, arrays, [0 if m else None for m in mask], symbolic=mask[0], rtol=1e-12, atol=0)
+
+
+def _check_sample(op):
+    """The op's sample with its batched arguments as given (also on ONNX Runtime), then with each one
+    alone batched and the others shared."""
+    sample = SAMPLES.get(op)
+    if sample is None:
+        pytest.fail(f"{op}: give it a sample call in tests/gradients/vmap_samples.py")
+    dtype, (rtol, atol) = (np.float32, (1e-4, 1e-5)) if sample.float32 else (np.float64, (1e-8, 1e-10))
+    all_args = [gc.tree_util.tree_map(lambda x: x.astype(dtype) if x.dtype.kind == "f" else x, a) for a in sample.args]
+    first = _examples(all_args, sample.in_axes, 0)
+    assert op in {n.op for n in trace(sample.fn, first).graph.nodes.values()}, f"the sample of {op} never records it"
+    check_vmap(sample.fn, all_args, sample.in_axes, ort=True, symbolic=sample.symbolic, rtol=rtol, atol=atol)
+    batched = [i for i, ax in enumerate(sample.in_axes) if ax is not None]
+    for alone in batched if len(batched) > 1 else ():
+        args = [a if i == alone else f for i, (a, f) in enumerate(zip(all_args, first))]
+        axes = [ax if i == alone else None for i, ax in enumerate(sample.in_axes)]
+        check_vmap(sample.fn, args, axes, symbolic=sample.symbolic, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("op", sorted(REGISTRY))
+def test_every_registry_op_batches_or_is_refused_with_a_reason(op):
+    """vmap of the op equals the op on each example, stacked; or the op is never batched, with the reason.
+    A new op fails here, named, until it declares Trait.ELEMENTWISE (and has operands in
+    tests/elementwise_samples.py) or gets a rule (gradients/batching_rules.py, batching_loops.py) and a
+    sample (tests/gradients/vmap_samples.py), or joins batching.NOT_BATCHED with its reason."""
+    if op in batching.NOT_BATCHED:
+        assert batching.NOT_BATCHED[op].strip()
+        with pytest.raises(gc.UnsupportedError, match=f"op '{op}' is never batched: "):
+            batching.rule_for(op)
+    elif Trait.ELEMENTWISE in REGISTRY[op].traits:
+        _check_elementwise(op)
+    else:
+        assert op in batching.RULES, f"{op}: no batching rule"
+        _check_sample(op)
+
+
+def test_the_ops_never_batched_have_no_operands():
+    """What NOT_BATCHED says: these ops read nothing, so no node of theirs reads a batched value."""
+    graph = trace(lambda x: x + F.full((2,), 1.0, np.float64) + np.ones(2) + F.arange(2, dtype=np.float64),
+                  [rand(2)]).graph
+    ops = {n.op: n for n in graph.nodes.values()}
+    assert set(batching.NOT_BATCHED) == {"input", "constant", "fill", "arange"} <= set(ops)
+    assert all(not ops[name].inputs for name in batching.NOT_BATCHED)
 
 
 def test_per_example_gradients_through_the_new_elementwise_ops():
@@ -273,7 +293,48 @@ def test_per_example_gradients_of_an_lstm():
     def loss(weights, xs):
         ys, h, c = F.lstm(xs[:, None], np.zeros((1, 1, hidden)), np.zeros((1, 1, hidden)), weights)
         return F.sum(ys ** 2) + F.sum(h * c)
-    check_vmap(gc.grad(loss), [weights, rand(B, 4, feat)], [None, 0], ort=True, rtol=1e-8, atol=1e-10)
+    xs = rand(B, 8, feat)                                                     # long enough for F.lstm to scan
+    check_vmap(gc.grad(loss), [weights, xs], [None, 0], ort=True, rtol=1e-8, atol=1e-10)
+    graph = trace(gc.vmap(gc.grad(loss), (None, 0)), [weights, xs]).graph
+    ops = [n.op for n in graph.nodes.values()]
+    assert ops.count("scan") == 2 and ops.count("while") == 0                 # batched loops, not unrolled steps
+
+
+# -- per-example gradients through the common layers ---------------------------------------------------------------
+def test_per_example_gradients_of_an_attention_block():
+    """Embedding, linear projections, causal scaled dot-product attention, layer norm, gelu, embedding_bag."""
+    vocab, d = 7, 4
+    params = {"table": rand(vocab, d), "wq": rand(d, d), "wk": rand(d, d), "wv": rand(d, d), "bq": rand(d),
+              "g": 1 + 0.1 * rand(d), "b": rand(d), "bag": rand(vocab, d)}
+
+    def loss(p, ids, target):
+        h = F.embedding(ids, p["table"])
+        q, k, v = F.linear(h, p["wq"], p["bq"]), h @ p["wk"], h @ p["wv"]
+        a = F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0]
+        y = F.gelu(F.layer_norm(h + a, p["g"], p["b"]), approximate=True)
+        bag = F.embedding_bag(ids[None], p["bag"], mode="sum")[0]
+        return F.sum((y - target) ** 2) + F.sum(F.tanh(bag) * target[0])
+    ids, target = RNG.integers(0, vocab, (B, 5)), rand(B, 5, d)
+    check_vmap(gc.grad(loss), [params, ids, target], [None, 0, 0], ort=True, rtol=1e-8, atol=1e-10)
+
+
+def test_per_example_gradients_of_a_cnn_with_norms_and_pooling():
+    """Conv, training-mode batch norm, group and instance norm, max/avg/adaptive pooling and a linear head,
+    in float32 (ONNX Runtime's CPU Conv and pooling kernels)."""
+    f32 = np.float32
+    params = {"w": rand(4, 2, 3, 3).astype(f32), "c": rand(4).astype(f32), "gn": (1 + rand(4)).astype(f32),
+              "bn": rand(4).astype(f32), "head": rand(4, 3).astype(f32)}
+
+    def loss(p, x, y):
+        h = F.conv(x[None], p["w"], p["c"], pad=1)
+        h = F.relu(F.batch_norm(h, p["gn"], p["bn"]) + F.group_norm(h, 2, p["gn"], p["bn"]) + F.instance_norm(h))
+        h = F.max_pool(h, 2) + F.avg_pool(h, 2)
+        h = F.reshape(F.adaptive_avg_pool(h, 1), (1, 4))
+        return F.softmax_cross_entropy(F.linear(h, p["head"]), y[None])
+    x, y = rand(B, 2, 4, 4).astype(f32), RNG.integers(0, 3, B)
+    check_vmap(gc.grad(loss), [params, x, y], [None, 0, 0], ort=True, symbolic=False, rtol=1e-4, atol=1e-5)
+    with pytest.raises(gc.UnsupportedError, match="weight gradient needs a static batch size"):
+        trace(gc.vmap(gc.grad(loss), (None, 0, 0)), [params, *_symbolic([x, y], [0, 0])])
 
 
 def test_while_loop_examples_stop_at_their_own_step():
@@ -304,4 +365,4 @@ def test_while_loop_examples_stop_at_their_own_step():
 
 def test_elementwise_ops_need_no_rule_of_their_own():
     """The generic rule covers every ELEMENTWISE op; RULES holds only the others."""
-    assert not [name for name in V.RULES if Trait.ELEMENTWISE in REGISTRY[name].traits]
+    assert not [name for name in batching.RULES if Trait.ELEMENTWISE in REGISTRY[name].traits]

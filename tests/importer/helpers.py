@@ -44,3 +44,14 @@ def single_node(op_type, inputs, n_outputs=1, opset=21, **attrs):
         [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs],
         [numpy_helper.from_array(v, name) for name, v in ints])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), [v for _, v in floats]
+
+
+def ort_run(proto, feeds: dict) -> list:
+    """`proto` run by ONNX Runtime's CPU provider (written at IR version 10, which every supported
+    ONNX Runtime reads, since onnx.helper writes the newest one)."""
+    import onnxruntime as ort
+    copy = type(proto)()
+    copy.CopyFrom(proto)
+    copy.ir_version = min(copy.ir_version, 10)
+    session = ort.InferenceSession(copy.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)

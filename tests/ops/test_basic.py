@@ -52,6 +52,33 @@ def test_fills_with_a_symbolic_batch():
         np.testing.assert_array_equal(got[2], np.full((n, 2), 3.0))
 
 
+@pytest.mark.parametrize("n, start, step, dtype", [(5, 0, 1, np.int64), (4, 2, 3, np.int32), (0, 0, 1, np.int64),
+                                                   (6, -1.5, 0.25, np.float32), (3, 1, -2, np.float64)], ids=str)
+def test_arange(n, start, step, dtype):
+    expected = (np.arange(n).astype(dtype) * np.asarray(step, dtype) + np.asarray(start, dtype)).astype(dtype)
+    (got,) = check_forward(lambda: F.arange(n, start, step, dtype), [], [expected])
+    assert got.dtype == dtype
+
+
+def test_arange_over_a_symbolic_dim_keeps_it_symbolic():
+    def fn(x):
+        r = F.arange(x.shape[0], dtype=x.dtype)
+        assert r.shape == x.shape[:1]
+        return x * F.expand_dims(r, 1)
+    cf = gc.compile(fn, gc.spec(("batch", 3)), provider="cpu")
+    assert cf.model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    for n in (1, 4, 0):
+        x = rand(n, 3)
+        np.testing.assert_array_equal(cf(x), x * np.arange(n, dtype=np.float32)[:, None])
+    check_grads(fn, [rand(4, 3)])        # the range is a constant of the gradient: d/dx = arange
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, None])
+def test_arange_refuses_a_length_that_is_not_a_size(bad):
+    with pytest.raises(gc.ShapeError, match="arange"):
+        gc.compile(lambda: F.arange(bad), provider="cpu")
+
+
 def test_identity_and_stop_gradient_pass_values_through():
     x = rand(2, 3, seed=3)
     check_forward(lambda x: (F.identity(x), F.stop_gradient(x) * 2), [x], [x, x * 2])

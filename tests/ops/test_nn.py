@@ -281,6 +281,44 @@ def test_batch_norm_grads():
     check_grads(lambda x, g, b, m, v: F.batch_norm(x, g, b, m, v, training=False), [x, gamma, beta, mean, var])
 
 
+def test_batch_norm_training_through_its_statistics_and_to_third_order():
+    x, gamma, beta = rand(5, 3, 2), rand(3, seed=6), rand(3, seed=7)
+    for i in (1, 2):     # the returned mean and variance carry gradients too
+        check_grads(lambda x, g, b, i=i: F.batch_norm(x, g, b, return_stats=True)[i], [x, gamma, beta])
+    check_grads(lambda x, g, b: F.batch_norm(x, g, b) * F.reshape(F.batch_norm(x, g, b, return_stats=True)[2],
+                                                                  (3, 1)), [x, gamma, beta])
+    check_grads(lambda x, g, b: F.tanh(F.batch_norm(x, g, b)), [x, gamma, beta], order=3)
+
+
+def test_batch_norm_training_edges():
+    # a constant channel (variance 0: eps keeps it finite), zero gamma, one element per channel
+    x = rand(4, 3, 2)
+    x[:, 1] = 0.7
+    gamma = np.array([1.5, 2.0, 0.0])
+    y, mu, var = (np.asarray(v) for v in gc.compile(lambda x, g, b: F.batch_norm(x, g, b, return_stats=True),
+                                                      x, gamma, np.zeros(3), provider="cpu")(x, gamma, np.zeros(3)))
+    expected = np_batch_norm(x, gamma, np.zeros(3), 1)
+    for got, want in zip((y, mu, var), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert var[1] == 0 and np.all(y[:, 1] == 0)
+    check_grads(lambda x, g, b: F.batch_norm(x, g, b, eps=0.1), [x, gamma, rand(3, seed=7)])
+    one = rand(1, 3, seed=3)
+    np.testing.assert_array_equal(gc.compile(lambda x: F.batch_norm(x, np.ones(3), np.zeros(3)), one,
+                                             provider="cpu")(one), np.zeros((1, 3)))
+
+
+def test_batch_norm_training_with_a_symbolic_batch():
+    specs = [gc.spec(("batch", 3, 2)), gc.spec((3,)), gc.spec((3,))]
+    cf = gc.compile(lambda x, g, b: gc.grad(F.sum(F.batch_norm(x, g, b) ** 3), [x, g, b]), *specs, provider="cpu")
+    gamma, beta = rand(3, seed=6, dtype=np.float32), rand(3, seed=7, dtype=np.float32)
+    for n in (2, 7):
+        x = rand(n, 3, 2, seed=n, dtype=np.float32)
+        fixed = gc.compile(lambda x, g, b: gc.grad(F.sum(F.batch_norm(x, g, b) ** 3), [x, g, b]), x, gamma, beta,
+                           provider="cpu")
+        for got, want in zip(cf(x, gamma, beta), fixed(x, gamma, beta)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_batch_norm_errors():
     x = rand(4, 3)
     with pytest.raises(gc.GcompileError, match="needs running_mean and running_var"):

@@ -4,7 +4,7 @@ Each translator writes the ONNX op's semantics with gcompile ops (gcompile.funct
 imported graph differentiates to any order through the existing VJP rules. The arithmetic and
 comparison ops that exporters apply to shapes (Add, Sub, Mul, Div, Equal, Where) also run on
 SymInts, so shape subgraphs stay symbolic. Where ONNX allows something gcompile does not express
-(a float-only activation on ints, Mod on run-time values), the translator raises a clear
+(a float-only activation on ints), the translator raises a clear
 UnsupportedError instead of guessing.
 """
 from __future__ import annotations
@@ -156,8 +156,10 @@ def _not(n, x):
 # -- elementwise: binary and variadic -------------------------------------------------------------------
 def _symbolic(op_type, a, b):
     """Elementwise shape arithmetic on SymInts (raises NotSymbolic when it leaves the dims' algebra)."""
-    fn = np.frompyfunc(SYMBOLIC_BINARY[op_type], 2, 1)
-    dtype = np.bool_ if op_type == "Equal" else next(v.dtype for v in (a, b) if isinstance(v, SymInts))
+    dtype = next(v.dtype for v in (a, b) if isinstance(v, SymInts))
+    op = "ExactDiv" if op_type == "Div" and dtype.kind == "f" else op_type
+    fn = np.frompyfunc(SYMBOLIC_BINARY[op], 2, 1)
+    dtype = np.dtype(np.bool_) if op_type == "Equal" else dtype
     return sym_or_const(fn(entries(a), entries(b)), dtype)
 
 
@@ -228,9 +230,27 @@ def _clip(n, x, lo=None, hi=None):
     return F.identity(x) if lo is None and hi is None else F.clip(x, lo, hi)
 
 
-@onnx_op("Mod", numpy_only=True)
+@onnx_op("Mod")
 def _mod(n, a, b):
-    return np.fmod(a, b) if n.attr("fmod", 0) else np.mod(a, b)
+    """fmod = 1: a - trunc(a / b)·b (the sign of a); fmod = 0: the sign of b, as Python's %. Integer
+    quotients truncate exactly (gcompile's integer div); float ones are computed in float64."""
+    dtype = np.result_type(a.dtype, b.dtype)
+    if dtype.kind == "f":                  # in float64, so that a float32 quotient rounds far less
+        wide_a, wide_b = F.cast(a, np.float64), F.cast(b, np.float64)
+        q = wide_a / wide_b
+        rest = wide_a - F.sign(q) * F.floor(F.abs(q)) * wide_b
+        inf = np.float64(np.inf)
+        by_infinity = F.logical_and(F.equal(F.abs(wide_b), inf), F.less(F.abs(wide_a), inf))   # fmod(a, ±inf) = a
+        rest = F.cast(F.where(by_infinity, wide_a, rest), dtype)
+    else:
+        a, b = F.cast(a, dtype), F.cast(b, dtype)
+        rest = a - apply("div", [a, b]) * b
+    b = F.cast(b, dtype)
+    if n.attr("fmod", 0):
+        return rest
+    zero = scalar_like(0, rest)
+    wrong_sign = F.logical_and(F.not_equal(rest, zero), F.not_equal(F.less(rest, zero), F.less(b, zero)))
+    return F.where(wrong_sign, rest + b, rest)
 
 
 # -- hyperbolic functions and Swish, written with the ops above -----------------------------------------

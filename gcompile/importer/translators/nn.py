@@ -14,6 +14,8 @@ import numpy as np
 
 from ... import functions as F
 from ...ir import dims
+from ...ops.linalg import _LETTERS as EINSUM_LETTERS
+from ...ops.linalg import _canonical as canonical_einsum
 from ...ops.shape_rules import normalize_axis
 from ..table import onnx_op, require_float, scalar_like
 from .shape import one_hot_mask
@@ -40,7 +42,25 @@ def _gemm(n, a, b, c=None):
 
 @onnx_op("Einsum")
 def _einsum(n, *xs):
-    return F.einsum(n.attr("equation"), *xs)
+    """numpy's notation; an index repeated inside one term (a diagonal, "ii->i") becomes a fresh index
+    tied to the first by an identity matrix operand, so the product differentiates as any other."""
+    terms, out = canonical_einsum(n.attr("equation"), [x.ndim for x in xs])
+    spare = iter(c for c in EINSUM_LETTERS if c not in "".join(terms) + out)
+    written, ties, eyes = [], [], []
+    for term, x in zip(terms, xs):
+        fixed = ""
+        for position, c in enumerate(term):
+            if c in fixed:
+                size = x.shape[position]
+                if not isinstance(size, int):
+                    raise n.unsupported(f"a diagonal over an axis of symbolic size {size!r}")
+                fresh = next(spare)
+                ties.append(c + fresh)
+                eyes.append(np.eye(size, dtype=x.dtype))
+                c = fresh
+            fixed += c
+        written.append(fixed)
+    return F.einsum(",".join(written + ties) + "->" + out, *xs, *eyes)
 
 
 # -- softmax family ----------------------------------------------------------------------------------------
@@ -99,6 +119,24 @@ def _instance_norm(n, x, scale, bias):
     per_channel = (x.shape[1],) + (1,) * (x.ndim - 2)
     y = xc * F.rsqrt(var + scalar_like(n.attr("epsilon", 1e-5), var))
     return y * F.reshape(scale, per_channel) + F.reshape(bias, per_channel)
+
+
+@onnx_op("GroupNormalization")
+def _group_norm(n, x, scale, bias):
+    """Moments over each group of channels (and the spatial axes); scale and bias per channel (opset 21;
+    opset 18's per-group scale, deprecated, is refused)."""
+    x, groups, eps = require_float(n, x), n.attr("num_groups"), n.attr("epsilon", 1e-5)
+    batch, channels = x.shape[0], x.shape[1]
+    if not isinstance(channels, int) or channels % groups:
+        raise n.unsupported(f"{channels!r} channels in {groups} groups")
+    grouped = F.reshape(x, (batch, groups, channels // groups) + tuple(x.shape[2:]))
+    _, xc, var = _moments(grouped, tuple(range(2, grouped.ndim)))
+    y = xc * F.rsqrt(var + scalar_like(eps, var))
+    if scale.shape != (channels,) or bias.shape != (channels,):
+        raise n.unsupported(f"scale {tuple(scale.shape)} and bias {tuple(bias.shape)} for {channels} channels "
+                            "(one per channel, as opset 21 defines them)")
+    per_channel = (channels,) + (1,) * (x.ndim - 2)
+    return F.reshape(y, x.shape) * F.reshape(scale, per_channel) + F.reshape(bias, per_channel)
 
 
 @onnx_op("LpNormalization")

@@ -1,8 +1,8 @@
 """ONNX translators for reductions (ReduceSum ... ReduceLogSumExp, ArgMax, ArgMin) and CumSum.
 
 Each translator writes the ONNX op's semantics with gcompile ops, so the imported graph
-differentiates to any order through the existing VJP rules. ArgMax and ArgMin have no gradient
-and are only translated on values known at import time.
+differentiates to any order through the existing VJP rules. ArgMax and ArgMin (integer results, no
+gradient) compare with the reduced extremum.
 """
 from __future__ import annotations
 
@@ -52,27 +52,29 @@ for _op, (_body, _ext) in _REDUCTIONS.items():
     onnx_op(_op)(_reduction(_body, _ext))
 
 
-@onnx_op("ArgMax", "ArgMin", numpy_only=True)
+@onnx_op("ArgMax", "ArgMin")
 def _arg_extremum(n, x):
+    """The first (or, with select_last_index, the last) position holding the maximum (minimum) along the
+    axis, found by comparing with the reduced extremum; a NaN counts as the extremum, as in numpy."""
     axis = normalize_axis(n.attr("axis", 0), x.ndim)
-    flip = np.flip(x, axis) if n.attr("select_last_index", 0) else x
-    idx = (np.argmax if n.op_type == "ArgMax" else np.argmin)(flip, axis=axis)
+    size = x.shape[axis]
+    if size == 0:
+        raise n.unsupported(f"{n.op_type} over an empty axis")
+    reduce = F.max if n.op_type == "ArgMax" else F.min
+    extremum = reduce(x, axis, keepdims=True)
+    hit = F.equal(x, extremum)
+    if np.dtype(x.dtype).kind == "f":
+        hit = F.logical_or(hit, F.logical_and(F.not_equal(x, x), F.not_equal(extremum, extremum)))
+    position = F.reshape(F.arange(size), (size,) + (1,) * (x.ndim - axis - 1))
+    keep = bool(n.attr("keepdims", 1))
     if n.attr("select_last_index", 0):
-        idx = x.shape[axis] - 1 - idx
-    idx = idx.astype(np.int64)
-    return np.expand_dims(idx, axis) if n.attr("keepdims", 1) else idx
+        return F.max(F.where(hit, position, np.int64(-1)), axis, keepdims=keep)
+    return F.min(F.where(hit, position, np.int64(np.iinfo(np.int64).max)), axis, keepdims=keep)
 
 
 # -- running sums ---------------------------------------------------------------------------------------------
 @onnx_op("CumSum")
 def _cumsum(n, x, axis):
-    """A product with a triangular matrix of ones along the axis (its gradient is the transposed one)."""
     axis = normalize_axis(int(n.known(axis, "axis").reshape(-1)[0]), x.ndim)
-    size = x.shape[axis]
-    if not isinstance(size, int):
-        raise n.unsupported(f"CumSum along an axis of symbolic size {size!r}")
-    i, j = np.indices((size, size))
-    reverse, exclusive = n.attr("reverse", 0), n.attr("exclusive", 0)
-    mask = (i >= j if reverse else i <= j) & ((i != j) if exclusive else True)
-    moved = F.swapaxes(x, axis, -1)
-    return F.swapaxes(F.matmul(moved, mask.astype(x.dtype)), axis, -1)
+    total = F.cumsum(x, axis, reverse=bool(n.attr("reverse", 0)), exclusive=bool(n.attr("exclusive", 0)))
+    return F.cast(total, x.dtype)   # F.cumsum widens small ints as numpy does; ONNX keeps the dtype

@@ -62,9 +62,9 @@ def _identity(n, x):
 def _cast(n, x, like=None):
     dtype = np_dtype(n.attr("to"), f"{n.describe()} target") if like is None else np.dtype(like.dtype)
     if isinstance(x, SymInts):
-        if dtype.kind not in "iu":
+        if dtype.kind not in "iuf":
             raise NotSymbolic()
-        return SymInts(x.values, dtype)
+        return SymInts(x.values, dtype)      # sizes cast to float (arange(float(n))) stay whole numbers
     return F.cast(x, dtype)
 
 
@@ -121,9 +121,14 @@ def _expand(n, x, shape):
     return F.broadcast_to(x, target)
 
 
-@onnx_op("Tile")
+@onnx_op("Tile", symbolic=True)
 def _tile(n, x, repeats):
-    return F.tile(x, n.ints(repeats, "repeats"))
+    if isinstance(x, SymInts):
+        raise NotSymbolic()
+    reps = n.dims(repeats, "repeats")
+    if any(isinstance(r, int) and r < 0 for r in reps):
+        raise n.unsupported(f"negative repeats {list(reps)}")
+    return F.tile(x, reps)
 
 
 # -- joining and splitting -------------------------------------------------------------------------------------
@@ -178,7 +183,7 @@ def _slice(n, x, starts=None, ends=None, axes=None, steps=None):
     if n.opset < 10:
         starts, ends, axes = n.attr("starts"), n.attr("ends"), n.attr("axes")
     else:
-        starts, ends = n.ints(starts, "starts"), n.ints(ends, "ends")
+        starts, ends = list(n.dims(starts, "starts")), list(n.dims(ends, "ends"))
         axes = None if axes is None else n.ints(axes, "axes")
         steps = None if steps is None else n.ints(steps, "steps")
     axes = list(range(len(starts))) if axes is None else [normalize_axis(a, x.ndim) for a in axes]
@@ -188,8 +193,11 @@ def _slice(n, x, starts=None, ends=None, axes=None, steps=None):
         if st == 0:
             raise n.unsupported("a step of 0")
         dim = x.shape[a]
-        if not isinstance(dim, int) and s == 0 and st == 1 and e >= 2 ** 62:
-            continue                                  # the whole of a symbolic axis
+        if s == 0 and st == 1 and (e == dim or (isinstance(e, int) and e >= 2 ** 62)):
+            continue                                  # the whole axis (x[:n] where n is its symbolic size)
+        if isinstance(s, str) or isinstance(e, str):
+            raise n.unsupported(f"Slice from {s} to {e} on an axis of size {dim!r}: bounds over symbolic dims are "
+                                "supported only when they take the whole axis")
         s, e = _slice_bounds(_static(n, dim, "slicing"), s, e, st)
         cuts.append((a, s, e, st))
     if isinstance(x, SymInts):
@@ -311,8 +319,13 @@ def _constant_of_shape(n, shape):
     return F.full(target, fill.item(), value.dtype)
 
 
-@onnx_op("Range", numpy_only=True)
+@onnx_op("Range", symbolic=True)
 def _range(n, start, limit, delta):
+    if any(isinstance(v, Tensor) for v in (start, limit, delta)):
+        raise n.unsupported("Range whose bounds are computed at run time from data has a data-dependent length "
+                            "(refused); its bounds must be constants or sizes of the inputs")
+    if any(isinstance(v, SymInts) for v in (start, limit, delta)):
+        return _symbolic_range(n, start, limit, delta)
     start, limit, delta = (v.reshape(-1)[0] for v in (start, limit, delta))
     span = (limit - start) / delta if delta else np.nan
     if not np.isfinite(span):
@@ -321,6 +334,18 @@ def _range(n, start, limit, delta):
     if isinstance(index, np.ndarray):
         return (start + index * delta).astype(start.dtype)
     return F.cast(index, start.dtype) * delta + start
+
+
+def _symbolic_range(n, start, limit, delta) -> Tensor:
+    """Range over a symbolic size (arange(x.shape[0]) as exporters write it): its length must be a dim,
+    so the start is 0 and a positive step divides the limit exactly (other spans are refused)."""
+    first, last, step = (entries(v).reshape(-1)[0] for v in (start, limit, delta))
+    length = dims.divide(last, step) if first == 0 and isinstance(step, int) and step > 0 else None
+    if length is None:
+        raise n.unsupported(f"Range from {first} to {last} by {step}: a length over symbolic dims is supported "
+                            "when it is a product of dims (start 0, a step dividing the limit)")
+    dtype = next(v.dtype for v in (start, limit, delta) if isinstance(v, (SymInts, np.ndarray)))
+    return F.arange(length, 0, step, dtype)
 
 
 @onnx_op("DepthToSpace", "SpaceToDepth")

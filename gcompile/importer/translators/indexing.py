@@ -1,0 +1,161 @@
+"""ONNX translators for indexing by arrays of indices (GatherND, ScatterND, ScatterElements), selection
+(TopK, Compress) and the refusal of ops whose output shape depends on data.
+
+Multi-dimensional indices become linear indices into a flattened tensor (`take` and `scatter_add`
+on axis 0), so gradients come from those ops' VJP rules: a scattered-over position gets no gradient
+from the data it replaced, the updates get the output's gradient at their positions. TopK ranks each
+element by counting the elements ahead of it (ties: the lower index first, as ONNX says), so it
+needs no sort op and its values differentiate through take_along_axis.
+
+NonZero, Unique, NonMaxSuppression and Compress on a run-time condition have outputs whose length
+depends on the values: gcompile's shapes are fixed when the model is traced, so they are refused by
+name (NonZero, Unique and Compress run at import time where their operands are known there).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ... import functions as F
+from ...frontend.tensor import Tensor
+from ...ir import dims
+from ...ops.shape_rules import normalize_axis
+from ..table import SymInts, onnx_op
+
+_INT64 = np.dtype(np.int64)
+
+
+def _sizes(n, shape: tuple) -> np.ndarray | Tensor:
+    """`shape` as an int64 vector: a constant, or computed at run time where a dim is symbolic."""
+    if dims.is_static(shape):
+        return np.asarray(shape, np.int64)
+    return n.inliner.materialize(SymInts(np.asarray(shape, dtype=object)))
+
+
+def _wrapped(n, indices, sizes: tuple):
+    """int64 indices with negative entries counted from the end of their axis (`sizes`, broadcast)."""
+    idx = F.cast(indices, np.int64)
+    return F.where(F.less(idx, np.int64(0)), idx + _sizes(n, sizes), idx)
+
+
+def _linear(n, indices, shape: tuple):
+    """Tuples of indices (last axis) into `shape` as linear indices into its flattening (row-major)."""
+    if any(not isinstance(d, int) for d in shape[1:]):
+        raise n.unsupported(f"indexing into axes of symbolic size {shape}")
+    idx = _wrapped(n, indices, shape)
+    strides = np.asarray([int(np.prod(shape[j + 1:], dtype=np.int64)) for j in range(len(shape))], np.int64)
+    return F.sum(idx * strides, -1)
+
+
+def _depth(n, indices) -> int:
+    k = indices.shape[-1] if indices.ndim else None
+    if not isinstance(k, int):
+        raise n.unsupported(f"indices of shape {tuple(indices.shape)} (their last axis must have a static size)")
+    return k
+
+
+@onnx_op("GatherND")
+def _gather_nd(n, x, indices):
+    b, k = n.attr("batch_dims", 0), _depth(n, indices)
+    if x.ndim < b + k:
+        raise n.unsupported(f"{k} indices after {b} batch dims into a rank-{x.ndim} input")
+    lead, indexed, rest = x.shape[:b], x.shape[b:b + k], x.shape[b + k:]
+    lin = _linear(n, indices, indexed)
+    size = dims.product(indexed)
+    if b:
+        offsets = F.arange(dims.product(lead), dtype=np.int64) * np.int64(size)
+        lin = lin + F.reshape(offsets, tuple(lead) + (1,) * (lin.ndim - b))
+    flat = F.reshape(x, (dims.product(tuple(lead) + (size,)),) + tuple(rest))
+    return F.take(flat, lin, axis=0)
+
+
+def _hits(base_shape: tuple, scatter) -> Tensor:
+    """True where `scatter` (a function adding ones into zeros of base_shape) reaches."""
+    return F.greater(scatter(F.full(base_shape, 0, np.float32), np.float32), np.float32(0))
+
+
+def _scatter(n, data, scatter):
+    """data with scattered updates, for ONNX's reductions none (replace) and add."""
+    reduction = n.attr("reduction", "none")
+    if reduction == "add":
+        return scatter(data, None)
+    if reduction != "none":
+        raise n.unsupported(f"reduction {reduction!r} (supported: none, add)")
+    placed = scatter(F.zeros_like(data), None)
+    return F.where(_hits(tuple(data.shape), scatter), placed, data)
+
+
+@onnx_op("ScatterND")
+def _scatter_nd(n, data, indices, updates):
+    k = _depth(n, indices)
+    indexed, rest = tuple(data.shape[:k]), tuple(data.shape[k:])
+    lin = _linear(n, indices, indexed)
+    m = dims.product(lin.shape)
+    lin = F.reshape(lin, (m,))
+    flat_shape = (dims.product(indexed),) + rest
+
+    def scatter(base, ones_dtype):
+        base = F.reshape(base, flat_shape)
+        upd = F.reshape(updates, (m,) + rest) if ones_dtype is None else F.full((m,) + rest, 1, ones_dtype)
+        return F.reshape(F.scatter_add(base, lin, upd, 0), tuple(data.shape))
+    return _scatter(n, data, scatter)
+
+
+@onnx_op("ScatterElements", "Scatter")
+def _scatter_elements(n, data, indices, updates):
+    axis = normalize_axis(n.attr("axis", 0), data.ndim)
+    idx = _wrapped(n, indices, (data.shape[axis],))
+    pads = []
+    for a, (d, i) in enumerate(zip(data.shape, indices.shape)):
+        if a == axis or d == i:
+            pads.append((0, 0))
+        elif isinstance(d, int) and isinstance(i, int):
+            pads.append((0, d - i))            # indices may cover less than data off the axis: pad with no-ops
+        else:
+            raise n.unsupported(f"indices of shape {tuple(indices.shape)} into data of shape {tuple(data.shape)}")
+    padded = any(p != (0, 0) for p in pads)
+    if padded:
+        idx = F.pad(idx, tuple(pads))
+
+    def scatter(base, ones_dtype):
+        upd = updates if ones_dtype is None else F.full(tuple(indices.shape), 1, ones_dtype)
+        return F.scatter_add_along_axis(base, idx, F.pad(upd, tuple(pads)) if padded else upd, axis)
+    return _scatter(n, data, scatter)
+
+
+@onnx_op("TopK")
+def _top_k(n, x, k):
+    """F.topk: the k largest (or smallest) along the axis, ties in index order as ONNX says; the
+    order with sorted=0 is unspecified, so it is sorted too."""
+    k = int(n.known(k, "K").reshape(-1)[0])
+    axis = normalize_axis(n.attr("axis", -1), x.ndim)
+    size = x.shape[axis]
+    if k < 0 or (isinstance(size, int) and k > size):
+        raise n.unsupported(f"K={k} for an axis of size {size}")
+    return F.topk(x, k, axis=axis, largest=bool(n.attr("largest", 1)), sorted=True)
+
+
+def _data_dependent(n):
+    return n.unsupported(f"{n.op_type} has an output whose shape depends on the values of its input (data-dependent); "
+                         "gcompile fixes every shape when it traces the model, so it imports this op only where its "
+                         "operands are known at import time (refused)")
+
+
+@onnx_op("NonZero")
+def _non_zero(n, x):
+    if not isinstance(x, np.ndarray):
+        raise _data_dependent(n)
+    return np.asarray(np.nonzero(x), np.int64).reshape(x.ndim, -1)
+
+
+@onnx_op("Compress")
+def _compress(n, x, condition):
+    if not isinstance(condition, np.ndarray):
+        raise _data_dependent(n)
+    picked = np.nonzero(condition.reshape(-1))[0].astype(np.int64)
+    axis = n.attr("axis")
+    return F.take(x, picked, None if axis is None else normalize_axis(axis, x.ndim))
+
+
+@onnx_op("Unique", "NonMaxSuppression")
+def _refused(n, *operands):
+    raise _data_dependent(n)

@@ -1,0 +1,39 @@
+"""The names an emitted ONNX node reads, its loop bodies' reads from the enclosing scope included.
+
+A `Scan`/`Loop`/`If` body may read a value of the graph around it by name, without listing it
+as an input (ONNX's outer-scope rule; LowerContext.subgraph emits loop-invariant operands that
+way). Passes over emitted nodes (node order, merging repeats) must see those reads, or they
+could place the producer after the loop or drop it as a repeat.
+"""
+from __future__ import annotations
+
+from onnx import AttributeProto
+
+
+def node_reads(node) -> list[str]:
+    """`node`'s inputs, then the names its subgraphs read but do not define, in a fixed order."""
+    names = [name for name in node.input if name]
+    seen = set(names)
+    for name in sorted(_outer_reads(node)):
+        if name not in seen:
+            names.append(name)
+    return names
+
+
+def _outer_reads(node) -> set[str]:
+    reads: set[str] = set()
+    for attr in node.attribute:
+        bodies = [attr.g] if attr.type == AttributeProto.GRAPH else \
+            list(attr.graphs) if attr.type == AttributeProto.GRAPHS else []
+        for body in bodies:
+            defined = {v.name for v in body.input} | {t.name for t in body.initializer}
+            for inner in body.node:
+                reads |= {name for name in inner.input if name and name not in defined}
+                reads |= _outer_reads(inner) - defined
+                defined |= set(inner.output)
+            reads |= {v.name for v in body.output if v.name not in defined}
+    return reads
+
+
+def has_subgraph(node) -> bool:
+    return any(attr.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for attr in node.attribute)

@@ -1,0 +1,132 @@
+"""The emitted nodes (lowering/order.py, lowering/dedupe.py): each node right after its operands,
+graph outputs last with the earliest ready at the end, repeated nodes merged, results unchanged;
+and the session options chosen by graph size (runtime/providers.py)."""
+import numpy as np
+from onnx import helper
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile.lowering import order
+from gcompile.lowering.dedupe import dedupe_nodes
+from gcompile.runtime import providers
+
+
+def names(nodes):
+    return [n.name for n in nodes]
+
+
+def node(op, inputs, output):
+    return helper.make_node(op, inputs, [output], name=output)
+
+
+def test_a_node_that_reads_only_early_values_moves_up_to_them():
+    # trace order: the forward chain, then the backward reading a forward value through `side`
+    nodes = [node("Tanh", ["x"], "f0"), node("Tanh", ["f0"], "f1"), node("Tanh", ["f1"], "f2"),
+             node("Mul", ["f2", "f2"], "b2"), node("Mul", ["f0", "f0"], "side"), node("Mul", ["b2", "side"], "b0")]
+    assert names(order.schedule_order(nodes, [])) == ["f0", "f1", "side", "f2", "b2", "b0"]
+
+
+def test_outputs_go_last_the_earliest_ready_at_the_end():
+    nodes = [node("Tanh", ["x"], "g2"), node("Neg", ["g2"], "w2"), node("Tanh", ["g2"], "g1"),
+             node("Neg", ["g1"], "w1"), node("Identity", ["w1"], "out_w1"), node("Identity", ["w2"], "out_w2"),
+             node("Identity", ["g1"], "out_g1")]
+    result = names(order.schedule_order(nodes, ["out_w1", "out_w2", "out_g1"]))
+    # w2 is ready first: it and its Identity close the file, so ONNX Runtime's depth-first walk
+    # starts with it. g1 feeds w1 too: it stays in place and only its Identity moves.
+    assert result == ["g2", "g1", "out_g1", "w1", "out_w1", "w2", "out_w2"]
+
+
+def test_many_outputs_keep_their_place(monkeypatch):
+    monkeypatch.setattr(order, "MAX_LAST_OUTPUTS", 1)
+    nodes = [node("Tanh", ["x"], "a"), node("Identity", ["a"], "out_a"), node("Tanh", ["a"], "b"),
+             node("Identity", ["b"], "out_b")]
+    assert names(order.schedule_order(nodes, ["out_a", "out_b"])) == ["a", "out_a", "b", "out_b"]
+
+
+def test_repeated_nodes_are_merged_but_not_random_ones_or_outputs():
+    nodes = [node("Sub", ["one", "s"], "a"), node("Sub", ["one", "s"], "b"), node("Mul", ["a", "b"], "c"),
+             helper.make_node("RandomNormalLike", ["c"], ["r1"], name="r1"),
+             helper.make_node("RandomNormalLike", ["c"], ["r2"], name="r2"),
+             node("Identity", ["c"], "out1"), node("Identity", ["c"], "out2"),
+             helper.make_node("Softmax", ["c"], ["d"], name="d", axis=0),
+             helper.make_node("Softmax", ["c"], ["e"], name="e", axis=1)]
+    kept = dedupe_nodes(nodes, {"out1", "out2"})
+    assert names(kept) == ["a", "c", "r1", "r2", "out1", "out2", "d", "e"]
+    assert list(kept[1].input) == ["a", "a"]
+
+
+def test_a_silu_network_emits_each_derivative_piece_once():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 4)).astype(np.float32)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+
+    def forces_loss(x, w):
+        fx, = gc.grad(F.sum(F.silu(x @ w)), [x])
+        return gc.grad(F.sum(fx * fx), [w])[0]
+    cf = gc.compile(forces_loss, x, w, provider="cpu")
+    keys = [(n.op_type, tuple(n.input), tuple(a.SerializeToString() for a in n.attribute)) for n in cf.model.graph.node]
+    assert len(keys) == len(set(keys))
+
+
+def test_the_order_is_deterministic_and_keeps_every_node():
+    rng = np.random.default_rng(0)
+    ws = [rng.standard_normal((4, 4)).astype(np.float32) for _ in range(5)]
+
+    def step(x, *ws):
+        h = x
+        for w in ws:
+            h = F.tanh(h @ w)
+        loss = F.sum(h * h)
+        return loss, gc.grad(loss, list(ws))
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    a, b = (gc.compile(step, x, *ws, provider="cpu") for _ in range(2))
+    assert a.model.SerializeToString() == b.model.SerializeToString()
+    produced = {i.name for i in a.model.graph.input} | {t.name for t in a.model.graph.initializer}
+    for n in a.model.graph.node:    # a topological order
+        assert all(i in produced for i in n.input if i), n.name
+        produced.update(n.output)
+    loss, grads = a(x, *ws)
+    h = x
+    for w in ws:
+        h = np.tanh(h @ w)
+    np.testing.assert_allclose(loss, np.sum(h * h), rtol=1e-5)
+
+
+def test_large_graphs_plan_memory_without_static_reuse_or_a_pattern(monkeypatch):
+    seen = []
+    import onnxruntime as ort
+    real = ort.InferenceSession
+
+    def spy(model, options, **kw):
+        seen.append((options.enable_mem_reuse, options.enable_mem_pattern))
+        return real(model, options, **kw)
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    monkeypatch.setattr(providers, "MEMORY_REUSE_MAX_NODES", 3)
+    monkeypatch.setattr(providers, "MEMORY_PATTERN_MAX_NODES", 5)
+    cf = gc.compile(lambda x: F.tanh(F.tanh(x)), np.ones(3, np.float32), provider="cpu")
+    np.testing.assert_allclose(cf(np.ones(3, np.float32)), np.tanh(np.tanh(np.ones(3))), rtol=1e-6)
+    cf = gc.compile(lambda x: F.tanh(F.tanh(F.tanh(F.tanh(x)))), np.ones(3, np.float32), provider="cpu")
+    np.testing.assert_allclose(cf(np.ones(3, np.float32)), np.tanh(np.tanh(np.tanh(np.tanh(np.ones(3))))), rtol=1e-6)
+    cf = gc.compile(lambda x: F.tanh(F.tanh(F.tanh(F.tanh(F.tanh(x))))), np.ones(3, np.float32), provider="cpu")
+    np.testing.assert_allclose(cf(np.ones(3, np.float32)), np.tanh(np.tanh(np.tanh(np.tanh(np.tanh(np.ones(3)))))),
+                               rtol=1e-6)
+    assert seen == [(True, True), (False, True), (False, False)]
+
+
+def _loop_reading(outer: str, output: str):
+    """An If whose branches read `outer` from the enclosing graph (no explicit input)."""
+    from onnx import TensorProto
+    branch = helper.make_graph([helper.make_node("Identity", [outer], ["inner"])], "branch", [],
+                               [helper.make_tensor_value_info("inner", TensorProto.FLOAT, [3])])
+    return helper.make_node("If", ["cond"], [output], name=output, then_branch=branch, else_branch=branch)
+
+
+def test_a_value_a_body_reads_from_outside_is_placed_before_it_and_kept():
+    # `c` is read only inside the If's branches: ordering must still put its producer first, and
+    # merging repeats must not drop it as a copy of `a`
+    nodes = [node("Tanh", ["x"], "a"), node("Tanh", ["a"], "c"), _loop_reading("c", "y")]
+    assert names(order.schedule_order(nodes, ["y"])) == ["a", "c", "y"]
+    twins = [node("Tanh", ["x"], "a"), node("Tanh", ["x"], "c"), _loop_reading("c", "y")]
+    assert names(dedupe_nodes(twins, {"y"})) == ["a", "c", "y"]
+    from gcompile.lowering.reads import node_reads
+    assert node_reads(nodes[2]) == ["cond", "c"]

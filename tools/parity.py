@@ -1,0 +1,277 @@
+"""Parity with PyTorch: run the sample inputs of PyTorch's op database (OpInfo entries of
+torch.testing._internal.common_methods_invocations.op_db) through gcompile and compare, in float64,
+values and first- and second-order gradients with torch autograd.
+
+Not part of the test suite (torch stays out of the test install). Run where torch is installed:
+
+    .venv-tools/bin/python tools/parity.py [--ops sum,matmul] [--max-samples 12] [--json out.json] [-v]
+
+tools/parity_map.py's MAP names, for an op entry ("name" or "name.variant"), the gcompile functions
+it needs and an adapter that calls them with torch's arguments (dims as axes, keepdim as keepdims,
+...). An entry whose gcompile functions do not exist in this checkout counts as "no counterpart", so
+ops other branches add join by having their names in `needs`. At most --max-samples samples per
+entry, a seeded choice from torch's list (some entries have over a thousand). Per sample:
+  value     gcompile's graph on its float64 reference evaluator against torch's result;
+  order 1   gc.grad of <output, v> w.r.t. every float input the sample marks requires_grad (others are
+            constants), against torch.autograd.grad with v;
+  order 2   gc.grad of <that gradient, u> w.r.t. the inputs, against torch's double backward,
+where the op supports them in torch (OpInfo.supports_autograd / supports_gradgrad) and its output is
+float. A sample the adapter cannot express (an unsupported keyword, an error while tracing) fails.
+The summary: entries with a counterpart (and how many are composed of several gcompile functions),
+pass rates per order, and the ops with the most failures.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import traceback
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile.frontend.trace import trace
+from gcompile.ir.evaluate import evaluate
+
+RTOL, ATOL = 1e-6, 1e-8
+
+
+from parity_map import MAP, Entry, NotComparable, counterpart  # noqa: E402
+
+
+# -- running the samples ------------------------------------------------------------------------------------------
+@dataclass
+class Tally:
+    samples: int = 0
+    value: int = 0
+    grad1: list = field(default_factory=lambda: [0, 0])    # passed, checked
+    grad2: list = field(default_factory=lambda: [0, 0])
+    errors: dict = field(default_factory=dict)
+
+
+def _leaves(obj, out):
+    """Tensors inside a sample's input/args/kwargs (lists and tuples walked), in order."""
+    import torch
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            _leaves(o, out)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            _leaves(o, out)
+    return out
+
+
+def _rebuild(obj, swap):
+    import torch
+    if isinstance(obj, torch.Tensor):
+        return swap(obj)
+    if isinstance(obj, list):
+        return [_rebuild(o, swap) for o in obj]
+    if isinstance(obj, tuple):
+        return tuple(_rebuild(o, swap) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _rebuild(v, swap) for k, v in obj.items()}
+    return obj
+
+
+def _outputs(out):
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _close(got, want) -> bool:
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape:
+        return False
+    if want.dtype.kind == "b" or want.dtype.kind in "iu":
+        return bool(np.array_equal(got.astype(want.dtype), want))
+    return bool(np.allclose(got, want, rtol=RTOL, atol=ATOL, equal_nan=True))
+
+
+def check_sample(opinfo, entry: Entry, sample, tally: Tally, rng) -> None:
+    import torch
+    leaves = _leaves((sample.input, sample.args, sample.kwargs), [])
+    floats = [t for t in leaves if t.is_floating_point() and t.requires_grad]   # the rest are constants
+    torch_floats = [t.detach().clone().requires_grad_(True) for t in floats]
+    by_id = {id(t): i for i, t in enumerate(floats)}
+
+    def torch_swap(t):
+        return torch_floats[by_id[id(t)]] if id(t) in by_id else t
+
+    args = _rebuild((sample.input, sample.args, sample.kwargs), torch_swap)
+    want = _outputs(opinfo.op(args[0], *args[1], **args[2]))
+    float_out = [i for i, w in enumerate(want) if isinstance(w, torch.Tensor) and w.is_floating_point()]
+    arrays = [t.detach().numpy().astype(np.float64) for t in floats]
+
+    def build(*xs):
+        it = {id(t): x for t, x in zip(floats, xs)}
+        traced = _rebuild((sample.input, sample.args, sample.kwargs),
+                          lambda t: it[id(t)] if id(t) in it else t.detach().numpy())
+        return _outputs(entry.fn(traced[0], *traced[1], **traced[2]))
+
+    tally.samples += 1
+    try:
+        got = evaluate(trace(lambda *xs: build(*xs), arrays).graph, arrays)
+    except NotComparable:
+        raise
+    except Exception as err:  # noqa: BLE001 - every failure is tallied by kind
+        _fail(tally, "value", err)
+        return
+    try:
+        ok = len(got) == len(want) and all(_close(g, w.detach().numpy()) for g, w in zip(got, want)
+                                           if isinstance(w, torch.Tensor))
+    except Exception as err:  # noqa: BLE001 - every failure is tallied by kind
+        _fail(tally, "value", err)
+        return
+    if not ok:
+        _fail(tally, "value", None)
+        return
+    tally.value += 1
+    if not opinfo.supports_autograd or not float_out or not floats:
+        return
+    cotangents = [rng.standard_normal(tuple(want[i].shape)) for i in float_out]
+    try:
+        grads = torch.autograd.grad([want[i] for i in float_out], torch_floats,
+                                    [torch.from_numpy(c) for c in cotangents], allow_unused=True, create_graph=True)
+    except RuntimeError:
+        return                              # torch has no gradient here (an integer path, a nondifferentiable op)
+    tally.grad1[1] += 1
+
+    def first(*xs):
+        outs = build(*xs)
+        loss = F.add_n([F.sum(outs[i] * c) for i, c in zip(float_out, cotangents)])
+        return gc.grad(loss, list(xs))
+    try:
+        g_got = evaluate(trace(first, arrays).graph, arrays)
+    except Exception as err:  # noqa: BLE001
+        _fail(tally, "grad1", err)
+        return
+    g_want = [np.zeros_like(a) if g is None else g.detach().numpy(force=True) for a, g in zip(arrays, grads)]
+    if not all(_close(g, w) for g, w in zip(g_got, g_want)):
+        _fail(tally, "grad1", None)
+        return
+    tally.grad1[0] += 1
+    if not opinfo.supports_gradgrad:
+        return
+    directions = [rng.standard_normal(a.shape) for a in arrays]
+    used = [g for g in grads if g is not None and g.requires_grad]
+    if not used:
+        gg = [None] * len(arrays)
+    else:
+        try:
+            total = sum((g * torch.from_numpy(u)).sum() for g, u in zip(grads, directions)
+                        if g is not None and g.requires_grad)
+            gg = torch.autograd.grad(total, torch_floats, allow_unused=True)
+        except RuntimeError:
+            return
+    tally.grad2[1] += 1
+
+    def second(*xs):
+        g1 = first(*xs)
+        return gc.grad(F.add_n([F.sum(g * u) for g, u in zip(g1, directions)]), list(xs))
+    try:
+        h_got = evaluate(trace(second, arrays).graph, arrays)
+    except Exception as err:  # noqa: BLE001
+        _fail(tally, "grad2", err)
+        return
+    h_want = [np.zeros_like(a) if h is None else h.detach().numpy(force=True) for a, h in zip(arrays, gg)]
+    if all(_close(h, w) for h, w in zip(h_got, h_want)):
+        tally.grad2[0] += 1
+    else:
+        _fail(tally, "grad2", None)
+
+
+def _fail(tally: Tally, stage: str, err) -> None:
+    kind = f"{stage}: mismatch" if err is None else f"{stage}: {type(err).__name__}: {str(err).splitlines()[0][:90]}"
+    tally.errors[kind] = tally.errors.get(kind, 0) + 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", default="", help="comma-separated op entries (default: every mapped one)")
+    parser.add_argument("--max-samples", type=int, default=20)
+    parser.add_argument("--json", default="", help="write the per-op tallies here")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+    torch.manual_seed(0)
+    entries = {o.name + (f".{o.variant_test_name}" if o.variant_test_name else ""): o for o in op_db}
+    wanted = [n for n in (args.ops.split(",") if args.ops else sorted(entries)) if n in entries]
+    mapped = [n for n in entries if n in MAP]
+    present = [n for n in mapped if counterpart(n)]
+    tallies: dict[str, Tally] = {}
+    rng = np.random.default_rng(0)
+    for name in wanted:
+        entry = counterpart(name)
+        if entry is None:
+            continue
+        opinfo, tally = entries[name], Tally()
+        try:
+            dtype = torch.float64 if torch.float64 in opinfo.supported_dtypes("cpu") else torch.int64
+            samples = list(opinfo.sample_inputs("cpu", dtype, requires_grad=dtype.is_floating_point))
+            if len(samples) > args.max_samples:        # a seeded choice: a stride would repeat one option's value
+                picked = np.random.default_rng(len(samples)).choice(len(samples), args.max_samples, replace=False)
+                samples = [samples[i] for i in sorted(picked)]
+        except Exception as err:  # noqa: BLE001
+            print(f"{name}: no float64 samples ({type(err).__name__})", file=sys.stderr)
+            continue
+        for sample in samples:
+            before = copy.deepcopy(tally)
+            try:
+                check_sample(opinfo, entry, sample, tally, rng)
+            except NotComparable:
+                tally = before
+            except Exception as err:  # noqa: BLE001 - torch refusing its own sample: not counted
+                tally = before
+                if args.verbose:
+                    traceback.print_exception(err)
+        tallies[name] = tally
+        if args.verbose:
+            print(f"{name}: {tally.value}/{tally.samples} values, {tally.grad1[0]}/{tally.grad1[1]} grad1, "
+                  f"{tally.grad2[0]}/{tally.grad2[1]} grad2 {tally.errors or ''}", file=sys.stderr)
+    report(entries, mapped, present, tallies, args.json)
+
+
+def report(entries, mapped, present, tallies, json_path) -> None:
+    composed = sum(counterpart(n).composed for n in present)
+    samples = sum(t.samples for t in tallies.values())
+    value = sum(t.value for t in tallies.values())
+    g1 = [sum(t.grad1[i] for t in tallies.values()) for i in (0, 1)]
+    g2 = [sum(t.grad2[i] for t in tallies.values()) for i in (0, 1)]
+    full = [n for n, t in tallies.items() if t.samples and t.value == t.samples and t.grad1[0] == t.grad1[1]
+            and t.grad2[0] == t.grad2[1]]
+    print(f"torch op_db entries: {len(entries)}; in the map: {len(mapped)}; with a gcompile counterpart in this "
+          f"checkout: {len(present)} ({len(present) - composed} one gcompile function, {composed} composed)")
+    print(f"samples: {samples}; values agree: {value} ({value / max(samples, 1):.1%}); order 1: {g1[0]}/{g1[1]} "
+          f"({g1[0] / max(g1[1], 1):.1%}); order 2: {g2[0]}/{g2[1]} ({g2[0] / max(g2[1], 1):.1%})")
+    print(f"entries whose every sample agrees at every order: {len(full)} of {len(tallies)}")
+    missing = sorted(n for n in mapped if n not in present)
+    print(f"mapped but no counterpart here ({len(missing)}): {', '.join(missing)}")
+    worst = sorted(tallies.items(), key=lambda kv: -(kv[1].samples - kv[1].value + kv[1].grad1[1] - kv[1].grad1[0]
+                                                     + kv[1].grad2[1] - kv[1].grad2[0]))
+    print("most failures (entry: values, order 1, order 2; first reasons):")
+    for name, t in worst[:40]:
+        lost = t.samples - t.value + t.grad1[1] - t.grad1[0] + t.grad2[1] - t.grad2[0]
+        if not lost:
+            break
+        reasons = "; ".join(f"{k} x{v}" for k, v in sorted(t.errors.items(), key=lambda kv: -kv[1])[:2])
+        print(f"  {name}: {t.value}/{t.samples}, {t.grad1[0]}/{t.grad1[1]}, {t.grad2[0]}/{t.grad2[1]}; {reasons}")
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump({n: {"samples": t.samples, "value": t.value, "grad1": t.grad1, "grad2": t.grad2,
+                           "errors": t.errors} for n, t in tallies.items()}, fh, indent=1, sort_keys=True)
+
+
+if __name__ == "__main__":
+    main()
