@@ -10,17 +10,18 @@ Because gc.grad inside fn records ordinary nodes, vmap(grad(f)) batches the grad
 which gives per-example gradients: the gradient of each example's loss w.r.t. parameters shared
 by all examples, shaped (batch, *param.shape).
 
-Every op of the registry batches (tests/gradients/test_vmap_ops.py checks it): the ops declaring
-Trait.ELEMENTWISE (unary math, activations, casts, comparisons, the broadcasting arithmetic) by one
-generic rule; the others by a rule each (batching_rules.py): reductions, norms, scans, sorting and
-argmax/argmin along a shifted axis; softmax, layer_norm; the shape ops; gather/scatter and their
-element-wise forms (scatter_reduce, masked_select's ranks); matmul, einsum, gemm (as a batched
-matmul); the solvers (inv, det, slogdet, solve, cholesky: the batch is one more leading matrix dim);
-convolution, pooling and resize (the batch merged into the images' axis; per-example convolution
-weights and weight gradients need a static batch size); and the loops (batching_loops.py: a scan
-or while loop with a batched body, so per-example gradients through an RNN stay one loop each way).
-The ops in batching.NOT_BATCHED (input, constant, fill) have no operands, so no rule is ever asked
-for them: their nodes are kept as they are.
+Every op of the registry batches (tests/gradients/test_vmap_ops.py checks each numerically): the ops
+declaring Trait.ELEMENTWISE (unary math, activations, casts, comparisons, the broadcasting
+arithmetic, the closed-form derivatives) by one generic rule; the others by a rule each
+(batching_rules.py): reductions, norms, scans, sorting and argmax/argmin along a shifted axis;
+softmax, layer_norm, training-mode batch_norm (per-example statistics); the shape ops;
+gather/scatter and their element-wise forms; matmul, einsum, gemm (as a batched matmul); the solvers
+(the batch is one more leading matrix dim); convolution, pooling and resize (the batch merged into
+the images' axis; per-example convolution weights and weight gradients need a static batch size);
+and the loops (batching_loops.py: a scan or while loop with a batched body, so per-example
+gradients through an RNN stay one loop each way). The ops in batching.NOT_BATCHED (input,
+constant, fill, arange) have no operands, so no rule is ever asked for them: their nodes are kept
+as they are.
 """
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ class Trait(enum.Enum):
     ELEMENTWISE        each output element depends only on the operand elements at its own position, the
                        operands broadcast to the output's shape by numpy's rules (and, for a random op, on
                        that position's own draw); no attribute names an axis or a shape. Unary math,
-                       activations, casts, comparisons, the broadcasting arithmetic. gradients/vmap.py
+                       activations, casts, comparisons, the broadcasting arithmetic. gradients/batching.py
                        batches such an op as it is, on operands whose ranks it aligns;
                        tests/ops/test_registry.py checks the promise on every op that declares it.
     """

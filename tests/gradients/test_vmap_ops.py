@@ -132,6 +132,16 @@ def test_the_ops_never_batched_have_no_operands():
     assert all(not ops[name].inputs for name in batching.NOT_BATCHED)
 
 
+def test_what_needs_static_sizes_is_refused_by_name():
+    """Per-example convolution weights fold the batch into the group count, an ONNX attribute; batched
+    indices into a batched operand are offset by example, which needs the indexed axis' size."""
+    x, w = rand(B, 1, 2, 4, 4), rand(B, 3, 2, 3, 3)
+    with pytest.raises(gc.UnsupportedError, match="vmap: conv with per-example weights needs a static batch size"):
+        trace(gc.vmap(F.conv), _symbolic([x, w], [0, 0]))
+    table, idx = gc.spec((B, "m", 2), np.float64), gc.spec((B, 4), np.int64)
+    with pytest.raises(gc.UnsupportedError, match="batched indices into an axis of symbolic size 'm'"):
+        trace(gc.vmap(lambda t, i: F.take(t, i, axis=0)), [table, idx])
+
 def test_per_example_gradients_through_the_new_elementwise_ops():
     def loss(w, x):
         y = F.sinh(x * w) + F.arcsinh(x) + F.cosh(x) * F.erfc(x) + F.lgamma(2 + x * x) + F.clip(x * w, -0.3, 0.4)
