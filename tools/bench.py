@@ -38,6 +38,7 @@ if CPU_TIME:
     os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import bench_loops  # noqa: E402
 from bench_loops import LOOP_WORKLOADS, loop_report, torch_loop_workloads  # noqa: E402
 
 import gcompile as gc  # noqa: E402
@@ -664,7 +665,8 @@ def compile_scaling(sizes):
 def _scaling_graph(kind: str, n: int):
     """(fn, args) of a gradient graph of about n ONNX nodes: 'mlp', a deep narrow tanh MLP's
     gradient with respect to every layer's weight (an input and an output per layer), or
-    'lstm', an LSTM's weight gradients over a long sequence (four inputs and outputs)."""
+    'lstm', an LSTM's weight gradients over a long sequence, unrolled (four inputs and outputs; as
+    a scan its graph would not grow with the sequence: see --loops)."""
     if kind == "mlp":
         ws = [_param(8, 8) for _ in range(max(1, n // 8))]   # ~8 ONNX nodes per layer, both passes
 
@@ -694,7 +696,8 @@ def build_scaling(sizes, kinds=("mlp", "lstm")):
     for kind, n in ((k, n) for k in kinds for n in sizes):
         fn, args = _scaling_graph(kind, n)
         clock = [(time.perf_counter(), time.process_time())]
-        traced = trace(fn, args)
+        with bench_loops.unrolled_lstm():
+            traced = trace(fn, args)
         optimize(traced.graph, 2)
         model, _ = to_onnx(traced.graph, traced.input_names)
         data = model.SerializeToString()

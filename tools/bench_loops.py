@@ -34,6 +34,11 @@ def _loops(scan: bool):
         recurrent.SCAN_FROM_STEPS = saved
 
 
+def unrolled_lstm():
+    """F.lstm unrolled whatever the sequence length (tools/bench.py's large graphs)."""
+    return _loops(scan=False)
+
+
 def lstm_setup(steps: int, scan: bool = True, seed: int = 0, forward: bool = False):
     """One LSTM layer (PyTorch's layout) over `steps` steps, loss mean(ys²), gradients w.r.t. its weights
     (forward=True: the outputs only)."""
