@@ -142,6 +142,7 @@ def test_what_needs_static_sizes_is_refused_by_name():
     with pytest.raises(gc.UnsupportedError, match="batched indices into an axis of symbolic size 'm'"):
         trace(gc.vmap(lambda t, i: F.take(t, i, axis=0)), [table, idx])
 
+
 def test_per_example_gradients_through_the_new_elementwise_ops():
     def loss(w, x):
         y = F.sinh(x * w) + F.arcsinh(x) + F.cosh(x) * F.erfc(x) + F.lgamma(2 + x * x) + F.clip(x * w, -0.3, 0.4)
@@ -150,6 +151,15 @@ def test_per_example_gradients_through_the_new_elementwise_ops():
     w = rand(4)
     check_vmap(gc.grad(loss), [w, rand(B, 4)], [None, 0], ort=True, rtol=1e-9, atol=1e-10)
     check_vmap(gc.grad(loss, argnums=1), [rand(B, 4), rand(4)], [0, None], rtol=1e-9, atol=1e-10)
+
+
+def test_nested_vmap_batches_the_batched_ops_again():
+    """The inner vmap's batched ops are recorded nodes like any other: the outer vmap batches them."""
+    def layer(w, x):
+        return F.tanh(x @ w) + F.softmax(x, axis=-1) @ w
+    check_vmap(gc.vmap(layer, in_axes=(None, 0)), [rand(B, 3, 4), rand(5, 3)], [0, None], ort=True)
+    check_vmap(gc.vmap(gc.grad(lambda w, x: F.sum(layer(w, x) ** 2)), in_axes=(None, 0)),
+               [rand(B, 3, 4), rand(B, 5, 3)], [0, 0])
 
 
 # -- axes: scans, sorting, norms, scatter_reduce, masked_select -----------------------------------------------------
