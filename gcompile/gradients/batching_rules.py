@@ -12,6 +12,7 @@ from ..errors import UnsupportedError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, apply_n
 from ..ir import dims
+from ..ops.conv import kernel_taps, tap_window
 from .batching import align, all_batched, batching_rule, broadcast, merge, rank, shifted, split, static
 
 
@@ -271,14 +272,33 @@ def _grouped(node, ins, batched, size):
 
 @batching_rule("conv_weight_grad")
 def _conv_weight_grad(node, ins, batched, size):
-    """Per-example weight gradients: x and g grouped by example along the channels, as in _grouped."""
-    b = static(size, "a per-example convolution weight gradient")
+    """Per-example weight gradients: x and g grouped by example along the channels, as in _grouped,
+    or, at a symbolic batch size, one product per kernel tap (_weight_grad_by_taps)."""
     x, g = all_batched(ins, batched, size)
+    if not isinstance(size, int):
+        return [_weight_grad_by_taps(node.attrs, x, g)]
     n = x.shape[1]
-    xg = F.reshape(F.swapaxes(x, 0, 1), (n, b * x.shape[2]) + x.shape[3:])
-    gg = F.reshape(F.swapaxes(g, 0, 1), (n, b * g.shape[2]) + g.shape[3:])
-    y = apply_n("conv_weight_grad", [xg, gg], **{**node.attrs, "groups": node.attrs["groups"] * b})[0]
-    return [F.reshape(y, (b, g.shape[2]) + y.shape[1:])]
+    xg = F.reshape(F.swapaxes(x, 0, 1), (n, size * x.shape[2]) + x.shape[3:])
+    gg = F.reshape(F.swapaxes(g, 0, 1), (n, size * g.shape[2]) + g.shape[3:])
+    y = apply_n("conv_weight_grad", [xg, gg], **{**node.attrs, "groups": node.attrs["groups"] * size})[0]
+    return [F.reshape(y, (size, g.shape[2]) + y.shape[1:])]
+
+
+def _weight_grad_by_taps(attrs: dict, x: Tensor, g: Tensor) -> Tensor:
+    """gw[b, o, c, k] = sum over n, i of xpad[b, n, c, i·stride + k·dilation] · g[b, n, o, i]: for each
+    kernel tap k its strided window of the padded x, contracted with g per example and group by one
+    einsum (the group count of a grouped convolution is an attribute, so a symbolic batch cannot join it)."""
+    groups, kernel = attrs["groups"], tuple(attrs["kernel"])
+    size, n, c, o, out = x.shape[0], x.shape[1], x.shape[2], g.shape[2], g.shape[3:]
+    x = F.pad(x, ((0, 0),) * 3 + tuple(attrs["pad"]))
+    xg = F.reshape(x, (size, n, groups, c // groups) + x.shape[3:])
+    gg = F.reshape(g, (size, n, groups, o // groups, -1))
+    taps = []
+    for tap in kernel_taps(kernel):
+        window = F.reshape(xg[tap_window(tap, attrs["stride"], attrs["dilation"], out)],
+                           (size, n, groups, c // groups, -1))
+        taps.append(F.einsum("bngcp,bngop->bgoc", window, gg))
+    return F.reshape(F.stack(taps, axis=-1), (size, o, c // groups) + kernel)
 
 
 @batching_rule("avg_pool", "avg_pool_grad", "resize")

@@ -17,7 +17,7 @@ arithmetic, the closed-form derivatives) by one generic rule; the others by a ru
 softmax, layer_norm, training-mode batch_norm (per-example statistics); the shape ops;
 gather/scatter and their element-wise forms; matmul, einsum, gemm (as a batched matmul); the solvers
 (the batch is one more leading matrix dim); convolution, pooling and resize (the batch merged into
-the images' axis; per-example convolution weights and weight gradients need a static batch size);
+the images' axis; per-example convolution weights need a static batch size);
 and the loops (batching_loops.py: a scan or while loop with a batched body, so per-example
 gradients through an RNN stay one loop each way). The ops in batching.NOT_BATCHED (input,
 constant, fill, arange) have no operands, so no rule is ever asked for them: their nodes are kept
