@@ -10,10 +10,18 @@ Because gc.grad inside fn records ordinary nodes, vmap(grad(f)) batches the grad
 which gives per-example gradients: the gradient of each example's loss w.r.t. parameters shared
 by all examples, shaped (batch, *param.shape).
 
-Rules exist for the elementwise ops, reductions, softmax/log_softmax, layer_norm, shape ops
-(reshape, transpose, expand, slice, pad, concat), gather/scatter (take, embedding, their
-gradients), matmul, einsum, convolution and pooling (and their gradient ops; a batched
-weight gradient needs a static batch size). Any other op is refused with its name.
+Every op of the registry batches (tests/gradients/test_vmap_ops.py checks each numerically): the ops
+declaring Trait.ELEMENTWISE (unary math, activations, casts, comparisons, the broadcasting
+arithmetic, the closed-form derivatives) by one generic rule; the others by a rule each
+(batching_rules.py): reductions, norms, scans, sorting and argmax/argmin along a shifted axis;
+softmax, layer_norm, training-mode batch_norm (per-example statistics); the shape ops;
+gather/scatter and their element-wise forms; matmul, einsum, gemm (as a batched matmul); the solvers
+(the batch is one more leading matrix dim); convolution, pooling and resize (the batch merged into
+the images' axis; per-example convolution weights need a static batch size);
+and the loops (batching_loops.py: a scan or while loop with a batched body, so per-example
+gradients through an RNN stay one loop each way). The ops in batching.NOT_BATCHED (input,
+constant, fill, arange) have no operands, so no rule is ever asked for them: their nodes are kept
+as they are.
 """
 from __future__ import annotations
 
@@ -21,318 +29,17 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from .. import functions as F
-from ..errors import GcompileError, ShapeError, UnsupportedError
+from ..errors import GcompileError, ShapeError
 from ..frontend import pytree
 from ..frontend.source import user_location
-from ..frontend.tensor import Tensor, apply_n, as_tensor, current_frame, recording_order
-from ..ir import dims
+from ..frontend.tensor import Tensor, as_tensor, current_frame
 from ..ir.graph import Node
-from ..ir.registry import Trait, has_trait
+from . import batching_loops, batching_rules  # noqa: F401 - they register the rules of the non-elementwise ops
+from .batching import batch_node, broadcast
 from .engine import prune_new_nodes
 
 __all__ = ["vmap"]
-
-Rule = Callable[[Node, list, list, Any], list]
-RULES: dict[str, Rule] = {}
-
-
-def batching_rule(*ops: str) -> Callable[[Rule], Rule]:
-    def register(rule: Rule) -> Rule:
-        for op in ops:
-            RULES[op] = rule
-        return rule
-    return register
-
-
-# -- helpers -----------------------------------------------------------------------------------------
-def _rank(x: Tensor, batched: bool) -> int:
-    return x.ndim - 1 if batched else x.ndim
-
-
-def _align(x: Tensor, rank: int) -> Tensor:
-    """A batched x whose per-example rank is below `rank`, with unit axes after the batch axis, so that
-    numpy broadcasting lines its per-example axes up with the others' (right-aligned)."""
-    missing = rank - (x.ndim - 1)
-    return F.expand_dims(x, tuple(range(1, 1 + missing))) if missing > 0 else x
-
-
-def _broadcast(x: Tensor, size) -> Tensor:
-    """An unbatched x repeated along a new batch axis 0."""
-    return F.broadcast_to(F.expand_dims(x, 0), (size,) + x.shape)
-
-
-def _all_batched(ins: list, batched: list, size) -> list[Tensor]:
-    return [x if b else _broadcast(x, size) for x, b in zip(ins, batched)]
-
-
-def _merge(x: Tensor) -> Tensor:
-    """(B, N, ...) -> (B·N, ...)."""
-    return F.reshape(x, (dims.product(x.shape[:2]),) + x.shape[2:])
-
-
-def _split(y: Tensor, size, n) -> Tensor:
-    return F.reshape(y, (size, n) + y.shape[1:])
-
-
-def _static(size, what: str) -> int:
-    if not isinstance(size, int):
-        raise UnsupportedError(f"vmap: {what} needs a static batch size, got {size!r} (at {user_location()})")
-    return size
-
-
-# -- elementwise ---------------------------------------------------------------------------------------
-_ELEMENTWISE = ("abs", "ceil", "cos", "elu", "erf", "exp", "expm1", "floor", "gelu", "identity", "leaky_relu", "log",
-                "log1p", "logical_not", "neg", "relu", "round", "rsqrt", "selu", "sigmoid", "sign", "sin", "softplus",
-                "sqrt", "stop_gradient", "tan", "tanh", "cast", "dropout", "poly", "silu", "gelu_deriv")
-
-
-@batching_rule(*_ELEMENTWISE)
-def _elementwise(node, ins, batched, size):
-    ins = ins if len(ins) == 1 or all(batched) else _all_batched(ins, batched, size)
-    return apply_n(node.op, ins, **node.attrs)
-
-
-def _broadcasting(node, ins, batched, size):
-    rank = node.outputs[0].ndim
-    return apply_n(node.op, [_align(x, rank) if b else x for x, b in zip(ins, batched)], **node.attrs)
-
-
-@batching_rule("silu_deriv")
-def _silu_deriv(node, ins, batched, size):
-    return _broadcasting(node, ins, batched, size)
-
-
-@batching_rule("batch_norm")
-def _batch_norm(node, ins, batched, size):
-    """Training-mode batch norm with per-example statistics: the batch axis is one more axis the
-    statistics keep, so the op is written out (its closed-form VJP stays with the unbatched op)."""
-    x, gamma, beta = _all_batched(ins, batched, size)
-    channel = node.attrs["axis"] + 1
-    axes = tuple(i for i in range(1, x.ndim) if i != channel)
-    per_channel = tuple(x.shape[i] if i in (0, channel) else 1 for i in range(x.ndim))
-    mu = F.mean(x, axis=axes, keepdims=True)
-    xc = x - mu
-    var = F.mean(xc * xc, axis=axes, keepdims=True)
-    y = xc * F.rsqrt(var + node.attrs["eps"]) * F.reshape(gamma, per_channel) + F.reshape(beta, per_channel)
-    stats = (x.shape[0], x.shape[channel])
-    return [y, F.reshape(mu, stats), F.reshape(var, stats), xc]
-
-
-# -- axes -----------------------------------------------------------------------------------------------
-@batching_rule("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod")
-def _reduce(node, ins, batched, size):
-    return apply_n(node.op, ins, axes=tuple(a + 1 for a in node.attrs["axes"]), keepdims=node.attrs["keepdims"])
-
-
-@batching_rule("count")
-def _count(node, ins, batched, size):   # the per-example count, the same for every example: unbatched
-    return apply_n("count", ins, axes=tuple(a + 1 for a in node.attrs["axes"]))
-
-
-@batching_rule("softmax", "log_softmax")
-def _softmax(node, ins, batched, size):
-    return apply_n(node.op, ins, axis=node.attrs["axis"] % node.outputs[0].ndim + 1)
-
-
-@batching_rule("layer_norm")
-def _layer_norm(node, ins, batched, size):
-    x, gamma, beta = ins
-    axis, eps = node.attrs["axis"] % node.outputs[0].ndim, node.attrs["eps"]
-    if not batched[0]:
-        x = _broadcast(x, size)
-    if not any(batched[1:]):
-        return apply_n("layer_norm", [x, gamma, beta], axis=axis + 1, eps=eps)
-    axes = tuple(range(axis + 1, x.ndim))          # batched gamma or beta: written out with broadcasting ops
-    xc = x - F.mean(x, axes, keepdims=True)
-    y = xc * F.rsqrt(F.mean(xc * xc, axes, keepdims=True) + eps)
-    rank = x.ndim - 1
-    gamma, beta = (_align(t, rank) if b else t for t, b in zip((gamma, beta), batched[1:]))
-    return [y * gamma + beta]
-
-
-@batching_rule("transpose")
-def _transpose(node, ins, batched, size):
-    return apply_n("transpose", ins, perm=(0,) + tuple(p + 1 for p in node.attrs["perm"]))
-
-
-@batching_rule("reshape")
-def _reshape(node, ins, batched, size):
-    return [F.reshape(ins[0], (size,) + tuple(node.attrs["shape"]))]
-
-
-@batching_rule("expand")
-def _expand(node, ins, batched, size):
-    shape = tuple(node.attrs["shape"])
-    return [F.broadcast_to(_align(ins[0], len(shape)), (size,) + shape)]
-
-
-@batching_rule("slice")
-def _slice(node, ins, batched, size):
-    a = node.attrs
-    return apply_n("slice", ins, axes=tuple(x + 1 for x in a["axes"]), starts=a["starts"], ends=a["ends"],
-                   steps=a["steps"])
-
-
-@batching_rule("slice_scatter")
-def _slice_scatter(node, ins, batched, size):
-    a = node.attrs
-    return apply_n("slice_scatter", ins, shape=(size,) + tuple(a["shape"]), axes=tuple(x + 1 for x in a["axes"]),
-                   starts=a["starts"], ends=a["ends"], steps=a["steps"])
-
-
-@batching_rule("pad")
-def _pad(node, ins, batched, size):
-    a = node.attrs
-    return apply_n("pad", ins, pads=((0, 0),) + tuple(a["pads"]), mode=a["mode"], value=a["value"])
-
-
-@batching_rule("concat")
-def _concat(node, ins, batched, size):
-    return apply_n("concat", _all_batched(ins, batched, size), axis=node.attrs["axis"] % node.outputs[0].ndim + 1)
-
-
-# -- gather and scatter ------------------------------------------------------------------------------------
-def _offsets(idx: Tensor, size: int, n) -> Tensor:
-    """Batched indices into axis 0 of a (B·n, ...) merge: example b's index i becomes b·n + i."""
-    base = np.arange(size, dtype=np.int64).reshape((size,) + (1,) * (idx.ndim - 1)) * n
-    return F.cast(idx, np.int64) + base
-
-
-def _axis_first(x: Tensor, axis: int) -> Tensor:
-    """Batched x with its per-example `axis` moved right after the batch axis."""
-    perm = [0, axis + 1] + [i for i in range(1, x.ndim) if i != axis + 1]
-    return F.transpose(x, tuple(perm))
-
-
-@batching_rule("gather")
-def _gather(node, ins, batched, size):
-    x, idx = ins
-    axis = node.attrs["axis"] % _rank(x, batched[0])
-    if batched[0] and not batched[1]:
-        return apply_n("gather", [x, idx], axis=axis + 1)
-    if not batched[0]:                          # shared table, batched indices: the batch axis lands at `axis`
-        y = apply_n("gather", [x, idx], axis=axis)[0]
-        perm = [axis] + [i for i in range(y.ndim) if i != axis]
-        return [F.transpose(y, tuple(perm))]
-    b = _static(size, "gather with batched table and indices")
-    xs = _axis_first(x, axis)                   # (B, n, ...rest): merge the batch into the gathered axis
-    n = xs.shape[1]
-    y = apply_n("gather", [_merge(xs), _offsets(idx, b, n)], axis=0)[0]   # (B, *idx, ...rest)
-    k = idx.ndim - 1                            # put the rest back after the per-example axes before `axis`
-    perm = [0] + [1 + k + i for i in range(axis)] + [1 + i for i in range(k)] + \
-        [1 + k + axis + i for i in range(y.ndim - 1 - k - axis)]
-    return [F.transpose(y, tuple(perm))]
-
-
-@batching_rule("scatter_add")
-def _scatter_add(node, ins, batched, size):
-    base, idx, updates = ins
-    axis = node.attrs["axis"] % node.outputs[0].ndim
-    if not batched[1]:
-        base = base if batched[0] else _broadcast(base, size)
-        updates = updates if batched[2] else _broadcast(updates, size)
-        return apply_n("scatter_add", [base, idx, updates], axis=axis + 1)
-    b = _static(size, "scatter_add with batched indices")
-    base = _axis_first(base if batched[0] else _broadcast(base, size), axis)
-    n, k = base.shape[1], idx.ndim - 1
-    upd = updates if batched[2] else _broadcast(updates, size)
-    # updates (B, *pre, *idx, *rest) -> (B, *idx, *pre, *rest), as base's axis was moved first
-    perm = [0] + [1 + axis + i for i in range(k)] + [1 + i for i in range(axis)] + \
-        [1 + axis + k + i for i in range(upd.ndim - 1 - axis - k)]
-    upd = F.transpose(upd, tuple(perm))
-    flat_upd = F.reshape(upd, (dims.product(upd.shape[:1 + k]),) + upd.shape[1 + k:])
-    flat_idx = F.reshape(_offsets(idx, b, n), (-1,))
-    y = apply_n("scatter_add", [_merge(base), flat_idx, flat_upd], axis=0)[0]
-    y = _split(y, b, n)                          # (B, n, *pre, *rest) -> per-example axis back in place
-    back = [0] + [2 + i for i in range(axis)] + [1] + [2 + axis + i for i in range(y.ndim - 2 - axis)]
-    return [F.transpose(y, tuple(back))]
-
-
-@batching_rule("gather_elements", "scatter_add_elements")
-def _elements(node, ins, batched, size):
-    return apply_n(node.op, _all_batched(ins, batched, size), axis=node.attrs["axis"] % node.outputs[0].ndim + 1)
-
-
-# -- products ---------------------------------------------------------------------------------------------
-@batching_rule("matmul")
-def _matmul(node, ins, batched, size):
-    rank = max(_rank(x, b) for x, b in zip(ins, batched))
-    return apply_n("matmul", [_align(x, rank) if b else x for x, b in zip(ins, batched)])
-
-
-@batching_rule("einsum")
-def _einsum(node, ins, batched, size):
-    terms, out = node.attrs["equation"].split("->")
-    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-    letter = next(ch for ch in letters if ch not in node.attrs["equation"])
-    terms = [letter + t if b else t for t, b in zip(terms.split(","), batched)]
-    return apply_n("einsum", ins, equation=",".join(terms) + "->" + letter + out)
-
-
-# -- convolution and pooling --------------------------------------------------------------------------------
-@batching_rule("conv", "conv_transpose")
-def _conv(node, ins, batched, size):
-    x, w, *bias = ins
-    if any(batched[1:]):
-        if node.op == "conv" and batched[1]:
-            return _conv_batched_weights(node, ins, batched, size)
-        raise UnsupportedError(f"vmap: {node.op} with a batched weight or bias is not supported (at {node.source})")
-    n = x.shape[1]
-    return [_split(apply_n(node.op, [_merge(x), w, *bias], **node.attrs)[0], size, n)]
-
-
-def _conv_batched_weights(node, ins, batched, size):
-    """Per-example weights: the batch becomes groups of one grouped convolution."""
-    b = _static(size, "conv with batched weights")
-    x, w, *bias = _all_batched(ins, [batched[0], True, *([True] * (len(ins) - 2))], size)
-    n, groups = x.shape[1], node.attrs["groups"]
-    xg = F.reshape(F.swapaxes(x, 0, 1), (n, b * x.shape[2]) + x.shape[3:])          # (N, B·C, ...)
-    wg = F.reshape(w, (b * w.shape[1],) + w.shape[2:])                               # (B·Co, C/g, ...)
-    bg = [F.reshape(bias[0], (b * bias[0].shape[1],))] if bias else []
-    y = apply_n("conv", [xg, wg, *bg], **{**node.attrs, "groups": groups * b})[0]   # (N, B·Co, ...)
-    y = F.reshape(y, (n, b, w.shape[1]) + y.shape[2:])
-    return [F.swapaxes(y, 0, 1)]
-
-
-@batching_rule("conv_weight_grad")
-def _conv_weight_grad(node, ins, batched, size):
-    """Per-example weight gradients: x and g grouped by example along the channels."""
-    b = _static(size, "a per-example convolution weight gradient")
-    x, g = _all_batched(ins, batched, size)
-    n = x.shape[1]
-    xg = F.reshape(F.swapaxes(x, 0, 1), (n, b * x.shape[2]) + x.shape[3:])
-    gg = F.reshape(F.swapaxes(g, 0, 1), (n, b * g.shape[2]) + g.shape[3:])
-    y = apply_n("conv_weight_grad", [xg, gg], **{**node.attrs, "groups": node.attrs["groups"] * b})[0]
-    return [F.reshape(y, (b, g.shape[2]) + y.shape[1:])]
-
-
-@batching_rule("max_pool", "avg_pool", "avg_pool_grad", "pool_gather", "pool_scatter")
-def _pool(node, ins, batched, size):
-    """Pooling and its adjoints on (B·N, C, ...); max_pool's flat indices then count in the merged
-    tensor, which is what pool_scatter and pool_gather, merged the same way, read."""
-    ins = _all_batched(ins, batched, size)
-    n = ins[0].shape[1]
-    attrs = dict(node.attrs)
-    if node.op == "pool_scatter":
-        attrs["shape"] = (dims.product((size, attrs["shape"][0])),) + tuple(attrs["shape"][1:])
-    outs = apply_n(node.op, [_merge(x) for x in ins], **attrs)
-    return [_split(y, size, n) for y in outs]
-
-
-_UNBATCHED_OUTPUTS = {"count"}
-
-
-# -- the transform ------------------------------------------------------------------------------------------
-def _rule(op: str) -> Rule:
-    rule = RULES.get(op)
-    if rule is not None:
-        return rule
-    if has_trait(op, Trait.BROADCASTS):
-        return _broadcasting
-    raise UnsupportedError(f"vmap: op {op!r} has no batching rule (gradients/vmap.py lists the supported ops)")
 
 
 def _batch_region(graph, nodes: Sequence[Node], env: dict, size) -> None:
@@ -346,22 +53,8 @@ def _batch_region(graph, nodes: Sequence[Node], env: dict, size) -> None:
             value, is_batched = env.get(ref, (None, False))
             ins.append(value if value is not None else Tensor(graph, ref, graph.type_of(ref)))
             batched.append(is_batched)
-        if not any(batched):     # reads only unbatched replacements (a per-example count)
-            with recording_order(node.order):
-                outs = apply_n(node.op, ins, **node.attrs)
-            env.update({node.out(i): (o, False) for i, o in enumerate(outs)})
-            continue
-        try:
-            with recording_order(node.order):
-                outs = _rule(node.op)(node, ins, batched, size)
-        except ShapeError as err:
-            raise ShapeError(f"vmap: batching {node.op} (at {node.source}): {err}") from None
-        unbatched = node.op in _UNBATCHED_OUTPUTS
-        for i, out in enumerate(outs):
-            expected = node.outputs[i].shape if unbatched else (size,) + tuple(node.outputs[i].shape)
-            if tuple(out.shape) != tuple(expected):
-                raise AssertionError(f"vmap rule of {node.op}: {out.type} for {node.outputs[i]}")
-            env[node.out(i)] = (out, not unbatched)
+        outs = batch_node(node, ins, batched, size)
+        env.update((node.out(i), out) for i, out in enumerate(outs))
 
 
 def _axes_per_leaf(in_axes: Any, args: tuple) -> list[list]:
@@ -396,7 +89,7 @@ def vmap(fn: Callable, in_axes: int | None | Sequence[int | None] = 0, out_axes:
                 if t.ndim == 0:
                     raise GcompileError(f"vmap: a batched argument must have an axis to map over, got {t.type}")
                 axis = axis % t.ndim
-                t = F.swapaxes(t, 0, axis) if axis else t
+                t = F.transpose(t, (axis,) + tuple(i for i in range(t.ndim) if i != axis)) if axis else t
                 if size is not None and t.shape[0] != size:
                     raise ShapeError(f"vmap: batched arguments have batch sizes {size} and {t.shape[0]} "
                                      f"(at {user_location()})")
@@ -425,7 +118,7 @@ def vmap(fn: Callable, in_axes: int | None | Sequence[int | None] = 0, out_axes:
         for out in outs:
             value, is_batched = env.get(out.ref, (out, False))
             if not is_batched:
-                value = _broadcast(value, size)
+                value = broadcast(value, size)
             if out_axes % value.ndim:
                 value = F.transpose(value, _moved(value.ndim, out_axes % value.ndim))
             final.append(value)

@@ -72,6 +72,12 @@ class Trait(enum.Enum):
     NOOP_IF_SAME_TYPE  with a single operand of the output's exact type, the output is that operand (a
                        reshape to the same shape, a cast to the same dtype, a one-term add_n):
                        passes/simplify.py removes such nodes.
+    ELEMENTWISE        each output element depends only on the operand elements at its own position, the
+                       operands broadcast to the output's shape by numpy's rules (and, for a random op, on
+                       that position's own draw); no attribute names an axis or a shape. Unary math,
+                       activations, casts, comparisons, the broadcasting arithmetic. gradients/batching.py
+                       batches such an op as it is, on operands whose ranks it aligns;
+                       tests/ops/test_registry.py checks the promise on every op that declares it.
     """
     NONDIFF = "nondiff"
     RANDOM = "random"
@@ -79,6 +85,7 @@ class Trait(enum.Enum):
     BROADCASTS = "broadcasts"
     ELEMENT_COPY = "element_copy"
     NOOP_IF_SAME_TYPE = "noop_if_same_type"
+    ELEMENTWISE = "elementwise"
 
 
 @dataclass(frozen=True)

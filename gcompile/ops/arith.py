@@ -46,7 +46,8 @@ def _lower_trunc(ctx, names, node):
     return e.where(x < 0, e("Ceil", x), e("Floor", x)).name
 
 
-defop("trunc", infer=unary_any, reference=np.trunc, lower=_lower_trunc, traits={Trait.NONDIFF, Trait.CHEAP})
+defop("trunc", infer=unary_any, reference=np.trunc, lower=_lower_trunc,
+      traits={Trait.NONDIFF, Trait.CHEAP, Trait.ELEMENTWISE})
 
 
 # -- division with remainders --------------------------------------------------------------------------
@@ -124,11 +125,11 @@ def _int_safe_reference(fn):
 
 
 defop("fmod", infer=binary_broadcast, reference=_int_safe_reference(np.fmod), lower=_lower_fmod,
-      vjp=_quotient_vjp(trunc), traits={Trait.CHEAP, Trait.BROADCASTS})
+      vjp=_quotient_vjp(trunc), traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 defop("remainder", infer=binary_broadcast, reference=_int_safe_reference(np.remainder), lower=_lower_remainder,
-      vjp=_quotient_vjp(floor), traits={Trait.CHEAP, Trait.BROADCASTS})
+      vjp=_quotient_vjp(floor), traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 defop("floor_divide", infer=binary_broadcast, reference=_int_safe_reference(np.floor_divide),
-      lower=_lower_floor_divide, traits={Trait.NONDIFF, Trait.CHEAP, Trait.BROADCASTS})
+      lower=_lower_floor_divide, traits={Trait.NONDIFF, Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
 # -- copysign and lerp ------------------------------------------------------------------------------------
@@ -146,7 +147,8 @@ def _lower_copysign(ctx, names, node):
 
 
 defop("copysign", infer=binary_broadcast, reference=np.copysign, lower=_lower_copysign,
-      vjp=lambda g, ins, outs: [g[0] * sign(ins[0]) * sign(outs[0]), None], traits={Trait.CHEAP, Trait.BROADCASTS})
+      vjp=lambda g, ins, outs: [g[0] * sign(ins[0]) * sign(outs[0]), None],
+      traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
 def lerp(start, end, weight) -> Tensor:

@@ -45,7 +45,7 @@ defop("cast",
       infer=lambda types, dtype: [tensor_type(dtype, types[0].shape)],
       reference=lambda x, dtype: x.astype(dtype),
       lower=lambda ctx, names, node: ctx.emit("Cast", names, to=helper.np_dtype_to_tensor_dtype(node.attrs["dtype"])),
-      vjp=_cast_vjp, traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE})
+      vjp=_cast_vjp, traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE, Trait.ELEMENTWISE})
 
 
 # -- identity and stop_gradient ----------------------------------------------------------------
@@ -60,10 +60,12 @@ def stop_gradient(x) -> Tensor:
 
 defop("identity", infer=unary_any, reference=lambda x: x.copy(),
       lower=lambda ctx, names, node: ctx.emit("Identity", names),
-      vjp=lambda g, ins, outs: [g[0]], traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE})
+      vjp=lambda g, ins, outs: [g[0]],
+      traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE, Trait.ELEMENTWISE})
 defop("stop_gradient", infer=unary_any, reference=lambda x: x.copy(),
       lower=lambda ctx, names, node: ctx.emit("Identity", names),
-      traits={Trait.NONDIFF, Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE})
+      traits={Trait.NONDIFF, Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE,
+              Trait.ELEMENTWISE})
 
 
 # -- fills ---------------------------------------------------------------------------------------
@@ -152,7 +154,7 @@ def _lower_add_n(ctx, names, node):
 
 defop("add_n", infer=_add_n_infer, reference=lambda *xs: np.sum(np.broadcast_arrays(*xs), axis=0).astype(xs[0].dtype),
       lower=_lower_add_n, vjp=lambda g, ins, outs: [g[0]] * len(ins),   # summed to each operand's shape by gc.grad
-      traits={Trait.CHEAP, Trait.BROADCASTS, Trait.NOOP_IF_SAME_TYPE})
+      traits={Trait.CHEAP, Trait.BROADCASTS, Trait.NOOP_IF_SAME_TYPE, Trait.ELEMENTWISE})
 
 
 # -- scheduling ---------------------------------------------------------------------------------------

@@ -182,11 +182,13 @@ def _conv_weight_grad_infer(types, kernel, stride, pad, dilation, groups):
 
 
 # -- numpy references: one strided slice per kernel tap ----------------------------------------------
-def _taps(kernel):
+def kernel_taps(kernel):
+    """Every offset into the kernel, row-major (the references, the lowerings and gc.vmap's per-tap
+    weight gradient walk them)."""
     return itertools.product(*(range(k) for k in kernel))
 
 
-def _tap_window(tap, stride, dilation, out) -> tuple:
+def tap_window(tap, stride, dilation, out) -> tuple:
     """Index of the (padded) input positions i*stride + tap*dilation read by output positions i."""
     return (Ellipsis,) + tuple(slice(t * d, t * d + s * (o - 1) + 1, s)
                                for t, s, d, o in zip(tap, stride, dilation, out))
@@ -207,8 +209,8 @@ def _conv_reference(x, w, *b, stride, pad, dilation, groups):
     xg = xp.reshape((n, groups, -1) + xp.shape[2:])
     wg = w.reshape((groups, co // groups) + w.shape[1:])
     y = np.zeros((n, groups, co // groups) + out, np.result_type(x, w))
-    for tap in _taps(kernel):
-        y += np.einsum("ngc...,goc->ngo...", xg[_tap_window(tap, stride, dilation, out)], wg[(Ellipsis,) + tap])
+    for tap in kernel_taps(kernel):
+        y += np.einsum("ngc...,goc->ngo...", xg[tap_window(tap, stride, dilation, out)], wg[(Ellipsis,) + tap])
     return _with_bias(y.reshape((n, co) + out), b)
 
 
@@ -220,8 +222,8 @@ def _conv_transpose_reference(x, w, *b, stride, pad, dilation, groups, output_pa
     y = np.zeros((n, groups, w.shape[1]) + full, np.result_type(x, w))
     xg = x.reshape((n, groups, -1) + x.shape[2:])
     wg = w.reshape((groups, -1) + w.shape[1:])
-    for tap in _taps(kernel):
-        y[_tap_window(tap, stride, dilation, x.shape[2:])] += np.einsum("ngc...,gco->ngo...", xg,
+    for tap in kernel_taps(kernel):
+        y[tap_window(tap, stride, dilation, x.shape[2:])] += np.einsum("ngc...,gco->ngo...", xg,
                                                                         wg[(Ellipsis,) + tap])
     crop = (Ellipsis,) + tuple(slice(p0, p0 + o) for (p0, _), o in zip(pad, out))
     return _with_bias(y[crop].reshape((n, co) + out), b)
@@ -233,8 +235,8 @@ def _conv_weight_grad_reference(x, g, *, kernel, stride, pad, dilation, groups):
     xg = xp.reshape((n, groups, -1) + xp.shape[2:])
     gg = g.reshape((n, groups, co // groups, -1))
     gw = np.zeros((groups, co // groups, xg.shape[2]) + tuple(kernel), np.result_type(x, g))
-    for tap in _taps(kernel):
-        window = xg[_tap_window(tap, stride, dilation, out)].reshape(xg.shape[:3] + (-1,))
+    for tap in kernel_taps(kernel):
+        window = xg[tap_window(tap, stride, dilation, out)].reshape(xg.shape[:3] + (-1,))
         gw[(Ellipsis,) + tap] = np.einsum("ngcs,ngos->goc", window, gg)
     return gw.reshape((co,) + gw.shape[2:])
 
@@ -301,8 +303,8 @@ def _lower_conv_weight_grad(ctx, names, node):
     axes, per_group = ctx.int64s(range(2, 2 + nsp)), ctx.int64s([groups, ci, -1])
     g = ctx.emit("Reshape", [ctx.emit("Transpose", [names[1]], perm=swap), ctx.int64s([groups, co // groups, -1])])
     parts = []
-    for tap in _taps(kernel):
-        window = _tap_window(tap, a["stride"], a["dilation"], out)[1:]
+    for tap in kernel_taps(kernel):
+        window = tap_window(tap, a["stride"], a["dilation"], out)[1:]
         cols = ctx.emit("Reshape", [ctx.emit("Slice", [
             x, ctx.int64s([w.start for w in window]), ctx.int64s([w.stop for w in window]), axes,
             ctx.int64s(a["stride"])]), per_group])                                      # (G, Ci, N*P)
@@ -401,8 +403,8 @@ def _max_pool_reference(x, *, kernel, stride, pad):
     flat = np.pad(np.arange(x.size).reshape(x.shape), ((0, 0), (0, 0)) + pad, constant_values=-1)
     best = np.full(x.shape[:2] + out, -np.inf, x.dtype)
     index = np.zeros(best.shape, np.int64)
-    for tap in _taps(kernel):        # the first maximum in row-major window order wins, as in onnxruntime
-        window = _tap_window(tap, stride, (1,) * len(kernel), out)
+    for tap in kernel_taps(kernel):        # the first maximum in row-major window order wins, as in onnxruntime
+        window = tap_window(tap, stride, (1,) * len(kernel), out)
         better = xp[window] > best
         best = np.where(better, xp[window], best)
         index = np.where(better, flat[window], index)

@@ -64,13 +64,13 @@ def _float_or_none(x, grad):
 
 
 defop("add", infer=binary_broadcast, reference=np.add, lower=_onnx("Add"),
-      vjp=lambda g, ins, outs: [g[0], g[0]], traits={Trait.CHEAP, Trait.BROADCASTS})
+      vjp=lambda g, ins, outs: [g[0], g[0]], traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 defop("sub", infer=binary_broadcast, reference=np.subtract, lower=_onnx("Sub"),
       vjp=lambda g, ins, outs: [g[0], -g[0]],
-      traits={Trait.CHEAP, Trait.BROADCASTS})
+      traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 defop("mul", infer=binary_broadcast, reference=np.multiply, lower=_onnx("Mul"),
       vjp=lambda g, ins, outs: [g[0] * ins[1], g[0] * ins[0]],
-      traits={Trait.CHEAP, Trait.BROADCASTS})
+      traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
 def _div_vjp(g, ins, outs):
@@ -92,7 +92,7 @@ def divide(a, b) -> Tensor:
 
 
 defop("div", infer=binary_broadcast, reference=_div_reference, lower=_onnx("Div"), vjp=_div_vjp,
-      traits={Trait.CHEAP, Trait.BROADCASTS})
+      traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
 def _pow_vjp(g, ins, outs):
@@ -109,7 +109,7 @@ def _pow_vjp(g, ins, outs):
 
 
 defop("pow", infer=binary_broadcast, reference=np.power, lower=_onnx("Pow"), vjp=_pow_vjp,
-      traits={Trait.BROADCASTS})
+      traits={Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
 def _minmax_vjp(loses):
@@ -128,9 +128,9 @@ def zeros_scalar(like: Tensor) -> Tensor:
 
 
 defop("maximum", infer=binary_broadcast, reference=np.maximum, lower=_onnx("Max"),
-      vjp=_minmax_vjp(lambda a, b: less(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS})
+      vjp=_minmax_vjp(lambda a, b: less(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 defop("minimum", infer=binary_broadcast, reference=np.minimum, lower=_onnx("Min"),
-      vjp=_minmax_vjp(lambda a, b: greater(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS})
+      vjp=_minmax_vjp(lambda a, b: greater(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
 def logaddexp(a, b) -> Tensor:
@@ -160,7 +160,7 @@ def _logaddexp_vjp(g, ins, outs):
 
 
 defop("logaddexp", infer=binary_broadcast, reference=np.logaddexp, lower=_lower_logaddexp, vjp=_logaddexp_vjp,
-      traits={Trait.CHEAP, Trait.BROADCASTS})
+      traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
 # -- comparisons and logic (no gradient) ---------------------------------------------------------
@@ -169,7 +169,7 @@ def _compare(op, onnx_op, reference, negate=False) -> Callable[..., Tensor]:
         out = ctx.emit(onnx_op, names)
         return ctx.emit("Not", [out]) if negate else out
     defop(op, infer=compare_broadcast, reference=reference, lower=lower,
-          traits={Trait.NONDIFF, Trait.CHEAP, Trait.BROADCASTS})
+          traits={Trait.NONDIFF, Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
     fn = _binary(op)
     return fn
 
@@ -190,11 +190,11 @@ def _bool_infer(types, **_):
 
 
 defop("logical_and", infer=_bool_infer, reference=np.logical_and, lower=_onnx("And"),
-      traits={Trait.NONDIFF, Trait.BROADCASTS})
+      traits={Trait.NONDIFF, Trait.BROADCASTS, Trait.ELEMENTWISE})
 defop("logical_or", infer=_bool_infer, reference=np.logical_or, lower=_onnx("Or"),
-      traits={Trait.NONDIFF, Trait.BROADCASTS})
+      traits={Trait.NONDIFF, Trait.BROADCASTS, Trait.ELEMENTWISE})
 defop("logical_not", infer=_bool_infer, reference=np.logical_not, lower=_onnx("Not"),
-      traits={Trait.NONDIFF})
+      traits={Trait.NONDIFF, Trait.ELEMENTWISE})
 
 
 def logical_and(a, b) -> Tensor:
@@ -231,7 +231,7 @@ def _where_vjp(g, ins, outs):
 
 
 defop("where", infer=_where_infer, reference=np.where, lower=_onnx("Where"), vjp=_where_vjp,
-      traits={Trait.CHEAP, Trait.BROADCASTS})
+      traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
 # -- unary math ----------------------------------------------------------------------------------
@@ -246,7 +246,8 @@ def _unary(op) -> Callable[..., Tensor]:
 
 
 def _unary_def(op, reference, lower, vjp, traits=(Trait.CHEAP,), infer=unary_float) -> Callable[..., Tensor]:
-    defop(op, infer=infer, reference=reference, lower=lower, vjp=vjp, traits=traits)
+    """Register a unary math op (elementwise by construction) and return its user-facing function."""
+    defop(op, infer=infer, reference=reference, lower=lower, vjp=vjp, traits={*traits, Trait.ELEMENTWISE})
     return _unary(op)
 
 
@@ -381,7 +382,7 @@ def _lower_leaky_relu(ctx, names, node):
 defop("leaky_relu", infer=unary_float, reference=lambda x, slope: np.where(x > 0, x, slope * x),
       lower=_lower_leaky_relu,
       vjp=lambda g, ins, outs, slope: [where(greater(ins[0], 0), g[0], g[0] * slope)],
-      traits={Trait.CHEAP})
+      traits={Trait.CHEAP, Trait.ELEMENTWISE})
 
 
 def elu(x, alpha: float = 1.0) -> Tensor:
@@ -398,7 +399,7 @@ def _lower_elu(ctx, names, node):
 defop("elu", infer=unary_float, reference=lambda x, alpha: np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))),
       lower=_lower_elu,
       vjp=lambda g, ins, outs, alpha: [g[0] * where(greater(ins[0], 0), 1.0, outs[0] + alpha)],
-      traits={Trait.CHEAP})
+      traits={Trait.CHEAP, Trait.ELEMENTWISE})
 
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772, 1.0507009873554805
 
@@ -418,7 +419,7 @@ defop("selu", infer=unary_float,
       reference=lambda x: _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(np.minimum(x, 0))),
       lower=_lower_selu,
       vjp=lambda g, ins, outs: [g[0] * where(greater(ins[0], 0), _SELU_SCALE, outs[0] + _SELU_ALPHA * _SELU_SCALE)],
-      traits={Trait.CHEAP})
+      traits={Trait.CHEAP, Trait.ELEMENTWISE})
 
 
 def softplus(x, beta: float = 1.0) -> Tensor:
@@ -445,7 +446,8 @@ def _lower_softplus(ctx, names, node):
 
 
 defop("softplus", infer=unary_float, reference=_softplus_reference, lower=_lower_softplus,
-      vjp=lambda g, ins, outs, beta: [g[0] * sigmoid(ins[0] * beta)], traits={Trait.CHEAP})
+      vjp=lambda g, ins, outs, beta: [g[0] * sigmoid(ins[0] * beta)],
+      traits={Trait.CHEAP, Trait.ELEMENTWISE})
 
 
 def silu(x) -> Tensor:
@@ -477,7 +479,7 @@ def _silu_vjp(g, ins, outs):
 
 
 defop("silu", infer=lambda types: unary_float(types) * 2, reference=_silu_reference, lower=_lower_silu,
-      vjp=_silu_vjp, traits={Trait.CHEAP})
+      vjp=_silu_vjp, traits={Trait.CHEAP, Trait.ELEMENTWISE})
 
 
 def gelu(x, approximate: bool = False) -> Tensor:
@@ -521,7 +523,8 @@ def _gelu_vjp(g, ins, outs, approximate):
     return [g[0] * gelu_deriv(x, 1)]     # Φ + x·φ, and closed forms at every higher order
 
 
-defop("gelu", infer=unary_float, reference=_gelu_reference, lower=_lower_gelu, vjp=_gelu_vjp)
+defop("gelu", infer=unary_float, reference=_gelu_reference, lower=_lower_gelu, vjp=_gelu_vjp,
+      traits={Trait.ELEMENTWISE})
 
 
 def clip(x, lo=None, hi=None) -> Tensor:
@@ -570,7 +573,7 @@ def _clip_vjp(g, ins, outs, lo, hi, inclusive):
 
 
 defop("clip", infer=lambda types, **_: [types[0]], reference=_clip_reference, lower=_lower_clip, vjp=_clip_vjp,
-      traits={Trait.CHEAP})
+      traits={Trait.CHEAP, Trait.ELEMENTWISE})
 
 
 def pow(x, y) -> Tensor:  # noqa: A001 - numpy's name

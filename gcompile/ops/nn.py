@@ -345,4 +345,5 @@ def _dropout_vjp(g, ins, outs, ratio, seed):
 
 
 defop("dropout", infer=lambda types, ratio, seed: [types[0], tensor_type(np.bool_, types[0].shape)],
-      reference=_dropout_reference, lower=_lower_dropout, vjp=_dropout_vjp, traits={Trait.RANDOM}, n_outputs=2)
+      reference=_dropout_reference, lower=_lower_dropout, vjp=_dropout_vjp, traits={Trait.RANDOM, Trait.ELEMENTWISE},
+      n_outputs=2)

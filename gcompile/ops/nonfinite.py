@@ -31,11 +31,11 @@ def _isfinite_lower(ctx, names, node):
 
 
 defop("isnan", infer=_test_infer, reference=np.isnan, lower=lambda ctx, names, node: ctx.emit("IsNaN", names),
-      traits={Trait.NONDIFF, Trait.CHEAP})
+      traits={Trait.NONDIFF, Trait.CHEAP, Trait.ELEMENTWISE})
 defop("isinf", infer=_test_infer, reference=np.isinf, lower=lambda ctx, names, node: ctx.emit("IsInf", names),
-      traits={Trait.NONDIFF, Trait.CHEAP})
+      traits={Trait.NONDIFF, Trait.CHEAP, Trait.ELEMENTWISE})
 defop("isfinite", infer=_test_infer, reference=np.isfinite, lower=_isfinite_lower,
-      traits={Trait.NONDIFF, Trait.CHEAP})
+      traits={Trait.NONDIFF, Trait.CHEAP, Trait.ELEMENTWISE})
 
 
 def _test(op: str, for_exact: bool) -> Callable[..., Tensor]:

@@ -108,7 +108,8 @@ def _poly_reference(y, coeffs):
 
 
 defop("poly", infer=lambda types, coeffs: unary_float(types), reference=_poly_reference, lower=_lower_poly,
-      vjp=lambda g, ins, outs, coeffs: [times_derivative(g[0], ins[0], coeffs)], traits={Trait.CHEAP})
+      vjp=lambda g, ins, outs, coeffs: [times_derivative(g[0], ins[0], coeffs)],
+      traits={Trait.CHEAP, Trait.ELEMENTWISE})
 
 
 # -- silu's derivatives ------------------------------------------------------------------------------
@@ -139,7 +140,7 @@ def _silu_deriv_vjp(g, ins, outs, order):
 
 
 defop("silu_deriv", infer=lambda types, order: binary_broadcast(types), reference=_silu_deriv_reference,
-      lower=_lower_silu_deriv, vjp=_silu_deriv_vjp, traits={Trait.CHEAP})
+      lower=_lower_silu_deriv, vjp=_silu_deriv_vjp, traits={Trait.CHEAP, Trait.ELEMENTWISE})
 
 
 # -- exact gelu's derivatives ------------------------------------------------------------------------
@@ -183,4 +184,4 @@ def _lower_gelu_deriv(ctx, names, node):
 
 defop("gelu_deriv", infer=lambda types, order: unary_float(types), reference=_gelu_deriv_reference,
       lower=_lower_gelu_deriv, vjp=lambda g, ins, outs, order: [g[0] * gelu_deriv(ins[0], order + 1)],
-      traits={Trait.CHEAP})
+      traits={Trait.CHEAP, Trait.ELEMENTWISE})

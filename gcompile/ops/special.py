@@ -71,7 +71,8 @@ def _erfc_vjp(g, ins, outs):
     return [g[0] * (-2 / _SQRT_PI) * exp(-(ins[0] * ins[0]))]
 
 
-defop("erfc", infer=unary_float, reference=_erfc_scalar, lower=_lower_erfc, vjp=_erfc_vjp, traits={Trait.CHEAP})
+defop("erfc", infer=unary_float, reference=_erfc_scalar, lower=_lower_erfc, vjp=_erfc_vjp,
+      traits={Trait.CHEAP, Trait.ELEMENTWISE})
 
 
 # -- erfinv ---------------------------------------------------------------------------------------------
@@ -113,7 +114,7 @@ def _lower_erfinv(ctx, names, node):
 
 defop("erfinv", infer=unary_float, reference=np.vectorize(erfinv_reference, otypes=[np.float64]),
       lower=_lower_erfinv, vjp=lambda g, ins, outs: [g[0] * (_SQRT_PI / 2) * exp(outs[0] * outs[0])],
-      traits={Trait.CHEAP})
+      traits={Trait.CHEAP, Trait.ELEMENTWISE})
 
 
 # -- lgamma and polygamma ---------------------------------------------------------------------------------
@@ -268,9 +269,9 @@ def _polygamma_reference(x, n):
 
 
 defop("lgamma", infer=unary_float, reference=_lgamma_reference, lower=_lower_lgamma,
-      vjp=lambda g, ins, outs: [g[0] * polygamma(0, ins[0])], traits={Trait.CHEAP})
+      vjp=lambda g, ins, outs: [g[0] * polygamma(0, ins[0])], traits={Trait.CHEAP, Trait.ELEMENTWISE})
 defop("polygamma", infer=unary_float, reference=_polygamma_reference, lower=_lower_polygamma,
-      vjp=lambda g, ins, outs, n: [g[0] * polygamma(n + 1, ins[0])], traits={Trait.CHEAP})
+      vjp=lambda g, ins, outs, n: [g[0] * polygamma(n + 1, ins[0])], traits={Trait.CHEAP, Trait.ELEMENTWISE})
 
 erfc = _unary("erfc")
 erfinv = _unary("erfinv")
@@ -320,7 +321,7 @@ def _xlogy_vjp(g, ins, outs):
 
 
 defop("xlogy", infer=binary_broadcast, reference=_xlogy_reference, lower=_lower_xlogy, vjp=_xlogy_vjp,
-      traits={Trait.CHEAP, Trait.BROADCASTS})
+      traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
 def logit(x, eps: float | None = None) -> Tensor:

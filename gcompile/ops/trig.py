@@ -158,7 +158,7 @@ def _lower_hypot(ctx, names, node):
 
 
 defop("arctan2", infer=binary_broadcast, reference=np.arctan2, lower=_lower_arctan2, vjp=_arctan2_vjp,
-      traits={Trait.CHEAP, Trait.BROADCASTS})
+      traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 defop("hypot", infer=binary_broadcast, reference=np.hypot, lower=_lower_hypot,
       vjp=lambda g, ins, outs: [g[0] * ins[0] / outs[0], g[0] * ins[1] / outs[0]],
-      traits={Trait.CHEAP, Trait.BROADCASTS})
+      traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})

@@ -53,6 +53,12 @@ def test_in_axes_and_out_axes():
     np.testing.assert_allclose(gc.compile(fn, a, b, provider="cpu")(a, b), a * b[:, None], rtol=1e-12)
 
 
+def test_in_axes_moves_the_batch_axis_first_keeping_the_others_in_order():
+    x = rand(2, 3, B)
+    fn = gc.vmap(lambda x: F.reshape(x, (-1,)), in_axes=2)
+    np.testing.assert_array_equal(gc.compile(fn, x, provider="cpu")(x), np.moveaxis(x, 2, 0).reshape(B, -1))
+
+
 def test_per_example_gradients_of_an_mlp_with_a_symbolic_batch():
     w1, b1, w2 = rand(4, 8), rand(8), rand(8, 3)
     x, y = rand(B, 4), RNG.integers(0, 3, B)

@@ -1,4 +1,5 @@
-"""The op registry: traits are a checked set, and a pass picks up a new op by the traits it declares."""
+"""The op registry: traits are a checked set, a pass picks up a new op by the traits it declares, and
+Trait.ELEMENTWISE holds where declared."""
 import numpy as np
 import pytest
 
@@ -6,8 +7,11 @@ import gcompile.functions as F
 from gcompile.frontend.tensor import apply
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
+from gcompile.ir.graph import tensor_type
 from gcompile.ir.registry import REGISTRY, Trait
 from gcompile.passes import eliminate_dead_code, simplify
+
+from ..elementwise_samples import ATTRS, arity, elementwise_ops, operands
 
 
 def test_traits_must_be_trait_members(scratch_op):
@@ -34,3 +38,31 @@ def test_a_new_op_declaring_broadcasts_gets_its_operands_expands_dropped(scratch
     graph.lint()
     assert [n.op for n in graph.nodes.values()].count("expand") == expands_left
     np.testing.assert_array_equal(evaluate(graph, [x, b])[0], np.maximum(x, b))
+
+
+@pytest.mark.parametrize("op", elementwise_ops())
+def test_an_elementwise_op_keeps_its_promise(op):
+    """Trait.ELEMENTWISE, checked: the output has the operands' broadcast shape, and moving the positions
+    of the (broadcast) operands around moves the output's the same way (each element depends on its own
+    position only)."""
+    rng = np.random.default_rng(0)
+    n = arity(op)
+    shapes = [(2, 3), (3,), (2, 1)][:n]
+    arrays = operands(op, shapes, rng)
+    attrs = ATTRS.get(op, {})
+    definition = REGISTRY[op]
+    types = [tensor_type(a.dtype, a.shape) for a in arrays]
+    order = rng.permutation(6)
+    try:
+        out_types = definition.infer(types, **attrs)
+        with np.errstate(all="ignore"):
+            outs = definition.reference(*arrays, **attrs)
+            moved = definition.reference(*[np.broadcast_to(a, (2, 3)).reshape(-1)[order] for a in arrays], **attrs)
+    except TypeError as err:
+        pytest.fail(f"{op}: give its sample operands or attributes in tests/elementwise_samples.py ({err})")
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    assert [t.shape for t in out_types] == [(2, 3)] * len(outs), op
+    moved = moved if isinstance(moved, tuple) else (moved,)
+    for out, m in zip(outs, moved):
+        assert np.shape(out) == (2, 3), op
+        np.testing.assert_array_equal(np.asarray(out).reshape(-1)[order], m, err_msg=op)
