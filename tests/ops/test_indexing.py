@@ -30,6 +30,11 @@ GETITEMS = [
     ("array_after_int", lambda t: t[:, 0, IDX]),
     ("array_apart_from_int", lambda t: t[0, :, IDX]),
     ("list", lambda t: t[:, [2, 2, 0]]),
+    ("two_arrays_adjacent", lambda t: t[:, [0, 2, -1], [1, 1, 4]]),
+    ("two_arrays_apart", lambda t: t[[0, 1], :, [1, 2]]),
+    ("arrays_broadcast", lambda t: t[np.array([[0], [3]]), 1, [1, -2, 4]]),
+    ("three_arrays_repeated", lambda t: t[[0, 0, 3], [1, 1, 2], [0, 0, 4]]),
+    ("arrays_with_newaxis", lambda t: t[None, [1, 2], ..., [3, 0]]),
 ]
 
 
@@ -210,6 +215,14 @@ def test_getitem_tensor_index_grads():
     check_grads(lambda x, i: F.sin(x[:, i]), [X, np.array([2, -1, 2])])
 
 
+def test_getitem_several_tensor_indices():
+    """Run-time index arrays (negative ones too) broadcast together, as numpy's advanced indexing."""
+    i, j = np.array([[1], [-1]], np.int64), np.array([0, 2, -3], np.int64)
+    check_forward(lambda x, i, j: x[i, :, j], [X, i, j], X[i, :, j])
+    check_forward(lambda x, i, j: x[1:, i, j], [X, i, j], X[1:, i, j])
+    check_grads(lambda x, i, j: F.sin(x[i, 1:, j]), [X, i, j])
+
+
 def test_slice_scatter_grads():
     shape = (3, 7)
     g = RNG.standard_normal((3, 4))
@@ -264,8 +277,8 @@ def test_errors():
         trace(lambda x: x[x > 0], [X])
     with pytest.raises(gc.UnsupportedError, match="boolean mask"):
         trace(lambda x: x[np.array([True, False, True, False])], [X])
-    with pytest.raises(gc.UnsupportedError, match="more than one index array"):
-        trace(lambda x: x[[0, 1], :, [1, 2]], [X])
+    with pytest.raises(gc.ShapeError, match="index 3 is out of range"):
+        trace(lambda x: x[[0, 1], [3, 0]], [X])
     with pytest.raises(gc.ShapeError, match="index 4 is out of range for axis 0 of size 4"):
         trace(lambda x: x[4], [X])
     with pytest.raises(gc.ShapeError, match="index -4 is out of range for axis 1 of size 3"):
