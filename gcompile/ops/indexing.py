@@ -357,9 +357,12 @@ def getitem(x, index) -> Tensor:
     """x[index] with numpy semantics for ints, slices (any step), None, Ellipsis and integer index
     arrays (several broadcast together, as numpy's advanced indexing: their axes become one gather
     on the flattened product, and the result's axes go first when the advanced indices are not
-    adjacent); boolean masks are refused (the result's shape would depend on the data)."""
+    adjacent). A boolean mask known while tracing (a numpy array or list) is its nonzero() index
+    arrays, as numpy reads it; a traced boolean Tensor is refused (the result's shape would depend
+    on the data)."""
     x = as_tensor(x)
     index = index if isinstance(index, tuple) else (index,)
+    index, mask_sizes = _known_masks_as_arrays(index)
     if any(_is_bool_index(i) for i in index):
         raise UnsupportedError("boolean mask indexing is not supported: its result shape depends on the data; "
                                "use F.where(mask, x, 0) to keep the shape")
@@ -374,6 +377,9 @@ def getitem(x, index) -> Tensor:
             shape.append(1)
             continue
         dim = x.shape[axis]
+        if id(item) in mask_sizes and mask_sizes[id(item)] != dim:
+            raise ShapeError(f"a boolean index of size {mask_sizes[id(item)]} does not match axis {axis} of size "
+                             f"{dim!r}")
         if _is_array_index(item):
             arrays.append((len(shape), item))
             advanced.append(pos)
@@ -409,6 +415,22 @@ def getitem(x, index) -> Tensor:
         moved = list(range(at, at + idx.ndim))
         y = transpose(y, moved + [i for i in range(y.ndim) if i not in moved])
     return y
+
+
+def _known_masks_as_arrays(index: tuple) -> tuple[tuple, dict]:
+    """index with each boolean numpy array or list (of k dims) replaced by its k nonzero() index
+    arrays, and the size of the axis each of those must index (keyed by id)."""
+    out: list = []
+    sizes: dict = {}
+    for item in index:
+        if isinstance(item, (np.ndarray, list)) and np.asarray(item).dtype == np.bool_ and np.ndim(item) > 0:
+            mask = np.asarray(item)
+            for n, positions in zip(mask.shape, np.nonzero(mask)):
+                sizes[id(positions)] = n
+                out.append(positions)
+        else:
+            out.append(item)
+    return tuple(out), sizes
 
 
 def _merge_array_axes(y: Tensor, arrays: list) -> tuple[Tensor, Tensor]:
