@@ -18,7 +18,10 @@ entry, a seeded choice from torch's list (some entries have over a thousand). Pe
 where the op supports them in torch (OpInfo.supports_autograd / supports_gradgrad) and its output is
 float. A sample the adapter cannot express (an unsupported keyword, an error while tracing) fails.
 The summary: entries with a counterpart (and how many are composed of several gcompile functions),
-pass rates per order, and the ops with the most failures.
+pass rates per order, and the ops with the most failures. An entry whose every sample gcompile
+refuses with UnsupportedError (a function that exists only to say what to use instead, like
+F.svd) is listed as refused, not as a counterpart, and its samples are counted apart; a refusal
+of some samples of an entry (a matrix norm that needs singular values) counts as a failure.
 """
 from __future__ import annotations
 
@@ -51,6 +54,7 @@ from parity_map import MAP, Entry, NotComparable, counterpart  # noqa: E402
 @dataclass
 class Tally:
     samples: int = 0
+    refused: int = 0                                       # samples gcompile refused (UnsupportedError)
     value: int = 0
     grad1: list = field(default_factory=lambda: [0, 0])    # passed, checked
     grad2: list = field(default_factory=lambda: [0, 0])
@@ -124,6 +128,7 @@ def check_sample(opinfo, entry: Entry, sample, tally: Tally, rng) -> None:
     except NotComparable:
         raise
     except Exception as err:  # noqa: BLE001 - every failure is tallied by kind
+        tally.refused += isinstance(err, gc.UnsupportedError)
         _fail(tally, "value", err)
         return
     try:
@@ -244,6 +249,12 @@ def main() -> None:
 
 
 def report(entries, mapped, present, tallies, json_path) -> None:
+    refused = {n: t for n, t in tallies.items() if t.samples and t.refused == t.samples}
+    if refused:
+        print(f"refused by design, not counted as counterparts ({len(refused)} entries, "
+              f"{sum(t.samples for t in refused.values())} samples): {', '.join(sorted(refused))}")
+    everything, present = tallies, [n for n in present if n not in refused]
+    tallies = {n: t for n, t in tallies.items() if n not in refused}
     composed = sum(counterpart(n).composed for n in present)
     samples = sum(t.samples for t in tallies.values())
     value = sum(t.value for t in tallies.values())
@@ -256,7 +267,7 @@ def report(entries, mapped, present, tallies, json_path) -> None:
     print(f"samples: {samples}; values agree: {value} ({value / max(samples, 1):.1%}); order 1: {g1[0]}/{g1[1]} "
           f"({g1[0] / max(g1[1], 1):.1%}); order 2: {g2[0]}/{g2[1]} ({g2[0] / max(g2[1], 1):.1%})")
     print(f"entries whose every sample agrees at every order: {len(full)} of {len(tallies)}")
-    missing = sorted(n for n in mapped if n not in present)
+    missing = sorted(n for n in mapped if n not in present and n not in refused)
     print(f"mapped but no counterpart here ({len(missing)}): {', '.join(missing)}")
     worst = sorted(tallies.items(), key=lambda kv: -(kv[1].samples - kv[1].value + kv[1].grad1[1] - kv[1].grad1[0]
                                                      + kv[1].grad2[1] - kv[1].grad2[0]))
@@ -269,8 +280,9 @@ def report(entries, mapped, present, tallies, json_path) -> None:
         print(f"  {name}: {t.value}/{t.samples}, {t.grad1[0]}/{t.grad1[1]}, {t.grad2[0]}/{t.grad2[1]}; {reasons}")
     if json_path:
         with open(json_path, "w") as fh:
-            json.dump({n: {"samples": t.samples, "value": t.value, "grad1": t.grad1, "grad2": t.grad2,
-                           "errors": t.errors} for n, t in tallies.items()}, fh, indent=1, sort_keys=True)
+            json.dump({n: {"samples": t.samples, "refused": t.refused, "value": t.value, "grad1": t.grad1,
+                           "grad2": t.grad2, "errors": t.errors} for n, t in everything.items()}, fh, indent=1,
+                      sort_keys=True)
 
 
 if __name__ == "__main__":

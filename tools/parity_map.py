@@ -57,6 +57,17 @@ def _scalar(x):
     return float(x) if isinstance(x, (int, float, bool)) else x
 
 
+def _as_vector(fn):
+    """torch reads a 0-d tensor as a 1-element vector along dim 0 or -1 (numpy has no axis there):
+    the adapter runs on x reshaped to (1,) with dim 0, and its results are reshaped back to ()."""
+    def adapt(x, *args, **kwargs):
+        if x.ndim:
+            return fn(x, *args, **kwargs)
+        out = fn(F.reshape(x, (1,)), *args, **kwargs)
+        return tuple(F.reshape(o, ()) for o in out) if isinstance(out, tuple) else F.reshape(out, ())
+    return adapt
+
+
 # -- elementwise ---------------------------------------------------------------------------------------
 for _t, _f in [("abs", "abs"), ("exp", "exp"), ("log", "log"), ("sin", "sin"), ("cos", "cos"), ("tan", "tan"),
                ("tanh", "tanh"), ("sigmoid", "sigmoid"), ("sqrt", "sqrt"), ("rsqrt", "rsqrt"), ("neg", "negative"),
@@ -72,7 +83,8 @@ for _t, _f in [("abs", "abs"), ("exp", "exp"), ("log", "log"), ("sin", "sin"), (
                ("nn.functional.softsign", "softsign"), ("nn.functional.hardswish", "hardswish|hard_swish"),
                ("nn.functional.hardsigmoid", "hardsigmoid|hard_sigmoid"),
                ("nn.functional.logsigmoid", "log_sigmoid|logsigmoid"),
-               ("i0", "i0"), ("special.ndtr", "ndtr"), ("special.ndtri", "ndtri"), ("special.log_ndtr", "log_ndtr"),
+               ("i0", "i0"), ("special.modified_bessel_i0", "i0"), ("special.ndtr", "ndtr"),
+               ("special.ndtri", "ndtri"), ("special.log_ndtr", "log_ndtr"),
                ("special.entr", "entr"), ("sinc", "sinc"), ("logit", "logit"), ("frac", "frac"),
                ("deg2rad", "deg2rad"), ("rad2deg", "rad2deg"), ("signbit", "signbit")]:
     direct(_t, _f)
@@ -360,8 +372,7 @@ def _softmin(x, dim, dtype=None):
 # -- reductions --------------------------------------------------------------------------------------------------
 def _reduction(fname):
     def adapt(x, dim=None, keepdim=False, dtype=None):
-        if dtype is not None:
-            raise TypeError("dtype=")
+        x = x if dtype is None else F.cast(x, _np_dtype(dtype))
         return getattr(F, fname)(x, _axes(dim, x.ndim), keepdims=keepdim)
     return adapt
 
@@ -434,41 +445,56 @@ def _vector_norm(x, ord=2, dim=None, keepdim=False, dtype=None):    # noqa: A002
 
 
 @op("cumsum", "cumsum")
+@_as_vector
 def _cumsum(x, dim, dtype=None):
     return F.cumsum(x, dim)
 
 
 @op("cumprod", "cumprod")
+@_as_vector
 def _cumprod(x, dim, dtype=None):
     return F.cumprod(x, dim)
 
 
 @op("argmax", "argmax")
+@_as_vector
 def _argmax(x, dim=None, keepdim=False):
     return F.argmax(x, dim, keepdims=keepdim)
 
 
 @op("argmin", "argmin")
+@_as_vector
 def _argmin(x, dim=None, keepdim=False):
     return F.argmin(x, dim, keepdims=keepdim)
 
 
-@op("sort", "sort")
+@op("sort", "topk")
+@_as_vector
 def _sort(x, dim=-1, descending=False, stable=False):
-    return F.sort(x, dim, descending=descending)
+    """torch.sort's (values, indices): topk over the whole axis (stable, as gcompile's sorts are)."""
+    return F.topk(x, x.shape[dim], dim, largest=descending)
 
 
 @op("topk", "topk")
+@_as_vector
 def _topk(x, k, dim=-1, largest=True, sorted=True):      # noqa: A002
     return F.topk(x, k, dim, largest=largest, sorted=sorted)
 
 
 @op("cummax", "cummax")
+@_as_vector
 def _cummax(x, dim):
     return F.cummax(x, dim)
 
 
+@op("cummin", "cummin")
+@_as_vector
+def _cummin(x, dim):
+    return F.cummin(x, dim)
+
+
 @op("logcumsumexp", "logcumsumexp")
+@_as_vector
 def _logcumsumexp(x, dim):
     return F.logcumsumexp(x, dim)
 
@@ -558,12 +584,65 @@ def _diagonal(x, offset=0, dim1=0, dim2=1):
     return F.einsum("ii->i", x)
 
 
-for _t in ("linalg.det", "linalg.inv", "linalg.solve", "linalg.cholesky", "linalg.qr", "linalg.svd", "linalg.eigh",
-           "linalg.slogdet", "linalg.pinv", "linalg.matrix_norm", "linalg.norm", "logdet", "linalg.lstsq",
-           "cholesky_solve", "linalg.solve_triangular", "triangular_solve", "linalg.cross", "cross",
-           "linalg.matrix_power", "linalg.multi_dot", "matrix_exp"):
+for _t in ("linalg.det", "linalg.inv", "linalg.svd", "linalg.eigh", "linalg.slogdet", "linalg.pinv",
+           "logdet", "linalg.lstsq", "linalg.matrix_power", "linalg.multi_dot", "matrix_exp"):
     _fname = _t.split(".")[-1]
     op(_t, _fname)(lambda *a, _f=_fname, **k: getattr(F, _f)(*a, **k))
+
+
+@op("linalg.qr", "qr")
+def _qr(a, mode="reduced"):
+    return (F.full((0,), 0.0, a.dtype), F.qr(a, "r")) if mode == "r" else F.qr(a, mode)
+
+
+@op("linalg.norm", "norm")
+def _linalg_norm(x, ord=None, dim=None, keepdim=False, dtype=None):     # noqa: A002
+    return F.norm(x, ord, _axes(dim), keepdims=keepdim)
+
+
+@op("linalg.matrix_norm", "matrix_norm")
+def _matrix_norm(x, ord="fro", dim=(-2, -1), keepdim=False, dtype=None):     # noqa: A002
+    return F.matrix_norm(x, ord, tuple(dim), keepdims=keepdim)
+
+
+@op("linalg.cholesky", "cholesky")
+def _cholesky(a, upper=False):
+    low = F.cholesky(a)
+    return F.swapaxes(low, -1, -2) if upper else low
+
+
+@op("linalg.solve", "solve")
+def _solve(a, b, left=True):
+    """torch reads b (..., n) as a batch of vectors where its shape is a's without the last dim."""
+    if not left:
+        return F.swapaxes(_solve(F.swapaxes(a, -1, -2), F.swapaxes(b, -1, -2)), -1, -2)
+    if b.ndim == 1 or (b.ndim == a.ndim - 1 and tuple(b.shape) == tuple(a.shape[:-1])):
+        return F.squeeze(F.solve(a, F.expand_dims(b, -1)), -1)
+    return F.solve(a, b)
+
+
+@op("cholesky_solve", "cholesky_solve")
+def _cholesky_solve(b, factor, upper=False):
+    return F.cholesky_solve(b, factor, upper=upper)
+
+
+@op("linalg.solve_triangular", "solve_triangular")
+def _solve_triangular(a, b, upper, left=True, unitriangular=False):
+    return F.solve_triangular(a, b, upper=upper, left=left, unitriangular=unitriangular)
+
+
+@op("triangular_solve", "solve_triangular")
+def _triangular_solve(b, a, upper=True, transpose=False, unitriangular=False):
+    """torch.triangular_solve's (x, a): a^T x = b with transpose=True."""
+    a_used = F.swapaxes(a, -1, -2) if transpose else a
+    return F.solve_triangular(a_used, b, upper=upper != transpose, unitriangular=unitriangular), F.identity(a)
+
+
+@op("linalg.cross cross", "cross")
+def _cross(a, b, dim=None):
+    if dim is None:                       # torch.cross's legacy default: the first axis of size 3
+        dim = next(i for i, (p, q) in enumerate(zip(a.shape, b.shape)) if p == 3 and q == 3)
+    return F.cross(a, b, dim)
 
 
 # -- shapes -------------------------------------------------------------------------------------------------------
@@ -656,7 +735,8 @@ def _broadcast_to(x, shape):
 
 @op("cat concat concatenate", "concat")
 def _cat(xs, dim=0):
-    return F.concat(list(xs), dim)
+    kept = [x for x in xs if x.ndim != 1 or x.shape[0] != 0] or list(xs)    # torch skips 1-d empty tensors
+    return F.concat(kept, dim)
 
 
 @op("stack", "stack")
@@ -791,6 +871,8 @@ def _fit_index(x, index, dim):
 
 @op("gather", "take_along_axis")
 def _gather(x, dim, index, sparse_grad=False):
+    if np.size(index) == 0:                   # torch allows any rank for an empty index
+        return F.full(np.shape(index), 0.0, x.dtype)
     if x.ndim == 0:
         return F.identity(x) if np.ndim(index) == 0 else F.broadcast_to(x, np.shape(index))
     dim %= x.ndim
@@ -799,6 +881,8 @@ def _gather(x, dim, index, sparse_grad=False):
 
 @op("take_along_dim", "take_along_axis")
 def _take_along_dim(x, index, dim=None):
+    if dim is None:                           # torch flattens both
+        return F.take_along_axis(F.ravel(x), np.ravel(index), 0)
     return F.take_along_axis(x, index, dim)
 
 
@@ -831,12 +915,18 @@ def _scatter_add(x, dim, index, src):
 
 @op("index_add", "scatter_add")
 def _index_add(x, dim, index, src, alpha=1):
+    if x.ndim == 0:
+        return F.reshape(_index_add(F.reshape(x, (1,)), 0, index, F.reshape(src, (1,)), alpha), ())
     return F.scatter_add(x, index, src * alpha, dim)
 
 
 @op("scatter", "scatter")
 def _scatter(x, dim, index, src=None, value=None, reduce=None):
-    return F.scatter(x, dim, index, src if src is not None else value)
+    src = src if src is not None else value
+    if x.ndim == 0:
+        one = F.reshape(src, (1,)) if hasattr(src, "ndim") and src.ndim == 0 else src
+        return F.reshape(F.scatter(F.reshape(x, (1,)), 0, np.reshape(index, (1,)), one), ())
+    return F.scatter(x, dim, index, src)
 
 
 @op("nn.functional.embedding", "embedding")
@@ -907,16 +997,16 @@ def _pool_geometry(x, nsp, kernel_size, stride, padding, ceil_mode):
 def _batched(x, nsp, fn):
     """fn on x with a batch axis (torch's pools also take unbatched (C, *spatial) inputs)."""
     if x.ndim == nsp + 1:
-        return F.squeeze(fn(F.expand_dims(x, 0)), 0)
+        out = fn(F.expand_dims(x, 0))
+        return tuple(F.squeeze(o, 0) for o in out) if isinstance(out, tuple) else F.squeeze(out, 0)
     return fn(x)
 
 
 def _max_pool(nsp):
     def adapt(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
-        if return_indices or _tuple(dilation, nsp) != (1,) * nsp:
-            raise TypeError("return_indices / dilation")
-        kernel, stride, pads, _ = _pool_geometry(x, nsp, kernel_size, stride, padding, ceil_mode)
-        return _batched(x, nsp, lambda t: F.max_pool(t, kernel, stride, pads))
+        stride = None if stride is None or stride == [] or stride == () else _tuple(stride, nsp)
+        return _batched(x, nsp, lambda t: F.max_pool(t, _tuple(kernel_size, nsp), stride, _tuple(padding, nsp),
+                                                     _tuple(dilation, nsp), ceil_mode, return_indices))
     return adapt
 
 
@@ -941,11 +1031,11 @@ def _avg_pool(nsp):
 for _n in (1, 2, 3):
     MAP[f"nn.functional.max_pool{_n}d"] = [Entry(("max_pool",), _max_pool(_n))]
     MAP[f"nn.functional.avg_pool{_n}d"] = [Entry(("avg_pool",), _avg_pool(_n))]
-    MAP[f"nn.functional.adaptive_avg_pool{_n}d"] = [Entry(("adaptive_avg_pool",),
-                                                         lambda x, size: F.adaptive_avg_pool(x, size))]
-    MAP[f"nn.functional.adaptive_max_pool{_n}d"] = [Entry(("adaptive_max_pool",),
-                                                         lambda x, size, return_indices=False:
-                                                         F.adaptive_max_pool(x, size))]
+    MAP[f"nn.functional.adaptive_avg_pool{_n}d"] = [Entry(("adaptive_avg_pool",), lambda x, size, _n=_n: _batched(
+        x, _n, lambda t: F.adaptive_avg_pool(t, size)))]
+    MAP[f"nn.functional.adaptive_max_pool{_n}d"] = [Entry(("adaptive_max_pool",), lambda x, size, return_indices=False,
+                                                         _n=_n: _batched(x, _n, lambda t: F.adaptive_max_pool(
+                                                             t, size, return_indices)))]
 
 
 @op("nn.functional.layer_norm", "layer_norm mean", composed=True)
@@ -961,8 +1051,8 @@ def _layer_norm(x, shape, w=None, b=None, eps=1e-5):
 @op("nn.functional.batch_norm", "batch_norm")
 def _batch_norm(x, mean, var, w=None, b=None, training=False, momentum=0.1, eps=1e-5):
     """The normalised output (torch's update of the running statistics in place is not compared)."""
-    if x.ndim < 2:
-        raise TypeError(f"an input of rank {x.ndim}")
+    if x.ndim < 2:                       # torch reads (C,) as one sample of C channels
+        return F.reshape(_batch_norm(F.reshape(x, (1, -1)), mean, var, w, b, training, momentum, eps), x.shape)
     c = x.shape[1]
     w = np.ones(c) if w is None else w
     b = np.zeros(c) if b is None else b
@@ -972,13 +1062,13 @@ def _batch_norm(x, mean, var, w=None, b=None, training=False, momentum=0.1, eps=
 
 
 @op("nn.functional.group_norm", "group_norm")
-def _group_norm(x, groups, w=None, b=None, eps=1e-5):
-    return F.group_norm(x, groups, w, b, eps=eps)
+def _group_norm(x, groups, weight=None, bias=None, eps=1e-5):
+    return F.group_norm(x, groups, weight, bias, eps=eps)
 
 
 @op("nn.functional.rms_norm", "rms_norm")
-def _rms_norm(x, shape, w=None, eps=None):
-    return F.rms_norm(x, w, axis=tuple(range(x.ndim - len(shape), x.ndim)), eps=eps)
+def _rms_norm(x, shape, weight=None, eps=None):
+    return F.rms_norm(x, shape, weight, eps=eps)
 
 
 @op("nn.functional.normalize", "sum power maximum", composed=True)
@@ -989,6 +1079,8 @@ def _normalize(x, p=2.0, dim=1, eps=1e-12):
 @op("nn.functional.cosine_similarity", "sum sqrt maximum", composed=True)
 def _cosine_similarity(a, b, dim=1, eps=1e-8):
     dim = None if max(a.ndim, b.ndim) == 0 else dim
+    shape = np.broadcast_shapes(tuple(a.shape), tuple(b.shape))      # torch broadcasts before the norms
+    a, b = F.broadcast_to(a, shape), F.broadcast_to(b, shape)
     return F.sum(a * b, dim) / F.sqrt(F.maximum(F.sum(a * a, dim) * F.sum(b * b, dim), eps * eps))
 
 
@@ -1159,8 +1251,16 @@ def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, e
 @op("nn.functional.interpolate.nearest nn.functional.interpolate.bilinear nn.functional.interpolate.linear "
     "nn.functional.interpolate.bicubic nn.functional.interpolate.trilinear nn.functional.interpolate.area "
     "nn.functional.upsample_nearest nn.functional.upsample_bilinear", "interpolate")
-def _interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=None, **kw):
-    return F.interpolate(x, size=size, scale_factor=scale_factor, mode=mode, align_corners=align_corners)
+def _interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None,
+                 antialias=False):
+    if antialias:
+        raise TypeError("antialias=True")
+    return F.interpolate(x, size=size, scale_factor=scale_factor, mode=mode, align_corners=align_corners,
+                         recompute_scale_factor=bool(recompute_scale_factor))
+
+
+MAP["nn.functional.upsample_bilinear"] = [Entry(("interpolate",), lambda x, size=None, scale_factor=None: F.interpolate(
+    x, size=size, scale_factor=scale_factor, mode="bilinear", align_corners=True))]
 
 
 @op("nn.functional.grid_sample", "grid_sample")
@@ -1292,6 +1392,8 @@ def _count_nonzero(x, dim=None):
 
 @op("diff", "getitem subtract concat", composed=True)
 def _diff(x, n=1, dim=-1, prepend=None, append=None):
+    if n == 0:                        # torch returns the input, without prepend and append
+        return F.identity(x)
     dim %= x.ndim
     parts = [p for p in (prepend, x, append) if p is not None]
     x = F.concat([F.broadcast_to(p, x.shape[:dim] + (1,) + x.shape[dim + 1:]) if p.ndim == 0 else p
@@ -1343,6 +1445,8 @@ def _split_at(x, cuts, dim):
 
 @op("tensor_split", "split")
 def _tensor_split(x, sections, dim=0):
+    if np.ndim(sections) == 0:                # a 0-d tensor of sections
+        sections = int(sections)
     n = x.shape[dim]
     if isinstance(sections, int):
         size, extra = divmod(n, sections)
@@ -1536,13 +1640,15 @@ def _margin_ranking(a, b, t, margin=0.0, size_average=None, reduce=None, reducti
 
 @op("nn.functional.hinge_embedding_loss", "where maximum", composed=True)
 def _hinge_embedding(x, t, margin=1.0, size_average=None, reduce=None, reduction="mean"):
-    loss = F.where(F.equal(t, 1.0), x, F.zeros_like(x)) + F.where(F.equal(t, -1.0), F.maximum(margin - x, 0.0),
-                                                                  F.zeros_like(x))
+    loss = F.where(F.not_equal(t, -1.0), x, F.zeros_like(x)) + F.where(F.not_equal(t, 1.0),
+                                                                       F.maximum(margin - x, 0.0), F.zeros_like(x))
     return _reduce(loss, reduction)
 
 
 @op("nn.functional.gaussian_nll_loss", "log maximum", composed=True)
 def _gaussian_nll(x, t, var, full=False, eps=1e-6, reduction="mean"):
+    if var.ndim == x.ndim - 1 and tuple(var.shape) == tuple(x.shape[:-1]):     # torch: one variance per row
+        var = F.expand_dims(var, -1)
     var = F.maximum(var, eps)
     loss = 0.5 * (F.log(var) + (x - t) * (x - t) / var)
     return _reduce(loss + (0.5 * math.log(2 * math.pi) if full else 0.0), reduction)

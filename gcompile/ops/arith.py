@@ -1,11 +1,16 @@
 """More arithmetic, with numpy's names and PyTorch's gradients: reciprocal, trunc, frac, fmod,
-remainder, floor_divide, copysign, lerp, exp2, log2, log10.
+remainder, floor_divide, copysign, nextafter, lerp, exp2, log2, log10.
 
 fmod keeps the dividend's sign (C's fmod, ONNX Mod with fmod=1) and remainder the divisor's
 (Python's %); floor_divide is Python's // (numpy's algorithm, exact where floor(a / b) would
 round across an integer). Integer division by zero gives 0, as numpy does, where ONNX Runtime
 would stop with an error. trunc and floor_divide pass no gradient (piecewise constant);
 fmod's and remainder's divisor gets -g·trunc(a/b) and -g·floor(a/b).
+
+nextafter reads no bits (ONNX has no bit cast for floats): the spacing of floats at a is a power
+of two found from log2|a| (corrected by comparing with the power it gives), halved below an
+exact power of two, and the smallest subnormal below the normal range; a plus that spacing
+toward b is exact.
 """
 from __future__ import annotations
 
@@ -16,12 +21,32 @@ import numpy as np
 
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.registry import Trait, defop
-from .elementwise import _onnx, _promote, _unary_def, abs, floor, less, log, power, promote_float, sign, where
+from .elementwise import (
+    _onnx,
+    _promote,
+    _unary_def,
+    abs,
+    equal,
+    floor,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    log,
+    logical_and,
+    logical_or,
+    maximum,
+    not_equal,
+    power,
+    promote_float,
+    sign,
+    where,
+)
 from .emitter import Emitter, Value, sign_bit
 from .shape_rules import binary_broadcast, unary_any
 
-__all__ = ["copysign", "exp2", "floor_divide", "fmod", "frac", "lerp", "log10", "log2", "reciprocal", "remainder",
-           "trunc"]
+__all__ = ["copysign", "exp2", "floor_divide", "fmod", "frac", "lerp", "log10", "log2", "nextafter", "reciprocal",
+           "remainder", "trunc"]
 
 reciprocal = _unary_def("reciprocal", lambda x: 1 / x, _onnx("Reciprocal"),
                         lambda g, ins, outs: [-(g[0] * outs[0] * outs[0])])
@@ -138,6 +163,38 @@ def copysign(a, b) -> Tensor:
     cannot be read with ONNX ops and counts as positive. a's gradient is ±g (0 at a = 0, as PyTorch),
     b gets none."""
     return apply("copysign", promote_float(a, b))
+
+
+def nextafter(a, b) -> Tensor:
+    """The next float after a in the direction of b (numpy.nextafter, torch.nextafter), in a's float
+    dtype: b itself where a == b, NaN if either is NaN, ±the smallest subnormal after ±0, the
+    largest finite float after ±inf. Its gradient is 1 in a and 0 in b (the step is piecewise
+    constant)."""
+    a, b = promote_float(a, b)
+    info = np.finfo(a.dtype)
+    dtype = a.dtype
+    tiny_sub = np.asarray(info.smallest_subnormal, dtype)
+    magnitude = abs(a)
+    normal = logical_and(greater_equal(magnitude, info.smallest_normal), less(magnitude, np.inf))
+    safe = where(normal, magnitude, np.ones((), dtype))
+    exponent = floor(log(safe) * (1 / math.log(2)))
+    two = np.asarray(2.0, dtype)
+    low = power(two, exponent)                          # the binade's power of two, corrected by one step
+    exponent = where(greater(low, safe), exponent - 1, where(less_equal(low * 2, safe), exponent + 1, exponent))
+    low = power(two, exponent)
+    above = low * np.asarray(2.0 ** -info.nmant, dtype)  # the spacing inside [low, 2 low)
+    below = maximum(where(equal(safe, low), above * 0.5, above), tiny_sub)
+    above, below = where(normal, above, tiny_sub), where(normal, below, tiny_sub)
+    up = greater(b, a)
+    away = logical_or(logical_and(greater(a, 0), up), logical_and(less(a, 0), less(b, a)))   # |a| grows
+    step = where(away, above, below)
+    out = a + where(up, step, -step)
+    zero = np.zeros((), dtype)
+    out = where(equal(a, zero), where(up, tiny_sub, -tiny_sub), out)
+    largest = np.asarray(info.max, dtype)
+    out = where(equal(magnitude, np.inf), where(greater(a, zero), largest, -largest), out)
+    out = where(equal(a, b), b, out)
+    return where(logical_or(not_equal(a, a), not_equal(b, b)), np.asarray(np.nan, dtype), out)
 
 
 def _lower_copysign(ctx, names, node):

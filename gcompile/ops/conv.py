@@ -203,10 +203,10 @@ def _with_bias(y, b):
 
 
 def _conv_reference(x, w, *b, stride, pad, dilation, groups):
-    n, co, kernel = x.shape[0], w.shape[0], w.shape[2:]
+    n, ci, co, kernel = x.shape[0], x.shape[1], w.shape[0], w.shape[2:]
     out = _out_sizes(x.shape[2:], kernel, stride, pad, dilation)
     xp = _zero_pad(x, pad)
-    xg = xp.reshape((n, groups, -1) + xp.shape[2:])
+    xg = xp.reshape((n, groups, ci // groups) + xp.shape[2:])        # not -1: an empty batch is allowed
     wg = w.reshape((groups, co // groups) + w.shape[1:])
     y = np.zeros((n, groups, co // groups) + out, np.result_type(x, w))
     for tap in kernel_taps(kernel):
@@ -220,8 +220,8 @@ def _conv_transpose_reference(x, w, *b, stride, pad, dilation, groups, output_pa
     full = tuple(max((i - 1) * s + d * (k - 1) + 1, p0 + o)
                  for i, k, s, d, (p0, _), o in zip(x.shape[2:], kernel, stride, dilation, pad, out))
     y = np.zeros((n, groups, w.shape[1]) + full, np.result_type(x, w))
-    xg = x.reshape((n, groups, -1) + x.shape[2:])
-    wg = w.reshape((groups, -1) + w.shape[1:])
+    xg = x.reshape((n, groups, x.shape[1] // groups) + x.shape[2:])
+    wg = w.reshape((groups, w.shape[0] // groups) + w.shape[1:])
     for tap in kernel_taps(kernel):
         y[tap_window(tap, stride, dilation, x.shape[2:])] += np.einsum("ngc...,gco->ngo...", xg,
                                                                         wg[(Ellipsis,) + tap])
@@ -232,11 +232,11 @@ def _conv_transpose_reference(x, w, *b, stride, pad, dilation, groups, output_pa
 def _conv_weight_grad_reference(x, g, *, kernel, stride, pad, dilation, groups):
     n, co, out = x.shape[0], g.shape[1], g.shape[2:]
     xp = _zero_pad(x, pad)
-    xg = xp.reshape((n, groups, -1) + xp.shape[2:])
-    gg = g.reshape((n, groups, co // groups, -1))
+    xg = xp.reshape((n, groups, x.shape[1] // groups) + xp.shape[2:])
+    gg = g.reshape((n, groups, co // groups, int(np.prod(out))))
     gw = np.zeros((groups, co // groups, xg.shape[2]) + tuple(kernel), np.result_type(x, g))
     for tap in kernel_taps(kernel):
-        window = xg[tap_window(tap, stride, dilation, out)].reshape(xg.shape[:3] + (-1,))
+        window = xg[tap_window(tap, stride, dilation, out)].reshape(xg.shape[:3] + (int(np.prod(out)),))
         gw[(Ellipsis,) + tap] = np.einsum("ngcs,ngos->goc", window, gg)
     return gw.reshape((co,) + gw.shape[2:])
 

@@ -1,4 +1,5 @@
-"""Scans along one axis: cumsum and cumprod (ONNX CumSum and CumProd) and logcumsumexp.
+"""Scans along one axis: cumsum and cumprod (ONNX CumSum and CumProd), logcumsumexp, cummax and
+cummin.
 
 Both primitive scans take `exclusive` (each output leaves its own element out) and `reverse`
 (the scan runs from the end of the axis), as ONNX's do: the gradient of a scan is the same
@@ -12,6 +13,10 @@ Along a symbolic axis (where the step count is unknown) a first-order form is us
 before the first zero of the scan dx_j = Σ_{i≥j} g_i·y_i / x_j is exact (x_j is nonzero), the
 first zero gets Σ_{i≥j} g_i times the scan with that zero read as 1, and later positions get 0
 (each output reading them also holds the first zero).
+
+cummax and cummin scan (value, index) pairs with Hillis-Steele steps, keeping the later pair on a
+tie or a NaN (PyTorch's rule: the last index of the running extremum, NaN propagating); the values
+are then read from x at those indices, so the gradient reaches exactly the positions picked.
 """
 from __future__ import annotations
 
@@ -21,13 +26,13 @@ from ..errors import UnsupportedError
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
-from .basic import cast
-from .elementwise import equal, logaddexp, logical_and, where
-from .indexing import pad, slice_axes
-from .shape import ravel
+from .basic import cast, stop_gradient
+from .elementwise import equal, greater_equal, logaddexp, logical_and, logical_or, negative, not_equal, where
+from .indexing import pad, slice_axes, take_along_axis
+from .shape import broadcast_to, ravel
 from .shape_rules import axis_for
 
-__all__ = ["cumprod", "cumsum", "logcumsumexp"]
+__all__ = ["cummax", "cummin", "cumprod", "cumsum", "logcumsumexp"]
 
 
 def _scan_dtype(dtype: np.dtype) -> np.dtype:
@@ -186,3 +191,47 @@ def logcumsumexp(x, axis=None) -> Tensor:
         x = logaddexp(x, earlier)
         step *= 2
     return x
+
+
+def _running_extreme(x, axis, largest: bool, what: str) -> tuple[Tensor, Tensor]:
+    x = as_tensor(x)
+    if x.dtype == np.bool_:
+        x = cast(x, np.uint8)
+    if axis is None:
+        x, axis = ravel(x), 0
+    axis = axis_for(axis, x.ndim, what)
+    n = x.shape[axis]
+    if not isinstance(n, int):
+        raise UnsupportedError(f"{what} along axis {axis}, whose size {n!r} is symbolic, is not supported: the "
+                               "scan's step count depends on the size")
+    floating = x.dtype.kind == "f"
+    key = stop_gradient(x)
+    if not largest:                       # the running minimum is the running maximum of -x (ties kept)
+        key = negative(key) if floating or x.dtype.kind == "i" else cast(key, np.int64) * -1
+    lowest = -np.inf if key.dtype.kind == "f" else np.iinfo(key.dtype).min
+    index = broadcast_to(np.arange(n, dtype=np.int64).reshape((n,) + (1,) * (x.ndim - axis - 1)), x.shape)
+    pads = [(0, 0)] * x.ndim
+    step = 1
+    while step < n:
+        pads[axis] = (step, 0)
+        earlier = pad(slice_axes(key, (axis,), (0,), (n - step,), (1,)), pads, value=lowest)
+        earlier_index = pad(slice_axes(index, (axis,), (0,), (n - step,), (1,)), pads, value=-1)
+        later = greater_equal(key, earlier)
+        if floating:                      # NaN counts as the largest, and a later NaN wins
+            later = logical_or(not_equal(key, key), logical_and(later, equal(earlier, earlier)))
+        key, index = where(later, key, earlier), where(later, index, earlier_index)
+        step *= 2
+    return take_along_axis(x, index, axis), index
+
+
+def cummax(x, axis=None) -> tuple[Tensor, Tensor]:
+    """torch.cummax: the running maximum along `axis` (None: of the flattened x) and the int64 index
+    where it was taken, the last one on ties; a NaN propagates (index of the latest NaN). The
+    gradient goes to the indexed positions."""
+    return _running_extreme(x, axis, True, "cummax")
+
+
+def cummin(x, axis=None) -> tuple[Tensor, Tensor]:
+    """torch.cummin: the running minimum along `axis` and its int64 index (the last on ties; NaN
+    propagates), as cummax."""
+    return _running_extreme(x, axis, False, "cummin")

@@ -230,7 +230,16 @@ def _where_vjp(g, ins, outs):
     return [None, where(cond, g[0], zero), where(cond, zero, g[0])]
 
 
-defop("where", infer=_where_infer, reference=np.where, lower=_onnx("Where"), vjp=_where_vjp,
+def _lower_where(ctx, names, node):
+    """ONNX Where; between bools as (c and a) or (not c and b), since ONNX Runtime (1.31) has no
+    bool Where kernel."""
+    if node.outputs[0].dtype != np.bool_:
+        return ctx.emit("Where", names)
+    cond, a, b = names
+    return ctx.emit("Or", [ctx.emit("And", [cond, a]), ctx.emit("And", [ctx.emit("Not", [cond]), b])])
+
+
+defop("where", infer=_where_infer, reference=np.where, lower=_lower_where, vjp=_where_vjp,
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 

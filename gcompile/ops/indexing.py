@@ -17,8 +17,8 @@ from ..ir import dims
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
-from .basic import full, zeros_like
-from .elementwise import _promote
+from .basic import cast, full, zeros_like
+from .elementwise import _promote, less, where
 from .shape import broadcast_to, expand_dims, ravel, reshape, transpose
 from .shape_rules import broadcast_shapes, normalize_axis
 
@@ -354,29 +354,34 @@ def _expand_ellipsis(index: tuple, ndim: int) -> tuple:
 
 
 def getitem(x, index) -> Tensor:
-    """x[index] with numpy semantics for ints, slices (any step), None, Ellipsis and one integer
-    index array; boolean masks and several index arrays are refused (data-dependent or unsupported)."""
+    """x[index] with numpy semantics for ints, slices (any step), None, Ellipsis and integer index
+    arrays (several broadcast together, as numpy's advanced indexing: their axes become one gather
+    on the flattened product, and the result's axes go first when the advanced indices are not
+    adjacent). A boolean mask known while tracing (a numpy array or list) is its nonzero() index
+    arrays, as numpy reads it; a traced boolean Tensor is refused (the result's shape would depend
+    on the data)."""
     x = as_tensor(x)
     index = index if isinstance(index, tuple) else (index,)
+    index, mask_sizes = _known_masks_as_arrays(index)
     if any(_is_bool_index(i) for i in index):
         raise UnsupportedError("boolean mask indexing is not supported: its result shape depends on the data; "
                                "use F.where(mask, x, 0) to keep the shape")
-    if sum(1 for i in index if _is_array_index(i)) > 1:
-        raise UnsupportedError("indexing with more than one index array is not supported; "
-                               "index one axis at a time (F.take)")
     index = _expand_ellipsis(index, x.ndim)
     cuts = []                           # (axis, start, end, step) of every slice and int index
     shape: list = []                    # result shape of the basic indexing
-    array_at, array_item = None, None  # position of the index array's axis in that result
-    advanced = []                       # positions in `index` of ints and the array (numpy's advanced indices)
+    arrays: list = []                   # (position in that result, index array) of every index array
+    advanced = []                       # positions in `index` of ints and arrays (numpy's advanced indices)
     axis = 0
     for pos, item in enumerate(index):
         if item is None:
             shape.append(1)
             continue
         dim = x.shape[axis]
+        if id(item) in mask_sizes and mask_sizes[id(item)] != dim:
+            raise ShapeError(f"a boolean index of size {mask_sizes[id(item)]} does not match axis {axis} of size "
+                             f"{dim!r}")
         if _is_array_index(item):
-            array_at, array_item = len(shape), item
+            arrays.append((len(shape), item))
             advanced.append(pos)
             shape.append(dim)
         elif isinstance(item, slice):
@@ -397,15 +402,60 @@ def getitem(x, index) -> Tensor:
             raise UnsupportedError(f"unsupported index {item!r} of type {type(item).__name__}")
         axis += 1
     y = reshape(slice_axes(x, *(zip(*cuts) if cuts else ((),) * 4)), tuple(shape))
-    if array_item is None or array_at is None:
+    if not arrays:
         return y
-    idx = _index_tensor(array_item, shape[array_at], "getitem")
-    y = _gather(y, idx, array_at)
+    at = arrays[0][0]
+    if len(arrays) == 1:
+        idx = _index_tensor(arrays[0][1], shape[at], "getitem")
+    else:
+        y, idx = _merge_array_axes(y, arrays)
+    y = _gather(y, idx, at)
     if advanced != list(range(advanced[0], advanced[0] + len(advanced))):
-        # numpy puts the index array's axes first when advanced indices are not adjacent
-        moved = list(range(array_at, array_at + idx.ndim))
+        # numpy puts the index arrays' axes first when advanced indices are not adjacent
+        moved = list(range(at, at + idx.ndim))
         y = transpose(y, moved + [i for i in range(y.ndim) if i not in moved])
     return y
+
+
+def _known_masks_as_arrays(index: tuple) -> tuple[tuple, dict]:
+    """index with each boolean numpy array or list (of k dims) replaced by its k nonzero() index
+    arrays, and the size of the axis each of those must index (keyed by id)."""
+    out: list = []
+    sizes: dict = {}
+    for item in index:
+        if isinstance(item, (np.ndarray, list)) and np.asarray(item).dtype == np.bool_ and np.ndim(item) > 0:
+            mask = np.asarray(item)
+            for n, positions in zip(mask.shape, np.nonzero(mask)):
+                sizes[id(positions)] = n
+                out.append(positions)
+        else:
+            out.append(item)
+    return tuple(out), sizes
+
+
+def _merge_array_axes(y: Tensor, arrays: list) -> tuple[Tensor, Tensor]:
+    """Several index arrays at axes a1 < a2 < ... of y: those axes moved together at a1 and merged
+    into one (their sizes must be static), and the broadcast arrays as one flat index into it."""
+    positions = [p for p, _ in arrays]
+    sizes = [_require_static(y.shape[p], "indexing with several index arrays", p) for p in positions]
+    order = [a for a in range(y.ndim) if a not in positions]
+    first = positions[0]
+    order[first:first] = positions
+    y = transpose(y, order) if order != list(range(y.ndim)) else y
+    y = reshape(y, tuple(y.shape[:first]) + (int(np.prod(sizes)),) + tuple(y.shape[first + len(sizes):]))
+    idxs = [_index_tensor(item, size, "getitem") for (_, item), size in zip(arrays, sizes)]
+    if not any(isinstance(item, Tensor) for _, item in arrays):      # known indices: the flat index in numpy
+        known = np.broadcast_arrays(*(np.asarray(item) % size for (_, item), size in zip(arrays, sizes)))
+        return y, as_tensor(np.ravel_multi_index(known, sizes).astype(np.int64))
+    terms = []
+    for k, (idx, size) in enumerate(zip(idxs, sizes)):
+        idx = cast(idx, np.int64)
+        idx = where(less(idx, 0), idx + np.int64(size), idx)                  # numpy's negative indices
+        terms.append(idx * np.int64(np.prod(sizes[k + 1:])))
+    flat = terms[0]
+    for term in terms[1:]:
+        flat = flat + term
+    return y, flat
 
 
 # -- concat, stack, split ---------------------------------------------------------------------------

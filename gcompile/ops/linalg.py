@@ -168,6 +168,10 @@ def _einsum_vjp(g, ins, outs, equation):
             # summing over those x has at size 1 (elsewhere gc.grad sums a gradient back to x's shape)
             gx = reshape(gx, tuple(gx.shape[kept.index(c)] if c in kept else 1 for c in unique))
             gx = broadcast_to(sum_to_shape(gx, tuple(d if c in kept else 1 for c, d in zip(unique, ushape))), ushape)
+        if tuple(gx.shape) != ushape:    # an index of size 1 here met a larger one elsewhere (broadcast): sum
+            # the gradient down where x has 1, and spread it where x is larger than the others' size 1
+            gx = broadcast_to(sum_to_shape(gx, tuple(1 if 1 in (u, d) else d for u, d in zip(ushape, gx.shape))),
+                              ushape)
         if unique != term:
             gx = _diagonal_embedding(sum_to_shape(gx, ushape), unique, term, x.shape)
         grads.append(gx)

@@ -8,8 +8,8 @@ partial pivoting (inv, solve), Gaussian elimination with partial pivoting (det, 
 product of the pivots and the permutation's sign), and Cholesky's column recurrence. Each step
 works on whole rows, so a solver emits O(n) nodes. Their gradients are the standard matrix
 identities written with these same ops (d inv = -inv^T g inv^T, d det = g det inv^T, ...), so
-they differentiate again. qr and eigh are refused: ONNX has no eigensolver and no exact finite
-algorithm for eigh exists.
+they differentiate again. qr is Householder's reflections written with traced ops (gradients
+by composition). eigh is refused: ONNX has no eigensolver and no exact finite algorithm exists.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
-from .basic import cast
-from .elementwise import _promote, abs, greater, not_equal, power, sqrt, where
+from .basic import cast, stop_gradient
+from .elementwise import _promote, abs, greater, greater_equal, not_equal, power, sqrt, where
 from .indexing import concat, slice_axes, take
 from .linalg import einsum, matmul
 from .reduce import max as reduce_max
@@ -30,8 +30,9 @@ from .reduce import sum as reduce_sum
 from .shape import broadcast_to, expand_dims, ravel, reshape, squeeze, swapaxes, transpose
 from .shape_rules import broadcast_shapes, normalize_axis, require_float
 
-__all__ = ["addmm", "baddbmm", "cdist", "cholesky", "cross", "det", "diag", "diagonal", "eigh", "inner", "inv",
-           "kron", "outer", "qr", "slogdet", "solve", "tensordot", "trace", "tril", "triu"]
+__all__ = ["addmm", "baddbmm", "cdist", "cholesky", "cholesky_solve", "cross", "det", "diag", "diagonal", "eigh",
+           "inner", "inv", "kron", "logdet", "lstsq", "matrix_exp", "matrix_power", "multi_dot", "outer", "pinv", "qr",
+           "slogdet", "solve", "solve_triangular", "svd", "tensordot", "trace", "tril", "triu"]
 
 MAX_SOLVE_SIZE = 32
 
@@ -498,12 +499,160 @@ def cholesky(a) -> Tensor:
     return apply("cholesky", [a if a.dtype.kind == "f" else a.astype(np.float32)])
 
 
-# -- refused ------------------------------------------------------------------------------------------------
+# qr
 def qr(a, mode: str = "reduced"):
-    """Refused: gcompile has no QR decomposition yet (ONNX has none; Householder steps written out
-    would be exact but are not implemented)."""
-    raise UnsupportedError(_where("qr is not supported: ONNX has no QR decomposition op and gcompile does not "
-                                  "write one out; compute it outside the model"))
+    """numpy.linalg.qr / torch.linalg.qr of (..., m, n) with static m, n (min(m, n) <= MAX_SOLVE_SIZE):
+    mode "reduced" gives Q (..., m, k) and R (..., k, n) with k = min(m, n), "complete" Q (..., m, m)
+    and R (..., m, n), "r" R alone. Householder reflections as LAPACK's geqrf takes them (R's
+    diagonal is -sign(a_jj)·‖column‖, a column already zero below the diagonal is left as it is),
+    so Q and R carry LAPACK's signs, which numpy and torch return. Written with traced ops, so
+    gradients of every order follow (where the column norms are nonzero)."""
+    a = as_tensor(a)
+    a = a if a.dtype.kind == "f" else a.astype(np.float32)
+    if mode not in ("reduced", "complete", "r"):
+        raise ShapeError(_where(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}"))
+    if a.ndim < 2 or not all(isinstance(d, int) for d in a.shape[-2:]):
+        raise ShapeError(_where(f"qr needs matrices (..., m, n) with static m and n, got {format_shape(a.shape)}"))
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    if k > MAX_SOLVE_SIZE:
+        raise UnsupportedError(_where(f"qr: {k} reflections are beyond the unrolled bound ({MAX_SOLVE_SIZE})"))
+    r = a
+    q = broadcast_to(np.eye(m, dtype=a.dtype), a.shape[:-2] + (m, m))
+    rows = np.arange(m).reshape(m, 1)
+    zero, one = np.zeros((), a.dtype), np.ones((), a.dtype)
+    for j in range(k):
+        col = slice_axes(r, (r.ndim - 1,), (j,), (j + 1,), (1,))                      # (..., m, 1)
+        alpha = slice_axes(col, (col.ndim - 2,), (j,), (j + 1,), (1,))                 # (..., 1, 1)
+        below = where(rows > j, col, zero)
+        tail = reduce_sum(below * below, -2, keepdims=True)
+        reflect = greater(tail, 0)                                                       # else H = I
+        norm = sqrt(alpha * alpha + tail)
+        beta = where(greater_equal(alpha, 0), -norm, norm)
+        safe_beta = where(reflect, beta, one)
+        tau = where(reflect, (beta - alpha) / safe_beta, zero)
+        v = where(rows == j, one, below / where(reflect, alpha - beta, one))           # (..., m, 1)
+        r = r - tau * matmul(v, matmul(_mT(v), r))
+        q = q - tau * matmul(matmul(q, v), _mT(v))
+    upper = np.triu(np.ones((m, n), a.dtype))                    # exact zeros below the diagonal, as LAPACK
+    r = r * upper
+    if mode == "r":
+        return slice_axes(r, (r.ndim - 2,), (0,), (k,), (1,))
+    if mode == "complete":
+        return q, r
+    return slice_axes(q, (q.ndim - 1,), (0,), (k,), (1,)), slice_axes(r, (r.ndim - 2,), (0,), (k,), (1,))
+
+
+# -- compositions of the solvers ------------------------------------------------------------------------------
+def logdet(a) -> Tensor:
+    """torch.logdet: log(det(a)) of square matrices, NaN where det < 0 and -inf where it is 0; from
+    slogdet, so its gradient is inv(a)^T."""
+    sign, logabs = slogdet(a)
+    return where(sign < 0, np.asarray(np.nan, logabs.dtype), logabs)
+
+
+def matrix_power(a, n: int) -> Tensor:
+    """numpy.linalg.matrix_power / torch.linalg.matrix_power: a^n for square a (..., m, m) by repeated
+    squaring; n = 0 gives the identity, n < 0 the power of inv(a)."""
+    a = as_tensor(a)
+    if not isinstance(n, (int, np.integer)):
+        raise ShapeError(_where(f"matrix_power: n must be an int, got {n!r}"))
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2] or not isinstance(a.shape[-1], int):
+        raise ShapeError(_where(f"matrix_power needs square matrices (..., m, m) with a static m, got "
+                                f"{format_shape(a.shape)}"))
+    if n == 0:
+        return broadcast_to(np.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    base = inv(a) if n < 0 else a
+    n = -int(n) if n < 0 else int(n)
+    result: Tensor | None = None
+    while n:
+        if n & 1:
+            result = base if result is None else matmul(result, base)
+        n >>= 1
+        if n:
+            base = matmul(base, base)
+    return base if result is None else result
+
+
+def multi_dot(tensors) -> Tensor:
+    """numpy.linalg.multi_dot / torch.linalg.multi_dot: the product of a chain of matrices, the first
+    may be a 1-d row vector and the last a 1-d column vector; multiplied left to right."""
+    tensors = [as_tensor(t) for t in tensors]
+    if len(tensors) < 2:
+        raise ShapeError(_where(f"multi_dot needs at least two operands, got {len(tensors)}"))
+    if any(t.ndim != 2 for t in tensors[1:-1]) or any(t.ndim not in (1, 2) for t in (tensors[0], tensors[-1])):
+        raise ShapeError(_where(f"multi_dot: operands must be matrices (the first and last may be vectors), got "
+                                f"{', '.join(format_shape(t.shape) for t in tensors)}"))
+    out = tensors[0]
+    for t in tensors[1:]:
+        out = matmul(out, t)
+    return out
+
+
+def _triangle_of(a: Tensor, upper: bool, unitriangular: bool) -> Tensor:
+    n = a.shape[-1]
+    keep = (np.triu if upper else np.tril)(np.ones((n, n), bool))
+    part = where(keep & ~np.eye(n, dtype=bool) if unitriangular else keep, a, np.zeros((), a.dtype))
+    return part + np.eye(n, dtype=a.dtype) if unitriangular else part
+
+
+def solve_triangular(a, b, upper: bool = False, left: bool = True, unitriangular: bool = False) -> Tensor:
+    """torch.linalg.solve_triangular: x with a @ x = b (left=True) or x @ a = b (left=False), reading
+    only a's upper or lower triangle (its diagonal taken as ones with unitriangular=True); batch dims
+    broadcast. Solved by the elimination of `solve` on that triangle, so the gradient reaches only
+    the triangle read."""
+    a, b = _promote(a, b)
+    if a.ndim < 2 or b.ndim < 2:
+        raise ShapeError(_where(f"solve_triangular: a {format_shape(a.shape)} and b {format_shape(b.shape)} must "
+                                "be (..., n, n) and (..., n, k)"))
+    tri = _triangle_of(a, bool(upper), bool(unitriangular))
+    if left:
+        return solve(tri, b)
+    return _mT(solve(_mT(tri), _mT(b)))
+
+
+def cholesky_solve(b, factor, upper: bool = False) -> Tensor:
+    """torch.cholesky_solve: x with (L L^T) x = b for the Cholesky factor L (lower; with upper=True the
+    factor is U and the matrix U^T U), batch dims broadcast. Only the factor's triangle is read, but
+    the gradient is torch's: that of (L L^T)^-1 b in every entry of L (the triangle's value, the
+    whole matrix's derivative)."""
+    b, factor = _promote(b, factor)
+    if factor.ndim < 2 or factor.shape[-1] != factor.shape[-2] or not isinstance(factor.shape[-1], int):
+        raise ShapeError(_where(f"cholesky_solve: the factor must be square (..., n, n), got "
+                                f"{format_shape(factor.shape)}"))
+    n = factor.shape[-1]
+    outside = ~(np.triu if upper else np.tril)(np.ones((n, n), bool))
+    read = _triangle_of(factor, bool(upper), False)
+    low = read + where(outside, factor - stop_gradient(factor), np.zeros((), factor.dtype))
+    low = _mT(low) if upper else low
+    return solve(matmul(low, _mT(low)), b)
+
+
+# -- refused ------------------------------------------------------------------------------------------------
+def _refused(what: str, reason: str):
+    def refuse(*args, **kwargs):
+        raise UnsupportedError(_where(f"{what} is not supported: {reason}"))
+    refuse.__name__ = what
+    refuse.__doc__ = f"Refused: {reason}."
+    return refuse
+
+
+_SPECTRAL = "it needs singular values, which have no finite exact algorithm and no ONNX op"
+svd = _refused("svd", f"{_SPECTRAL}; F.qr gives an orthogonal basis, or compute the SVD outside the model")
+pinv = _refused("pinv", f"{_SPECTRAL}; for a full-rank matrix use F.solve (square), or Q, R = F.qr(a) and "
+                        "pinv(a) = F.solve_triangular(R, Q^T, upper=True) (tall a)")
+lstsq = _refused("lstsq", "a rank-revealing least-squares solve (LAPACK's gelsy/gelsd) needs pivoted QR or singular "
+                          "values; for a full-rank tall a, Q, R = F.qr(a) and x = F.solve_triangular(R, Q^T b, "
+                          "upper=True)")
+
+
+def matrix_exp(a):
+    """Refused: the matrix exponential's scaling-and-squaring depends on a's norm at run time."""
+    raise UnsupportedError(_where("matrix_exp is not supported: scaling and squaring picks its number of squarings "
+                                  "from the matrix's norm at run time, which a static graph cannot; for a known "
+                                  "bound on the norm, a truncated series with F.matrix_power is exact enough"))
+
+
 
 
 def eigh(a, UPLO: str = "L"):

@@ -50,7 +50,8 @@ def log_softmax(x, axis: int = -1) -> Tensor:
 
 
 def _shifted(x, axis):
-    return x - x.max(axis, keepdims=True)
+    """x less its max along axis (an empty axis has nothing to shift: numpy's max refuses it)."""
+    return x - x.max(axis, keepdims=True) if x.shape[axis] else x
 
 
 def _softmax_reference(x, axis):

@@ -1,5 +1,5 @@
-"""NaN and infinity: the tests isnan/isinf/isfinite (bool, no gradient), nan_to_num, and the
-NaN-ignoring fmax/fmin.
+"""NaN and infinity: the tests isnan/isinf/isfinite and signbit (bool, no gradient), nan_to_num,
+and the NaN-ignoring fmax/fmin.
 
 Integer and bool tensors hold neither, so their tests are constant: numpy's answer, without a
 node that ONNX's float-only IsNaN/IsInf would refuse.
@@ -14,10 +14,10 @@ from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import full
-from .elementwise import _promote, equal, greater_equal, less_equal, logical_or, where
+from .elementwise import _promote, equal, greater_equal, less, less_equal, logical_and, logical_or, where
 from .shape_rules import require_float
 
-__all__ = ["fmax", "fmin", "isfinite", "isinf", "isnan", "nan_to_num"]
+__all__ = ["fmax", "fmin", "isfinite", "isinf", "isnan", "nan_to_num", "signbit"]
 
 
 def _test_infer(types):
@@ -77,3 +77,17 @@ def fmin(a, b) -> Tensor:
     """The smaller operand, ignoring NaN unless both are NaN (numpy.fmin, torch.fmin); gradients as fmax."""
     a, b = _promote(a, b)
     return where(logical_or(less_equal(a, b), isnan(b)), a, b)
+
+
+def signbit(x) -> Tensor:
+    """Whether x's sign bit is set (numpy.signbit, torch.signbit): True for negative numbers, -0.0 and
+    -inf. ONNX reads no bits of a float, so -0.0 is told from 0.0 by the sign of 1/x, and a NaN
+    reads False whatever its sign bit (numpy and torch read the bit)."""
+    x = as_tensor(x)
+    if x.dtype == np.bool_ or x.dtype.kind == "u":
+        return full(x.shape, False, np.bool_)
+    zero = np.zeros((), x.dtype)
+    negative = less(x, zero)
+    if x.dtype.kind != "f":
+        return negative
+    return logical_or(negative, logical_and(equal(x, zero), less(np.ones((), x.dtype) / x, zero)))

@@ -15,7 +15,7 @@ from .nonfinite import isfinite
 from .shape import broadcast_to, reshape
 from .shape_rules import normalize_axes, reduced_shape
 
-__all__ = ["all", "any", "logsumexp", "max", "mean", "min", "prod", "sum", "sum_to_shape"]
+__all__ = ["all", "any", "logsumexp", "max", "mean", "min", "nanmean", "nansum", "prod", "sum", "sum_to_shape"]
 
 
 def _reduce_infer(types, axes, keepdims):
@@ -116,6 +116,24 @@ def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
     shift = stop_gradient(where(isfinite(shift), shift, 0))
     out = log(sum(exp(x - shift), axis, keepdims=True)) + shift
     return out if keepdims else reshape(out, reduced_shape(x.shape, normalize_axes(axis, x.ndim), False))
+
+
+def nansum(x, axis=None, keepdims: bool = False) -> Tensor:
+    """The sum over axes with NaN read as 0 (numpy.nansum, torch.nansum); NaN entries get no gradient."""
+    x = as_tensor(x)
+    if x.dtype.kind != "f":
+        return sum(x, axis, keepdims)
+    return sum(where(not_equal(x, x), zeros_scalar(x), x), axis, keepdims)
+
+
+def nanmean(x, axis=None, keepdims: bool = False) -> Tensor:
+    """The mean over axes of the entries that are not NaN (numpy.nanmean, torch.nanmean): NaN where a
+    slice holds only NaN (or nothing); NaN entries get no gradient."""
+    x = as_tensor(x)
+    if x.dtype.kind != "f":
+        x = cast(x, np.float32)
+    kept = cast(equal(x, x), x.dtype)
+    return nansum(x, axis, keepdims) / sum(kept, axis, keepdims)
 
 
 def _logical(reduction):

@@ -11,6 +11,7 @@ matmuls with those matrices directly. The rest are compositions of gathers, slic
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -23,7 +24,7 @@ from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
 from .basic import cast
-from .elementwise import _promote, clip, floor, greater_equal, less_equal, logical_and, round, where
+from .elementwise import _promote, abs, clip, equal, floor, greater_equal, less_equal, logical_and, round, where
 from .indexing import pad, slice_axes, slice_scatter, take, take_along_axis
 from .linalg import matmul
 from .shape import broadcast_to, reshape, swapaxes, transpose
@@ -58,8 +59,9 @@ def _source_scale(n_in: int, n_out: int, align_corners: bool, scale: float | Non
     return 1.0 / scale if scale else n_in / n_out
 
 
-def _cubic_weights(t: np.ndarray, a: float = -0.75) -> list:
-    """Keys' cubic convolution weights (A = -0.75, as PyTorch) of the taps at offsets -1, 0, 1, 2."""
+def _cubic_weights(t, a: float = -0.75) -> list:
+    """Keys' cubic convolution weights (A = -0.75, as PyTorch) of the taps at offsets -1, 0, 1, 2, for
+    t (an array or a Tensor) in [0, 1)."""
     def near(x):
         return ((a + 2) * x - (a + 3)) * x * x + 1
 
@@ -178,7 +180,7 @@ defop("resize", infer=_resize_infer, reference=_resize_reference, lower=_lower_r
 
 
 _MODES = {"nearest": (1, 2, 3), "nearest-exact": (1, 2, 3), "linear": (1,), "bilinear": (2,), "bicubic": (2,),
-          "trilinear": (3,)}
+          "trilinear": (3,), "area": (1, 2, 3)}
 
 
 def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_corners: bool | None = None,
@@ -186,9 +188,10 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
     """torch.nn.functional.interpolate on (N, C, *spatial) with 1 to 3 spatial dims: give the output
     `size` or a `scale_factor` (output size floor(in * scale)); mode "nearest" (torch's index rule:
     floor(out_index * in/out), or * 1/scale_factor when that was given), "nearest-exact", "linear"
-    (1-d), "bilinear" (2-d), "bicubic" (2-d, A = -0.75) or "trilinear" (3-d); align_corners for the
-    linear and cubic modes. recompute_scale_factor=True steps by in/out even when a scale_factor
-    is given. The gradient is the transposed resampling."""
+    (1-d), "bilinear" (2-d), "bicubic" (2-d, A = -0.75), "trilinear" (3-d) or "area" (adaptive
+    average pooling to the output size, as torch); align_corners for the linear and cubic modes.
+    recompute_scale_factor=True steps by in/out even when a scale_factor is given. The gradient is
+    the transposed resampling."""
     x = _image(x, "interpolate")
     nsp = x.ndim - 2
     if mode not in _MODES or nsp not in _MODES[mode]:
@@ -217,6 +220,8 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
         raise ShapeError(f"interpolate: output size {out} must be positive on every axis (at {user_location()})")
     if x.dtype.kind != "f":
         raise ShapeError(f"interpolate needs a float x, got {x.dtype.name} (at {user_location()})")
+    if mode == "area":
+        return adaptive_avg_pool(x, out)
     if not linear:
         for k, (i, o) in enumerate(zip(in_size, out)):
             m = resample_matrix(i, o, mode, scale=None if scales is None else scales[k])
@@ -301,51 +306,101 @@ def adaptive_max_pool(x, output_size, return_indices: bool = False):
 
 
 # -- grid_sample ------------------------------------------------------------------------------------------------
+def _reflect(pos: Tensor, twice_low: int, twice_high: int) -> Tensor:
+    """torch's reflect_coordinates: pos folded back and forth into [twice_low / 2, twice_high / 2]."""
+    if twice_low == twice_high:
+        return pos * 0
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    p = abs(pos - low)
+    flips = floor(p / span)
+    extra = p - flips * span
+    even = equal(flips - floor(flips / 2) * 2, 0)
+    return where(even, extra + low, span - extra + low)
+
+
+def _grid_coordinate(pos: Tensor, size: int, padding_mode: str, align_corners: bool) -> Tensor:
+    """torch's compute_coordinates: a source position after the padding mode (zeros: unchanged)."""
+    if padding_mode == "border":
+        return clip(pos, 0, size - 1)
+    if padding_mode == "reflection":
+        pos = _reflect(pos, 0, 2 * (size - 1)) if align_corners else _reflect(pos, -1, 2 * size - 1)
+        return clip(pos, 0, size - 1)
+    return pos
+
+
 def grid_sample(x, grid, mode: str = "bilinear", padding_mode: str = "zeros", align_corners: bool = False) -> Tensor:
-    """torch.nn.functional.grid_sample for 4-d x (N, C, H, W) and grid (N, H_out, W_out, 2) holding
-    (x, y) sample locations in [-1, 1]: mode "bilinear" or "nearest" (round half to even, as
-    torch), padding_mode "zeros" (samples outside read 0) or "border" (locations clamped to the
-    edge); align_corners as torch (-1 and 1 are the centres of the corner pixels, else their
+    """torch.nn.functional.grid_sample for x (N, C, H, W) with grid (N, H_out, W_out, 2) holding (x, y)
+    sample locations in [-1, 1], or x (N, C, D, H, W) with grid (N, D_out, H_out, W_out, 3) holding
+    (x, y, z): mode "bilinear" (trilinear on 5-d x), "nearest" (round half to even, as torch) or
+    "bicubic" (4-d x, A = -0.75); padding_mode "zeros" (samples outside read 0), "border"
+    (locations clamped to the edge) or "reflection" (locations reflected at the edges, then
+    clamped); align_corners as torch (-1 and 1 are the centres of the corner pixels, else their
     outer edges). Differentiable in x and in grid (nearest's grid gradient is 0, as torch).
 
     Built from gathers of the flattened x at the corner indices, weighted; so it runs in float64
     and its gradients of every order come from gather and scatter-add."""
-    x = _image(x, "grid_sample", ranks=(4,))
+    x = _image(x, "grid_sample", ranks=(4, 5))
     x, grid = _promote(x, grid)
-    n, c, h, w = x.shape
-    if grid.ndim != 4 or grid.shape[3] != 2 or grid.shape[0] != n or not dims.is_static(grid.shape[1:]):
-        raise ShapeError(f"grid_sample: grid must have shape (N, H_out, W_out, 2) with N = {n!r} of x "
+    nsp = x.ndim - 2
+    n, c = x.shape[:2]
+    spatial = tuple(x.shape[2:])
+    if (grid.ndim != x.ndim or grid.shape[-1] != nsp or grid.shape[0] != n
+            or not dims.is_static(grid.shape[1:])):
+        raise ShapeError(f"grid_sample: grid must have shape (N, *out, {nsp}) with N = {n!r} of x "
                          f"{format_shape(x.shape)}, got {format_shape(grid.shape)} (at {user_location()})")
-    if mode not in ("bilinear", "nearest") or padding_mode not in ("zeros", "border"):
-        raise UnsupportedError(f"grid_sample: mode {mode!r} / padding_mode {padding_mode!r} is not supported "
-                               f"(modes: bilinear, nearest; padding: zeros, border) (at {user_location()})")
+    if mode not in ("bilinear", "nearest", "bicubic") or padding_mode not in ("zeros", "border", "reflection") \
+            or (mode == "bicubic" and nsp != 2):
+        raise UnsupportedError(f"grid_sample: mode {mode!r} / padding_mode {padding_mode!r} is not supported for "
+                               f"{nsp} spatial dims (modes: bilinear, nearest, and bicubic on 4-d x; padding: zeros, "
+                               f"border, reflection) (at {user_location()})")
     require_float(x.type, "x")
-    ho, wo = grid.shape[1:3]
-    gx, gy = (reshape(slice_axes(grid, (3,), (k,), (k + 1,), (1,)), (n, 1, ho * wo)) for k in (0, 1))
+    out = tuple(grid.shape[1:-1])
+    length = math.prod(out)
+    sizes = spatial[::-1]                                    # grid coordinate k addresses spatial axis nsp-1-k
+    strides = [math.prod(spatial[nsp - k:]) for k in range(nsp)]
+    coords = [reshape(slice_axes(grid, (nsp + 1,), (k,), (k + 1,), (1,)), (n, 1, length)) for k in range(nsp)]
+    flat = reshape(x, (n, c, math.prod(spatial)))
+    zero = np.zeros((), x.dtype)
 
     def unnormalise(coord: Tensor, size: int) -> Tensor:
-        pos = (coord + 1) * ((size - 1) / 2) if align_corners else ((coord + 1) * size - 1) / 2
-        return clip(pos, 0, size - 1) if padding_mode == "border" else pos
+        return (coord + 1) * ((size - 1) / 2) if align_corners else ((coord + 1) * size - 1) / 2
 
-    ix, iy = unnormalise(gx, w), unnormalise(gy, h)
-    flat = reshape(x, (n, c, h * w))
+    def read(points: list) -> Tensor:
+        """x at integer-valued float coordinates (each (N, 1, L)), 0 outside."""
+        inside, index = None, None
+        for p, size, stride in zip(points, sizes, strides):
+            ok = logical_and(greater_equal(p, 0), less_equal(p, size - 1))
+            inside = ok if inside is None else logical_and(inside, ok)
+            term = cast(clip(p, 0, size - 1), np.int64) * stride
+            index = term if index is None else index + term
+        return where(inside, take_along_axis(flat, index, axis=2), zero)
 
-    def read(cx: Tensor, cy: Tensor) -> Tensor:
-        """x at integer-valued float coordinates (N, 1, L), 0 outside when padding with zeros."""
-        inside = logical_and(logical_and(greater_equal(cx, 0), less_equal(cx, w - 1)),
-                             logical_and(greater_equal(cy, 0), less_equal(cy, h - 1)))
-        index = cast(clip(cy, 0, h - 1), np.int64) * w + cast(clip(cx, 0, w - 1), np.int64)
-        values = take_along_axis(flat, index, axis=2)
-        return where(inside, values, np.zeros((), x.dtype)) if padding_mode == "zeros" else values
-
+    if mode == "bicubic":
+        pos = [unnormalise(g, size) for g, size in zip(coords, sizes)]
+        base = [floor(p) for p in pos]
+        weights = [_cubic_weights(p - b) for p, b in zip(pos, base)]
+        taps = [[_grid_coordinate(b + (t - 1), size, padding_mode, align_corners) for t in range(4)]
+                for b, size in zip(base, sizes)]
+        total = None
+        for ty in range(4):
+            for tx in range(4):
+                term = read([taps[0][tx], taps[1][ty]]) * (weights[0][tx] * weights[1][ty])
+                total = term if total is None else total + term
+        return reshape(total, (n, c) + out)
+    pos = [_grid_coordinate(unnormalise(g, size), size, padding_mode, align_corners) for g, size in zip(coords, sizes)]
     if mode == "nearest":
-        out = read(round(ix), round(iy))
-    else:
-        x0, y0 = floor(ix), floor(iy)
-        wx, wy = ix - x0, iy - y0
-        out = (read(x0, y0) * ((1 - wx) * (1 - wy)) + read(x0 + 1, y0) * (wx * (1 - wy))
-               + read(x0, y0 + 1) * ((1 - wx) * wy) + read(x0 + 1, y0 + 1) * (wx * wy))
-    return reshape(out, (n, c, ho, wo))
+        return reshape(read([round(p) for p in pos]), (n, c) + out)
+    low = [floor(p) for p in pos]
+    frac = [p - lo for p, lo in zip(pos, low)]
+    total = None
+    for corner in itertools.product((0, 1), repeat=nsp):
+        weight = None
+        for k, bit in enumerate(corner):
+            w = frac[k] if bit else 1 - frac[k]
+            weight = w if weight is None else weight * w
+        term = read([lo + bit for lo, bit in zip(low, corner)]) * weight
+        total = term if total is None else total + term
+    return reshape(total, (n, c) + out)
 
 
 # -- pixel shuffle -------------------------------------------------------------------------------------------

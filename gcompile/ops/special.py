@@ -1,5 +1,5 @@
 """Special functions ONNX lacks, written with ordinary ai.onnx ops: erfc, erfinv, lgamma,
-digamma and polygamma, plus xlogy and logit.
+digamma and polygamma, plus xlogy and logit, and the compositions ndtr, ndtri, log_ndtr and i0.
 
 - erfc(x): 1 - erf(x) by erf's Taylor series for |x| < 1/2; beyond, exp(-x²)·t·Q(t) with
   t = 1/(1 + |x|) and Q a Chebyshev series (special_tables.py, fitted by tools/fit_special.py),
@@ -19,6 +19,13 @@ dtype), except lgamma near its zeros at 1 and 2, where the recurrence leaves an 
 erfinv' = √π/2·exp(erfinv²), lgamma' = digamma = polygamma(0), polygamma(n)' = polygamma(n + 1).
 The numpy references compute in float64 from math.erf, math.erfc and math.lgamma, and the
 polygamma series with twice the shift.
+
+The compositions (gradients from their parts): ndtr(x) = erfc(-x/√2)/2 (accurate in the lower
+tail); ndtri(p) = √2·erfinv(2p - 1); log_ndtr(x) = log(erfc(-x/√2)/2), log1p(-erfc(x/√2)/2)
+for x > 0, and below x = -20 (where erfc nears underflow) the asymptotic series
+-x²/2 - log(-x) - log(2π)/2 + log(Σ (-1)^k (2k-1)!!/x^(2k)); i0(x) = Σ (x²/4)^k/(k!)² (positive
+terms, no cancellation; nested so that no constant underflows float32, see i0) for |x| <= 30, and
+e^|x|/√(2π|x|)·Σ ((2k-1)!!)²/(k! (8|x|)^k) beyond.
 """
 from __future__ import annotations
 
@@ -32,11 +39,25 @@ from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.registry import Trait, defop
 from . import special_tables as tables
 from .basic import cast
-from .elementwise import _unary, clip, equal, exp, log, log1p, logical_and, promote_float, where
+from .elementwise import (
+    _unary,
+    equal,
+    exp,
+    greater,
+    less,
+    less_equal,
+    log,
+    log1p,
+    logical_and,
+    promote_float,
+    sqrt,
+    where,
+)
+from .elementwise import abs as absolute
 from .emitter import Emitter
 from .shape_rules import binary_broadcast, unary_float
 
-__all__ = ["digamma", "erfc", "erfinv", "lgamma", "logit", "polygamma", "xlogy"]
+__all__ = ["digamma", "erfc", "erfinv", "i0", "lgamma", "log_ndtr", "logit", "ndtr", "ndtri", "polygamma", "xlogy"]
 
 # Bernoulli numbers B2, B4, ..., B20
 _BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510, 43867 / 798, -174611 / 330)
@@ -326,9 +347,95 @@ defop("xlogy", infer=binary_broadcast, reference=_xlogy_reference, lower=_lower_
 
 def logit(x, eps: float | None = None) -> Tensor:
     """log(x / (1 - x)) (torch.logit); with `eps`, x is first clipped to [eps, 1 - eps], and the
-    gradient is 0 outside those bounds (it passes at them), as PyTorch's."""
+    gradient is 0 outside those bounds (it passes at them), as PyTorch's. As PyTorch, x below eps
+    reads eps and x above 1 - eps reads 1 - eps, in that order (which matters only for eps > 1/2)."""
     x = promote_float(x)[0]
     if eps is not None:
-        x = clip(x, float(eps), 1 - float(eps))
+        low, high = float(eps), 1 - float(eps)
+        x = where(less(x, low), low, where(greater(x, high), high, x))
     return log(x) - log1p(-x)
 
+
+
+# -- compositions: the normal distribution and I0 ----------------------------------------------------------------
+_SQRT2 = math.sqrt(2.0)
+
+
+def ndtr(x) -> Tensor:
+    """The standard normal CDF (scipy.special.ndtr, torch.special.ndtr): erfc(-x/√2)/2."""
+    x = promote_float(x)[0]
+    return erfc(-x / _SQRT2) * 0.5
+
+
+_NDTRI_TAIL = 0.05                 # below (and above 1 - 0.05): Newton steps on log_ndtr
+
+
+def ndtri(p) -> Tensor:
+    """The inverse of ndtr (scipy.special.ndtri, torch.special.ndtri); -inf at 0, inf at 1, NaN
+    outside [0, 1]. √2·erfinv(2p - 1) in the middle; in the tails, where 2p - 1 would lose p's digits,
+    Newton's method on log_ndtr(x) = log(q) for the smaller tail probability q (exact: 1 - p is
+    exact for p > 1/2) from the asymptotic start -sqrt(t - log t - log 2π), t = -2 log q."""
+    p = promote_float(p)[0]
+    middle = erfinv(2 * p - 1) * _SQRT2
+    upper = greater(p, 0.5)
+    q = where(upper, 1 - p, p)
+    tail = logical_and(less(q, _NDTRI_TAIL), greater(q, 0))
+    log_q = log(where(tail, q, _NDTRI_TAIL))          # each branch at a point where it is finite
+    t = -2 * log_q
+    x = -sqrt(t - log(t) - math.log(2 * math.pi))
+    for _ in range(5):                                # quadratic convergence from within ~1e-2
+        current = log_ndtr(x)
+        x = x - (current - log_q) * exp(current + 0.5 * x * x + 0.5 * math.log(2 * math.pi))
+    return where(tail, where(upper, -x, x), middle)
+
+
+_LOG_NDTR_TAIL = -20.0           # below: the asymptotic series (erfc(-x/√2) nears float64's underflow)
+_LOG_NDTR_TERMS = [(-1) ** k * math.prod(range(1, 2 * k, 2)) for k in range(1, 10)]     # (-1)^k (2k-1)!!
+
+
+def _series(coefficients, t):
+    """Σ coefficients[k] t^(k+1), by Horner's rule."""
+    total = coefficients[-1]
+    for c in coefficients[-2::-1]:
+        total = c + t * total
+    return total * t
+
+
+def log_ndtr(x) -> Tensor:
+    """log(ndtr(x)) without underflow (scipy.special.log_ndtr, torch.special.log_ndtr), accurate to a
+    few ulps in both tails."""
+    x = promote_float(x)[0]
+    tail = less(x, _LOG_NDTR_TAIL)
+    far = where(tail, x, _LOG_NDTR_TAIL)            # each branch at a point where it is finite
+    near = where(tail, _LOG_NDTR_TAIL, x)
+    asymptotic = (-0.5 * far * far - log(-far) - 0.5 * math.log(2 * math.pi)
+                  + log1p(_series(_LOG_NDTR_TERMS, 1 / (far * far))))
+    positive = greater(near, 0)
+    lower = log(erfc(-near / _SQRT2) * 0.5)
+    upper = log1p(erfc(where(positive, near, 1.0) / _SQRT2) * -0.5)      # log1p(-1) = -inf below 0
+    return where(tail, asymptotic, where(positive, upper, lower))
+
+
+_I0_SWITCH = 30.0
+_I0_TERMS = 63
+_I0_ASYMPTOTIC = [math.prod((2 * j - 1) ** 2 for j in range(1, k + 1)) / (math.factorial(k) * 8 ** k)
+                  for k in range(1, 17)]                                              # ((2k-1)!!)² / (k! 8^k)
+
+
+def i0(x) -> Tensor:
+    """The modified Bessel function of the first kind, order 0 (numpy.i0, torch.i0), even in x;
+    overflows to inf where e^|x| does."""
+    x = promote_float(x)[0]
+    a = absolute(x)
+    small = less_equal(a, _I0_SWITCH)
+    s = where(small, x, 0.0)                        # each branch at a point where it is finite (the series is
+    #                                                 even: x, not |x|, so its derivatives at 0 are right)
+    big = where(small, _I0_SWITCH + 1, a)
+    t = s * s * 0.25
+    # Σ t^k/(k!)² nested as 1 + t/1²(1 + t/2²(1 + ...)): no constant nears float32's underflow, below
+    # which ONNX Runtime's optimizer (1.31) drops an Add of a float64 constant as if it were 0
+    series = t * (1 / _I0_TERMS ** 2) + 1
+    for k in range(_I0_TERMS - 1, 0, -1):
+        series = 1 + series * t * (1 / (k * k))
+    asymptotic = exp(big) / sqrt(2 * math.pi * big) * (1 + _series(_I0_ASYMPTOTIC, 1 / big))
+    return where(small, series, asymptotic)

@@ -1,4 +1,4 @@
-"""Spread and size: var and std (with PyTorch's `correction`), vector_norm and norm.
+"""Spread and size: var and std (with PyTorch's `correction`), vector_norm, matrix_norm and norm.
 
 var is two passes (the mean, then the mean squared deviation), which float32 needs. std's
 gradient is 0 where the variance is 0 (a constant slice), and a norm's gradient is 0 where the
@@ -6,7 +6,9 @@ norm is 0, as PyTorch's (the derivatives there are undefined; JAX gives NaN).
 
 vector_norm is one op, so it lowers to ONNX's ReduceL1/ReduceL2 and carries PyTorch's
 subgradients: ord ±inf shares the gradient equally among the tied extreme entries, ord 0
-(the count of nonzeros) has none, and ord p is g·sign(x)·|x|^(p-1)/‖x‖^(p-1), 0 at x = 0.
+(the count of nonzeros) has none, and ord p (negative too) is g·sign(x)·|x|^(p-1)/‖x‖^(p-1),
+0 at x = 0. matrix_norm's ord ±1 and ±inf are the extreme column or row sums of |x|; the
+spectral and nuclear norms need singular values, which gcompile does not compute.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import math
 import numpy as np
 from onnx import helper
 
-from ..errors import UnsupportedError
+from ..errors import ShapeError, UnsupportedError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.registry import defop
@@ -23,10 +25,13 @@ from .basic import cast
 from .elementwise import abs as absolute
 from .elementwise import equal, maximum, not_equal, power, sign, sqrt, where
 from .reduce import _kept, _reduce_infer, count, mean
+from .reduce import max as reduce_max
+from .reduce import min as reduce_min
 from .reduce import sum as reduce_sum
-from .shape_rules import axes_for
+from .shape import squeeze
+from .shape_rules import axes_for, normalize_axis
 
-__all__ = ["norm", "std", "var", "vector_norm"]
+__all__ = ["matrix_norm", "norm", "std", "var", "vector_norm"]
 
 
 def _float(x) -> Tensor:
@@ -55,12 +60,10 @@ def std(x, axis=None, correction: float = 1, keepdims: bool = False) -> Tensor:
 # -- vector norms ------------------------------------------------------------------------------------------
 def vector_norm(x, ord: float = 2, axis=None, keepdims: bool = False) -> Tensor:
     """(Σ|x|^ord)^(1/ord) over `axis` (all axes by default), as torch.linalg.vector_norm: ord may be
-    any p > 0, inf (max |x|), -inf (min |x|) or 0 (the number of nonzeros). NaN propagates."""
+    any p != 0 (a negative p too: 0 if an entry is 0), inf (max |x|), -inf (min |x|) or 0 (the number
+    of nonzeros). NaN propagates."""
     x = _float(x)
     ord = float(ord)
-    if ord < 0 and ord != -math.inf:
-        raise UnsupportedError(f"vector_norm: ord {ord} is not supported (use p > 0, 0, inf or -inf) "
-                               f"(at {user_location()})")
     axes = axes_for(axis, x.ndim, "vector_norm")
     if not axes:            # each entry its own slice (ONNX reads an empty axes list as "all axes")
         return cast(not_equal(x, 0), x.dtype) if ord == 0 else absolute(x)
@@ -68,16 +71,47 @@ def vector_norm(x, ord: float = 2, axis=None, keepdims: bool = False) -> Tensor:
 
 
 def norm(x, ord=None, axis=None, keepdims: bool = False) -> Tensor:
-    """numpy.linalg.norm for vectors and the Frobenius norm: ord None or "fro" is the 2-norm over `axis`
-    (all axes by default); a number is vector_norm(ord) over one axis (an int `axis`, or a 1-D x).
-    Matrix norms other than Frobenius (ord "nuc", 1, 2, inf over two axes) are not supported."""
+    """numpy.linalg.norm and torch.linalg.norm: ord None is the 2-norm over `axis` (all axes by
+    default, of any rank); a number is vector_norm(ord) over one axis (an int `axis`, or a 1-D x)
+    and matrix_norm(ord) over two (a pair `axis`, or a 2-D x); "fro" is the Frobenius norm."""
     x = _float(x)
-    if ord in (None, "fro"):
+    if ord is None:
         return vector_norm(x, 2, axis, keepdims)
     if isinstance(axis, (int, np.integer)) or (axis is None and x.ndim == 1):
+        if isinstance(ord, str):
+            raise ShapeError(f"norm: ord {ord!r} is a matrix norm; a vector norm takes a number "
+                             f"(at {user_location()})")
         return vector_norm(x, ord, axis, keepdims)
-    raise UnsupportedError(f"norm: the matrix norm ord={ord!r} over {x.ndim if axis is None else len(axis)} axes "
-                           f"is not supported (vector norms over one axis and ord='fro' are) (at {user_location()})")
+    if axis is None and x.ndim != 2:
+        raise ShapeError(f"norm: ord {ord!r} without an axis needs a 1-d or 2-d x, got rank {x.ndim} "
+                         f"(at {user_location()})")
+    return matrix_norm(x, ord, (-2, -1) if axis is None else axis, keepdims)
+
+
+def matrix_norm(x, ord="fro", axis=(-2, -1), keepdims: bool = False) -> Tensor:
+    """torch.linalg.matrix_norm over the two axes `axis` (rows, columns): "fro" (the square root of
+    the sum of squares), 1 / -1 (the largest / smallest column sum of |x|), inf / -inf (the largest
+    / smallest row sum). The spectral norms (2, -2) and "nuc" need singular values, which gcompile
+    does not compute: they are refused (for a bound, the Frobenius norm is >= the spectral norm)."""
+    x = _float(x)
+    if not isinstance(axis, (tuple, list)) or len(axis) != 2:
+        raise ShapeError(f"matrix_norm: axis must be a pair of axes, got {axis!r} (at {user_location()})")
+    rows, cols = (normalize_axis(a, x.ndim) for a in axis)
+    if rows == cols:
+        raise ShapeError(f"matrix_norm: axis {tuple(axis)} names one axis twice (at {user_location()})")
+    if ord == "fro":
+        return vector_norm(x, 2, (rows, cols), keepdims)
+    if ord in (2, -2, "nuc"):
+        raise UnsupportedError(f"matrix_norm: ord {ord!r} needs singular values, which gcompile does not compute "
+                               "(ONNX has no SVD); ord 'fro', 1, -1, inf and -inf are supported "
+                               f"(at {user_location()})")
+    if ord not in (1, -1, math.inf, -math.inf):
+        raise ShapeError(f"matrix_norm: ord must be 'fro', 'nuc', 1, -1, 2, -2, inf or -inf, got {ord!r} "
+                         f"(at {user_location()})")
+    summed, kept = (rows, cols) if abs(ord) == 1 else (cols, rows)       # ord 1: sum down each column
+    sums = reduce_sum(absolute(x), summed, keepdims=True)
+    y = (reduce_max if ord > 0 else reduce_min)(sums, kept, keepdims=True)
+    return y if keepdims else squeeze(y, (rows, cols))
 
 
 def _norm_reference(x, ord, axes, keepdims):

@@ -128,3 +128,24 @@ def test_reductions_over_an_empty_axis():
     got = gc.compile(lambda x: (F.var(x, 1), F.vector_norm(x, 2, 1), F.std(x, 1, correction=0)), wide,
                      provider="cpu")(wide)
     assert np.isnan(got[0]).all() and (got[1] == 0).all() and np.isnan(got[2]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_nextafter_matches_numpy_bit_for_bit(dtype):
+    """Random magnitudes over 60 decades, powers of two (the spacing halves below them), the normal
+    range's edge and subnormals, ±0, ±max, ±inf, NaN and a == b."""
+    fi = np.finfo(dtype)
+    edges = np.array([0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 1024.0, fi.smallest_normal, -fi.smallest_normal,
+                      fi.smallest_subnormal, 3 * fi.smallest_subnormal, fi.max, -fi.max, np.inf, -np.inf, np.nan])
+    rng = np.random.default_rng(1)
+    a = np.concatenate([edges, edges, rng.standard_normal(100) * 10.0 ** rng.integers(-30, 30, 100), [1.5, -0.0]])
+    b = np.concatenate([np.full(16, np.inf), np.full(16, -np.inf), rng.standard_normal(100) * 1e3, [1.5, 0.0]])
+    a, b = a.astype(dtype), b.astype(dtype)
+    with np.errstate(over="ignore"):
+        want = np.nextafter(a, b)
+    got = check_forward(F.nextafter, [a, b], want, rtol=0, atol=0)[0]
+    assert np.array_equal(np.signbit(got[~np.isnan(want)]), np.signbit(want[~np.isnan(want)]))
+
+
+def test_nextafter_gradient():
+    check_grads(F.nextafter, [np.array([0.3, -2.0, 7.5]), np.array([1.0, -3.0, 0.0])])

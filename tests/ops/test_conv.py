@@ -9,6 +9,7 @@ import gcompile as gc
 import gcompile.functions as F
 from gcompile.frontend.tensor import apply, apply_n
 from gcompile.frontend.trace import trace
+from gcompile.ir.evaluate import evaluate
 from gcompile.testing import check_lowering
 
 from ..opcheck import check_forward, check_grads
@@ -458,3 +459,19 @@ def test_conv_transpose_output_padding_below_the_dilation(stride, dilation, pad,
                   **TOL)
     check_forward(lambda x, w: F.conv_transpose(x, w, **kw), [x, w], naive_conv_transpose(x, w, **kw), **TOL)
     check_grads(lambda x, w, b: F.conv_transpose(x, w, b, **kw), [x, w, b])
+
+
+def test_empty_batches_on_the_reference_evaluator():
+    """An empty batch through convolution, its transpose and average pooling, values and gradients of
+    both orders, on the float64 reference evaluator (numpy's reshape(-1) cannot size an empty batch)."""
+    x, w = np.zeros((0, 4, 5, 6)), np.ones((2, 2, 3, 3))
+
+    def fn(x, w):
+        y = F.conv(x, w, groups=2) + F.conv_transpose(x, np.ones((4, 1, 2, 2)), stride=2, groups=2)[..., :3, :4]
+        return F.sum(F.avg_pool(y, (2, 2), 1) ** 2)
+
+    def second(x, w):
+        gx, gw = gc.grad(fn(x, w), [x, w])
+        return gc.grad(F.sum(gx) + F.sum(gw), [x, w])
+    gx, gw = evaluate(trace(second, [x, w]).graph, [x, w])
+    assert gx.shape == x.shape and np.array_equal(gw, np.zeros_like(w))

@@ -142,3 +142,46 @@ def test_logcumsumexp_gradients():
 def test_logcumsumexp_needs_a_static_axis():
     with pytest.raises(gc.UnsupportedError, match="logcumsumexp along axis 0, whose size 'n' is symbolic"):
         gc.compile(lambda x: F.logcumsumexp(x, 0), gc.spec(("n", 3)))
+
+
+def np_running(x, axis, largest):
+    """torch.cummax / cummin by a loop: the last index of the running extremum, NaN propagating."""
+    x = np.moveaxis(x, axis, -1)
+    values, index = np.empty_like(x), np.zeros(x.shape, np.int64)
+    for pos in np.ndindex(*x.shape[:-1]):
+        best, at = None, 0
+        for j, v in enumerate(x[pos]):
+            if best is None or np.isnan(v) or (not np.isnan(best) and (v >= best if largest else v <= best)):
+                best, at = v, j
+            values[pos + (j,)], index[pos + (j,)] = best, at
+    return np.moveaxis(values, -1, axis), np.moveaxis(index, -1, axis)
+
+
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("axis", [0, -1, None])
+def test_cummax_cummin_ties_and_nan(largest, axis):
+    x = np.round(rand(4, 7, seed=3) * 2) / 2                  # many ties
+    x[1, 3] = np.nan
+    x[3, 1] = x[3, 5] = np.nan
+    fn = F.cummax if largest else F.cummin
+    flat = x.ravel() if axis is None else x
+    check_forward(lambda x: fn(x, axis), [x], list(np_running(flat, 0 if axis is None else axis, largest)))
+    xi = np.where(np.isnan(x), 3, x * 2).astype(np.int32)
+    check_forward(lambda x: fn(x, axis), [xi], list(np_running(xi.ravel() if axis is None else xi,
+                                                              0 if axis is None else axis, largest)))
+
+
+def test_cummax_gradient_goes_to_the_picked_position():
+    check_grads(lambda x: F.cummax(x, 1)[0] + F.cummin(x, 0)[0], [rand(3, 6, seed=4)])
+    x = np.array([1.0, 3.0, 3.0, 2.0])                        # the later 3 is picked from index 2 on
+    g = gc.compile(lambda x: gc.grad(F.sum(F.cummax(x, 0)[0] * np.array([1.0, 10.0, 100.0, 1000.0])), [x])[0],
+                   x, provider="cpu")(x)
+    np.testing.assert_array_equal(g, [1, 10, 1100, 0])
+
+
+def test_cummax_edges():
+    check_forward(lambda x: F.cummax(x, 1), [np.zeros((2, 0))], [np.zeros((2, 0)), np.zeros((2, 0), np.int64)])
+    check_forward(lambda x: F.cummin(x, 0), [np.array([np.inf, -np.inf, 0.0])],
+                  [np.array([np.inf, -np.inf, -np.inf]), np.array([0, 1, 1])])
+    with pytest.raises(gc.UnsupportedError, match="symbolic"):
+        gc.compile(lambda x: F.cummax(x, 0), gc.spec(("n",)))

@@ -14,6 +14,7 @@ from ..opcheck import check_forward, check_grads
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((4, 3, 5)).astype(np.float32)
 XI = np.arange(60, dtype=np.int64).reshape(4, 3, 5)
+MASK2 = np.array([[True, False, True, False, True], [False] * 5, [False, True, False, False, True]])   # (3, 5)
 IDX = np.array([[2, -1], [0, 2]])          # a 2-D index array with a negative entry (axis of size 3 or more)
 
 TAKE_ALONG = np.array([[[4, 4]], [[0, -1]], [[1, 1]], [[2, 0]]])   # (4, 1, 2), repeated entries
@@ -30,6 +31,14 @@ GETITEMS = [
     ("array_after_int", lambda t: t[:, 0, IDX]),
     ("array_apart_from_int", lambda t: t[0, :, IDX]),
     ("list", lambda t: t[:, [2, 2, 0]]),
+    ("two_arrays_adjacent", lambda t: t[:, [0, 2, -1], [1, 1, 4]]),
+    ("two_arrays_apart", lambda t: t[[0, 1], :, [1, 2]]),
+    ("arrays_broadcast", lambda t: t[np.array([[0], [3]]), 1, [1, -2, 4]]),
+    ("three_arrays_repeated", lambda t: t[[0, 0, 3], [1, 1, 2], [0, 0, 4]]),
+    ("arrays_with_newaxis", lambda t: t[None, [1, 2], ..., [3, 0]]),
+    ("known_mask", lambda t: t[np.array([True, False, True, True])]),
+    ("known_2d_mask", lambda t: t[:, MASK2]),
+    ("known_mask_list_after_ellipsis", lambda t: t[..., [False, True, False, True, True]]),
 ]
 
 
@@ -210,6 +219,14 @@ def test_getitem_tensor_index_grads():
     check_grads(lambda x, i: F.sin(x[:, i]), [X, np.array([2, -1, 2])])
 
 
+def test_getitem_several_tensor_indices():
+    """Run-time index arrays (negative ones too) broadcast together, as numpy's advanced indexing."""
+    i, j = np.array([[1], [-1]], np.int64), np.array([0, 2, -3], np.int64)
+    check_forward(lambda x, i, j: x[i, :, j], [X, i, j], X[i, :, j])
+    check_forward(lambda x, i, j: x[1:, i, j], [X, i, j], X[1:, i, j])
+    check_grads(lambda x, i, j: F.sin(x[i, 1:, j]), [X, i, j])
+
+
 def test_slice_scatter_grads():
     shape = (3, 7)
     g = RNG.standard_normal((3, 4))
@@ -263,9 +280,11 @@ def test_errors():
     with pytest.raises(gc.UnsupportedError, match="boolean mask"):
         trace(lambda x: x[x > 0], [X])
     with pytest.raises(gc.UnsupportedError, match="boolean mask"):
-        trace(lambda x: x[np.array([True, False, True, False])], [X])
-    with pytest.raises(gc.UnsupportedError, match="more than one index array"):
-        trace(lambda x: x[[0, 1], :, [1, 2]], [X])
+        trace(lambda x, m: x[m], [X, np.array([True, False, True, False])])      # a run-time mask
+    with pytest.raises(gc.ShapeError, match="boolean index of size 3 does not match axis 0 of size 4"):
+        trace(lambda x: x[np.array([True, False, True])], [X])
+    with pytest.raises(gc.ShapeError, match="index 3 is out of range"):
+        trace(lambda x: x[[0, 1], [3, 0]], [X])
     with pytest.raises(gc.ShapeError, match="index 4 is out of range for axis 0 of size 4"):
         trace(lambda x: x[4], [X])
     with pytest.raises(gc.ShapeError, match="index -4 is out of range for axis 1 of size 3"):

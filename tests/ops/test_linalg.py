@@ -203,3 +203,12 @@ def test_einsum_diagonal_gradient_is_a_diagonal_embedding():
 def test_einsum_repeated_index_of_unequal_sizes_is_refused():
     with pytest.raises(gc.ShapeError, match="repeated index 'i'"):
         gc.compile(lambda x: F.einsum("ii->i", x), rand(2, 3))
+
+
+def test_einsum_gradient_where_a_size_one_index_meets_a_larger_one():
+    """numpy's einsum broadcasts an index of size 1 against the same index of another size (torch's
+    tensordot too): the size-1 operand's gradient sums over it, the other's spreads over it."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((1, 1, 3)), rng.standard_normal((2, 4, 2))
+    check_forward(lambda a, b: F.einsum("abc,bea->ce", a, b), [a, b], np.einsum("abc,bea->ce", a, b), rtol=1e-12)
+    check_grads(lambda a, b: F.einsum("abc,bea->ce", a, b), [a, b])

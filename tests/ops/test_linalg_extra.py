@@ -159,7 +159,121 @@ def test_solver_limits_and_refusals():
         gc.compile(F.inv, gc.spec((big, big)))
     with pytest.raises(gc.ShapeError, match="det needs square matrices"):
         gc.compile(F.det, rand(2, 3))
-    with pytest.raises(gc.UnsupportedError, match="qr is not supported"):
-        gc.compile(F.qr, rand(3, 3))
+    with pytest.raises(gc.UnsupportedError, match="qr: 33 reflections are beyond"):
+        gc.compile(F.qr, gc.spec((big, big)))
     with pytest.raises(gc.UnsupportedError, match="eigh is not supported"):
         gc.compile(lambda a: np.linalg.eigh(a), rand(3, 3))
+
+
+# -- qr ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(4, 4), (5, 3), (3, 5), (2, 4, 3), (1, 1), (5, 0), (0, 4), (0, 3, 3)])
+@pytest.mark.parametrize("mode", ["reduced", "complete"])
+def test_qr_matches_lapacks_signs(shape, mode):
+    """Q and R as numpy's LAPACK returns them (R's diagonal signs included), empty shapes too."""
+    a = rand(*shape)
+    q, r = np.linalg.qr(a, mode)
+    check_forward(lambda a: F.qr(a, mode), [a], [q, r], rtol=1e-10, atol=1e-12)
+    check_forward(lambda a: F.qr(a, "r"), [a], np.linalg.qr(a, "r"), rtol=1e-10, atol=1e-12)
+
+
+def test_qr_edges():
+    """A column already zero below its diagonal is left as it is (LAPACK's tau = 0), a zero column
+    gives a zero R entry, and float32 runs."""
+    a = np.array([[-2.0, 1.0, 0.0], [0.0, 3.0, 0.0], [0.0, 4.0, 0.0]])
+    check_forward(lambda a: F.qr(a), [a], list(np.linalg.qr(a)), rtol=1e-12, atol=1e-12)
+    x = rand(3, 4, 3).astype(np.float32)
+    check_forward(lambda a: F.qr(a), [x], list(np.linalg.qr(x)), rtol=1e-4, atol=1e-5)
+    with pytest.raises(gc.ShapeError, match="mode must be"):
+        gc.compile(lambda a: F.qr(a, "full"), rand(2, 2))
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (4, 2), (2, 4)])
+def test_qr_gradients(shape):
+    check_grads(lambda a: F.qr(a), [rand(*shape)])
+
+
+# -- compositions of the solvers ------------------------------------------------------------------------------
+def np_solve_triangular(a, b, upper, left=True, unit=False):
+    tri = np.triu(a) if upper else np.tril(a)
+    if unit:
+        tri = np.where(np.eye(a.shape[-1], dtype=bool), 1.0, tri)
+    return np.linalg.solve(tri, b) if left else np.swapaxes(np.linalg.solve(np.swapaxes(tri, -1, -2),
+                                                                            np.swapaxes(b, -1, -2)), -1, -2)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("unit", [False, True])
+def test_solve_triangular_reads_one_triangle(upper, left, unit):
+    a = rand(2, 4, 4) + 3 * np.eye(4)
+    b = rand(4, 3) if left else rand(1, 3, 4)                         # batch dims broadcast
+    expected = np_solve_triangular(a, b, upper, left, unit)
+    check_forward(lambda a, b: F.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit), [a, b],
+                  expected, rtol=1e-10, atol=1e-12)
+    check_grads(lambda a, b: F.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit), [a, b])
+
+
+def test_solve_triangular_gradient_stays_in_the_triangle():
+    a, b = rand(3, 3) + 3 * np.eye(3), rand(3, 2)
+    g = gc.compile(lambda a, b: gc.grad(F.sum(F.solve_triangular(a, b, upper=True)), [a])[0], a, b,
+                   provider="cpu")(a, b)
+    assert np.all(np.tril(g, -1) == 0) and np.all(g[np.triu_indices(3)] != 0)
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_solve(upper):
+    s = spd(2, 4, 4)
+    factor = np.linalg.cholesky(s)
+    factor = np.swapaxes(factor, -1, -2) if upper else factor
+    b = rand(4, 2)
+    check_forward(lambda b, f: F.cholesky_solve(b, f, upper=upper), [b, factor], np.linalg.solve(s, b), rtol=1e-9)
+    noisy = factor + (np.tril(rand(4, 4), -1) if upper else np.triu(rand(4, 4), 1))    # the other triangle
+    check_forward(lambda b, f: F.cholesky_solve(b, f, upper=upper), [b, noisy], np.linalg.solve(s, b), rtol=1e-9)
+    # the factor's gradient is torch's (every entry, see below); through a triangle mask it is the true one
+    check_grads(lambda b, f: F.cholesky_solve(b, F.triu(f) if upper else F.tril(f), upper=upper), [b, factor])
+
+
+def test_cholesky_solve_gradient_is_torchs_on_the_whole_factor():
+    """torch's cholesky_solve_backward: dL = -(G X^T + X G^T) L for the lower factor, every entry."""
+    low = np.linalg.cholesky(spd(3, 3))
+    b, w = rand(3, 2), rand(3, 2)
+    x = np.linalg.solve(low @ low.T, b)
+    gb = np.linalg.solve(low @ low.T, w)
+    expected = -(gb @ x.T + x @ gb.T) @ low
+    got = gc.compile(lambda b, f: gc.grad(F.sum(F.cholesky_solve(b, f) * w), [f])[0], b, low, provider="cpu")(b, low)
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5, -1, -2])
+def test_matrix_power(n):
+    a = rand(2, 3, 3) + 2 * np.eye(3)
+    check_forward(lambda a: F.matrix_power(a, n), [a], np.linalg.matrix_power(a, n), rtol=1e-9, atol=1e-12)
+    check_grads(lambda a: F.matrix_power(a, n), [a[0]])
+
+
+def test_logdet_and_multi_dot():
+    a = rand(3, 3) + 3 * np.eye(3)
+    negative = np.diag([-1.0, 2.0, 3.0])
+    singular = np.ones((3, 3))
+    check_forward(F.logdet, [np.stack([a, negative, singular])],
+                  np.array([np.log(np.linalg.det(a)), np.nan, -np.inf]), rtol=1e-10)
+    check_grads(F.logdet, [a])
+    chain = [rand(4), rand(4, 3), rand(3, 5), rand(5)]
+    check_forward(lambda *m: F.multi_dot(m), chain, np.linalg.multi_dot(chain), rtol=1e-10)
+    check_forward(lambda *m: F.multi_dot(m), chain[1:3], np.linalg.multi_dot(chain[1:3]), rtol=1e-10)
+    check_grads(lambda *m: F.multi_dot(m), chain)
+    with pytest.raises(gc.ShapeError, match="multi_dot: operands must be matrices"):
+        gc.compile(lambda a, b, c: F.multi_dot([a, b, c]), rand(2, 2), rand(2), rand(2, 2))
+    with pytest.raises(gc.ShapeError, match="matrix_power needs square"):
+        gc.compile(lambda a: F.matrix_power(a, 2), rand(2, 3))
+
+
+@pytest.mark.parametrize("fn, message", [
+    (F.svd, "svd is not supported: it needs singular values.*F.qr"),
+    (F.pinv, "pinv is not supported.*F.solve"),
+    (lambda a: F.lstsq(a, a), "lstsq is not supported.*F.qr"),
+    (F.matrix_exp, "matrix_exp is not supported.*F.matrix_power"),
+])
+def test_spectral_refusals_name_an_alternative(fn, message):
+    with pytest.raises(gc.UnsupportedError, match=message):
+        gc.compile(fn, rand(3, 3))

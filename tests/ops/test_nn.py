@@ -10,7 +10,7 @@ from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
 from gcompile.testing import check_lowering
 
-from ..opcheck import check_forward, check_grads
+from ..opcheck import check_forward, check_grads, check_values
 
 DTYPES = [np.float32, np.float64]
 
@@ -384,3 +384,9 @@ def test_dropout_of_everything_gives_zeros_as_pytorch():
     check_forward(lambda x: F.dropout(x, 1.0, training=True), [x], np.array([0, 0, np.nan, np.nan, 0], np.float32))
     check_forward(lambda x: gc.grad(F.sum(F.dropout(x, 1.0, training=True, seed=1)), [x])[0], [x], np.zeros_like(x))
     check_grads(lambda x: F.dropout(F.sin(x), 1.0, training=True), [rand(3, 4)])
+
+
+def test_softmax_over_an_empty_axis():
+    """Empty in, empty out, on both the reference evaluator and ONNX Runtime."""
+    x = np.zeros((3, 0))
+    check_values(lambda x: (F.softmax(x, 1), F.log_softmax(x, 1)), [x], [x, x])

@@ -58,3 +58,15 @@ def test_fmax_fmin_ignore_nan(dtype):
 def test_fmax_fmin_gradients():
     a, b = np.array([[0.3, -1.2, 0.8]]), np.array([[0.1], [-0.5]])
     check_grads(lambda a, b: (F.fmax(a, b), F.fmin(a, b)), [a, b])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8, np.bool_])
+def test_signbit_matches_numpy(dtype):
+    """-0.0 and -inf have the sign bit; NaN (whose bit ONNX cannot read) reads False; empty works."""
+    numbers = SPECIALS.ravel()[[0, 1, 2, 3, 5, 7]]                    # all but +inf and NaN
+    others = {np.bool_: np.array([True, False]), np.int32: np.array([0, -3, 7, 1], np.int32),
+              np.uint8: np.array([0, 3, 255], np.uint8)}
+    x = others[dtype] if dtype in others else numbers.astype(dtype)
+    check_forward(F.signbit, [x], np.signbit(x))
+    check_forward(F.signbit, [np.array([np.nan], np.float32)], np.array([False]))
+    check_forward(F.signbit, [np.zeros((0, 2))], np.zeros((0, 2), bool))

@@ -1,5 +1,7 @@
 """Reductions: forward through onnxruntime against numpy (axes, keepdims, dtypes, symbolic dims)
 and float64 gradient checks."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -141,3 +143,25 @@ def test_logsumexp_of_infinite_rows_in_float32_and_float64():
     expected = np.array([inf, -inf, 1.0, inf, np.nan])
     for dtype in (np.float32, np.float64):
         check_forward(lambda x: F.logsumexp(x, axis=1), [x.astype(dtype)], expected.astype(dtype))
+
+
+@pytest.mark.parametrize("axis, keepdims", [(None, False), (1, True), ((0, 2), False)])
+def test_nansum_nanmean_skip_nan(axis, keepdims):
+    x = rand(3, 4, 5, seed=7).astype(np.float64)
+    x[0, 1, :] = np.nan                         # a slice of only NaN: nanmean NaN, nansum 0
+    x[2, ::2, 1] = np.nan
+    with warnings.catch_warnings():                             # numpy warns of the all-NaN slice
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(x, axis, keepdims=keepdims)
+    check_forward(lambda x: (F.nansum(x, axis, keepdims), F.nanmean(x, axis, keepdims)), [x],
+                  [np.nansum(x, axis, keepdims=keepdims), mean], rtol=1e-12)
+    clean = rand(3, 4, 5, seed=8).astype(np.float64)
+    check_grads(lambda x: (F.nansum(x, axis, keepdims), F.nanmean(x, axis, keepdims)), [clean])
+
+
+def test_nan_reductions_of_integers_and_the_gradient_at_nan():
+    xi = np.arange(6, dtype=np.int64).reshape(2, 3)
+    check_forward(lambda x: (F.nansum(x, 1), F.nanmean(x, 1)), [xi], [xi.sum(1), xi.mean(1).astype(np.float32)])
+    x = np.array([1.0, np.nan, 3.0])
+    g = gc.compile(lambda x: gc.grad(F.nanmean(x) + F.nansum(x), [x])[0], x, provider="cpu")(x)
+    np.testing.assert_array_equal(g, [1.5, 0.0, 1.5])

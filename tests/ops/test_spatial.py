@@ -112,11 +112,23 @@ def test_interpolate_float64_symbolic_batch_and_empty_batch():
     (lambda x: F.interpolate(x), "exactly one of size and scale_factor"),
     (lambda x: F.interpolate(x, scale_factor=0.1), "must be positive"),
     (lambda x: F.interpolate(x, size=(2, 3)), "one value or 1"),
-    (lambda x: F.interpolate(x, size=3, mode="area"), "mode 'area'"),
+    (lambda x: F.interpolate(x, size=3, mode="lanczos"), "mode 'lanczos'"),
 ])
 def test_interpolate_errors(call, message):
     with pytest.raises(gc.ShapeError, match=message):
         gc.compile(call, rand(1, 2, 5))
+
+
+@pytest.mark.parametrize("shape, kw", [((2, 3, 7), dict(size=3)), ((1, 2, 4, 5), dict(size=(3, 7))),
+                                       ((1, 2, 4, 4, 4), dict(scale_factor=0.6)),
+                                       ((1, 1, 4, 5), dict(scale_factor=1.7))])
+def test_interpolate_area_is_adaptive_average_pooling(shape, kw):
+    """mode 'area' is torch's adaptive_avg_pool to the output size (from scale_factor: floor(in * s))."""
+    x = rand(*shape)
+    size = kw.get("size") or tuple(math.floor(i * kw["scale_factor"]) for i in shape[2:])
+    size = (size,) if isinstance(size, int) else size
+    check_forward(lambda x: F.interpolate(x, mode="area", **kw), [x], naive_adaptive(x, size, np.mean), atol=1e-6)
+    check_grads(lambda x: F.interpolate(x, mode="area", **kw), [x.astype(np.float64)])
 
 
 # -- adaptive pooling ----------------------------------------------------------------------------------------
@@ -159,32 +171,72 @@ def test_adaptive_max_pool_ties_nan_and_indices():
 
 
 # -- grid_sample -------------------------------------------------------------------------------------------
-def naive_grid_sample(x, grid, mode, padding, align):
-    n, c, h, w = x.shape
-    out = np.zeros((n, c) + grid.shape[1:3])
+def reflect(v, low2, high2):
+    """torch's reflect_coordinates, one scalar at a time."""
+    if low2 == high2:
+        return 0.0
+    low, span = low2 / 2, (high2 - low2) / 2
+    v = abs(v - low)
+    flips, extra = math.floor(v / span), math.fmod(v, span)
+    return extra + low if flips % 2 == 0 else span - extra + low
 
-    def pixel(b, yy, xx):
-        if padding == "border":
-            yy, xx = min(max(yy, 0), h - 1), min(max(xx, 0), w - 1)
-        return x[b, :, yy, xx] if 0 <= yy < h and 0 <= xx < w else np.zeros(c)
-    for b, i, j in np.ndindex(n, *grid.shape[1:3]):
-        gx, gy = grid[b, i, j]
-        fx = (gx + 1) / 2 * (w - 1) if align else ((gx + 1) * w - 1) / 2
-        fy = (gy + 1) / 2 * (h - 1) if align else ((gy + 1) * h - 1) / 2
-        if padding == "border":
-            fx, fy = min(max(fx, 0), w - 1), min(max(fy, 0), h - 1)
-        if mode == "nearest":
-            out[b, :, i, j] = pixel(b, int(np.rint(fy)), int(np.rint(fx)))
+
+def source(v, size, padding, align):
+    if padding == "border":
+        return min(max(v, 0), size - 1)
+    if padding == "reflection":
+        v = reflect(v, 0, 2 * (size - 1)) if align else reflect(v, -1, 2 * size - 1)
+        return min(max(v, 0), size - 1)
+    return v
+
+
+def cubic(t, a=-0.75):
+    near = lambda d: ((a + 2) * d - (a + 3)) * d * d + 1            # noqa: E731
+    far = lambda d: ((a * d - 5 * a) * d + 8 * a) * d - 4 * a        # noqa: E731
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def naive_grid_sample(x, grid, mode, padding, align):
+    """Per output point, torch's grid_sampler_{2,3}d: grid coordinate k addresses spatial axis
+    nsp-1-k; bilinear/trilinear weigh the 2^nsp corners, nearest rounds half to even, bicubic reads
+    a 4x4 neighbourhood whose taps each go through the padding rule."""
+    n, c, *spatial = x.shape
+    nsp = len(spatial)
+    sizes = spatial[::-1]
+    out = np.zeros((n, c) + grid.shape[1:-1])
+
+    def pixel(b, point):                        # point: integer coordinates in grid order (x, y, z)
+        index = tuple(point[::-1])
+        inside = all(0 <= i < s for i, s in zip(index, spatial))
+        return x[(b, slice(None)) + index] if inside else np.zeros(c)
+    for b, *o in np.ndindex(n, *grid.shape[1:-1]):
+        g = grid[(b, *o)]
+        pos = [(v + 1) / 2 * (s - 1) if align else ((v + 1) * s - 1) / 2 for v, s in zip(g, sizes)]
+        if mode == "bicubic":
+            base = [math.floor(p) for p in pos]
+            wx, wy = cubic(pos[0] - base[0]), cubic(pos[1] - base[1])
+            value = np.zeros(c)
+            for i, j in itertools.product(range(4), range(4)):
+                tap = [int(source(base[0] - 1 + i, sizes[0], padding, align)),
+                       int(source(base[1] - 1 + j, sizes[1], padding, align))]
+                value = value + wx[i] * wy[j] * pixel(b, tap)
+            out[(b, slice(None), *o)] = value
             continue
-        x0, y0 = int(np.floor(fx)), int(np.floor(fy))
-        lx, ly = fx - x0, fy - y0
-        out[b, :, i, j] = ((1 - ly) * ((1 - lx) * pixel(b, y0, x0) + lx * pixel(b, y0, x0 + 1))
-                           + ly * ((1 - lx) * pixel(b, y0 + 1, x0) + lx * pixel(b, y0 + 1, x0 + 1)))
+        pos = [source(p, s, padding, align) for p, s in zip(pos, sizes)]
+        if mode == "nearest":
+            out[(b, slice(None), *o)] = pixel(b, [int(np.rint(p)) for p in pos])
+            continue
+        value = np.zeros(c)
+        for corner in itertools.product((0, 1), repeat=nsp):
+            low = [math.floor(p) for p in pos]
+            weight = math.prod((p - lo) if bit else (1 - (p - lo)) for p, lo, bit in zip(pos, low, corner))
+            value = value + weight * pixel(b, [lo + bit for lo, bit in zip(low, corner)])
+        out[(b, slice(None), *o)] = value
     return out
 
 
-@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
-@pytest.mark.parametrize("padding", ["zeros", "border"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
 @pytest.mark.parametrize("align", [False, True])
 def test_grid_sample(mode, padding, align):
     x = rand(2, 3, 4, 5)
@@ -194,6 +246,26 @@ def test_grid_sample(mode, padding, align):
     check_grads(lambda x, g: F.grid_sample(x, g, mode, padding, align), [x, grid])
 
 
+@pytest.mark.parametrize("mode, padding, align", [("bilinear", "zeros", False), ("bilinear", "reflection", True),
+                                                  ("nearest", "border", False), ("bilinear", "border", True)])
+def test_grid_sample_3d(mode, padding, align):
+    """5-d x: grid (N, D, H, W, 3) of (x, y, z), trilinear for 'bilinear'."""
+    x = rand(2, 2, 3, 4, 5)
+    grid = RNG.uniform(-1.3, 1.3, (2, 2, 3, 2, 3)).astype(np.float32)
+    check_forward(lambda x, g: F.grid_sample(x, g, mode, padding, align), [x, grid],
+                  naive_grid_sample(x, grid, mode, padding, align), atol=1e-5)
+    check_grads(lambda x, g: F.grid_sample(x, g, mode, padding, align), [x, grid])
+
+
+def test_grid_sample_reflection_far_outside_and_size_one_axes():
+    """Locations several widths outside fold back in (reflection), and a size-1 axis reflects to 0."""
+    x = rand(1, 2, 1, 4, dtype=np.float64)
+    grid = np.array([[[[-7.3, 0.2], [5.9, -3.1], [2.6, 9.4]]]])
+    for align in (False, True):
+        check_forward(lambda x, g, align=align: F.grid_sample(x, g, "bilinear", "reflection", align), [x, grid],
+                      naive_grid_sample(x, grid, "bilinear", "reflection", align), rtol=1e-12, atol=1e-12)
+
+
 def test_grid_sample_exact_pixel_centres_and_nearest_ties():
     """With align_corners the grid's -1 and 1 are the corner pixels' centres: the identity grid
     gives x back; nearest rounds half to even, as torch."""
@@ -201,6 +273,7 @@ def test_grid_sample_exact_pixel_centres_and_nearest_ties():
     ys, xs = np.meshgrid(np.linspace(-1, 1, 3), np.linspace(-1, 1, 4), indexing="ij")
     identity = np.stack([xs, ys], -1)[None].astype(np.float32)
     check_forward(lambda x, g: F.grid_sample(x, g, align_corners=True), [x, identity], x, atol=1e-6)
+    check_forward(lambda x, g: F.grid_sample(x, g, "bicubic", align_corners=True), [x, identity], x, atol=1e-5)
     half = np.array([[[[-1 + 1 / 3, -1.0]]]], np.float32)          # x = 0.5 (align_corners): rounds to 0
     check_forward(lambda x, g: F.grid_sample(x, g, "nearest", align_corners=True), [x, half], x[:, :, :1, :1])
 
@@ -208,8 +281,10 @@ def test_grid_sample_exact_pixel_centres_and_nearest_ties():
 def test_grid_sample_errors():
     with pytest.raises(gc.ShapeError, match="grid must have shape"):
         gc.compile(lambda x, g: F.grid_sample(x, g), rand(1, 2, 3, 4), rand(1, 3, 3))
-    with pytest.raises(gc.UnsupportedError, match="padding_mode 'reflection'"):
-        gc.compile(lambda x, g: F.grid_sample(x, g, padding_mode="reflection"), rand(1, 2, 3, 4), rand(1, 3, 3, 2))
+    with pytest.raises(gc.UnsupportedError, match="padding_mode 'circular'"):
+        gc.compile(lambda x, g: F.grid_sample(x, g, padding_mode="circular"), rand(1, 2, 3, 4), rand(1, 3, 3, 2))
+    with pytest.raises(gc.UnsupportedError, match="mode 'bicubic'.*3 spatial dims"):
+        gc.compile(lambda x, g: F.grid_sample(x, g, mode="bicubic"), rand(1, 2, 3, 4, 2), rand(1, 3, 3, 1, 3))
 
 
 # -- pixel shuffle, unfold / fold ----------------------------------------------------------------------------

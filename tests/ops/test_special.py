@@ -149,3 +149,48 @@ def test_logit_with_and_without_eps():
     check_values(lambda x: gc.grad(F.sum(F.logit(x, eps=0.1)), [x]), [x[:5]], [[0.0, 100 / 9, 4.0, 100 / 9, 0.0]])
     check_values(lambda x: gc.grad(F.sum(F.logit(x)), [x]), [np.array([0.0, 1.0, 0.5])], [[inf, inf, 4.0]])
     check_grads(F.logit, [rand(2, 3, seed=5, low=0.05, high=0.95)])
+    wide = np.array([0.1, 0.45, 0.5, 0.55, 0.9])               # eps > 1/2: below eps reads eps first (torch)
+    check_forward(lambda x: F.logit(x, eps=0.6), [wide], np.log(1.5) * np.array([1, 1, 1, 1, -1.0]))
+
+
+# -- ndtr, ndtri, log_ndtr, i0 -----------------------------------------------------------------------------
+def test_ndtr_and_ndtri_invert_each_other():
+    x = np.concatenate([rand(50, seed=11, low=-8, high=8), [-37.0, -20.0, 0.0, 5.0, inf, -inf, nan]])
+    exact = np.array([0.5 * math.erfc(-v / math.sqrt(2)) if np.isfinite(v) else (v > 0) * 1.0 if not np.isnan(v)
+                      else nan for v in x])
+    check_forward(F.ndtr, [x], exact, rtol=1e-13, atol=0)
+    p = np.concatenate([rand(50, seed=12, low=0, high=1), [0.0, 1.0, 1e-12, 0.5, 1 - 1e-9, -0.1, 1.1]])
+    y = evaluated(F.ndtri, p)
+    back = np.array([0.5 * math.erfc(-v / math.sqrt(2)) for v in y[:-2]])
+    np.testing.assert_allclose(back, p[:-2], rtol=1e-12, atol=1e-20)
+    assert y[-7] == -inf and y[-6] == inf and y[-4] == 0 and np.isnan(y[-2:]).all()
+    check_forward(F.ndtri, [p], y, rtol=1e-9, atol=1e-12)
+
+
+def test_log_ndtr_is_finite_and_exact_in_both_tails():
+    """log(ndtr(x)) from math's erfc where it is representable (down to -37), the asymptotic series
+    below -20 agreeing with it, and values far beyond (-1e4: -x²/2 - log(-x) - log(2π)/2)."""
+    x = np.concatenate([rand(40, seed=13, low=-37, high=12), [-20.0, -20.5, -25.0, 0.0, 9.0]])
+    exact = np.array([math.log(0.5 * math.erfc(-v / math.sqrt(2))) if v <= 0
+                      else math.log1p(-0.5 * math.erfc(v / math.sqrt(2))) for v in x])
+    check_forward(F.log_ndtr, [x], exact, rtol=1e-13, atol=1e-300)
+    far = np.array([-1e4])
+    check_forward(F.log_ndtr, [far], [np.array([-5e7 - math.log(1e4) - 0.5 * math.log(2 * math.pi)])], rtol=1e-15)
+    assert evaluated(F.log_ndtr, np.array([inf]))[0] == 0 and evaluated(F.log_ndtr, np.array([-inf]))[0] == -inf
+
+
+def test_i0_matches_numpy():
+    x = np.concatenate([rand(60, seed=14, low=-60, high=60), [0.0, -30.0, 30.0, 30.5, 700.0, nan]])
+    check_forward(F.i0, [x], np.i0(x), rtol=1e-13, atol=0)
+    check_forward(F.i0, [x[:20].astype(np.float32) / 4], np.i0(x[:20] / 4).astype(np.float32), rtol=1e-5)
+
+
+def test_normal_and_bessel_gradients():
+    """Orders 1 and 2 away from the branch points, and at them: x = 0 (i0 is even), -20 and 0
+    (log_ndtr's switches), p = 1/2."""
+    check_grads(lambda x: (F.ndtr(x), F.log_ndtr(x), F.i0(x)), [rand(12, seed=15, low=-6, high=6)])
+    check_grads(lambda x: (F.log_ndtr(x), F.i0(x)), [np.array([-25.0, -20.0, 0.0, 31.0, 1e-3])])
+    check_grads(F.ndtri, [np.array([0.02, 0.5, 0.97])])
+    g = gc.compile(lambda x: gc.grad(F.sum(gc.grad(F.sum(F.i0(x)), [x])[0]), [x])[0], np.zeros(1),
+                   provider="cpu")(np.zeros(1))
+    np.testing.assert_allclose(g, [0.5])                                  # I0''(0) = 1/2

@@ -95,10 +95,43 @@ def test_norm_follows_numpy_linalg_norm():
 
 
 def test_unsupported_norms_say_so():
-    with pytest.raises(gc.UnsupportedError, match="norm: the matrix norm ord='nuc' over 2 axes is not supported"):
-        gc.compile(lambda x: F.norm(x, "nuc"), np.ones((2, 2), np.float32))
-    with pytest.raises(gc.UnsupportedError, match="vector_norm: ord -1.0 is not supported"):
-        gc.compile(lambda x: F.vector_norm(x, -1), np.ones(2, np.float32))
+    for ord in ("nuc", 2, -2):
+        with pytest.raises(gc.UnsupportedError, match=f"matrix_norm: ord {ord!r} needs singular values.*'fro'"):
+            gc.compile(lambda x, ord=ord: F.norm(x, ord), np.ones((2, 2), np.float32))
+    with pytest.raises(gc.ShapeError, match="matrix_norm: ord must be"):
+        gc.compile(lambda x: F.matrix_norm(x, 3), np.ones((2, 2), np.float32))
+    with pytest.raises(gc.ShapeError, match="without an axis needs a 1-d or 2-d x"):
+        gc.compile(lambda x: F.norm(x, 1), np.ones((2, 2, 2), np.float32))
+
+
+@pytest.mark.parametrize("ord", ["fro", 1, -1, inf, -inf])
+@pytest.mark.parametrize("axis", [(-2, -1), (2, 0)])
+def test_matrix_norm_matches_numpy(ord, axis):
+    x = rand(3, 4, 5, seed=4)
+    check_forward(lambda x: (F.matrix_norm(x, ord, axis), F.matrix_norm(x, ord, axis, keepdims=True),
+                             F.norm(x, ord, axis)), [x],
+                  [np.linalg.norm(x, ord, axis), np.linalg.norm(x, ord, axis, keepdims=True),
+                   np.linalg.norm(x, ord, axis)], rtol=2e-6)
+    check_grads(lambda x: F.matrix_norm(x, ord, axis), [x.astype(np.float64)])
+
+
+def test_matrix_norm_edges():
+    """Empty matrices (torch: 0), NaN propagating through the Frobenius norm, tied extreme row sums."""
+    check_forward(lambda x: F.matrix_norm(x, "fro"), [np.zeros((2, 0, 3))], np.zeros(2))
+    nan = np.array([[1.0, np.nan], [2.0, 3.0]])
+    assert np.isnan(gc.compile(lambda x: F.matrix_norm(x, "fro"), nan, provider="cpu")(nan))
+    ties = np.array([[1.0, -2.0], [3.0, 0.0]])                      # row sums 3 and 3
+    check_forward(lambda x: (F.matrix_norm(x, inf), F.matrix_norm(x, -1)), [ties], [3.0, 2.0])
+
+
+@pytest.mark.parametrize("ord", [-0.5, -1, -3.5])
+def test_negative_vector_norms(ord):
+    """p < 0: (sum |x|^p)^(1/p), 0 when an entry is 0 (torch.linalg.vector_norm)."""
+    x = rand(3, 4, seed=5)
+    check_forward(lambda x: F.vector_norm(x, ord, 1), [x], np_norm(x, ord, 1, False), rtol=2e-6)
+    check_grads(lambda x: F.vector_norm(x, ord, 1), [x.astype(np.float64)])
+    zero = np.array([[1.0, 0.0, 2.0]])
+    check_forward(lambda x: F.vector_norm(x, ord, 1), [zero], np.zeros(1))
 
 
 @pytest.mark.parametrize("axis", [None, 0, 1, (0, 1)], ids=str)
