@@ -516,7 +516,9 @@ def huber(d, delta):
 
 
 def normalize(x, axis):
-    return x / np.maximum(np.sqrt(np.sum(x * x, axis=axis, keepdims=True)), 1e-12)
+    norm = np.sqrt(np.sum(x * x, axis=axis, keepdims=True))
+    _note("kink", norm)     # x/|x|: its derivatives grow as 1/|x|^k, so rounding dominates them near 0
+    return x / np.maximum(norm, 1e-12)
 
 
 # -- normalisation in inference mode, sum_to_shape ----------------------------------------------------------
@@ -569,3 +571,14 @@ def gru(xs, h, w_ih, w_hh, b_ih, b_hh):
         h = gru_cell(x, h, w_ih, w_hh, b_ih, b_hh)
         ys.append(h)
     return np.stack(ys), h[None]
+
+
+def scan_loop(f, init, xs, reverse=False):
+    """jax.lax.scan's meaning by a Python loop: (final carry, ys stacked on axis 0)."""
+    carry, ys = init, []
+    for t in (range(len(xs) - 1, -1, -1) if reverse else range(len(xs))):
+        carry, y = f(carry, xs[t])
+        ys.append(y)
+    if not ys:      # no step: ys of the shape one step would give
+        return carry, np.zeros((0,) + np.shape(f(init, np.zeros(xs.shape[1:], xs.dtype))[1]), xs.dtype)
+    return carry, np.stack(ys[::-1] if reverse else ys)

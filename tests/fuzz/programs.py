@@ -1077,6 +1077,35 @@ def gen_recurrent(g: Gen, x: Value):
                  f"N.{fn}({x.name}, {state}, {weights})[{out}]", shape, 1.0, args)
 
 
+_SCAN_BODIES = [  # (new carry, y) in c (the carry), t (the step's slice) and {a}, {w} (closed over)
+    ("F.tanh(c * {a} + t)", "np.tanh(c * {a} + t)", "F.tanh(c * {a} + t) * t", "np.tanh(c * {a} + t) * t"),
+    ("c * F.sigmoid(t) + {a} * t", "c * N.sigmoid(t) + {a} * t", "F.square(c) - t", "np.square(c) - t"),
+    ("F.tanh(c @ {w} + t)", "np.tanh(c @ {w} + t)", "F.sin(c @ {w}) + t", "np.sin(c @ {w}) + t"),
+]
+
+
+def gen_scan(g: Gen, x: Value):
+    """gc.scan over axis 0 of a value (a symbolic axis too): a carry of one slice's shape updated by
+    a small recurrence that reads operands of the enclosing function; the final carry or the
+    stacked per-step outputs, forward or reversed."""
+    if not 1 <= len(x.shape) <= 3 or not is_static(x.shape[1:]) or isinstance(x.shape[0], Sym) and x.shape[0].k != 1:
+        return None
+    step = x.shape[1:]
+    kind = g.d.int(0, 2 if len(step) == 2 and step[1] > 1 else 1)
+    init, a = g.new_input(step, scale=0.5), g.new_input(step, scale=0.5)
+    w = g.new_input((step[-1], step[-1]), scale=0.7 / math.sqrt(step[-1])) if kind == 2 else None
+    names = {"a": a.name, "w": w.name if w else ""}
+    carry_gc, carry_np, y_gc, y_np = (text.format(**names) for text in _SCAN_BODIES[kind])
+    reverse, out = g.d.bool(), g.d.int(0, 1)
+    steps = concrete(x.shape[0], 3)     # the batch is 2 or 3 in the checks
+    mag = (1.0 if kind != 1 else 0.5 + steps * 0.5 * x.mag) if out == 0 else \
+        (x.mag if kind == 0 else (0.5 + steps * 0.5 * x.mag) ** 2 + x.mag if kind == 1 else 1.0 + x.mag)
+    return g.add("scan+tanh+sigmoid+mul+add", f"gc.scan(lambda c, t: ({carry_gc}, {y_gc}), {init.name}, {x.name}, "
+                 f"reverse={reverse})[{out}]", f"N.scan_loop(lambda c, t: ({carry_np}, {y_np}), {init.name}, {x.name}, "
+                 f"reverse={reverse})[{out}]", step if out == 0 else x.shape, mag,
+                 [v for v in (x, init, a, w) if v is not None])
+
+
 def gen_conv(g: Gen, x: Value):
     if len(x.shape) not in (3, 4) or not is_static(x.shape[1:]):
         return None
@@ -1250,6 +1279,7 @@ def gen_image(g: Gen, x: Value):
 GENERATORS = [gen_unary, gen_binary, gen_reduce, gen_reshape, gen_dims, gen_getitem, gen_param_activation,
               gen_where, gen_matmul, gen_einsum, gen_take, gen_join, gen_pad_tile, gen_nn, gen_conv, gen_image,
               gen_const, gen_fill, gen_recurrent, gen_int, gen_rearrange, gen_spatial, gen_linalg_loss, gen_order,
+              gen_scan,
               gen_unary, gen_unary, gen_unary, gen_binary]    # the unary table is long: drawn more often
 
 
