@@ -260,24 +260,38 @@ def _lower_conv(ctx, names, node):
 def _lower_conv_transpose(ctx, names, node):
     """ONNX Runtime refuses output_padding >= stride, which PyTorch allows below the dilation. The
     output_padding rows first take back rows the end padding crops; past the uncropped result the
-    rows are zeros (plus the bias), so those are padded on after a ConvTranspose without them."""
+    rows are zeros (plus the bias), so those are padded on after a ConvTranspose without them.
+    Where the begin padding crops into those rows (ONNX Runtime refuses a ConvTranspose whose own
+    output would be empty), the axis is convolved uncropped, padded, then sliced."""
     a = node.attrs
-    kernel = ctx.graph.type_of(node.inputs[1]).shape[2:]
-    pad, extra, output_padding = list(a["pad"]), [], []
-    for axis, (op, s) in enumerate(zip(a["output_padding"], a["stride"])):
+    x_type, kernel = (ctx.graph.type_of(r).shape[2:] for r in node.inputs[:2])
+    out = node.outputs[0].shape[2:]
+    pad, extra, output_padding, crops = list(a["pad"]), [], [], []
+    for axis, (op, s, d) in enumerate(zip(a["output_padding"], a["stride"], a["dilation"])):
         before, after = pad[axis]
         taken = min(op, after)
         pad[axis], op = (before, after - taken), op - taken
+        if isinstance(x_type[axis], int) and \
+                (x_type[axis] - 1) * s + d * (kernel[axis] - 1) + 1 - before - pad[axis][1] <= 0:
+            pad[axis] = (0, 0)
+            extra.append(op)
+            output_padding.append(0)
+            crops.append((axis, before, before + out[axis]))
+            continue
         extra.append(op if op >= s else 0)
         output_padding.append(0 if op >= s else op)
-    if not any(extra):
+    if not any(extra) and not crops:
         return ctx.emit("ConvTranspose", names, group=a["groups"], output_padding=output_padding,
                         **_window_attrs(kernel, a["stride"], pad, a["dilation"]))
     y = ctx.emit("ConvTranspose", names[:2], group=a["groups"], output_padding=output_padding,
                  **_window_attrs(kernel, a["stride"], pad, a["dilation"]))
-    y = ctx.pad(y, [0] * (2 + len(extra)), [0, 0, *extra])
+    if any(extra):
+        y = ctx.pad(y, [0] * (2 + len(extra)), [0, 0, *extra])
     if len(names) == 3:
         y = ctx.emit("Add", [y, ctx.emit("Reshape", [names[2], ctx.int64s([-1] + [1] * len(extra))])])
+    if crops:
+        axes, starts, ends = zip(*crops)
+        y = ctx.emit("Slice", [y, ctx.int64s(starts), ctx.int64s(ends), ctx.int64s([2 + k for k in axes])])
     return y
 
 

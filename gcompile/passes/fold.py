@@ -45,7 +45,11 @@ def fold_constants(graph: Graph) -> PassResult:
                 or _duplicates_a_kept_constant(graph, node, operands)):
             continue
         value = get_op(node.op).reference(*[o.attrs["value"] for o in operands], **node.attrs)
+        if isinstance(value, (tuple, list)):   # an op that can have several outputs, here with one (a loop)
+            value, = value
         value = np.asarray(value, dtype=node.outputs[0].dtype)
+        if value.shape != node.outputs[0].shape:
+            continue                           # never fold into a value of another shape: leave it to the runtime
         graph.replace_inputs(node, [])
         node.op, node.attrs = "constant", {"value": value}
         changed = True

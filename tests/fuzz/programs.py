@@ -1230,6 +1230,9 @@ def gen_spatial(g: Gen, x: Value):
             span = i + 2 * p - d * (k - 1) - 1
             o = (-(-span // s) if ceil else span // s) + 1
             out.append(o - 1 if ceil and (o - 1) * s >= i + p else o)
+        for i, k, s, p, d, o in zip((h, w), kernel, stride, pad, dilation, out):
+            if any(all(not 0 <= j * s - p + t * d < i for t in range(k)) for j in range(o)):
+                return None     # a window of padding only: -inf, in torch as here
         args = f"{kernel}, {stride}, {pad}, {dilation}, {ceil}"
         return g.add("max_pool", f"F.max_pool({x.name}, {kernel}, {stride}, {pad}, dilation={dilation}, "
                      f"ceil_mode={ceil})", f"N.max_pool_torch({x.name}, {args})", (n, c) + tuple(out), x.mag, [x])

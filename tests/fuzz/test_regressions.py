@@ -136,3 +136,18 @@ def test_the_rounding_allowance_still_fails_a_wrong_value():
         assert_close(np.float32(2.5e-4), 0.0, "cancelled", noise=0.0)
     with pytest.raises(AssertionError):
         assert_close(np.float32(1.0), 0.5, "wrong", noise=1e-4)
+
+
+def test_a_loop_folded_to_its_one_remaining_output_keeps_its_shape():
+    """After loop pruning left a scan of constants with its stacked outputs only, constant folding
+    took the reference's 1-tuple for the value: a (1, T, ...) constant where (T, ...) was declared,
+    which ONNX Runtime refused in the second-order graph ("Can't merge shape info")."""
+    def program(c0, a, xs):
+        return (gc.scan(lambda c, t: (c * F.sigmoid(t) + a * t, F.square(c) - t), c0, F.ceil(xs * 2.0))[0],)
+
+    def reference(c0, a, xs):
+        return (N.scan_loop(lambda c, t: (c * N.sigmoid(t) + a * t, np.square(c) - t), c0, N.ceil(xs * 2.0))[0],)
+
+    arrays = [np.array([[0.2]], np.float32), np.array([[-0.13]], np.float32),
+              np.array([[[0.21]], [[-0.72]]], np.float32)]
+    _all_checks(program, reference, [gc.spec(a.shape) for a in arrays], arrays)

@@ -461,6 +461,21 @@ def test_conv_transpose_output_padding_below_the_dilation(stride, dilation, pad,
     check_grads(lambda x, w, b: F.conv_transpose(x, w, b, **kw), [x, w, b])
 
 
+@pytest.mark.parametrize("length, kernel, pad, dilation, output_padding", [
+    (2, 1, (2, 0), 2, 1), (1, 1, (1, 0), 2, 1), (2, 2, (3, 1), 3, 2),
+])
+def test_conv_transpose_whose_begin_padding_crops_into_the_output_padding(length, kernel, pad, dilation,
+                                                                          output_padding):
+    """The uncropped result is shorter than the begin padding: ONNX Runtime refused the ConvTranspose
+    ("Computed output dimension is <= 0"), so that axis is convolved uncropped, padded, then sliced
+    (fuzz seeds 10400327 and 10400997)."""
+    x, w, b = rand(2, 1, length, seed=4), rand(1, 2, kernel, seed=5), rand(2, seed=6)
+    kw = dict(stride=1, dilation=dilation, pad=(pad,), output_padding=output_padding)
+    check_forward(lambda x, w, b: F.conv_transpose(x, w, b, **kw), [x, w, b], naive_conv_transpose(x, w, b, **kw),
+                  **TOL)
+    check_grads(lambda x, w, b: F.conv_transpose(x, w, b, **kw), [x, w, b])
+
+
 def test_empty_batches_on_the_reference_evaluator():
     """An empty batch through convolution, its transpose and average pooling, values and gradients of
     both orders, on the float64 reference evaluator (numpy's reshape(-1) cannot size an empty batch)."""
