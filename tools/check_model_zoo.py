@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-import io
 import json
 import os
 import sys
+import tempfile
 import time
 import warnings
 
@@ -87,11 +87,13 @@ def export(model, x, exporter: str):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if exporter == "legacy":
-            buffer = io.BytesIO()
-            torch.onnx.export(model, (x,), buffer, dynamo=False, opset_version=17, do_constant_folding=False,
-                              input_names=["x"], output_names=["y"],
-                              dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
-            return onnx.load_from_string(buffer.getvalue())
+            # over protobuf's 2 GiB the exporter writes only to a file, with the weights beside it
+            with tempfile.TemporaryDirectory() as folder:
+                path = os.path.join(folder, "model.onnx")
+                torch.onnx.export(model, (x,), path, dynamo=False, opset_version=17, do_constant_folding=False,
+                                  input_names=["x"], output_names=["y"],
+                                  dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+                return onnx.load(path)
         batch = torch.export.Dim("batch", min=1, max=64)
         return torch.onnx.export(model, (x,), dynamo=True, input_names=["x"], output_names=["y"],
                                  dynamic_shapes=({0: batch},), verbose=False).model_proto
