@@ -66,6 +66,28 @@ def test_keeps_the_faster_variant_and_compares_again_later(monkeypatch):
     assert any(threads == 1 and options for threads, options in log)
 
 
+def test_an_early_choice_is_revisited_soon(monkeypatch):
+    """The first choice holds FIRST_EXPLOIT calls, each later one twice as many, up to EXPLOIT: a
+    choice made while a burst of other work ran (a neighbour, another library's threads) does not
+    stick for EXPLOIT calls."""
+    monkeypatch.setattr(adaptive, "FIRST_EXPLOIT", 2)
+    monkeypatch.setattr(adaptive, "EXPLOIT", 6)
+    delay, log, made = {2: 0.0, 1: 0.0}, [], []
+    session = adaptive_session(delay, log, made)
+    for _ in range(2 + 2 * adaptive.EXPLORE + 1):   # two calls, a first (untimed) run, both measured
+        session.run(None, {})
+    holds = []
+    for _ in range(3):
+        choice, held = session.threads, 0            # asking for it makes the choice
+        while session._left > 0:                     # the calls the choice holds
+            assert session.run(None, {}) == [choice]
+            held += 1
+        holds.append(held)
+        for _ in range(2 * adaptive.EXPLORE):        # the next comparison
+            session.run(None, {})
+    assert holds == [2, 4, 6]
+
+
 def test_io_binding_runs_on_the_session_it_was_made_for():
     delay, log, made = {2: 0.0, 1: 0.0}, [], []
     session = adaptive_session(delay, log, made)

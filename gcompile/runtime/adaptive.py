@@ -8,7 +8,9 @@ cores are faster; with a busy neighbour one thread often is (a residual CNN step
 638 ms with two threads and two busy processes beside it, against PyTorch's 387 ms). Which
 one wins depends on the machine's load at the moment and on the graph, so the session
 measures: it runs the model with all cores and with one thread alternately for a few calls,
-keeps the faster, and measures again every so often. The workers never spin while waiting
+keeps the faster, and measures again: after 10 calls, then 20, 40, up to every 100 (a first
+choice made while something else briefly held the cores had kept W1 on one thread, 20.4 ms
+a step instead of 14.4, through a whole benchmark). The workers never spin while waiting
 (`session.intra_op.allow_spinning` 0): spinning burns a core the neighbour needs, and ours
 when the neighbour holds the other one.
 
@@ -30,7 +32,9 @@ from typing import Any
 ADAPT_MAX_NODES = 20000
 ADAPT_MAX_BYTES = 256 << 20
 EXPLORE = 3          # timed calls of each variant per comparison
-EXPLOIT = 100        # calls with the winner before comparing again
+EXPLOIT = 100        # calls with the winner before comparing again (FIRST_EXPLOIT after the first
+FIRST_EXPLOIT = 10   # comparison, doubling up to EXPLOIT: an early choice made while a burst of other
+                     # work ran is revisited soon)
 _LAZY_AT = 2         # calls before the one-thread session is made
 
 
@@ -44,7 +48,7 @@ class AdaptiveSession:
         self._sessions: dict[int, Any] = {threads: make(threads)}
         self._cold = {threads}                # sessions not run yet: a first run plans memory, untimed
         self._times: dict[int, list[float]] = {threads: [], 1: []}
-        self._choice, self._calls, self._left = threads, 0, 0
+        self._choice, self._calls, self._left, self._rounds = threads, 0, 0, 0
         self._lock = threading.Lock()         # the bookkeeping, for callers in several threads (runs overlap)
 
     @property
@@ -68,7 +72,8 @@ class AdaptiveSession:
         if wide >= EXPLORE and narrow >= EXPLORE:   # both measured: keep the faster for a while
             self._choice = min(self._times, key=lambda k: statistics.median(self._times[k]))
             self._times = {self._wide: [], 1: []}
-            self._left = EXPLOIT
+            self._left = min(EXPLOIT, FIRST_EXPLOIT << self._rounds)
+            self._rounds += 1
             return self._choice
         return self._wide if wide <= narrow else 1
 
