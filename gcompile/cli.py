@@ -98,7 +98,8 @@ def _orders(entry: dict) -> str:
     parts = [f"{order_label(int(k))} {v}" for k, v in entry["nodes_by_order"].items()]
     if entry["untagged_nodes"]:
         parts.append(f"glue {entry['untagged_nodes']}")
-    return f"{entry['nodes']} ({', '.join(parts)})"
+    inside = f", and {entry['loop_body_nodes']} in loop bodies" if entry.get("loop_body_nodes") else ""
+    return f"{entry['nodes']} ({', '.join(parts)}){inside}"
 
 
 @main.command()

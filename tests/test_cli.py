@@ -168,6 +168,38 @@ def test_inspect(built):
     assert f"fwd {counts['0']}, bwd {counts['1']}, 2nd {counts['2']}" in out   # same numbers as the build
 
 
+def test_inspect_counts_the_nodes_inside_loop_bodies(tmp_path):
+    """`nodes` counts the top-level graph; the nodes of Scan bodies are reported beside it, in
+    the manifest as in `inspect`, and only for models that have loops."""
+    import onnx
+
+    from gcompile.artifacts.describe import body_nodes
+    path = write(tmp_path, """
+        import numpy as np
+        import gcompile as gc
+        import gcompile.functions as F
+
+        @gc.export(xs=gc.spec((20, 4, 3)), w=gc.spec((3, 3)))
+        def rnn(xs, w):
+            h, _ = gc.scan(lambda h, x: (F.tanh(h @ w + x), None), np.zeros((4, 3), np.float32), xs)
+            loss = F.sum(h * h)
+            return loss, gc.grad(loss, [w])
+    """)
+    result = invoke("build", path, "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    inside = body_nodes(onnx.load(tmp_path / "out" / "rnn.onnx").graph)
+    assert inside > 0
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())["artifacts"][0]
+    assert manifest["loop_body_nodes"] == inside
+    assert f"and {inside} in loop bodies" in invoke("inspect", tmp_path / "out" / "rnn.onnx").output
+
+
+def test_loop_free_models_report_no_loop_body_nodes(built):
+    manifest = json.loads((built / "manifest.json").read_text())["artifacts"]
+    assert all("loop_body_nodes" not in entry for entry in manifest)
+    assert "loop bodies" not in invoke("inspect", built / "curvature.onnx").output
+
+
 def write(tmp_path, text, name="model.py"):
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))

@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 
+from ..lowering.reads import subgraphs
 from ..runtime.modelfile import graph_inputs, opset_of, optional_inputs, signature
 
 _ORDER = re.compile(r"\border=(\d+)\b")
@@ -39,11 +40,18 @@ def node_order(node) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def body_nodes(graph) -> int:
+    """The nodes inside `graph`'s loop bodies and branches, at every depth (not its own)."""
+    return sum(len(body.node) + body_nodes(body) for node in graph.node for body in subgraphs(node))
+
+
 def describe(model) -> dict:
     """What the manifest and `inspect` report about a model. `optional_inputs` (inputs whose
-    initializer is their default) appears only where there are some."""
+    initializer is their default) and `loop_body_nodes` (the nodes inside Scan/Loop/If bodies,
+    which `nodes` does not count) appear only where there are some."""
     by_order, untagged = order_counts(model)
     optional = signature(optional_inputs(model))
+    inside = body_nodes(model.graph)
     return {
         "inputs": signature(graph_inputs(model)),
         **({"optional_inputs": optional} if optional else {}),
@@ -54,6 +62,7 @@ def describe(model) -> dict:
         "nodes": len(model.graph.node),
         "nodes_by_order": {str(k): v for k, v in by_order.items()},
         "untagged_nodes": untagged,
+        **({"loop_body_nodes": inside} if inside else {}),
     }
 
 

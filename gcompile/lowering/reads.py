@@ -20,20 +20,28 @@ def node_reads(node) -> list[str]:
     return names
 
 
+def subgraphs(node) -> list:
+    """The GraphProtos held in `node`'s attributes (a loop's body, an If's branches)."""
+    bodies: list = []
+    for attr in node.attribute:
+        if attr.type == AttributeProto.GRAPH:
+            bodies.append(attr.g)
+        elif attr.type == AttributeProto.GRAPHS:
+            bodies.extend(attr.graphs)
+    return bodies
+
+
 def _outer_reads(node) -> set[str]:
     reads: set[str] = set()
-    for attr in node.attribute:
-        bodies = [attr.g] if attr.type == AttributeProto.GRAPH else \
-            list(attr.graphs) if attr.type == AttributeProto.GRAPHS else []
-        for body in bodies:
-            defined = {v.name for v in body.input} | {t.name for t in body.initializer}
-            for inner in body.node:
-                reads |= {name for name in inner.input if name and name not in defined}
-                reads |= _outer_reads(inner) - defined
-                defined |= set(inner.output)
-            reads |= {v.name for v in body.output if v.name not in defined}
+    for body in subgraphs(node):
+        defined = {v.name for v in body.input} | {t.name for t in body.initializer}
+        for inner in body.node:
+            reads |= {name for name in inner.input if name and name not in defined}
+            reads |= _outer_reads(inner) - defined
+            defined |= set(inner.output)
+        reads |= {v.name for v in body.output if v.name not in defined}
     return reads
 
 
 def has_subgraph(node) -> bool:
-    return any(attr.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for attr in node.attribute)
+    return bool(subgraphs(node))
