@@ -1272,6 +1272,32 @@ def gen_linalg_loss(g: Gen, x: Value):
                  f"N.huber({x.name} - {y.name}, {delta})", shape, (x.mag + y.mag) ** 2, [x, y])
 
 
+def gen_matrix(g: Gen, x: Value):
+    """solve, inv, det, slogdet and cholesky (ops/linalg_extra.py) of a well-conditioned square
+    matrix (2I plus a small input: no pivot ties, no near-singularity), applied to a value whose
+    last dim is the matrix's size."""
+    if not x.shape or not isinstance(x.shape[-1], int) or not 1 <= x.shape[-1] <= 4:
+        return None
+    n = x.shape[-1]
+    a = g.new_input((n, n), scale=0.3)
+    m, mn = f"({a.name} + np.eye({n}, dtype=np.float32) * 2.0)", f"({a.name} + np.eye({n}) * 2.0)"
+    kind = g.d.int(0, 4)
+    if kind == 0:
+        return g.add("solve", f"F.solve({m}, {x.name}[..., None])[..., 0]",
+                     f"np.linalg.solve({mn}, {x.name}[..., None])[..., 0]", x.shape, x.mag, [x, a])
+    if kind == 1:
+        return g.add("inv+matmul", f"{x.name} @ F.inv({m})", f"{x.name} @ np.linalg.inv({mn})", x.shape, x.mag,
+                     [x, a])
+    if kind == 2:
+        return g.add("det+mul", f"{x.name} * F.det({m})", f"{x.name} * np.linalg.det({mn})", x.shape,
+                     x.mag * 3.0 ** n, [x, a])
+    if kind == 3:
+        return g.add("slogdet+mul", f"{x.name} * F.slogdet({m})[1]", f"{x.name} * np.linalg.slogdet({mn})[1]",
+                     x.shape, x.mag * (n + 1), [x, a])
+    return g.add("cholesky+matmul", f"{x.name} @ F.cholesky({m} @ F.swapaxes({m}, -1, -2))",
+                 f"{x.name} @ np.linalg.cholesky({mn} @ {mn}.T)", x.shape, x.mag * 3.0, [x, a])
+
+
 def gen_image(g: Gen, x: Value):
     """A (N, C, *spatial) value for the conv family, from x."""
     s = g.d.choice(((Sym(1), 2, 4), (2, 2, 3, 3), (Sym(1), 1, 3, 3), (1, 3, 5)))
@@ -1282,7 +1308,7 @@ def gen_image(g: Gen, x: Value):
 GENERATORS = [gen_unary, gen_binary, gen_reduce, gen_reshape, gen_dims, gen_getitem, gen_param_activation,
               gen_where, gen_matmul, gen_einsum, gen_take, gen_join, gen_pad_tile, gen_nn, gen_conv, gen_image,
               gen_const, gen_fill, gen_recurrent, gen_int, gen_rearrange, gen_spatial, gen_linalg_loss, gen_order,
-              gen_scan,
+              gen_scan, gen_matrix,
               gen_unary, gen_unary, gen_unary, gen_binary]    # the unary table is long: drawn more often
 
 
