@@ -1,4 +1,7 @@
 """Exception types users can catch; every message names the cause and, when known, the user's source line."""
+from __future__ import annotations
+
+from collections.abc import Sequence
 
 
 class GcompileError(Exception):
@@ -23,3 +26,15 @@ class InputError(GcompileError):
 
 class LoweringError(GcompileError):
     """The graph cannot be expressed as ONNX for the chosen opset and runtime."""
+
+
+def name_mismatch(missing: Sequence[str], unexpected: Sequence[str], shown: int | None = None) -> list[str]:
+    """The phrases of a message about names that do not match ("missing 'a', 'b'", "unexpected
+    'c'"), empty when both lists are; `shown` lists at most that many unexpected names, then how
+    many more (a hostile file may hold thousands)."""
+    parts = [f"missing {', '.join(map(repr, missing))}"] if missing else []
+    if unexpected:
+        listed = list(unexpected if shown is None else unexpected[:shown])
+        more = len(unexpected) - len(listed)
+        parts.append(f"unexpected {', '.join(map(repr, listed))}" + (f" and {more} more" if more else ""))
+    return parts

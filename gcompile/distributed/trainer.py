@@ -33,6 +33,7 @@ from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD
 from ..runtime import npz
 from ..runtime.modelfile import signature
 from ..training.split import SplitStep
+from ..training.trainer import check_names
 from .cluster import WorkerError, connect
 from .worker import PHASES, Worker, fingerprint
 
@@ -94,7 +95,7 @@ class DistributedTrainer:
             raise GcompileError("DistributedTrainer(folder): give the initial parameters, params={name: array} with "
                                 f"names {', '.join(self.layout.params)}")
         given = {k: np.asarray(v) for k, v in params.items()}
-        _check_names("parameters", given, self.layout.params)
+        check_names("parameters", given, self.layout.params)
         state, count = self.layout.initial_state(given)
         initial = self._checked({**given, **state, "step": count})
         self._check_batch_dims(workers)
@@ -420,15 +421,6 @@ class _StepFailed(Exception):
                 done = {r.hex() for r in ready}
                 return {i for i, r in enumerate(refs) if r.hex() not in done}
         return set()
-
-
-def _check_names(what: str, given: dict, expected: tuple) -> None:
-    missing = [n for n in expected if n not in given]
-    extra = [n for n in given if n not in expected]
-    if missing or extra:
-        parts = ([f"missing {', '.join(map(repr, missing))}"] if missing else []) + \
-                ([f"unexpected {', '.join(map(repr, extra))}"] if extra else [])
-        raise InputError(f"{what} do not match the training step: {'; '.join(parts)}")
 
 
 def _serialised(model: onnx.ModelProto, role: str) -> bytes:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import GcompileError, InputError, TraceError
+from ..errors import GcompileError, InputError, TraceError, name_mismatch
 from ..frontend import pytree
 from ..frontend.tensor import Tensor, current_frame, lift_named
 from ..ir.dims import format_shape
@@ -223,9 +223,8 @@ class Module:
         missing = [n for n in names if n not in values]
         unexpected = [n for n in values if n not in names]
         if strict and (missing or unexpected):
-            raise InputError(f"load_state_dict into {type(self).__name__}: " + "; ".join(
-                ([f"missing {', '.join(map(repr, missing))}"] if missing else [])
-                + ([f"unexpected {', '.join(map(repr, unexpected))}"] if unexpected else [])))
+            raise InputError(f"load_state_dict into {type(self).__name__}: "
+                             + "; ".join(name_mismatch(missing, unexpected)))
         new = []
         for name, old in zip(names, leaves):
             if name not in values:

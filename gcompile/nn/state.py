@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import GcompileError, InputError
+from ..errors import GcompileError, InputError, name_mismatch
 from ..ir.dims import format_shape
 from ..runtime import npz
 from ..runtime.files import atomic_write
@@ -71,9 +71,8 @@ def read(path: str | os.PathLike, expected: Mapping[str, tuple[np.dtype, tuple]]
     missing = [n for n in expected if n not in arrays]
     unexpected = [n for n in names if n not in expected]
     if strict and (missing or unexpected):
-        raise InputError(f"{where}: the state dict does not match the module: " + "; ".join(
-            ([f"missing {', '.join(map(repr, missing))}"] if missing else [])
-            + ([f"unexpected {', '.join(map(repr, unexpected[:10]))}"] if unexpected else [])))
+        raise InputError(f"{where}: the state dict does not match the module: "
+                         + "; ".join(name_mismatch(missing, unexpected, shown=10)))
     return arrays
 
 

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import GcompileError, InputError
+from ..errors import GcompileError, InputError, name_mismatch
 from ..ir.dims import bind, format_shape
 from .providers import PROVIDERS, external_data_from_memory, make_session
 
@@ -332,9 +332,8 @@ def check_feeds(model, feeds: dict) -> dict[str, np.ndarray]:
     names = [v.name for v in inputs]
     missing = [n for n in names if n not in feeds]
     extra = [n for n in feeds if n not in names and n not in {v.name for v in optional}]
-    if missing or extra:
-        parts = ([f"missing {', '.join(map(repr, missing))}"] if missing else []) + \
-                ([f"unexpected {', '.join(map(repr, extra))}"] if extra else [])
+    parts = name_mismatch(missing, extra)
+    if parts:
         takes = ", ".join(format_sig(e) for e in signature(inputs)) or "no required inputs"
         if optional:
             takes += "; optional: " + ", ".join(format_sig(e) for e in signature(optional))

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.lib import format as npy
 
-from ..errors import GcompileError, InputError
+from ..errors import GcompileError, InputError, name_mismatch
 from ..ir.dims import format_shape
 from .files import atomic_write
 
@@ -100,11 +100,8 @@ def _entries(path: str, archive: zipfile.ZipFile, expected: Mapping, what: str, 
     twice = sorted({n for n in names if n in expected and names.count(n) > 1})
     missing = [n for n in expected if n not in names] if strict else []
     extra = [n for n in names if n not in expected] if strict else []
-    if twice or missing or extra:
-        parts = ([f"missing {', '.join(map(repr, missing))}"] if missing else []) + \
-                ([f"unexpected {', '.join(map(repr, extra[:10]))}" + (f" and {len(extra) - 10} more" if len(extra) > 10
-                                                                      else "")] if extra else []) + \
-                ([f"{', '.join(map(repr, twice))} twice"] if twice else [])
+    parts = name_mismatch(missing, extra, shown=10) + ([f"{', '.join(map(repr, twice))} twice"] if twice else [])
+    if parts:
         raise InputError(f"{what} {path!r} entries do not match the {owner}: {'; '.join(parts)}")
     return {name: info for name, info in zip(names, infos) if name in expected}
 

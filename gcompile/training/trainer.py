@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 from numpy.typing import ArrayLike
 
-from ..errors import GcompileError, InputError
+from ..errors import GcompileError, InputError, name_mismatch
 from ..ir.dims import format_shape
 from ..runtime import modelfile, npz
 from ..runtime.modelfile import signature
@@ -89,19 +89,11 @@ class Trainer:
                              f"{', '.join(self.hyperparams) or 'none'})")
         self.hyperparams.update(hyperparams or {})
         given = {k: np.asarray(v) for k, v in params.items()}
-        self._check_names("parameters", given, self.layout.params + self.layout.buffers)
+        check_names("parameters", given, self.layout.params + self.layout.buffers)
         state, step_count = self.layout.initial_state(given)
         self._set({**given, **state, "step": step_count})
 
     # -- carried values ------------------------------------------------------------------------------
-    def _check_names(self, what: str, given: dict, expected: tuple) -> None:
-        missing = [n for n in expected if n not in given]
-        extra = [n for n in given if n not in expected]
-        if missing or extra:
-            parts = ([f"missing {', '.join(map(repr, missing))}"] if missing else []) + \
-                    ([f"unexpected {', '.join(map(repr, extra))}"] if extra else [])
-            raise InputError(f"{what} do not match the training step: {'; '.join(parts)}")
-
     def _set(self, values: dict) -> None:
         """Place copies of the carried values on the device (checked against the model) beside a
         spare set. On CPU an OrtValue shares its numpy array's memory, hence the copies here
@@ -221,3 +213,10 @@ class Trainer:
         entries = self._entries()
         arrays = npz.read(path, {entry: self._types[name] for entry, name in entries.items()})
         self._set({name: arrays[entry] for entry, name in entries.items()})
+
+
+def check_names(what: str, given: Mapping[str, Any], expected: Sequence[str]) -> None:
+    """`given` (values by name) holds exactly the `expected` names of a training step's `what`."""
+    parts = name_mismatch([n for n in expected if n not in given], [n for n in given if n not in expected])
+    if parts:
+        raise InputError(f"{what} do not match the training step: {'; '.join(parts)}")
