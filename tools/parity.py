@@ -155,17 +155,7 @@ def check_sample(opinfo, entry: Entry, sample, tally: Tally, rng) -> None:
         outs = build(*xs)
         loss = F.add_n([F.sum(outs[i] * c) for i, c in zip(float_out, cotangents)])
         return gc.grad(loss, list(xs))
-    try:
-        g_got = evaluate(trace(first, arrays).graph, arrays)
-    except Exception as err:  # noqa: BLE001
-        _fail(tally, "grad1", err)
-        return
-    g_want = [np.zeros_like(a) if g is None else g.detach().numpy(force=True) for a, g in zip(arrays, grads)]
-    if not all(_close(g, w) for g, w in zip(g_got, g_want)):
-        _fail(tally, "grad1", None)
-        return
-    tally.grad1[0] += 1
-    if not opinfo.supports_gradgrad:
+    if not _agrees(tally, "grad1", first, arrays, grads) or not opinfo.supports_gradgrad:
         return
     directions = [rng.standard_normal(a.shape) for a in arrays]
     used = [g for g in grads if g is not None and g.requires_grad]
@@ -183,16 +173,23 @@ def check_sample(opinfo, entry: Entry, sample, tally: Tally, rng) -> None:
     def second(*xs):
         g1 = first(*xs)
         return gc.grad(F.add_n([F.sum(g * u) for g, u in zip(g1, directions)]), list(xs))
+    _agrees(tally, "grad2", second, arrays, gg)
+
+
+def _agrees(tally, order: str, fn, arrays, torch_grads) -> bool:
+    """gcompile's derivatives `fn` on the float64 reference evaluator against torch's (None: zero),
+    counted in tally.<order>."""
     try:
-        h_got = evaluate(trace(second, arrays).graph, arrays)
+        got = evaluate(trace(fn, arrays).graph, arrays)
     except Exception as err:  # noqa: BLE001
-        _fail(tally, "grad2", err)
-        return
-    h_want = [np.zeros_like(a) if h is None else h.detach().numpy(force=True) for a, h in zip(arrays, gg)]
-    if all(_close(h, w) for h, w in zip(h_got, h_want)):
-        tally.grad2[0] += 1
-    else:
-        _fail(tally, "grad2", None)
+        _fail(tally, order, err)
+        return False
+    want = [np.zeros_like(a) if g is None else g.detach().numpy(force=True) for a, g in zip(arrays, torch_grads)]
+    if all(_close(g, w) for g, w in zip(got, want)):
+        getattr(tally, order)[0] += 1
+        return True
+    _fail(tally, order, None)
+    return False
 
 
 def _fail(tally: Tally, stage: str, err) -> None:

@@ -108,7 +108,7 @@ DISABLED_OPTIMIZERS = ["Pad_Fusion", "MatMulScaleFusion"]
 def session_options(nodes: int | None = None, threads: int | None = None):
     """The onnxruntime SessionOptions gcompile's sessions use, for a model of `nodes` nodes when
     known (memory planning by size: MEMORY_REUSE_MAX_NODES, MEMORY_PATTERN_MAX_NODES;
-    tools/profile.py starts from them too): `threads` intra-op threads (default: one per core)
+    tools/kernel_profile.py starts from them too): `threads` intra-op threads (default: one per core)
     that never spin while waiting (runtime/adaptive.py says why)."""
     ort = onnxruntime()
     options = ort.SessionOptions()

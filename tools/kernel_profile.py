@@ -2,11 +2,11 @@
 Runtime's own per-node profile, for a benchmark workload (by name, built as tools/bench.py
 builds it) or any .onnx file (fed random inputs).
 
-    python tools/profile.py W7                      # a tools/bench.py workload
-    python tools/profile.py model.onnx --dim batch=32
-    python tools/profile.py W3 --runs 20 --top 15 --threads 1
-    python tools/profile.py W7 --save w7.onnx       # keep the model (e.g. before a change) ...
-    python tools/profile.py --compare w7.onnx W7    # ... and time it against today's, alternating
+    python tools/kernel_profile.py W7                      # a tools/bench.py workload
+    python tools/kernel_profile.py model.onnx --dim batch=32
+    python tools/kernel_profile.py W3 --runs 20 --top 15 --threads 1
+    python tools/kernel_profile.py W7 --save w7.onnx       # keep the model (e.g. before a change) ...
+    python tools/kernel_profile.py --compare w7.onnx W7    # ... and time it against today's, alternating
 
 Sessions use gcompile's own options (gcompile.runtime.providers.session_options) plus profiling.
 The report gives, per run: wall time, the sum of kernel times, and the rest (scheduling, memory,
