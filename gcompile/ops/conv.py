@@ -281,6 +281,9 @@ def _lower_conv_transpose(ctx, names, node):
         extra.append(op if op >= s else 0)
         output_padding.append(0 if op >= s else op)
     if not any(extra) and not crops:
+        if _as_conv(kernel, a["stride"], pad, a["dilation"], output_padding):
+            return _conv_transpose_as_conv(ctx, names, ctx.graph.type_of(node.inputs[1]).shape, pad,
+                                           a["dilation"], a["groups"])
         return ctx.emit("ConvTranspose", names, group=a["groups"], output_padding=output_padding,
                         **_window_attrs(kernel, a["stride"], pad, a["dilation"]))
     y = ctx.emit("ConvTranspose", names[:2], group=a["groups"], output_padding=output_padding,
@@ -295,36 +298,110 @@ def _lower_conv_transpose(ctx, names, node):
     return y
 
 
+def _as_conv(kernel, stride, pad, dilation, output_padding) -> bool:
+    """Whether a conv_transpose is a Conv of the flipped kernel: at stride 1, when no side is
+    padded more than the kernel's reach (the Conv's own padding is what is left of it)."""
+    return all(s == 1 and op == 0 and max(p) <= d * (k - 1)
+               for k, s, p, d, op in zip(kernel, stride, pad, dilation, output_padding))
+
+
+def _conv_transpose_as_conv(ctx, names, w_shape, pad, dilation, groups):
+    """A stride-1 ConvTranspose as the Conv it equals: the kernel flipped in every spatial axis,
+    input and output channels swapped within each group, padded by the kernel's reach less the
+    transpose's padding. ONNX Runtime's ConvTranspose scatters each image's columns back into
+    the image on one thread; its Conv gathers them on all: a ResNet block's input gradient took
+    5.8 ms as ConvTranspose and 4.0 ms as Conv with two threads (7.8 and 8.1 ms with one;
+    docs/performance.md). The flip and the swap touch only the kernel."""
+    ci, co_g, kernel = w_shape[0], w_shape[1], tuple(w_shape[2:])
+    nsp = len(kernel)
+    spatial = list(range(2, 2 + nsp))
+    w = ctx.emit("Slice", [names[1], ctx.int64s([-1] * nsp), ctx.int64s([-(2 ** 63)] * nsp),
+                           ctx.int64s(spatial), ctx.int64s([-1] * nsp)])
+    if groups == 1:
+        w = ctx.emit("Transpose", [w], perm=[1, 0, *spatial])
+    else:
+        w = ctx.emit("Reshape", [w, ctx.int64s([groups, ci // groups, co_g, *kernel])])
+        w = ctx.emit("Transpose", [w], perm=[0, 2, 1, *(a + 1 for a in spatial)])
+        w = ctx.emit("Reshape", [w, ctx.int64s([groups * co_g, ci // groups, *kernel])])
+    reach = [d * (k - 1) for k, d in zip(kernel, dilation)]
+    conv_pad = [(r - p0, r - p1) for r, (p0, p1) in zip(reach, pad)]
+    return ctx.emit("Conv", [names[0], w, *names[2:]], group=groups,
+                    **_window_attrs(kernel, [1] * nsp, conv_pad, dilation))
+
+
+# Output positions per chunk of the weight gradient's contraction below which whole images are
+# grouped into chunks (see _weight_grad_chunks).
+WEIGHT_GRAD_MIN_CONTRACTION = 512
+
+
+def _weight_grad_chunks(batch, positions: int) -> int | None:
+    """How many chunks the weight gradient's contraction over batch x output positions is split
+    into, None for one per image: ONNX Runtime splits a product among threads by its rows and
+    columns only, never along the contraction, and here those are two channel counts, so one
+    long product ran on one core (11.5 ms with one thread, 12.0 with two, for a 32-channel 3x3
+    layer at 32x32, batch 32). Products per image, summed after, run on every core (11.0 and
+    7.7 ms) and need no transposes; but short ones (8x8 outputs, 128 channels: 14.2 ms against
+    9.3 in one product) spend their time starting up, so there images are grouped until a chunk
+    contracts at least WEIGHT_GRAD_MIN_CONTRACTION positions (6.5 ms), where the batch is static."""
+    if positions >= WEIGHT_GRAD_MIN_CONTRACTION // 2:
+        return None
+    if not isinstance(batch, int) or batch < 1:
+        return 1
+    images = -(-WEIGHT_GRAD_MIN_CONTRACTION // positions)           # per chunk, at least
+    return max(c for c in range(1, batch + 1) if batch % c == 0 and (batch // c >= images or c == 1))
+
+
 def _lower_conv_weight_grad(ctx, names, node):
-    """gw[o, c, k] = sum over n, i of xpad[n, c, i*stride + k*dilation] * g[n, o, i]: with batch and
-    channels swapped, slice each kernel tap's strided window out of the padded x (a copy that
-    moves whole planes) and contract it with g in one MatMul per tap, over batch and output
-    positions at once (per group: a batched MatMul); the taps' (Co, Ci) results are joined last.
-    Joining the windows first (im2col) and running one long product copied the input once more
-    in the Concat, 9 times its size for a 3x3 kernel: the per-tap products took 0.7x its time
-    single-threaded and 0.9x with two threads (docs/performance.md). (A Conv with g as its
-    kernel computes the same, but onnxruntime runs such huge-kernel, tiny-output convolutions
-    several times slower.)"""
+    """gw[o, c, k] = sum over n, i of xpad[n, c, i*stride + k*dilation] * g[n, o, i]: slice each
+    kernel tap's strided window out of the padded x (a copy that moves whole planes) and
+    contract it with g in one batched MatMul per tap, over the output positions of a chunk of
+    images at once (per group; _weight_grad_chunks says how many); the chunks' products are
+    summed and the taps' (Co, Ci) results joined last. Chunks of one image read x and g as they
+    are; larger chunks first move the chunk's images next to the positions (a Transpose of
+    each). Joining the windows first (im2col) and running one long product copied the input
+    once more in the Concat, 9 times its size for a 3x3 kernel: the per-tap products took 0.7x
+    its time single-threaded and 0.9x with two threads (docs/performance.md). (A Conv with g as
+    its kernel computes the same, but onnxruntime runs such huge-kernel, tiny-output
+    convolutions several times slower.)"""
     a = node.attrs
     groups, kernel = a["groups"], a["kernel"]
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
-    out, nsp = g_type.shape[2:], len(kernel)
-    ci, co, taps = x_type.shape[1] // groups, g_type.shape[1], math.prod(kernel)
-    swap = [1, 0, *range(2, 2 + nsp)]
-    x = ctx.emit("Transpose", [names[0]], perm=swap)                                      # (C, N, *S)
+    batch, out, nsp = x_type.shape[0], g_type.shape[2:], len(kernel)
+    ci, co = x_type.shape[1] // groups, g_type.shape[1]
+    chunks = _weight_grad_chunks(batch, math.prod(out))
+    x, g = names
+    if chunks is None:                       # x as it is: (N, C, *S); a Reshape's 0 keeps N
+        lead, k, stack = 2, math.prod(out), [0]
+    elif chunks == 1:                        # (C, N, *S)
+        lead, k, stack = 2, -1, []
+        x, g = (ctx.emit("Transpose", [v], perm=[1, 0, *range(2, 2 + nsp)]) for v in names)
+    else:                                    # (chunks, C, images per chunk, *S)
+        lead, k, stack = 3, -1, [chunks]
+        x, g = (ctx.emit("Transpose", [ctx.emit("Reshape", [v, ctx.int64s([chunks, -1, c, *sizes])])],
+                         perm=[0, 2, 1, *range(3, 3 + nsp)])
+                for v, c, sizes in ((x, x_type.shape[1], x_type.shape[2:]), (g, co, out)))
     if any(any(p) for p in a["pad"]):
-        x = ctx.pad(x, [0, 0, *(p[0] for p in a["pad"])], [0, 0, *(p[1] for p in a["pad"])])
-    axes, per_group = ctx.int64s(range(2, 2 + nsp)), ctx.int64s([groups, ci, -1])
-    g = ctx.emit("Reshape", [ctx.emit("Transpose", [names[1]], perm=swap), ctx.int64s([groups, co // groups, -1])])
+        x = ctx.pad(x, [0] * lead + [p[0] for p in a["pad"]], [0] * lead + [p[1] for p in a["pad"]])
+    axes, per_group = ctx.int64s(range(lead, lead + nsp)), ctx.int64s([*stack, groups, ci, k])
+    g = ctx.emit("Reshape", [g, ctx.int64s([*stack, groups, co // groups, k])])
+    rank = len(stack) + 3
     parts = []
     for tap in kernel_taps(kernel):
         window = tap_window(tap, a["stride"], a["dilation"], out)[1:]
         cols = ctx.emit("Reshape", [ctx.emit("Slice", [
             x, ctx.int64s([w.start for w in window]), ctx.int64s([w.stop for w in window]), axes,
-            ctx.int64s(a["stride"])]), per_group])                                      # (G, Ci, N*P)
-        gw = ctx.emit("MatMul", [g, ctx.emit("Transpose", [cols], perm=[0, 2, 1])])     # (G, Co/G, Ci)
-        parts.append(ctx.emit("Reshape", [gw, ctx.int64s([co, ci, 1])]))
-    gw = ctx.emit("Concat", parts, axis=2) if taps > 1 else parts[0]                     # (Co, Ci, T)
+            ctx.int64s(a["stride"])]), per_group])                                   # (chunks, G, Ci, K)
+        cols = ctx.emit("Transpose", [cols], perm=[*range(rank - 2), rank - 1, rank - 2])
+        gw = ctx.emit("MatMul", [g, cols])                                            # (chunks, G, Co/G, Ci)
+        parts.append(ctx.emit("Reshape", [gw, ctx.int64s([0] * len(stack) + [co, ci, 1])]))
+    gw = ctx.emit("Concat", parts, axis=rank - 1) if len(parts) > 1 else parts[0]    # (chunks, Co, Ci, T)
+    if stack:
+        gw = ctx.emit("ReduceSum", [gw, ctx.int64s([0])], keepdims=0)
+    elif not (isinstance(batch, int) and batch > 0):
+        # onnxruntime's FusedMatMul leaves its output unwritten for an empty contraction (an empty
+        # batch gave the arena's leftovers, 1e19), where the sum is zeros
+        nonempty = ctx.emit("Greater", [ctx.shape_tensor((batch,)), ctx.int64s([0])])
+        gw = ctx.emit("Where", [nonempty, gw, ctx.const(np.zeros((), x_type.dtype))])
     return ctx.emit("Reshape", [gw, ctx.int64s([co, ci, *kernel])])
 
 

@@ -179,6 +179,10 @@ TRANSPOSE_CASES = {
                                          dict(stride=(2, 3), pad=((1, 0), (2, 1)), dilation=(1, 2), groups=2,
                                               output_padding=(1, 2))),
     "3d": ((2, 2, 3, 4, 3), (2, 2, 2, 2, 3), dict(stride=(2, 1, 1), pad=(0, 1, (1, 0)), output_padding=(1, 0, 0))),
+    # stride 1 lowers to a Conv of the flipped kernel, unless a side is padded past the kernel's reach
+    "2d-stride1-groups-dilation": ((2, 4, 4, 5), (4, 3, 3, 2), dict(pad=((1, 2), (0, 1)), dilation=(2, 1), groups=2)),
+    "3d-stride1": ((1, 2, 3, 4, 3), (2, 2, 2, 3, 2), dict(pad=(1, (0, 2), 0))),
+    "1d-stride1-pad-past-reach": ((2, 3, 6), (3, 2, 2), dict(pad=((2, 0),))),
 }
 
 
@@ -189,6 +193,16 @@ def test_conv_transpose_forward(case):
     b = rand(w_shape[1] * kw.get("groups", 1), seed=6)
     check_forward(lambda x, w, b: F.conv_transpose(x, w, b, **kw), [x, w, b],
                   naive_conv_transpose(x, w, b, **kw), **TOL)
+
+
+@pytest.mark.parametrize("case, op", [("2d-stride1-groups-dilation", "Conv"), ("3d-stride1", "Conv"),
+                                      ("1d-stride1-pad-past-reach", "ConvTranspose"), ("3d", "ConvTranspose")])
+def test_stride_one_conv_transpose_lowers_to_conv(case, op):
+    """onnxruntime runs ConvTranspose's scatter on one thread and Conv on all (docs/performance.md)."""
+    x_shape, w_shape, kw = TRANSPOSE_CASES[case]
+    model = gc.compile(lambda x, w: F.conv_transpose(x, w, **kw), rand(*x_shape), rand(*w_shape), provider="cpu").model
+    ops = {n.op_type for n in model.graph.node}
+    assert ops & {"Conv", "ConvTranspose"} == {op}
 
 
 WEIGHT_GRAD_CASES = {   # the lowering's window count exceeds the kernel in the first two (a slice)
@@ -213,6 +227,26 @@ def test_conv_weight_grad_forward(case):
     x, g, kernel, kw = weight_grad_inputs(case)
     check_forward(lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw), [x, g],
                   naive_weight_grad(x, g, kernel, **kw), **TOL)
+
+
+@pytest.mark.parametrize("chunks", [None, 1, 2])
+def test_conv_weight_grad_in_chunks_of_images(monkeypatch, chunks):
+    """The weight gradient's contraction runs per image (None), in one product (1), or in two
+    chunks of three images summed after (the lowering picks by output size; the limit is lowered
+    here to take each way at test sizes), also for an empty and a symbolic batch."""
+    from gcompile.ops import conv
+    x, g, kernel, kw = weight_grad_inputs("2d-groups-dilation")
+    positions = math.prod(g.shape[2:])
+    monkeypatch.setattr(conv, "WEIGHT_GRAD_MIN_CONTRACTION", {None: 2, 1: 7 * positions, 2: 3 * positions}[chunks])
+    assert conv._weight_grad_chunks(6, positions) == chunks
+    x, g = np.concatenate([x] * 3), np.concatenate([g * 2, g, -g])
+    f = lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw)   # noqa: E731
+    check_forward(f, [x, g], naive_weight_grad(x, g, kernel, **kw), **TOL)
+    check_forward(f, [x[:0], g[:0]], np.zeros((g.shape[1], x.shape[1] // 2, *kernel), np.float32))
+    cf = gc.compile(f, gc.spec(("batch", *x.shape[1:])), gc.spec(("batch", *g.shape[1:])), provider="cpu")
+    np.testing.assert_allclose(cf(x[:5], g[:5]), naive_weight_grad(x[:5], g[:5], kernel, **kw), **TOL)
+    # an empty batch after a full one: onnxruntime's product over nothing leaves the arena's leftovers
+    np.testing.assert_array_equal(cf(x[:0], g[:0]), np.zeros((g.shape[1], x.shape[1] // 2, *kernel), np.float32))
 
 
 @pytest.mark.parametrize("case", ["1d-stride-pad", "2d-groups-bias-asym-pad-dilation", "3d-stride-dilation"])
