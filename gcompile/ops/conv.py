@@ -493,10 +493,10 @@ def _max_pool_reference(x, *, kernel, stride, pad):
     xp = np.pad(x, ((0, 0), (0, 0)) + pad, constant_values=-np.inf)
     flat = np.pad(np.arange(x.size).reshape(x.shape), ((0, 0), (0, 0)) + pad, constant_values=-1)
     best = np.full(x.shape[:2] + out, -np.inf, x.dtype)
-    index = np.zeros(best.shape, np.int64)
-    for tap in kernel_taps(kernel):        # the first maximum in row-major window order wins, as in onnxruntime
+    index = np.full(best.shape, -1, np.int64)
+    for tap in kernel_taps(kernel):        # as onnxruntime: a window's first element, then any greater one
         window = tap_window(tap, stride, (1,) * len(kernel), out)
-        better = xp[window] > best
+        better = (xp[window] > best) | ((index < 0) & (flat[window] >= 0))
         best = np.where(better, xp[window], best)
         index = np.where(better, flat[window], index)
     return best, index

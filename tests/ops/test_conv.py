@@ -289,6 +289,21 @@ def test_max_pool_indices_match_onnxruntime(ties):
     check_lowering(pool, [x])                                    # the reference evaluator agrees too
 
 
+def test_max_pool_of_minus_infinity_windows_picks_their_first_element():
+    """A window of -inf (beside padding, which never wins) has its maximum at its first element:
+    the gradient goes there, inside the window and inside its (N, C) plane; the reference
+    evaluator agrees (it had given every such window flat index 0)."""
+    x = distinct(2, 2, 4, 5, seed=14)
+    x[1, 1, :2, :3] = -np.inf
+    kw = dict(kernel=(2, 3), stride=(2, 3), pad=((1, 0), (1, 1)))
+    pool = lambda x: tuple(apply_n("max_pool", [x], **kw))      # noqa: E731
+    y, index = check_forward(pool, [x], list(naive_max_pool(x, **kw)))
+    assert y[1, 1, 0, 0] == -np.inf and index[1, 1, 0, 0] == 3 * 20
+    check_lowering(pool, [x])
+    grad = gc.compile(lambda x: gc.grad(F.sum(F.max_pool(x, **kw)), [x])[0], x, provider="cpu")(x)
+    assert grad[1, 1, 0, 0] == 1 and grad.sum() == y.size
+
+
 @pytest.mark.parametrize("count_include_pad", [False, True])
 @pytest.mark.parametrize("case", POOL_CASES)
 def test_avg_pool_forward_and_gradient(case, count_include_pad):
