@@ -98,9 +98,9 @@ def profile(model, feeds: dict, runs: int, threads: int | None) -> dict:
     return {"wall_ms": walls, "node_us": times, "op_of": op_of}
 
 
-def compare(targets: list[str], runs: int, dims: dict[str, int]) -> None:
-    """Time models against each other in one process, alternating call by call, each on one
-    thread with gcompile's options: median wall ms and median CPU ms (the work, which a busy
+def compare(targets: list[str], runs: int, dims: dict[str, int], threads: int = 1) -> None:
+    """Time models against each other in one process, alternating call by call, each on
+    `threads` threads (one unless --threads says) with gcompile's options: median wall ms and median CPU ms (the work, which a busy
     machine stretches far less), and each as a ratio to the first. Models of a workload saved
     before a change are fed the workload's inputs; other .onnx files random ones."""
     import onnxruntime as ort
@@ -122,7 +122,7 @@ def compare(targets: list[str], runs: int, dims: dict[str, int]) -> None:
             entry[2] = workload_feeds
     calls = []
     for target, model, feeds in entries:
-        session = ort.InferenceSession(model.SerializeToString(), session_options(len(model.graph.node), 1),
+        session = ort.InferenceSession(model.SerializeToString(), session_options(len(model.graph.node), threads),
                                        providers=["CPUExecutionProvider"], disabled_optimizers=DISABLED_OPTIMIZERS)
         session.run(None, feeds)
         calls.append((target, session, feeds))
@@ -167,14 +167,14 @@ def main(argv=None) -> None:
                         help="time these workloads or .onnx files against each other instead of profiling")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--top", type=int, default=20, help="how many of the slowest nodes to list")
-    parser.add_argument("--threads", type=int, help="intra-op threads (default: gcompile's choice)")
+    parser.add_argument("--threads", type=int, help="intra-op threads (default: gcompile's choice; with --compare, one)")
     parser.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
                         help="size of a symbolic input dim of an .onnx file (default 1)")
     parser.add_argument("--json", help="also write the per-node times to this file")
     args = parser.parse_args(argv)
     dims = {k: int(v) for k, v in (d.split("=", 1) for d in args.dim)}
     if args.compare:
-        compare(args.compare, args.runs, dims)
+        compare(args.compare, args.runs, dims, args.threads or 1)
         return
     if not args.target:
         parser.error("give a target, or --compare TARGET ...")
