@@ -230,23 +230,25 @@ def test_conv_weight_grad_forward(case):
 
 
 @pytest.mark.parametrize("chunks", [None, 1, 2])
-def test_conv_weight_grad_in_chunks_of_images(monkeypatch, chunks):
+@pytest.mark.parametrize("case", WEIGHT_GRAD_CASES)
+def test_conv_weight_grad_in_chunks_of_images(monkeypatch, case, chunks):
     """The weight gradient's contraction runs per image (None), in one product (1), or in two
     chunks of three images summed after (the lowering picks by output size; the limit is lowered
     here to take each way at test sizes), also for an empty and a symbolic batch."""
     from gcompile.ops import conv
-    x, g, kernel, kw = weight_grad_inputs("2d-groups-dilation")
+    x, g, kernel, kw = weight_grad_inputs(case)
     positions = math.prod(g.shape[2:])
     monkeypatch.setattr(conv, "WEIGHT_GRAD_MIN_CONTRACTION", {None: 2, 1: 7 * positions, 2: 3 * positions}[chunks])
     assert conv._weight_grad_chunks(6, positions) == chunks
     x, g = np.concatenate([x] * 3), np.concatenate([g * 2, g, -g])
     f = lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw)   # noqa: E731
     check_forward(f, [x, g], naive_weight_grad(x, g, kernel, **kw), **TOL)
-    check_forward(f, [x[:0], g[:0]], np.zeros((g.shape[1], x.shape[1] // 2, *kernel), np.float32))
+    zeros = np.zeros((g.shape[1], x.shape[1] // kw["groups"], *kernel), np.float32)
+    check_forward(f, [x[:0], g[:0]], zeros)
     cf = gc.compile(f, gc.spec(("batch", *x.shape[1:])), gc.spec(("batch", *g.shape[1:])), provider="cpu")
     np.testing.assert_allclose(cf(x[:5], g[:5]), naive_weight_grad(x[:5], g[:5], kernel, **kw), **TOL)
     # an empty batch after a full one: onnxruntime's product over nothing leaves the arena's leftovers
-    np.testing.assert_array_equal(cf(x[:0], g[:0]), np.zeros((g.shape[1], x.shape[1] // 2, *kernel), np.float32))
+    np.testing.assert_array_equal(cf(x[:0], g[:0]), zeros)
 
 
 @pytest.mark.parametrize("case", ["1d-stride-pad", "2d-groups-bias-asym-pad-dilation", "3d-stride-dilation"])
