@@ -386,11 +386,15 @@ def _lower_conv_weight_grad(ctx, names, node):
     g = ctx.emit("Reshape", [g, ctx.int64s([*stack, groups, co // groups, k])])
     rank = len(stack) + 3
     parts = []
+    padded = [i + sum(p) for i, p in zip(x_type.shape[2:], a["pad"])]
     for tap in kernel_taps(kernel):
         window = tap_window(tap, a["stride"], a["dilation"], out)[1:]
-        cols = ctx.emit("Reshape", [ctx.emit("Slice", [
-            x, ctx.int64s([w.start for w in window]), ctx.int64s([w.stop for w in window]), axes,
-            ctx.int64s(a["stride"])]), per_group])                                   # (chunks, G, Ci, K)
+        if all(w.start == 0 and w.stop == n and s == 1 for w, n, s in zip(window, padded, a["stride"])):
+            cols = x                         # the whole input (a 1x1 kernel at stride 1): no copy
+        else:
+            cols = ctx.emit("Slice", [x, ctx.int64s([w.start for w in window]), ctx.int64s([w.stop for w in window]),
+                                      axes, ctx.int64s(a["stride"])])
+        cols = ctx.emit("Reshape", [cols, per_group])                                # (chunks, G, Ci, K)
         cols = ctx.emit("Transpose", [cols], perm=[*range(rank - 2), rank - 1, rank - 2])
         gw = ctx.emit("MatMul", [g, cols])                                            # (chunks, G, Co/G, Ci)
         parts.append(ctx.emit("Reshape", [gw, ctx.int64s([0] * len(stack) + [co, ci, 1])]))

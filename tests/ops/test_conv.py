@@ -211,6 +211,7 @@ WEIGHT_GRAD_CASES = {   # the lowering's window count exceeds the kernel in the 
                            dict(stride=(2, 1), pad=((1, 0), (2, 1)), dilation=(1, 2), groups=2)),
     "3d-depthwise": ((2, 2, 4, 5, 4), (2, 2, 2), dict(stride=(1, 2, 1), pad=((1, 1), (0, 1), (0, 0)),
                                                        dilation=(1, 1, 2), groups=2)),
+    "2d-1x1": ((2, 4, 3, 5), (1, 1), dict(stride=(1, 1), pad=((0, 0), (0, 0)), dilation=(1, 1), groups=2)),
 }
 
 
