@@ -212,6 +212,9 @@ WEIGHT_GRAD_CASES = {   # the lowering's window count exceeds the kernel in the 
     "3d-depthwise": ((2, 2, 4, 5, 4), (2, 2, 2), dict(stride=(1, 2, 1), pad=((1, 1), (0, 1), (0, 0)),
                                                        dilation=(1, 1, 2), groups=2)),
     "2d-1x1": ((2, 4, 3, 5), (1, 1), dict(stride=(1, 1), pad=((0, 0), (0, 0)), dilation=(1, 1), groups=2)),
+    # one input channel per group and 25 taps: one grouped Conv (a strided forward leaves a remainder)
+    "2d-depthwise-5x5": ((2, 3, 9, 10), (5, 5), dict(stride=(2, 1), pad=((2, 1), (1, 1)), dilation=(1, 2),
+                                                      groups=3)),
 }
 
 
@@ -228,6 +231,16 @@ def test_conv_weight_grad_forward(case):
     x, g, kernel, kw = weight_grad_inputs(case)
     check_forward(lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw), [x, g],
                   naive_weight_grad(x, g, kernel, **kw), **TOL)
+
+
+def test_depthwise_weight_grad_of_a_large_kernel_is_one_conv():
+    """Per tap, a depthwise weight gradient is N*C one-by-one products; from 25 taps it is one
+    grouped Conv (its values are checked with the other weight-gradient cases)."""
+    x, g, kernel, kw = weight_grad_inputs("2d-depthwise-5x5")
+    model = gc.compile(lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw), x, g,
+                       provider="cpu").model
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("Conv") == 1 and "MatMul" not in ops
 
 
 @pytest.mark.parametrize("chunks", [None, 1, 2])
