@@ -100,9 +100,10 @@ def profile(model, feeds: dict, runs: int, threads: int | None) -> dict:
 
 def compare(targets: list[str], runs: int, dims: dict[str, int], threads: int = 1) -> None:
     """Time models against each other in one process, alternating call by call, each on
-    `threads` threads (one unless --threads says) with gcompile's options: median wall ms and median CPU ms (the work, which a busy
-    machine stretches far less), and each as a ratio to the first. Models of a workload saved
-    before a change are fed the workload's inputs; other .onnx files random ones."""
+    `threads` threads (one unless --threads says) with gcompile's options: median wall ms and
+    median CPU ms (the work, which a busy machine stretches far less), and each as a ratio to
+    the first. Models of a workload saved before a change are fed the workload's inputs; other
+    .onnx files random ones."""
     import onnxruntime as ort
 
     from gcompile.runtime.providers import DISABLED_OPTIMIZERS, session_options
@@ -167,7 +168,8 @@ def main(argv=None) -> None:
                         help="time these workloads or .onnx files against each other instead of profiling")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--top", type=int, default=20, help="how many of the slowest nodes to list")
-    parser.add_argument("--threads", type=int, help="intra-op threads (default: gcompile's choice; with --compare, one)")
+    parser.add_argument("--threads", type=int,
+                        help="intra-op threads (default: gcompile's choice; with --compare, one)")
     parser.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
                         help="size of a symbolic input dim of an .onnx file (default 1)")
     parser.add_argument("--json", help="also write the per-node times to this file")
