@@ -315,8 +315,7 @@ def _conv_transpose_as_conv(ctx, names, w_shape, pad, dilation, groups):
     ci, co_g, kernel = w_shape[0], w_shape[1], tuple(w_shape[2:])
     nsp = len(kernel)
     spatial = list(range(2, 2 + nsp))
-    w = ctx.emit("Slice", [names[1], ctx.int64s([-1] * nsp), ctx.int64s([-(2 ** 63)] * nsp),
-                           ctx.int64s(spatial), ctx.int64s([-1] * nsp)])
+    w = ctx.reverse(names[1], spatial)
     if groups == 1:
         w = ctx.emit("Transpose", [w], perm=[1, 0, *spatial])
     else:
@@ -396,7 +395,8 @@ def _lower_conv_weight_grad(ctx, names, node):
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
     batch, out, nsp = x_type.shape[0], g_type.shape[2:], len(kernel)
     ci, co = x_type.shape[1] // groups, g_type.shape[1]
-    if ci == 1 and math.prod(kernel) >= DEPTHWISE_CONV_MIN_TAPS and isinstance(batch, int) and batch > 0 \
+    nonempty = isinstance(batch, int) and batch > 0          # known when lowering
+    if ci == 1 and math.prod(kernel) >= DEPTHWISE_CONV_MIN_TAPS and nonempty \
             and x_type.dtype != np.float64:                  # (onnxruntime has no float64 Conv on the CPU)
         return _depthwise_weight_grad(ctx, names, node, batch)
     chunks = _weight_grad_chunks(batch, math.prod(out))
@@ -432,11 +432,11 @@ def _lower_conv_weight_grad(ctx, names, node):
     gw = ctx.emit("Concat", parts, axis=rank - 1) if len(parts) > 1 else parts[0]    # (chunks, Co, Ci, T)
     if stack:
         gw = ctx.emit("ReduceSum", [gw, ctx.int64s([0])], keepdims=0)
-    elif not (isinstance(batch, int) and batch > 0):
+    elif not nonempty:
         # onnxruntime's FusedMatMul leaves its output unwritten for an empty contraction (an empty
         # batch gave the arena's leftovers, 1e19), where the sum is zeros
-        nonempty = ctx.emit("Greater", [ctx.shape_tensor((batch,)), ctx.int64s([0])])
-        gw = ctx.emit("Where", [nonempty, gw, ctx.const(np.zeros((), x_type.dtype))])
+        has_images = ctx.emit("Greater", [ctx.shape_tensor((batch,)), ctx.int64s([0])])
+        gw = ctx.emit("Where", [has_images, gw, ctx.const(np.zeros((), x_type.dtype))])
     return ctx.emit("Reshape", [gw, ctx.int64s([co, ci, *kernel])])
 
 
