@@ -46,6 +46,11 @@ def direct(names, fnames):
         op(names, fname)(lambda *a, _f=fname, **k: getattr(F, _f)(*a, **k))
 
 
+def reflected(names, fname):
+    """torch's reflected operator(s) (`b.__rsub__(a)` is a - b spelled from b) -> F.<fname>(b, a)."""
+    op(names, fname)(lambda a, b, _f=fname: getattr(F, _f)(b, a))
+
+
 def _axes(dim, ndim=None):
     """torch's dim as gcompile's axis; None for all (also on a 0-d tensor, where torch takes dim 0 or -1)."""
     if dim is None or dim == [] or dim == () or ndim == 0:
@@ -123,29 +128,9 @@ def _rsub(a, b, alpha=1):
     return F.subtract(b, a * alpha)
 
 
-@op("__rsub__", "subtract")
-def _rsub_dunder(a, b):
-    return F.subtract(b, a)
-
-
-@op("__radd__", "add")
-def _radd(a, b):
-    return F.add(b, a)
-
-
-@op("__rmul__", "multiply")
-def _rmul(a, b):
-    return F.multiply(b, a)
-
-
-@op("__rdiv__", "divide")
-def _rdiv(a, b):
-    return F.divide(b, a)
-
-
-@op("__rpow__", "power")
-def _rpow(a, b):
-    return F.power(b, a)
+for _name, _fname in (("__rsub__", "subtract"), ("__radd__", "add"), ("__rmul__", "multiply"),
+                      ("__rdiv__", "divide"), ("__rpow__", "power")):
+    reflected(_name, _fname)
 
 
 def _truth(x):
@@ -500,8 +485,8 @@ def _logcumsumexp(x, dim):
 
 
 # -- linear algebra -------------------------------------------------------------------------------------------------
-for _t in ("matmul", "mm", "bmm", "mv", "__rmatmul__"):
-    op(_t, "matmul")(lambda a, b, _t=_t: F.matmul(b, a) if _t == "__rmatmul__" else F.matmul(a, b))
+direct("matmul mm bmm mv", "matmul")
+reflected("__rmatmul__", "matmul")
 
 
 @op("dot inner vdot", "dot")
