@@ -1,6 +1,7 @@
-"""runtime/adaptive.py: the CPU session that times its all-cores and one-thread variants and keeps
-the faster (checked with stand-in sessions whose speed the test sets, so nothing is timed for
-real), and a compiled function that gives the same results whichever variant runs."""
+"""runtime/adaptive.py: the CPU session that times its variants (all cores with spinning workers,
+all cores with sleeping ones, one thread) and keeps the fastest (checked with stand-in sessions
+whose speed the test sets, so nothing is timed for real), and a compiled function that gives the
+same results whichever variant runs."""
 import time
 
 import numpy as np
@@ -9,7 +10,9 @@ import pytest
 import gcompile as gc
 import gcompile.functions as F
 from gcompile.runtime import adaptive
-from gcompile.runtime.adaptive import AdaptiveSession
+from gcompile.runtime.adaptive import AdaptiveSession, Variant
+
+SPIN, SLEEP, ONE = Variant(2, True), Variant(2, False), Variant(1, False)
 
 
 class Binding:
@@ -18,21 +21,21 @@ class Binding:
 
 
 class FakeSession:
-    """Runs in `delay[threads]` seconds and records which variant ran, with what options."""
+    """Runs in `delay[variant]` seconds and records which variant ran, with what options."""
 
-    def __init__(self, threads, delay, log):
-        self.threads, self.delay, self.log = threads, delay, log
+    def __init__(self, variant, delay, log):
+        self.variant, self.delay, self.log = variant, delay, log
 
     def run(self, names, feeds, *options):
-        time.sleep(self.delay[self.threads])
-        self.log.append((self.threads, bool(options)))
-        return [self.threads]
+        time.sleep(self.delay[self.variant])
+        self.log.append((self.variant, bool(options)))
+        return [self.variant]
 
     def io_binding(self):
-        return Binding(self.threads)
+        return Binding(self.variant)
 
     def run_with_iobinding(self, binding, *options):
-        assert binding.owner == self.threads
+        assert binding.owner == self.variant
         self.run(None, None, *options)
 
     def get_providers(self):
@@ -40,30 +43,55 @@ class FakeSession:
 
 
 def adaptive_session(delay, log, made):
-    def make(threads):
-        made.append(threads)
-        return FakeSession(threads, delay, log)
+    def make(threads, spin):
+        assert not (spin and threads == 1)       # one thread has no workers to spin
+        made.append(Variant(threads, spin))
+        return FakeSession(Variant(threads, spin), delay, log)
     return AdaptiveSession(make, 2)
 
 
-def test_keeps_the_faster_variant_and_compares_again_later(monkeypatch):
+def run_comparison(session):
+    """Calls until the session has timed every variant EXPLORE times; returns how many (asking for
+    `session.variant` then makes the choice)."""
+    calls = 0
+    while any(len(times) < adaptive.EXPLORE for times in session._times.values()):
+        session.run(None, {})
+        calls += 1
+    return calls
+
+
+def test_keeps_the_fastest_variant_and_compares_again_later(monkeypatch):
     monkeypatch.setattr(adaptive, "EXPLOIT", 6)
-    delay, log, made = {2: 0.02, 1: 0.001}, [], []
+    delay, log, made = {SPIN: 0.02, SLEEP: 0.03, ONE: 0.001}, [], []
     session = adaptive_session(delay, log, made)
-    assert made == [2]
-    calls = 2 + 2 * adaptive.EXPLORE + 1          # two calls, then both measured (a first run is untimed)
-    for _ in range(calls):
+    assert made == [SPIN]
+    for _ in range(2):
         session.run(None, {})
-    assert made == [2, 1]                        # the one-thread session only from the third call
-    assert session.threads == 1
-    for _ in range(6):
-        assert session.run(None, {}) == [1]
-    delay[1] = 0.05                              # the machine changed: all cores win the next comparison
-    for _ in range(2 * adaptive.EXPLORE):
-        session.run(None, {})
-    assert session.threads == 2
-    # comparison runs of the variant not in use shrink its arena afterwards (a run option)
-    assert any(threads == 1 and options for threads, options in log)
+    assert made == [SPIN]                        # the other sessions only from the third call
+    # each variant: EXPLORE timed calls, plus an untimed first run of each new session
+    assert run_comparison(session) == 3 * adaptive.EXPLORE + 2
+    assert made == [SPIN, SLEEP, ONE]
+    assert session.variant == ONE and session.threads == 1
+    while session._left > 0:
+        assert session.run(None, {}) == [ONE]
+    delay[ONE] = 0.05                            # the machine changed: all cores win the next comparison
+    log.clear()
+    # EXPLORE timed calls each, and first an untimed one of SLEEP, which gave its arena back after
+    # the first comparison (SPIN was in use then)
+    assert run_comparison(session) == 3 * adaptive.EXPLORE + 1
+    assert session.variant == SPIN
+    # the last timed call of each variant not in use gives its arena back (a run option)
+    assert sorted(v for v, shrink in log if shrink) == [SLEEP, SPIN]
+
+
+@pytest.mark.parametrize("spin, chosen", [(0.030, SLEEP), (0.0195, SLEEP), (0.012, SPIN)])
+def test_spinning_workers_must_win_by_the_handicap(spin, chosen):
+    """Spinning workers are chosen only where they beat sleeping ones by SPIN_HANDICAP (here 20 ms
+    sleeping, 1.1 handicap): within a few percent, the safer sleeping workers are kept."""
+    delay, log, made = {SPIN: spin, SLEEP: 0.020, ONE: 0.040}, [], []
+    session = adaptive_session(delay, log, made)
+    run_comparison(session)
+    assert session.variant == chosen
 
 
 def test_an_early_choice_is_revisited_soon(monkeypatch):
@@ -72,30 +100,27 @@ def test_an_early_choice_is_revisited_soon(monkeypatch):
     stick for EXPLOIT calls."""
     monkeypatch.setattr(adaptive, "FIRST_EXPLOIT", 2)
     monkeypatch.setattr(adaptive, "EXPLOIT", 6)
-    delay, log, made = {2: 0.0, 1: 0.0}, [], []
+    delay, log, made = {SPIN: 0.0, SLEEP: 0.0, ONE: 0.0}, [], []
     session = adaptive_session(delay, log, made)
-    for _ in range(2 + 2 * adaptive.EXPLORE + 1):   # two calls, a first (untimed) run, both measured
-        session.run(None, {})
     holds = []
     for _ in range(3):
-        choice, held = session.threads, 0            # asking for it makes the choice
+        run_comparison(session)
+        choice, held = session.variant, 0            # asking for it makes the choice
         while session._left > 0:                     # the calls the choice holds
             assert session.run(None, {}) == [choice]
             held += 1
         holds.append(held)
-        for _ in range(2 * adaptive.EXPLORE):        # the next comparison
-            session.run(None, {})
     assert holds == [2, 4, 6]
 
 
 def test_io_binding_runs_on_the_session_it_was_made_for():
-    delay, log, made = {2: 0.0, 1: 0.0}, [], []
+    delay, log, made = {SPIN: 0.0, SLEEP: 0.0, ONE: 0.0}, [], []
     session = adaptive_session(delay, log, made)
     for _ in range(12):
         binding, other = session.io_binding(), session.io_binding()   # as from two threads
         session.run_with_iobinding(other)        # FakeSession asserts the binding is its own
         session.run_with_iobinding(binding)
-    assert {threads for threads, _ in log} == {1, 2}
+    assert {variant for variant, _ in log} == {SPIN, SLEEP, ONE}
     assert session.get_providers() == ["CPUExecutionProvider"]
 
 
@@ -137,6 +162,18 @@ def test_gcompile_threads_pins_the_thread_count(monkeypatch):
     monkeypatch.setenv("GCOMPILE_THREADS", "two")
     with pytest.raises(gc.GcompileError, match="GCOMPILE_THREADS must be a positive whole number.*'two'"):
         _session_kinds(monkeypatch)
+
+
+def test_only_the_adaptive_all_cores_session_spins_and_stops_after_each_run(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+
+    def config(session, key):
+        return session.get_session_options().get_session_config_entry(key)
+    wide = _session_kinds(monkeypatch)._sessions[Variant(2, True)]
+    assert config(wide, "session.intra_op.allow_spinning") == "1"
+    assert config(wide, "session.force_spinning_stop") == "1"
+    monkeypatch.setenv("GCOMPILE_THREADS", "2")              # a pinned count may share the machine
+    assert config(_session_kinds(monkeypatch), "session.intra_op.allow_spinning") == "0"
 
 
 def test_models_over_the_size_limits_keep_one_session(monkeypatch):

@@ -105,16 +105,19 @@ def quiet_onnxruntime() -> Iterator[None]:
 DISABLED_OPTIMIZERS = ["Pad_Fusion", "MatMulScaleFusion"]
 
 
-def session_options(nodes: int | None = None, threads: int | None = None):
+def session_options(nodes: int | None = None, threads: int | None = None, spin: bool = False):
     """The onnxruntime SessionOptions gcompile's sessions use, for a model of `nodes` nodes when
     known (memory planning by size: MEMORY_REUSE_MAX_NODES, MEMORY_PATTERN_MAX_NODES;
-    tools/kernel_profile.py starts from them too): `threads` intra-op threads (default: one per core)
-    that never spin while waiting (runtime/adaptive.py says why)."""
+    tools/kernel_profile.py starts from them too): `threads` intra-op threads (default: one per core).
+    Idle workers sleep, unless `spin`: then they spin while a run lasts and stop when it returns
+    (runtime/adaptive.py says when each is used, and why)."""
     ort = onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads or os.cpu_count() or 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    if spin:
+        options.add_session_config_entry("session.force_spinning_stop", "1")
     if nodes is not None and nodes > MEMORY_REUSE_MAX_NODES:
         options.enable_mem_reuse = False
     if nodes is not None and nodes > MEMORY_PATTERN_MAX_NODES:
@@ -137,8 +140,8 @@ def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] 
     ort = onnxruntime()
     threads = threads or configured_threads()
 
-    def make(threads: int | None = None):
-        options = session_options(nodes, threads)
+    def make(threads: int | None = None, spin: bool = False):
+        options = session_options(nodes, threads, spin)
         if external:
             names = list(external)
             options.add_external_initializers_from_files_in_memory(names, [external[n] for n in names],
