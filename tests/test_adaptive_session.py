@@ -1,7 +1,7 @@
-"""runtime/adaptive.py: the CPU session that times its variants (all cores with spinning workers,
-all cores with sleeping ones, one thread) and keeps the fastest (checked with stand-in sessions
-whose speed the test sets, so nothing is timed for real), and a compiled function that gives the
-same results whichever variant runs."""
+"""runtime/adaptive.py: the CPU session that compares its variants (all cores with sleeping
+workers, one thread, all cores with spinning workers) two at a time by timing and keeps the faster
+(checked with stand-in sessions whose speed the test sets, so nothing is timed for real), and a
+compiled function that gives the same results whichever variant runs."""
 import time
 
 import numpy as np
@@ -60,37 +60,54 @@ def run_comparison(session):
     return calls
 
 
-def test_keeps_the_fastest_variant_and_compares_again_later(monkeypatch):
+def exploit(session):
+    """The calls the current choice holds before the next comparison."""
+    choice = session.variant                     # asking for it makes the choice
+    while session._left > 0:
+        assert session.run(None, {}) == [choice]
+
+
+def test_compares_its_choice_with_one_challenger_at_a_time(monkeypatch):
     monkeypatch.setattr(adaptive, "EXPLOIT", 6)
-    delay, log, made = {SPIN: 0.02, SLEEP: 0.03, ONE: 0.001}, [], []
+    delay, log, made = {SLEEP: 0.02, ONE: 0.001, SPIN: 0.03}, [], []
     session = adaptive_session(delay, log, made)
-    assert made == [SPIN]
+    assert made == [SLEEP]
     for _ in range(2):
         session.run(None, {})
-    assert made == [SPIN]                        # the other sessions only from the third call
-    # each variant: EXPLORE timed calls, plus an untimed first run of each new session
-    assert run_comparison(session) == 3 * adaptive.EXPLORE + 2
-    assert made == [SPIN, SLEEP, ONE]
-    assert session.variant == ONE and session.threads == 1
-    while session._left > 0:
-        assert session.run(None, {}) == [ONE]
+    assert made == [SLEEP]                       # a challenger's session only from the third call
+    # EXPLORE timed calls each, after an untimed first run of the new session
+    assert run_comparison(session) == 2 * adaptive.EXPLORE + 1
+    assert made == [SLEEP, ONE] and session.variant == ONE and session.threads == 1
+    exploit(session)
+    assert run_comparison(session) == 2 * adaptive.EXPLORE + 1   # the next challenger: spinning workers
+    assert made == [SLEEP, ONE, SPIN] and session.variant == ONE
+    exploit(session)
     delay[ONE] = 0.05                            # the machine changed: all cores win the next comparison
     log.clear()
-    # EXPLORE timed calls each, and first an untimed one of SLEEP, which gave its arena back after
-    # the first comparison (SPIN was in use then)
-    assert run_comparison(session) == 3 * adaptive.EXPLORE + 1
-    assert session.variant == SPIN
-    # the last timed call of each variant not in use gives its arena back (a run option)
-    assert sorted(v for v, shrink in log if shrink) == [SLEEP, SPIN]
+    assert session._challenger == SLEEP
+    assert run_comparison(session) == 2 * adaptive.EXPLORE     # SLEEP's session is warm: nothing untimed
+    assert session.variant == SLEEP
+    # the challenger's last timed call gives its arena back (a run option)
+    assert [v for v, shrink in log if shrink] == [SLEEP]
+    exploit(session)
+    challengers = []
+    for _ in range(3):                           # then, in turn, one thread and spinning workers
+        challengers.append(session._challenger)
+        run_comparison(session)
+        exploit(session)
+    assert challengers == [ONE, SPIN, ONE]
 
 
 @pytest.mark.parametrize("spin, chosen", [(0.030, SLEEP), (0.0195, SLEEP), (0.012, SPIN)])
-def test_spinning_workers_must_win_by_the_handicap(spin, chosen):
+def test_spinning_workers_must_win_by_the_handicap(monkeypatch, spin, chosen):
     """Spinning workers are chosen only where they beat sleeping ones by SPIN_HANDICAP (here 20 ms
     sleeping, 1.1 handicap): within a few percent, the safer sleeping workers are kept."""
+    monkeypatch.setattr(adaptive, "FIRST_EXPLOIT", 1)
     delay, log, made = {SPIN: spin, SLEEP: 0.020, ONE: 0.040}, [], []
     session = adaptive_session(delay, log, made)
-    run_comparison(session)
+    run_comparison(session)                      # all cores (sleeping) against one thread
+    exploit(session)
+    run_comparison(session)                      # against spinning workers
     assert session.variant == chosen
 
 
@@ -116,7 +133,7 @@ def test_an_early_choice_is_revisited_soon(monkeypatch):
 def test_io_binding_runs_on_the_session_it_was_made_for():
     delay, log, made = {SPIN: 0.0, SLEEP: 0.0, ONE: 0.0}, [], []
     session = adaptive_session(delay, log, made)
-    for _ in range(12):
+    for _ in range(20):
         binding, other = session.io_binding(), session.io_binding()   # as from two threads
         session.run_with_iobinding(other)        # FakeSession asserts the binding is its own
         session.run_with_iobinding(binding)
@@ -169,7 +186,7 @@ def test_only_the_adaptive_all_cores_session_spins_and_stops_after_each_run(monk
 
     def config(session, key):
         return session.get_session_options().get_session_config_entry(key)
-    wide = _session_kinds(monkeypatch)._sessions[Variant(2, True)]
+    wide = _session_kinds(monkeypatch)._make(2, True)     # the spinning variant's session
     assert config(wide, "session.intra_op.allow_spinning") == "1"
     assert config(wide, "session.force_spinning_stop") == "1"
     monkeypatch.setenv("GCOMPILE_THREADS", "2")              # a pinned count may share the machine

@@ -15,21 +15,26 @@ workers, 26.4 on spinning ones or on one thread. Spinning workers stop when a ru
 (`session.force_spinning_stop`; spinning on had burnt 40 ms of a core after every call).
 
 Which variant wins depends on the machine's load at the moment and on the graph, so the
-session measures: it runs the model on all cores with spinning workers, on all cores with
-sleeping ones, and on one thread, a few calls each, keeps the fastest, and measures again:
-after 10 calls, then 20, 40, up to every 100 (a first choice made while something else briefly
-held the cores had kept W1 on one thread, 20.4 ms a step instead of 14.4, through a whole
-benchmark). Spinning workers must win by SPIN_HANDICAP: where they are within a few percent of
+session measures. It starts on all cores with sleeping workers and compares its choice with one
+challenger at a time, a few calls each, in turn one thread, then all cores with spinning
+workers, then the other again; it keeps the faster and compares again after 10 calls, then 20,
+40, up to every 100 (a first choice made while something else briefly held the cores had kept W1
+on one thread, 20.4 ms a step instead of 14.4, through a whole benchmark). One challenger per
+comparison keeps the calls spent on slower variants as few as with two variants: timing all
+three each time made a 2 ms step (W9) 6% slower on a quiet machine and 24% with a busy
+neighbour. Spinning workers must win by SPIN_HANDICAP: where they are within a few percent of
 sleeping ones (the GEMM-bound MLP steps), the benchmark's timed calls ran up to 5% slower than
 the comparison's, beside PyTorch's and JAX's threads in the same process.
 
-Only the model's own calls are timed, wall-clock: what the user waits for. The other variants'
-sessions are created on the third call (a function called once or twice never pays for them)
-and only for graphs of at most ADAPT_MAX_NODES nodes and ADAPT_MAX_BYTES of model and weights (a
-second session of a huge graph costs seconds, and each session holds its own copy of the
-weights). A variant not in use gives its memory arena back after its last timed call of a
-comparison, so it holds no activations while idle; its next call pages that memory in again
-(a quarter of a W3 step) and is not timed, nor is a session's first run, which plans memory.
+Only the model's own calls are timed, wall-clock: what the user waits for. A challenger's
+session is created when its first comparison starts, from the third call on (a function called
+once or twice never pays for one), and only for graphs of at most ADAPT_MAX_NODES nodes and
+ADAPT_MAX_BYTES of model and weights (a second session of a huge graph costs seconds, and each
+session holds its own copy of the weights). The challenger gives its memory arena back after
+its last timed call of a comparison, so an idle variant holds no activations (a choice that
+loses holds its own until its next turn as challenger); the next call of a variant that gave its
+arena back pages that memory in again (a quarter of a W3 step) and is not timed, nor is a
+session's first run, which plans memory.
 """
 from __future__ import annotations
 
@@ -45,7 +50,7 @@ EXPLORE = 3          # timed calls of each variant per comparison
 EXPLOIT = 100        # calls with the winner before comparing again (FIRST_EXPLOIT after the first
 FIRST_EXPLOIT = 10   # comparison, doubling up to EXPLOIT: an early choice made while a burst of other
                      # work ran is revisited soon)
-_LAZY_AT = 2         # calls before the other variants' sessions are made
+_LAZY_AT = 2         # calls before the first challenger's session is made
 SPIN_HANDICAP = 1.1  # spinning workers must be 10% faster to be chosen (see the module's docstring)
 
 
@@ -62,12 +67,14 @@ class AdaptiveSession:
 
     def __init__(self, make: Callable[[int, bool], Any], threads: int) -> None:
         self._make = make
-        self._variants = [Variant(threads, True), Variant(threads, False), Variant(1, False)]
+        # the first choice, then the challengers in turn
+        self._variants = [Variant(threads, False), Variant(1, False), Variant(threads, True)]
         first = self._variants[0]
         self._sessions: dict[Variant, Any] = {first: make(*first)}
         self._cold = {first}       # variants whose next run is untimed: a first run, or one after a shrink
-        self._times: dict[Variant, list[float]] = {v: [] for v in self._variants}
-        self._choice, self._calls, self._left, self._rounds = first, 0, 0, 0
+        self._choice, self._challenger = first, self._variants[1]
+        self._times: dict[Variant, list[float]] = {first: [], self._challenger: []}   # the two compared
+        self._calls, self._left, self._rounds = 0, 0, 0
         self._lock = threading.Lock()         # the bookkeeping, for callers in several threads (runs overlap)
 
     @property
@@ -87,25 +94,31 @@ class AdaptiveSession:
     def _choose(self) -> Variant:
         if self._calls < _LAZY_AT:
             return self._choice
-        for v in self._variants:
-            if v not in self._sessions:
-                self._sessions[v] = self._make(*v)
-                self._cold.add(v)
+        if self._challenger not in self._sessions:
+            self._sessions[self._challenger] = self._make(*self._challenger)
+            self._cold.add(self._challenger)
         if self._left > 0:
             return self._choice
-        if all(len(times) >= EXPLORE for times in self._times.values()):   # all measured: keep the fastest a while
-            self._choice = min(self._variants, key=lambda v: statistics.median(self._times[v])
+        if all(len(times) >= EXPLORE for times in self._times.values()):   # both measured: keep the faster a while
+            self._choice = min(self._times, key=lambda v: statistics.median(self._times[v])
                                * (SPIN_HANDICAP if v.spin else 1))
-            self._times = {v: [] for v in self._variants}
+            self._challenger = self._next_challenger()
+            self._times = {self._choice: [], self._challenger: []}
             self._left = min(EXPLOIT, FIRST_EXPLOIT << self._rounds)
             self._rounds += 1
             return self._choice
-        return min(self._variants, key=lambda v: len(self._times[v]))
+        return min(self._times, key=lambda v: len(self._times[v]))
+
+    def _next_challenger(self) -> Variant:
+        """The other variants in turn (in the order of self._variants, after the last challenger)."""
+        others = [v for v in self._variants if v != self._choice]
+        at = self._variants.index(self._challenger)
+        return next((v for v in others if self._variants.index(v) > at), others[0])
 
     def _timed(self, variant: Variant, run: Callable[..., Any]) -> Any:
         with self._lock:
             comparing = self._left == 0 and self._calls >= _LAZY_AT
-            last = (comparing and variant != self._choice and variant not in self._cold
+            last = (comparing and variant == self._challenger and variant not in self._cold
                     and len(self._times[variant]) == EXPLORE - 1)
         args = []
         if last:                              # the variant not in use: give its arena back after
@@ -120,7 +133,7 @@ class AdaptiveSession:
             self._calls += 1
             if variant in self._cold:
                 self._cold.discard(variant)
-            elif comparing:
+            elif comparing and variant in self._times:    # (a binding made before the round changed)
                 self._times[variant].append(elapsed)
             if last:
                 self._cold.add(variant)
