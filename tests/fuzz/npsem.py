@@ -495,6 +495,38 @@ def adaptive_max_pool(x, out):
     return _adaptive(x, out, np.max)
 
 
+def _linear_taps(n_in: int, n_out: int, align_corners: bool):
+    """torch's linear resampling along one axis: for each output index, the two source indices
+    and the second one's weight (align_corners: the corner samples meet; otherwise pixel centres
+    meet, and a source coordinate below 0 is clamped to 0)."""
+    o = np.arange(n_out, dtype=np.float64)
+    if align_corners:
+        src = o * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+    else:
+        src = np.maximum((o + 0.5) * (n_in / n_out) - 0.5, 0.0)
+    lo = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    return lo, np.minimum(lo + 1, n_in - 1), src - lo
+
+
+def bilinear(x, size, align_corners):
+    """torch.nn.functional.interpolate(x, size, mode="bilinear") on (N, C, H, W): along H, then W."""
+    for axis, n_out in ((2, size[0]), (3, size[1])):
+        lo, hi, w = _linear_taps(x.shape[axis], n_out, align_corners)
+        shape = [1] * x.ndim
+        shape[axis] = n_out
+        w = w.reshape(shape)
+        x = np.take(x, lo, axis) * (1 - w) + np.take(x, hi, axis) * w
+    return x
+
+
+def nearest(x, size):
+    """torch's mode="nearest" to an output size: source index floor(out_index * in / out)."""
+    for axis, n_out in ((2, size[0]), (3, size[1])):
+        n_in = x.shape[axis]
+        x = np.take(x, np.minimum(np.arange(n_out) * n_in // n_out, n_in - 1), axis)
+    return x
+
+
 def pixel_shuffle(x, r):
     n, c, h, w = x.shape
     return x.reshape(n, c // (r * r), r, r, h, w).transpose(0, 1, 4, 2, 5, 3).reshape(n, c // (r * r), h * r, w * r)
@@ -574,6 +606,13 @@ def gru(xs, h, w_ih, w_hh, b_ih, b_hh):
         h = gru_cell(x, h, w_ih, w_hh, b_ih, b_hh)
         ys.append(h)
     return np.stack(ys), h[None]
+
+
+def while_loop(cond, body, value):
+    """jax.lax.while_loop's meaning by a Python loop."""
+    while cond(value):
+        value = body(value)
+    return value
 
 
 def scan_loop(f, init, xs, reverse=False):

@@ -1050,6 +1050,27 @@ def gen_int(g: Gen, x: Value):
                  f"{x.name} * ({np_.format(t=t.name)})", out, x.mag * 6, [x, t])
 
 
+def gen_while(g: Gen, x: Value):
+    """x times (a cast of) a gc.while_loop over int64 carries of a new labels input's shape: each
+    step takes one off the positive counts and adds them up (a triangular number, 0 to 6, per
+    element), as long as any count is left, so the trip count (0 to 3) is the data's. Integer
+    carries keep the float32 and float64 runs on the same trip; x's gradient flows through the
+    product only (the loop is forward-only)."""
+    shape = g.partner(x.shape).shape if g.d.bool() else x.shape
+    if not shape or any(isinstance(d, Sym) and d.k != 1 for d in shape):
+        return None
+    t = g.new_input(shape, kind="labels", classes=4)
+    out = broadcast(x.shape, shape)
+    if out is None or not _fits(out):
+        return None
+    body = "lambda c: (c[0] - F.cast(c[0] > 0, np.int64), c[1] + c[0])"
+    return g.add("while+greater+cast+sub+add+reduce_max+mul",
+                 f"{x.name} * F.cast(gc.while_loop(lambda c: F.any(c[0] > 0), {body}, ({t.name}, {t.name} * 0))[1], "
+                 f"{x.name}.dtype)",
+                 f"{x.name} * N.while_loop(lambda c: np.any(c[0] > 0), lambda c: (c[0] - (c[0] > 0), c[1] + c[0]), "
+                 f"({t.name}, {t.name} * 0))[1]", out, x.mag * 6, [x, t])
+
+
 def gen_recurrent(g: Gen, x: Value):
     """An LSTM or GRU cell on a (N, I) value, or one layer over a (T, N, I) value."""
     if len(x.shape) not in (2, 3) or not is_static(x.shape[:-2] + x.shape[-1:]) or \
@@ -1199,12 +1220,13 @@ def gen_rearrange(g: Gen, x: Value):
 
 
 def gen_spatial(g: Gen, x: Value):
-    """adaptive pooling, nearest upsampling, pixel_shuffle, torch's max_pool options and a
-    scatter on a (N, C, H, W) value (ops/spatial.py, ops/scatter.py)."""
+    """adaptive pooling, nearest upsampling, nearest and bilinear resampling to a drawn size,
+    pixel_shuffle, torch's max_pool options and a scatter on a (N, C, H, W) value (ops/spatial.py,
+    ops/scatter.py)."""
     if len(x.shape) != 4 or not is_static(x.shape[1:]):
         x = g.new_input(g.d.choice(((1, 4, 2, 3), (Sym(1), 2, 3, 3), (2, 1, 4, 4))))
     n, c, h, w = x.shape
-    kind = g.d.int(0, 4)
+    kind = g.d.int(0, 5)
     if kind == 0:
         out = (g.d.int(1, h + 1), g.d.int(1, w + 1))
         fn = g.d.choice(("adaptive_avg_pool", "adaptive_max_pool"))
@@ -1215,6 +1237,17 @@ def gen_spatial(g: Gen, x: Value):
         shape = (n, c, 2 * h, 2 * w)
         return g.add("interpolate", f"F.interpolate({x.name}, scale_factor=2)",
                      f"np.repeat(np.repeat({x.name}, 2, 2), 2, 3)", shape, x.mag, [x]) if _fits(shape) else None
+    if kind == 5:                               # resampling to a drawn size: ops/spatial.py's resize
+        size = (g.d.int(1, 2 * h), g.d.int(1, 2 * w))
+        shape = (n, c) + size
+        if not _fits(shape):
+            return None
+        if g.d.bool():
+            return g.add("interpolate", f"F.interpolate({x.name}, size={size})", f"N.nearest({x.name}, {size})",
+                         shape, x.mag, [x])
+        corners = g.d.bool()
+        return g.add("resize", f"F.interpolate({x.name}, size={size}, mode='bilinear', align_corners={corners})",
+                     f"N.bilinear({x.name}, {size}, {corners})", shape, x.mag, [x])
     if kind == 2 and c % 4 == 0:
         return g.add("pixel_shuffle", f"F.pixel_shuffle({x.name}, 2)", f"N.pixel_shuffle({x.name}, 2)",
                      (n, c // 4, 2 * h, 2 * w), x.mag, [x])
@@ -1308,7 +1341,7 @@ def gen_image(g: Gen, x: Value):
 GENERATORS = [gen_unary, gen_binary, gen_reduce, gen_reshape, gen_dims, gen_getitem, gen_param_activation,
               gen_where, gen_matmul, gen_einsum, gen_take, gen_join, gen_pad_tile, gen_nn, gen_conv, gen_image,
               gen_const, gen_fill, gen_recurrent, gen_int, gen_rearrange, gen_spatial, gen_linalg_loss, gen_order,
-              gen_scan, gen_matrix,
+              gen_scan, gen_matrix, gen_while,
               gen_unary, gen_unary, gen_unary, gen_binary]    # the unary table is long: drawn more often
 
 

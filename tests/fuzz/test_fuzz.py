@@ -42,3 +42,38 @@ def test_scan_programs():
         assert not result.failures, report + program.source("gc")
         assert "scan" in result.ops or result.skipped
     assert len(seen) >= 8, seen    # bodies x directions x outputs drawn
+
+
+def _programs_of(generator, label: str, seeds: int):
+    """Programs of one generator's `label` steps over `seeds` seeds, each checked like the random
+    ones; yields each step's gcompile source."""
+    from .programs import Gen, RandomDraw
+    for seed in range(seeds):
+        g = Gen(RandomDraw(seed))
+        x = g.new_input(g.random_shape())
+        step = next((s for s in g.program.steps if s.op.startswith(label)), None) \
+            if generator(g, x) is not None else None
+        if step is None:
+            continue
+        program = g.program
+        program.outputs = [program.steps[-1].name]
+        result = run_program(program.pruned(), seed)
+        report = "\n".join(f"[{f.check}] {f.message}" for f in result.failures)
+        assert not result.failures, report + program.source("gc")
+        assert label in result.ops or result.skipped
+        yield step.gc
+
+
+def test_while_programs():
+    """gen_while's loops (int64 carries, a trip count drawn by the data) times a float value,
+    through every check."""
+    from .programs import gen_while
+    assert len(list(_programs_of(gen_while, "while", 20))) >= 10
+
+
+def test_resize_programs():
+    """gen_spatial's bilinear resampling to a drawn size (the resize op), with and without
+    align_corners, through every check up to third order."""
+    from .programs import gen_spatial
+    seen = {"align_corners=True" in src for src in _programs_of(gen_spatial, "resize", 120)}
+    assert seen == {False, True}, seen
