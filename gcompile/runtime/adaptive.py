@@ -20,11 +20,13 @@ challenger at a time, a few calls each, in turn one thread, then all cores with 
 workers, then the other again; it keeps the faster and compares again after 10 calls, then 20,
 40, up to every 100 (a first choice made while something else briefly held the cores had kept W1
 on one thread, 20.4 ms a step instead of 14.4, through a whole benchmark). One challenger per
-comparison keeps the calls spent on slower variants as few as with two variants: timing all
-three each time made a 2 ms step (W9) 6% slower on a quiet machine and 24% with a busy
-neighbour. Spinning workers must win by SPIN_HANDICAP: where they are within a few percent of
-sleeping ones (the GEMM-bound MLP steps), the benchmark's timed calls ran up to 5% slower than
-the comparison's, beside PyTorch's and JAX's threads in the same process.
+comparison spends as many calls on slower variants as two variants did. Those calls are what a
+2 ms step (W9) pays for the third variant: 3–12% quiet and 6–10% with a busy neighbour, against
+6% and 24% when all three were timed in every comparison (tools/session_ab.py against the
+sessions before; docs/performance.md). Spinning workers must win by SPIN_HANDICAP: where they
+are within a few percent of sleeping ones (the GEMM-bound MLP steps), the benchmark's timed
+calls ran up to 5% slower than the comparison's, beside PyTorch's and JAX's threads in the same
+process.
 
 Only the model's own calls are timed, wall-clock: what the user waits for. A challenger's
 session is created when its first comparison starts, from the third call on (a function called
