@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 
 from ..errors import GcompileError
+from ..frontend import pytree
 from ..frontend.spec import spec
 from ..frontend.trace import argument_names, trace
 from ..gradients.transforms import value_and_grad
@@ -149,15 +150,20 @@ def export_split_step(loss_fn: Callable, params: dict[str, np.ndarray], optimize
     """The training step of gc.export_train_step (same arguments, same loss and optimizer) as a
     gradient model and an update model; see the module docstring.
 
+    params is a pytree of trainable parameters as for export_train_step (a flat or nested dict, a
+    list, a gc.nn Module); loss_fn receives it rebuilt, and the models and the distributed trainer
+    name each leaf by its dotted path ("layer1.w"). Buffers (BatchNorm's running statistics), which
+    a step replaces rather than descends, need export_train_step.
+
     For data-parallel training the loss must be a mean over the batch's leading axis (the
     distributed trainer averages the shards' gradients weighted by shard size), and the batch
     inputs must have a symbolic leading dim (gc.spec(("batch", ...))) so that shards fit.
     """
     checked = check_params(params, optimizer)
-    if checked.buffers or checked.tree.kind is not dict or any(not c.is_leaf for c in checked.tree.children):
-        raise GcompileError("export_split_step takes params as a flat dict {name: array} of trainable parameters; "
-                            "nested pytrees, gc.nn Modules and buffers (e.g. BatchNorm statistics) need "
-                            "export_train_step for now")
+    if checked.buffers:
+        raise GcompileError(f"export_split_step takes trainable parameters only; buffers "
+                            f"({', '.join(checked.buffers)}: statistics a step replaces, such as BatchNorm's) "
+                            "need export_train_step for now")
     params = checked.values
     batch_names = argument_names(loss_fn, 1 + len(batch_specs))[1:]
     layout = step_layout(checked, optimizer, batch_names)
@@ -167,7 +173,7 @@ def export_split_step(loss_fn: Callable, params: dict[str, np.ndarray], optimize
 
     def gradient_fn(*flat):
         ps, batch = flat[:n_params], flat[n_params:]
-        loss, grads = value_and_grad(lambda *p: loss_fn(dict(zip(layout.params, p)), *batch),
+        loss, grads = value_and_grad(lambda *p: loss_fn(pytree.unflatten(checked.tree, list(p)), *batch),
                                      argnums=tuple(range(n_params)))(*ps)
         return {"loss": loss, **{grad_name(p): g for p, g in zip(layout.params, grads)}}
 

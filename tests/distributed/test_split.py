@@ -82,6 +82,41 @@ def test_a_gradient_name_that_clashes_is_refused():
                           gc.optim.SGD(0.1), x)
 
 
+def test_pytree_params_are_named_by_their_paths():
+    """Nested dicts and gc.nn Modules: loss_fn gets the tree back, the models name each leaf by its
+    dotted path, and the gradients equal the flat dict's (the hand-written ones)."""
+    flat, x, y = problem()
+    nested = {"layer1": {"w": flat["w1"], "b": flat["b1"]}, "layer2": {"w": flat["w2"], "b": flat["b2"]}}
+
+    def nested_loss(p, x, y):
+        h = gc.functions.tanh(x @ p["layer1"]["w"] + p["layer1"]["b"])
+        return gc.functions.mean((h @ p["layer2"]["w"] + p["layer2"]["b"] - y) ** 2)
+    specs = gc.spec(("batch", 3), np.float64), gc.spec(("batch", 2), np.float64)
+    split = export_split_step(nested_loss, nested, gc.optim.SGD(0.1), *specs, provider="cpu")
+    assert split.layout.params == ("layer1.w", "layer1.b", "layer2.w", "layer2.b")
+    by_path = {"layer1.w": flat["w1"], "layer1.b": flat["b1"], "layer2.w": flat["w2"], "layer2.b": flat["b2"]}
+    loss, grads, new = run_split(split, by_path, *split.initial_state(), x, y)
+    want_loss, want = numpy_loss_and_grads(flat, x, y)
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-12)
+    for path, name in zip(split.layout.params, ("w1", "b1", "w2", "b2")):
+        np.testing.assert_allclose(grads[f"{path}.grad"], want[name], rtol=1e-10, atol=1e-14)
+        np.testing.assert_allclose(new[path], flat[name] - 0.1 * want[name], rtol=1e-10, atol=1e-14)
+
+    model = gc.nn.Linear(3, 2, rng=0)                    # a Module: its leaves by attribute path
+    module_split = export_split_step(lambda m, x, y: gc.functions.mean((m(x) - y) ** 2), model, gc.optim.SGD(0.1),
+                                     *specs, provider="cpu")
+    assert module_split.layout.params == ("weight", "bias")
+
+
+def test_buffers_are_refused_with_a_pointer_to_the_fused_step():
+    _, x, y = problem()
+    model = gc.nn.Sequential(gc.nn.Linear(3, 4, rng=0), gc.nn.BatchNorm1d(4))
+    with pytest.raises(GcompileError, match=r"trainable parameters only; buffers \(1\.running_mean.*"
+                                            r"need export_train_step"):
+        export_split_step(lambda m, x, y: gc.functions.mean((m(x) - y[:, :1]) ** 2), model, gc.optim.SGD(0.1),
+                          x, y, provider="cpu")
+
+
 def test_flat_plan_round_trip_and_chunks():
     rng = np.random.default_rng(0)
     arrays = {"a": rng.standard_normal((3, 4)), "b": rng.standard_normal(5).astype(np.float32),
