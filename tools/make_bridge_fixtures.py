@@ -13,7 +13,8 @@ mode, it writes bridge_<name>.onnx and bridge_<name>.npz holding:
   new/<name>      the buffers after the training-mode call (running statistics)
   sgd/<name>      the state_dict after one torch.optim.SGD(lr=0.1) step on L
 The same functions build the models in the test that runs where torch is installed. The CNN's file
-is also copied to examples/data/bridge_cnn.onnx, which the README loads.
+is also copied to examples/data/bridge_cnn.onnx, which the README loads. bridge_dropout holds a
+Linear layer with nn.Dropout (see dropout_fixture).
 """
 from __future__ import annotations
 
@@ -38,6 +39,20 @@ def transformer():
 
 
 MODELS = {"cnn": cnn, "transformer": transformer}
+DROPOUT = 0.3
+
+
+def dropout_fixture(out: str) -> None:
+    """bridge_dropout.onnx/.npz: a Linear layer then nn.Dropout(DROPOUT), in training mode, with
+    x and the eval-mode output y_eval (a training-mode output is random: the test checks its form)."""
+    torch.manual_seed(3)
+    module = torch.nn.Sequential(torch.nn.Linear(6, 500), torch.nn.Dropout(DROPOUT)).train()
+    x = torch.randn(4, 6)
+    gc.from_torch(module, x).save_onnx(os.path.join(out, "bridge_dropout.onnx"))
+    y_eval = module.eval()(x).detach().numpy()
+    np.savez_compressed(os.path.join(out, "bridge_dropout.npz"), x=x.numpy(), y_eval=y_eval,
+                        ratio=np.float32(DROPOUT))
+    print("bridge_dropout: 3 arrays")
 
 
 def reference(build, seed: int):
@@ -84,6 +99,7 @@ def main() -> None:
             gc.from_torch(module, x).save_onnx(os.path.join(ROOT, "examples", "data", "bridge_cnn.onnx"))
         np.savez_compressed(os.path.join(args.out, f"bridge_{name}.npz"), **arrays)
         print(f"bridge_{name}: {len(arrays)} arrays")
+    dropout_fixture(args.out)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ parameters and buffers are exactly the torch module's state_dict entries, in its
 int64 shape constants the exporter adds stay private constants. Calling it inlines the ONNX
 graph with those values, so it differentiates and trains like any gc.nn Module.
 
+Dropout (torch.nn.Dropout layers) follows the module's training mode too: exported as Dropout
+nodes with their ratio, it draws a random mask while the module trains (F.dropout, a new mask
+each call) and is the identity in eval mode. Dropout1d/2d/3d and AlphaDropout export in eval mode,
+as the identity.
+
 BatchNorm follows the module's training mode (the torch module's at export, then train()/eval()):
 in training mode each BatchNormalization of a torch BatchNorm layer normalises with the batch's
 statistics and, in a traced copy (an argument of the traced function, as in a training step),
@@ -74,8 +79,11 @@ def from_torch(module: Any, example_inputs: Any = None, dynamic_batch: bool = Tr
     args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     args = tuple(a if isinstance(a, torch.Tensor) else torch.from_numpy(np.asarray(a)) for a in args)
     dynamic = tuple({0: torch.export.Dim("batch")} if a.ndim else None for a in args) if dynamic_batch else None
-    training = module.training
+    modes = {m: m.training for m in module.modules()}
     module.eval()
+    for m in module.modules():     # each Dropout layer exports as a Dropout node (eval mode drops it)
+        if type(m) is torch.nn.Dropout:
+            m.train()
     try:
         program = torch.onnx.export(module, args, dynamo=True, optimize=False, verbose=False,
                                     dynamic_shapes=dynamic)
@@ -84,7 +92,9 @@ def from_torch(module: Any, example_inputs: Any = None, dynamic_batch: bool = Tr
                             f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}"
                             + (" (try dynamic_batch=False)" if dynamic_batch else "")) from None
     finally:
-        module.train(training)
+        for m, mode in modes.items():
+            m.training = mode
+    training = modes[module]
     return TorchModule(load_onnx(_annotate(program.model_proto, module, training)))
 
 
@@ -160,7 +170,9 @@ class TorchModule(Module):
 
     def forward(self, *inputs: Any) -> Any:
         updates: dict[str, tuple] = {}
-        overrides = {"BatchNormalization": Translator(self._batch_norm(updates))} if self.training else {}
+        overrides = {"Dropout": Translator(self._dropout)}
+        if self.training:
+            overrides["BatchNormalization"] = Translator(self._batch_norm(updates))
         out = self._onnx(*inputs, params=self.state_dict(), overrides=overrides)
         for prefix, (mean, var) in updates.items():
             if isinstance(getattr(self, f"{prefix}.running_mean"), Tensor):
@@ -170,6 +182,15 @@ class TorchModule(Module):
                 if counter in self.__dict__:
                     setattr(self, counter, getattr(self, counter) + 1)
         return out
+
+    def _dropout(self, n, x, ratio=None, training=None):
+        """The translator of torch's Dropout layers (exported in training mode, with their ratio):
+        a random mask while this module trains, the identity in eval mode, as in PyTorch."""
+        p = float(n.known(ratio, "ratio").reshape(-1)[0]) if ratio is not None else 0.5
+        dropping = self.training and p > 0
+        if dropping and n.wants(1):
+            raise n.unsupported("Dropout's mask output in training mode is not supported")
+        return F.dropout(x, p, training=dropping), (F.full(x.shape, 1, np.bool_) if n.wants(1) else None)
 
     def _batch_norm(self, updates: dict):
         """The translator of BatchNormalization in training mode: batch statistics, and the running

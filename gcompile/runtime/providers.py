@@ -102,7 +102,11 @@ def quiet_onnxruntime() -> Iterator[None]:
 # (LowerContext.pad); disabling it keeps `gcompile run` right on other people's models too.
 # MatMulScaleFusion folds a scalar Mul into FusedMatMul's alpha, a float32 attribute: a float64
 # x @ y * scale then carries float32 rounding (1e-8 relative).
-DISABLED_OPTIMIZERS = ["Pad_Fusion", "MatMulScaleFusion"]
+# EliminateDropout, in onnxruntime's inference builds (every pip package), removes any Dropout
+# whose mask is unused and whose output is not a graph output, training_mode or not: F.dropout in
+# a training step after a matmul silently kept every element. An inference-mode Dropout of someone
+# else's model then runs as the copy it is.
+DISABLED_OPTIMIZERS = ["Pad_Fusion", "MatMulScaleFusion", "EliminateDropout"]
 
 
 def session_options(nodes: int | None = None, threads: int | None = None, spin: bool = False):

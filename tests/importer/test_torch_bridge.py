@@ -98,3 +98,30 @@ def test_export_from_a_torch_module_matches_torch():
         np.testing.assert_allclose(y, arrays["y_train"], rtol=1e-4, atol=1e-5)
         for n in model.params:
             np.testing.assert_allclose(grads[n], arrays[f"grad/{n}"], rtol=1e-4, atol=1e-5, err_msg=n)
+
+
+def test_dropout_layers_draw_a_mask_while_training_and_vanish_in_eval():
+    """nn.Dropout exports as a Dropout node: in training mode each element is dropped with the
+    layer's ratio and the rest scaled by 1/(1 - ratio), a new mask each call, the gradient through
+    the same mask; in eval mode the layer is the identity (PyTorch's eval output)."""
+    model = gc.from_torch(DATA / "bridge_dropout.onnx")
+    arrays = dict(np.load(DATA / "bridge_dropout.npz"))
+    x, y_eval, ratio = arrays["x"], arrays["y_eval"], float(arrays["ratio"])
+    assert model.training
+
+    def run(m, x):
+        def loss(x):
+            y = m(x)
+            return F.sum(y), y
+        (_, y), gx = gc.value_and_grad(loss, argnums=0, has_aux=True)(x)
+        return y, gx
+
+    y, gx = gc.jit(run)(model, x)
+    kept = y != 0
+    np.testing.assert_allclose(y[kept], y_eval[kept] / (1 - ratio), rtol=1e-5, atol=1e-6)
+    assert abs((~kept).mean() - ratio) < 0.05                     # 2,000 elements
+    weight = np.asarray(model.params["0.weight"])                 # d sum(y) / dx through the same mask
+    np.testing.assert_allclose(gx, (kept / (1 - ratio)) @ weight, rtol=1e-4, atol=1e-5)
+    again, _ = gc.jit(run)(model, x)
+    assert np.any((again != 0) != kept)                           # a new mask each call
+    np.testing.assert_allclose(gc.jit(lambda m, x: m(x))(model.eval(), x), y_eval, rtol=1e-5, atol=1e-6)

@@ -356,6 +356,17 @@ def test_dropout_training_through_onnxruntime(dtype, ratio, seed):
     assert abs((y2 != 0).mean() - (1 - ratio)) < 0.03
 
 
+def test_dropout_inside_a_graph_is_kept_by_onnxruntime():
+    """onnxruntime's EliminateDropout (in its inference builds) removes a Dropout whose output is
+    not a graph output even in training mode; gcompile's sessions disable it. Here the dropout sits
+    between a product and an exp, as in a training step."""
+    x = rand(64, 64, lo=1, hi=2)
+    cf = gc.compile(lambda x: F.exp(F.dropout(x @ np.eye(64, dtype=np.float32), 0.3, training=True)), x,
+                    provider="cpu")
+    dropped = np.asarray(cf(x)) == 1                     # exp(0): every dropped element; kept ones are > e
+    assert abs(dropped.mean() - 0.3) < 0.03
+
+
 def test_dropout_reference_mask_follows_the_seed():
     x = rand(8, 8, lo=1, hi=2)
     y1 = run_ref(lambda x: F.dropout(x, 0.25, training=True, seed=7), [x])[0]
