@@ -80,11 +80,6 @@ class AdaptiveSession:
         self._lock = threading.Lock()         # the bookkeeping, for callers in several threads (runs overlap)
 
     @property
-    def threads(self) -> int:
-        """The thread count the next call will use."""
-        return self._next().threads
-
-    @property
     def variant(self) -> Variant:
         """The variant the next call will use."""
         return self._next()
@@ -123,7 +118,7 @@ class AdaptiveSession:
             last = (comparing and variant == self._challenger and variant not in self._cold
                     and len(self._times[variant]) == EXPLORE - 1)
         args = []
-        if last:                              # the variant not in use: give its arena back after
+        if last:                              # the challenger's last timed call: give its arena back after
             import onnxruntime as ort
             options = ort.RunOptions()
             options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")

@@ -144,7 +144,7 @@ def _read_metadata(gradient: onnx.ModelProto, update: onnx.ModelProto, source: s
     return layout, pair
 
 
-def export_split_step(loss_fn: Callable, params: dict[str, np.ndarray], optimizer: Optimizer, *batch_specs: Any,
+def export_split_step(loss_fn: Callable, params: Any, optimizer: Optimizer, *batch_specs: Any,
                       provider: str = "auto", opset: int | None = None, optimize: int = 2,
                       name: str = "train_step") -> SplitStep:
     """The training step of gc.export_train_step (same arguments, same loss and optimizer) as a

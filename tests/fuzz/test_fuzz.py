@@ -23,27 +23,6 @@ def test_random_programs(data, seed):
         raise AssertionError(f"{report}\n\n{program.source('gc')}\n{program.source('np')}\ninputs: {program.inputs}")
 
 
-def test_scan_programs():
-    """gen_scan's loops (every body, forward and reversed, over a static and a symbolic axis,
-    giving the final carry or the stacked outputs) through every check, up to third order."""
-    from .programs import Gen, RandomDraw, gen_scan
-    seen = set()
-    for seed in range(40):
-        g = Gen(RandomDraw(seed))
-        x = g.new_input(g.random_shape())
-        if gen_scan(g, x) is None:
-            continue
-        program = g.program
-        program.outputs = [program.steps[-1].name]
-        step = next(s for s in program.steps if s.op.startswith("scan"))
-        seen.add((step.gc.split("lambda c, t: (")[1].split(",")[0], "reverse=True" in step.gc, step.gc[-3:]))
-        result = run_program(program.pruned(), seed)
-        report = "\n".join(f"[{f.check}] {f.message}" for f in result.failures)
-        assert not result.failures, report + program.source("gc")
-        assert "scan" in result.ops or result.skipped
-    assert len(seen) >= 8, seen    # bodies x directions x outputs drawn
-
-
 def _programs_of(generator, label: str, seeds: int):
     """Programs of one generator's `label` steps over `seeds` seeds, each checked like the random
     ones; yields each step's gcompile source."""
@@ -62,6 +41,15 @@ def _programs_of(generator, label: str, seeds: int):
         assert not result.failures, report + program.source("gc")
         assert label in result.ops or result.skipped
         yield step.gc
+
+
+def test_scan_programs():
+    """gen_scan's loops (every body, forward and reversed, over a static and a symbolic axis,
+    giving the final carry or the stacked outputs) through every check, up to third order."""
+    from .programs import gen_scan
+    seen = {(src.split("lambda c, t: (")[1].split(",")[0], "reverse=True" in src, src[-3:])
+            for src in _programs_of(gen_scan, "scan", 40)}
+    assert len(seen) >= 8, seen    # bodies x directions x outputs drawn
 
 
 def test_while_programs():
