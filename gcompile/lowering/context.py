@@ -156,11 +156,13 @@ class LowerContext:
         rank = len(begins)
         return self.emit("Pad", [x, self.int64s([*begins, *ends]), fill, self.int64s(range(rank))], mode=mode)
 
+    # A Slice end for a negative step that means "past the first element".
+    INT64_MIN = -(2 ** 63)
+
     def reverse(self, x: str, axes: Sequence[int]) -> str:
-        """x with each of `axes` in reverse order: a Slice from the last element down (its end, the
-        lowest int64, is ONNX's spelling of "past the first element" for a negative step)."""
+        """x with each of `axes` in reverse order: a Slice from the last element down to INT64_MIN."""
         n = len(axes)
-        return self.emit("Slice", [x, self.int64s([-1] * n), self.int64s([-(2 ** 63)] * n), self.int64s(axes),
+        return self.emit("Slice", [x, self.int64s([-1] * n), self.int64s([self.INT64_MIN] * n), self.int64s(axes),
                                    self.int64s([-1] * n)])
 
     def is_read(self, node: Node, index: int) -> bool:

@@ -25,8 +25,6 @@ from .shape_rules import broadcast_shapes, normalize_axis
 __all__ = ["concat", "embedding", "getitem", "pad", "scatter_add", "scatter_add_along_axis", "split", "stack", "take",
            "take_along_axis", "tile"]
 
-_INT64_MIN = -(2 ** 63)
-
 
 def _require_static(dim, what: str, axis: int) -> int:
     if not isinstance(dim, int):
@@ -74,7 +72,7 @@ def _slice_infer(types, axes, starts, ends, steps):
 
 def _lower_slice(ctx, names, node):
     a = node.attrs
-    ends = [e if e >= 0 else _INT64_MIN for e in a["ends"]]
+    ends = [e if e >= 0 else ctx.INT64_MIN for e in a["ends"]]
     return ctx.emit("Slice", [names[0], ctx.int64s(a["starts"]), ctx.int64s(ends), ctx.int64s(a["axes"]),
                               ctx.int64s(a["steps"])])
 
