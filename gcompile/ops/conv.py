@@ -373,8 +373,8 @@ def _depthwise_weight_grad(ctx, names, node, batch: int):
     reach = _out_sizes(x_type.shape[2:], out, a["dilation"], a["pad"], a["stride"])
     if tuple(reach) != tuple(kernel):    # the positions past the kernel (a strided forward's leftover)
         gw = ctx.emit("Slice", [gw, ctx.int64s([0] * nsp), ctx.int64s(kernel), ctx.int64s(range(2, 2 + nsp))])
-    gw = ctx.emit("ReduceSum", [ctx.emit("Reshape", [gw, ctx.int64s([batch, co, *kernel])]), ctx.int64s([0])],
-                  keepdims=0)
+    gw = ctx.reduce("ReduceSum", ctx.emit("Reshape", [gw, ctx.int64s([batch, co, *kernel])]),
+                    tensor_type(x_type.dtype, (batch, co, *kernel)), [0], False)
     return ctx.emit("Reshape", [gw, ctx.int64s([co, 1, *kernel])])
 
 
@@ -428,15 +428,17 @@ def _lower_conv_weight_grad(ctx, names, node):
         cols = ctx.emit("Reshape", [cols, per_group])                                # (chunks, G, Ci, K)
         cols = ctx.emit("Transpose", [cols], perm=[*range(rank - 2), rank - 1, rank - 2])
         gw = ctx.emit("MatMul", [g, cols])                                            # (chunks, G, Co/G, Ci)
-        parts.append(ctx.emit("Reshape", [gw, ctx.int64s([0] * len(stack) + [co, ci, 1])]))
-    gw = ctx.emit("Concat", parts, axis=rank - 1) if len(parts) > 1 else parts[0]    # (chunks, Co, Ci, T)
+        parts.append(ctx.emit("Reshape", [gw, ctx.int64s([1] + [-1] * len(stack) + [co, ci])]))
+    gw = ctx.emit("Concat", parts, axis=0) if len(parts) > 1 else parts[0]            # (T, chunks, Co, Ci)
     if stack:
-        gw = ctx.emit("ReduceSum", [gw, ctx.int64s([0])], keepdims=0)
+        taps = math.prod(kernel)
+        gw = ctx.reduce("ReduceSum", gw, tensor_type(x_type.dtype, (taps, chunks or batch, co, ci)), [1], False)
     elif not nonempty:
         # onnxruntime's FusedMatMul leaves its output unwritten for an empty contraction (an empty
         # batch gave the arena's leftovers, 1e19), where the sum is zeros
         has_images = ctx.emit("Greater", [ctx.shape_tensor((batch,)), ctx.int64s([0])])
         gw = ctx.emit("Where", [has_images, gw, ctx.const(np.zeros((), x_type.dtype))])
+    gw = ctx.emit("Transpose", [gw], perm=[1, 2, 0])                                 # (Co, Ci, T)
     return ctx.emit("Reshape", [gw, ctx.int64s([co, ci, *kernel])])
 
 

@@ -25,7 +25,10 @@ def _reduce_infer(types, axes, keepdims):
 
 def _lower_reduce(onnx_op):
     def lower(ctx, names, node):
-        return ctx.emit(onnx_op, [names[0], ctx.int64s(node.attrs["axes"])], keepdims=int(node.attrs["keepdims"]))
+        a = node.attrs
+        if onnx_op in ("ReduceSum", "ReduceMean"):
+            return ctx.reduce(onnx_op, names[0], ctx.graph.type_of(node.inputs[0]), a["axes"], a["keepdims"])
+        return ctx.emit(onnx_op, [names[0], ctx.int64s(a["axes"])], keepdims=int(a["keepdims"]))
     return lower
 
 

@@ -82,6 +82,37 @@ def test_reductions_over_a_symbolic_axis():
             np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sums_over_leading_axes_are_a_product_with_ones(dtype):
+    """A float sum or mean over leading axes (size-1 axes aside) is lowered as a row of ones times
+    the rows (onnxruntime's ReduceSum of few long rows is slow): the values, infinities and NaN
+    as numpy's, keepdims, size-1 axes between and after, and an empty kept axis; a reduction
+    with a kept axis before a reduced one stays a ReduceSum."""
+    x = rand(4, 1, 3, 5, seed=4, dtype=dtype)
+    x[0, 0, 0, 0], x[1, 0, 0, 0] = np.inf, -np.inf          # inf + -inf: NaN
+    x[2, 0, 1, 1], x[3, 0, 2, 2] = np.nan, np.inf
+    empty = np.zeros((3, 0, 2), dtype)
+    fns = lambda x, e: (F.sum(x, 0), F.mean(x, (0, 1), keepdims=True), F.sum(x, (0, 2)),     # noqa: E731
+                        F.mean(x, (0, 1, 2)), F.sum(e, 0), F.sum(x, (0, 3)))
+    expected = [x.sum(0), x.mean((0, 1), keepdims=True), x.sum((0, 2)), x.mean((0, 1, 2)), empty.sum(0),
+                x.sum((0, 3))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)      # numpy's inf - inf
+        check_forward(fns, [x, empty], expected, rtol=1e-6, atol=1e-6)
+    ops = [n.op_type for n in gc.compile(fns, x, empty, provider="cpu").model.graph.node]
+    # three products: each mean shares its sum's (the same rows), merged with the repeated nodes
+    assert ops.count("MatMul") == 3 and ops.count("ReduceSum") == 1
+
+
+def test_a_leading_axis_sum_with_a_symbolic_kept_axis():
+    cf = gc.compile(lambda x: (F.sum(x, 0), F.mean(x, 0, keepdims=True)), gc.spec((3, "n")), provider="cpu")
+    for n in (0, 1, 6):
+        x = rand(3, n, seed=n)
+        got = cf(x)
+        np.testing.assert_allclose(got[0], x.sum(0), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(got[1], x.mean(0, keepdims=True), rtol=1e-6, atol=1e-6)
+
+
 def test_logsumexp_is_stable_for_large_values():
     x = np.array([[1000.0, 1001.0, 999.0], [-1000.0, -1001.0, -1002.0]], np.float32)
     expected = np_logsumexp(x, 1, False).astype(np.float32)
