@@ -179,7 +179,9 @@ class LowerContext:
             return self.emit(op_type, [x, self.int64s(axes)], keepdims=int(keepdims))
         out_shape = [1 if a in axes else d for a, d in enumerate(shape) if keepdims or a not in axes]
         flat = self.emit("Reshape", [x, self.int64s([rows, -1])])
-        y = self.emit("MatMul", [self.const(np.ones((1, rows), t.dtype)), flat])
+        one = helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), [1], [1])
+        ones = self.emit("ConstantOfShape", [self.int64s([1, rows])], value=one)    # made at load, not stored
+        y = self.emit("MatMul", [ones, flat])
         if op_type == "ReduceMean":
             y = self.emit("Div", [y, self.const(np.asarray(rows, t.dtype))])
         return self.emit("Reshape", [y, self.shape_tensor(out_shape)], allowzero=1)   # a 0 is an empty dim
