@@ -2,11 +2,14 @@
 
 x+0, x-0, x*1, x/1, -(-x), transpose∘transpose, reshape∘reshape, ops that are no-ops on their
 operand's type (Trait.NOOP_IF_SAME_TYPE: reshape, expand, cast, identity, stop_gradient, one-term
-add_n), where with a constant condition, a sum of zero-padded pieces that tile an axis (the
+add_n), x**1, x**2 as x*x, where with a constant condition, a sum of zero-padded pieces that tile an axis (the
 gradient of splitting a tensor) as their concat, and an expand feeding an op that broadcasts
 anyway (Trait.BROADCASTS; a bias gradient's VJP, fed to a sum). A rewrite only applies when the
 surviving value has exactly the node's type (dtype and shape), so broadcasting is never lost.
-(x*0 and x-x are not rewritten: they are not 0 when x is Inf or NaN.)
+(x*0 and x-x are not rewritten: they are not 0 when x is Inf or NaN.) x**1 is what the gradient
+of a square leaves (2·x**1), and ONNX Runtime's Pow calls pow() per element for most exponents:
+11.6 ms for a million elements with one thread. x**2 and x*x round once each, to the same value
+(0.35 ms as a Pow, 0.15 as a Mul).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from .base import PassResult, replace_uses
 
 
 def _constant_equal_to(graph: Graph, ref: ValueRef, value: float) -> bool:
-    """Whether `ref` is `value` (0 or 1) everywhere: a constant or fill, possibly reshaped, broadcast or
+    """Whether `ref` is `value` (0, 1 or 2) everywhere: a constant or fill, possibly reshaped, broadcast or
     cast (as the ones a gradient seed leaves behind): Trait.ELEMENT_COPY."""
     node = graph.nodes[ref.node]
     while has_trait(node.op, Trait.ELEMENT_COPY):
@@ -53,7 +56,7 @@ def _passthrough(graph: Graph, node: Node) -> ValueRef | None:
         return _neutral_operand(graph, node, 0, (1,))
     if op == "mul":
         return _neutral_operand(graph, node, 1, (0, 1))
-    if op == "div":
+    if op in ("div", "pow"):
         return _neutral_operand(graph, node, 1, (1,))
     if has_trait(op, Trait.NOOP_IF_SAME_TYPE) and len(node.inputs) == 1:
         return node.inputs[0] if _same_type(graph, node.inputs[0], node) else None
@@ -126,6 +129,16 @@ def _drop_broadcast_expands(graph: Graph, node: Node) -> bool:
     return True
 
 
+def _square_as_product(graph: Graph, node: Node) -> bool:
+    """pow(x, 2) -> mul(x, x) where the exponent is the constant 2 and x has the output's type."""
+    if node.op != "pow" or not _constant_equal_to(graph, node.inputs[1], 2) \
+            or not _same_type(graph, node.inputs[0], node):
+        return False
+    graph.replace_inputs(node, [node.inputs[0], node.inputs[0]])
+    node.op, node.attrs = "mul", {}
+    return True
+
+
 def simplify(graph: Graph) -> PassResult:
     changed = False
     for node in graph.topo_order():
@@ -136,7 +149,8 @@ def simplify(graph: Graph) -> PassResult:
             graph.replace_inputs(node, tiling[1])
             node.op, node.attrs = "concat", {"axis": tiling[0]}
             changed = True
-        changed |= _fuse_with_producer(graph, node) | _drop_broadcast_expands(graph, node)
+        changed |= _fuse_with_producer(graph, node) | _drop_broadcast_expands(graph, node) \
+            | _square_as_product(graph, node)
         replacement: ValueRef | None
         if node.op == "transpose" and node.attrs["perm"] == tuple(range(len(node.attrs["perm"]))):
             replacement = node.inputs[0]

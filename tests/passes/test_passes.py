@@ -146,6 +146,7 @@ def test_fold_stores_no_weight_twice():
     (lambda x: F.transpose(F.transpose(x, (1, 0)), (1, 0)), {"transpose"}),
     (lambda x: F.reshape(F.reshape(x, (12,)), (2, 6)), set()),
     (lambda x: F.identity(F.stop_gradient(x)), {"identity", "stop_gradient"}),
+    (lambda x: x ** 1 + x ** 2, {"pow"}),
 ])
 def test_simplify_identities(fn, gone):
     graph = _graph(fn, X)
@@ -220,6 +221,22 @@ def test_simplify_does_not_touch_nan_unsafe_patterns():
     optimize(graph, 2)
     inf = np.full((3, 4), np.inf)
     assert np.isnan(evaluate(graph, [inf])[0]).all()
+
+
+def test_the_gradient_of_a_square_has_no_power_left():
+    """d(x**2) = 2·x**1: x**1 is x and x**2 is x*x (onnxruntime's Pow calls pow() per element),
+    with the values of Pow at the edges: -0, ±inf, NaN, huge values that overflow."""
+    x = np.array([[0.0, -0.0, 1.5, -2.0], [np.inf, -np.inf, np.nan, 3e200], [1e-200, -7.0, 2.0, 0.5]])
+    fn = lambda x: (x ** 2, gc.grad(F.sum(x ** 2 * 3), [x])[0], x ** 1)     # noqa: E731
+    graph = _graph(fn, x)
+    optimize(graph, 2)
+    assert "pow" not in _ops(graph)
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = [np.power(x, 2), 6 * np.power(x, 1), x]
+    for got, want in zip(evaluate(graph, [x]), expected):
+        np.testing.assert_array_equal(got, want)
+    onnx_ops = [n.op_type for n in gc.compile(fn, x.astype(np.float32), provider="cpu").model.graph.node]
+    assert "Pow" not in onnx_ops
 
 
 def test_optimize_shrinks_gradient_graphs_and_keeps_values():
