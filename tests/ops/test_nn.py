@@ -65,6 +65,27 @@ def test_softmax_symbolic_batch_and_large_logits():
                   specs=[gc.spec(("batch", 3))])
 
 
+def test_softmax_over_a_middle_axis_is_written_out_and_agrees_with_onnx_softmax():
+    """Over a middle axis softmax is its own ops (onnxruntime's Softmax moves the axis last and
+    back); its values are the native op's over the last axis of the transposed input, with large
+    logits, a fully masked (-inf) column, +inf (NaN, as the native op gives) and NaN; a trailing
+    axis of size 1 keeps the native op."""
+    x = rand(2, 4, 3, 5, lo=-5, hi=5, dtype=np.float32)
+    x[0, :, 0, 0] = [1000.0, 0.0, -1000.0, 5.0]
+    x[0, :, 1, 1] = -np.inf
+    x[1, 2, 0, 0], x[1, 1, 1, 1] = np.inf, np.nan
+    moved = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    native = gc.compile(lambda m: (F.softmax(m, -1), F.log_softmax(m, -1)), moved, provider="cpu")(moved)
+    fn = lambda x: (F.softmax(x, 1), F.log_softmax(x, 1))        # noqa: E731
+    got = gc.compile(fn, x, provider="cpu")(x)
+    for g, n in zip(got, native):
+        np.testing.assert_allclose(g, np.moveaxis(n, -1, 1), rtol=1e-5, atol=1e-6)
+    assert not {"Softmax", "LogSoftmax"} & {n.op_type for n in gc.compile(fn, x, provider="cpu").model.graph.node}
+    column = rand(3, 4, 1, lo=-5, hi=5, dtype=np.float32)
+    ops = [n.op_type for n in gc.compile(lambda c: F.softmax(c, 1), column, provider="cpu").model.graph.node]
+    assert "Softmax" in ops
+
+
 @pytest.mark.parametrize("axis", [-1, 1])
 def test_softmax_grads_to_third_order(axis):
     x = rand(2, 3, 4)
