@@ -175,6 +175,22 @@ def attention(q, k, v, mask=None, causal=False, scale=None):
 QKV = [rand(2, 4, 3), rand(2, 5, 3), rand(2, 5, 2)]
 
 
+def test_a_mask_known_when_tracing_is_added_not_selected():
+    """is_causal (or a numpy mask) adds 0 / -inf to the scores, as torch's reference does: no
+    Where in the step, forward or backward; a masked score of +inf gives NaN there as in torch."""
+    q, k, v = (a.astype(np.float32) for a in QKV)
+    step = lambda q, k, v: gc.grad(F.sum(F.scaled_dot_product_attention(q, k, v, is_causal=True) ** 2),  # noqa: E731
+                                   [q, k, v])
+    assert "Where" not in {n.op_type for n in gc.compile(step, q, k, v, provider="cpu").model.graph.node}
+    big = q.copy()
+    big[0, 0] = np.inf               # row 0's scores: ±inf, +inf at some masked keys
+    y = gc.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), big, k, v,
+                   provider="cpu")(big, k, v)
+    s = big[0, 0] @ k[0].T / np.sqrt(3) + np.where(np.arange(5) <= 0, 0, -np.inf)     # torch's reference: inf - inf
+    assert np.isnan(s).any() and np.isnan(y[0, 0]).all()
+    assert np.isfinite(y[1]).all() and np.isfinite(y[0, 1:]).all()
+
+
 def test_scaled_dot_product_attention():
     mask = RNG.random((4, 5)) > 0.4
     mask[2] = False                                        # a row with nothing to attend to gives zeros
