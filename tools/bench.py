@@ -13,7 +13,10 @@ before and after passes, build latency, and compile-time scaling on deep MLPs.
 
 Workloads W1-W6 (and W1f) are the six the project tuned; W7-W10 are of the same kinds, not tuned
 for: a residual CNN with training-mode batch norm, an LSTM step, force matching (second order
-through SiLU), attention at sequence length 1024.
+through SiLU), attention at sequence length 1024. W11-W13 are kinds added when profiling other
+models found onnxruntime kernels to route around: a segmentation step (softmax over channels),
+a causal language-model step (a causal mask, attention dropout), a pair potential (softplus,
+forces, second order).
 """
 from __future__ import annotations
 
@@ -254,16 +257,99 @@ def w10_setup():
     return w3_setup(d=128, heads=4, ff=512, seq=1024, batch=2)
 
 
+SEGMENTATION = dict(batch=8, size=128, classes=4)
+
+
+def w11_setup():
+    """A segmentation step: conv, average pooling, a second conv, bilinear upsampling, the skip
+    joined on channels, per-pixel classes by a 1x1 conv, cross-entropy over the channel axis."""
+    b, size, classes = (SEGMENTATION[k] for k in ("batch", "size", "classes"))
+    ps = [_param(16, 3, 3, 3, scale=0.3), np.zeros(16, np.float32), _param(32, 16, 3, 3, scale=0.1),
+          np.zeros(32, np.float32), _param(classes, 48, 1, 1, scale=0.1), np.zeros(classes, np.float32)]
+    x = RNG.standard_normal((b, 3, size, size)).astype(np.float32)
+    t = RNG.integers(0, classes, (b, size, size)).astype(np.int64)
+
+    def step(x, t, *ps):
+        h1 = F.relu(F.conv(x, ps[0], ps[1], pad=1))
+        h2 = F.relu(F.conv(F.avg_pool(h1, 2), ps[2], ps[3], pad=1))
+        up = F.interpolate(h2, scale_factor=2, mode="bilinear")
+        value = F.softmax_cross_entropy(F.conv(F.concat([h1, up], 1), ps[4], ps[5]), t, axis=1)
+        return value, gc.grad(value, list(ps))
+
+    return step, None, [x, t, *ps]
+
+
+CAUSAL = dict(batch=8, seq=256, width=256, heads=8, vocab=1000, dropout=0.1)
+
+
+def w12_setup():
+    """A causal language-model step: layer norm, causal self-attention with dropout on the
+    attention weights, a residual, the vocabulary read-out and cross-entropy."""
+    b, s, d, vocab = (CAUSAL[k] for k in ("batch", "seq", "width", "vocab"))
+    heads, p = CAUSAL["heads"], CAUSAL["dropout"]
+    ps = [np.ones(d, np.float32), np.zeros(d, np.float32), _param(d, 3 * d), _param(d, d), _param(d, vocab)]
+    x = RNG.standard_normal((b, s, d)).astype(np.float32)
+    t = RNG.integers(0, vocab, (b, s)).astype(np.int64)
+
+    def step(x, t, *ps):
+        q, k, v = F.split(F.layer_norm(x, ps[0], ps[1]) @ ps[2], 3, -1)
+        heads_of = lambda u: F.transpose(F.reshape(u, (b, s, heads, d // heads)), (0, 2, 1, 3))  # noqa: E731
+        a = F.scaled_dot_product_attention(heads_of(q), heads_of(k), heads_of(v), is_causal=True, dropout_p=p,
+                                           training=True)
+        h = x + F.reshape(F.transpose(a, (0, 2, 1, 3)), (b, s, d)) @ ps[3]
+        value = F.softmax_cross_entropy(h @ ps[4], t)
+        return value, gc.grad(value, list(ps))
+
+    return step, None, [x, t, *ps]
+
+
+PAIRS = dict(batch=8, atoms=64, basis=16, width=32)
+
+
+def _pair_energy(r, ps, centers, softplus, np_like):
+    """The energy of each configuration (B, atoms, 3): a softplus MLP of Gaussian features of every
+    pairwise distance, summed (in any system's ops: np_like is its numpy)."""
+    d = np_like.sqrt(np_like.sum((r[:, :, None, :] - r[:, None, :, :]) ** 2, -1) + 1e-6)
+    h = softplus(np_like.exp(-(d[..., None] - centers) ** 2) @ ps[0] + ps[1]) @ ps[2] + ps[3]
+    return np_like.sum(h, (1, 2, 3))
+
+
+def w13_setup():
+    """A pair-potential step: energies from all pairwise distances through a softplus MLP, forces =
+    -dE/dr, a loss on both, its gradient with respect to the parameters (second order)."""
+    b, atoms, basis, width = (PAIRS[k] for k in ("batch", "atoms", "basis", "width"))
+    ps = [_param(basis, width, scale=0.3), np.zeros(width, np.float32), _param(width, 1, scale=0.3),
+          np.zeros(1, np.float32)]
+    r = (RNG.standard_normal((b, atoms, 3)) * 2).astype(np.float32)
+    e_ref = RNG.standard_normal(b).astype(np.float32)
+    f_ref = RNG.standard_normal((b, atoms, 3)).astype(np.float32)
+    centers = _pair_centers()
+
+    def step(r, e_ref, f_ref, *ps):
+        energy = _pair_energy(r, ps, centers, F.softplus, F)
+        forces = -gc.grad(F.sum(energy), [r])[0]
+        value = F.mse(energy, e_ref) + F.mse(forces, f_ref)
+        return value, gc.grad(value, list(ps))
+
+    return step, None, [r, e_ref, f_ref, *ps]
+
+
+def _pair_centers():
+    return np.linspace(0.5, 5, PAIRS["basis"]).astype(np.float32)
+
+
 WORKLOADS = {
     "W1": ("mlp-step", w1_setup), "W2": ("cnn-step", w2_setup), "W3": ("transformer-step", w3_setup),
     "W4": ("wgan-gp", w4_setup), "W5": ("pinn", w5_setup), "W6": ("mlp-hvp", w6_setup),
     "W1f": ("mlp-forward", w1_forward_setup),
     "W7": ("resnet-bn-step", w7_setup), "W8": ("lstm-step", w8_setup), "W9": ("force-matching", w9_setup),
     "W10": ("attention-1k", w10_setup),
+    "W11": ("segmentation-step", w11_setup), "W12": ("causal-lm-step", w12_setup), "W13": ("pair-potential", w13_setup),
     **LOOP_WORKLOADS,
 }
 SIX = "W1,W2,W3,W4,W5,W6,W1f"
 BEYOND = "W7,W8,W9,W10"
+LATER = "W11,W12,W13"   # written after the profile of other kinds found onnxruntime kernels to avoid
 
 
 # -- reference implementations -----------------------------------------------------------------------
@@ -381,8 +467,45 @@ def torch_workloads():
             return torch.autograd.grad(loss, ps)
         return run
 
+    def w11(args):
+        x, t, ps = T(args[0]), T(args[1]), params(args[2:])
+        nnf = torch.nn.functional
+
+        def run():
+            h1 = torch.relu(nnf.conv2d(x, ps[0], ps[1], padding=1))
+            h2 = torch.relu(nnf.conv2d(nnf.avg_pool2d(h1, 2), ps[2], ps[3], padding=1))
+            up = nnf.interpolate(h2, scale_factor=2, mode="bilinear", align_corners=False)
+            logits = nnf.conv2d(torch.cat([h1, up], 1), ps[4], ps[5])
+            return torch.autograd.grad(nnf.cross_entropy(logits, t), ps)
+        return run
+
+    def w12(args):
+        x, t, ps = T(args[0]), T(args[1]), params(args[2:])
+        nnf = torch.nn.functional
+        b, s, d = x.shape
+        heads = CAUSAL["heads"]
+
+        def run():
+            q, k, v = (nnf.layer_norm(x, (d,), ps[0], ps[1]) @ ps[2]).split(d, -1)
+            q, k, v = (u.reshape(b, s, heads, d // heads).transpose(1, 2) for u in (q, k, v))
+            a = nnf.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=CAUSAL["dropout"])
+            h = x + a.transpose(1, 2).reshape(b, s, d) @ ps[3]
+            return torch.autograd.grad(nnf.cross_entropy((h @ ps[4]).reshape(b * s, -1), t.reshape(-1)), ps)
+        return run
+
+    def w13(args):
+        e_ref, f_ref, ps, centers = T(args[1]), T(args[2]), params(args[3:]), T(_pair_centers())
+
+        def run():
+            r = T(args[0]).requires_grad_(True)
+            energy = _pair_energy(r, ps, centers, torch.nn.functional.softplus, torch)
+            forces = -torch.autograd.grad(energy.sum(), [r], create_graph=True)[0]
+            loss = ((energy - e_ref) ** 2).mean() + ((forces - f_ref) ** 2).mean()
+            return torch.autograd.grad(loss, ps)
+        return run
+
     return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f,
-            "W7": w7, "W8": w8, "W9": w9, "W10": w3, **torch_loop_workloads()}
+            "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13, **torch_loop_workloads()}
 
 
 def jax_workloads():
@@ -511,8 +634,54 @@ def jax_workloads():
             return jnp.mean((energy(x) - e_ref) ** 2) + jnp.mean((-gx - f_ref) ** 2)
         return block(jax.jit(jax.grad(loss)), ps, x, e_ref, f_ref)
 
+    def w11(args):
+        x, t, ps = args[0], args[1], list(args[2:])
+
+        def conv(h, w, b, pad):
+            y = jax.lax.conv_general_dilated(h, w, (1, 1), ((pad, pad), (pad, pad)))
+            return y + b[None, :, None, None]
+
+        def loss(ps, x, t):
+            h1 = jax.nn.relu(conv(x, ps[0], ps[1], 1))
+            pooled = jax.lax.reduce_window(h1, 0.0, jax.lax.add, (1, 1, 2, 2), (1, 1, 2, 2), "VALID") / 4
+            h2 = jax.nn.relu(conv(pooled, ps[2], ps[3], 1))
+            up = jax.image.resize(h2, h2.shape[:2] + h1.shape[2:], "bilinear")
+            logp = jax.nn.log_softmax(conv(jnp.concatenate([h1, up], 1), ps[4], ps[5], 0), axis=1)
+            return -jnp.mean(jnp.take_along_axis(logp, t[:, None], 1))
+        return block(jax.jit(jax.grad(loss)), ps, x, t)
+
+    def w12(args):
+        x, t, ps = args[0], args[1], list(args[2:])
+        b, s, d = x.shape
+        heads, p = CAUSAL["heads"], CAUSAL["dropout"]
+        causal = np.tril(np.ones((s, s), bool))
+
+        def ln(h, g, be):
+            m = h.mean(-1, keepdims=True)
+            return (h - m) / jnp.sqrt(((h - m) ** 2).mean(-1, keepdims=True) + 1e-5) * g + be
+
+        def loss(ps, x, t, key):
+            q, k, v = jnp.split(ln(x, ps[0], ps[1]) @ ps[2], 3, -1)
+            q, k, v = (u.reshape(b, s, heads, d // heads).transpose(0, 2, 1, 3) for u in (q, k, v))
+            att = jax.nn.softmax(jnp.where(causal, q @ k.transpose(0, 1, 3, 2) / np.sqrt(d // heads), -jnp.inf), -1)
+            att = jnp.where(jax.random.bernoulli(key, 1 - p, att.shape), att / (1 - p), 0)
+            h = x + (att @ v).transpose(0, 2, 1, 3).reshape(b, s, d) @ ps[3]
+            return ce((h @ ps[4]).reshape(b * s, -1), t.reshape(-1))
+        return block(jax.jit(jax.grad(loss)), ps, x, t, jax.random.PRNGKey(0))
+
+    def w13(args):
+        r, e_ref, f_ref, ps = args[0], args[1], args[2], list(args[3:])
+        centers = _pair_centers()
+
+        def loss(ps, r, e_ref, f_ref):
+            def energy(r):
+                return _pair_energy(r, ps, centers, jax.nn.softplus, jnp)
+            forces = -jax.grad(lambda r: jnp.sum(energy(r)))(r)
+            return jnp.mean((energy(r) - e_ref) ** 2) + jnp.mean((forces - f_ref) ** 2)
+        return block(jax.jit(jax.grad(loss)), ps, r, e_ref, f_ref)
+
     return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f,
-            "W7": w7, "W8": w8, "W9": w9, "W10": w3}
+            "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13}
 
 
 # -- measurement -------------------------------------------------------------------------------------
