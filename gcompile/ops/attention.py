@@ -51,7 +51,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
             raise ShapeError(f"scaled_dot_product_attention: the embedding dim {e!r} is symbolic; give `scale` "
                              f"(at {user_location()})")
         scale = 1 / math.sqrt(e)
-    scores = matmul(q, swapaxes(k, -1, -2)) * scale
+    if isinstance(e, int) and isinstance(k.shape[-2], int) and e > k.shape[-2]:
+        scores = matmul(q, swapaxes(k, -1, -2)) * scale
+    else:           # the smaller of q (..., L, E) and the scores (..., L, S) is scaled, in the gradient too
+        scores = matmul(q * scale, swapaxes(k, -1, -2))
     if is_causal:
         sizes = q.shape[-2], k.shape[-2]
         if not all(isinstance(d, int) for d in sizes):
