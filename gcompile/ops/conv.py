@@ -378,6 +378,29 @@ def _depthwise_weight_grad(ctx, names, node, batch: int):
     return ctx.emit("Reshape", [gw, ctx.int64s([co, 1, *kernel])])
 
 
+def _patch_weight_grad(ctx, names, node, batch: int):
+    """The weight gradient of a convolution whose windows tile the input (kernel = stride, no
+    padding or dilation, one group: a vision transformer's patch embedding): the columns are x's
+    patches rearranged (one Transpose), so the gradient is one product, g as (images x positions,
+    Co) against the patches as (images x positions, C x taps). Per tap, a 16x16 patch embedding
+    was 256 strided slices and products: 120 ms against PyTorch's 27 for batch 32 at 224x224."""
+    kernel, nsp = node.attrs["kernel"], len(node.attrs["kernel"])
+    x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
+    channels, co, out = x_type.shape[1], g_type.shape[1], g_type.shape[2:]
+    x = names[0]
+    if any(o * k != size for o, k, size in zip(out, kernel, x_type.shape[2:])):     # rows no window reads
+        x = ctx.emit("Slice", [x, ctx.int64s([0] * nsp), ctx.int64s([o * k for o, k in zip(out, kernel)]),
+                               ctx.int64s(range(2, 2 + nsp))])
+    split = [batch, channels] + [d for o, k in zip(out, kernel) for d in (o, k)]
+    x = ctx.emit("Transpose", [ctx.emit("Reshape", [x, ctx.int64s(split)])],
+                 perm=[0, *(2 + 2 * i for i in range(nsp)), 1, *(3 + 2 * i for i in range(nsp))])
+    patches = ctx.emit("Reshape", [x, ctx.int64s([-1, channels * math.prod(kernel)])])
+    g = ctx.emit("Transpose", [names[1]], perm=[0, *range(2, 2 + nsp), 1])
+    g = ctx.emit("Reshape", [g, ctx.int64s([-1, co])])
+    gw = ctx.emit("Gemm", [g, patches], transA=1)                                    # (Co, C x taps)
+    return ctx.emit("Reshape", [gw, ctx.int64s([co, channels, *kernel])])
+
+
 def _lower_conv_weight_grad(ctx, names, node):
     """gw[o, c, k] = sum over n, i of xpad[n, c, i*stride + k*dilation] * g[n, o, i]: slice each
     kernel tap's strided window out of the padded x (a copy that moves whole planes) and
@@ -399,6 +422,9 @@ def _lower_conv_weight_grad(ctx, names, node):
     if ci == 1 and math.prod(kernel) >= DEPTHWISE_CONV_MIN_TAPS and nonempty \
             and x_type.dtype != np.float64:                  # (onnxruntime has no float64 Conv on the CPU)
         return _depthwise_weight_grad(ctx, names, node, batch)
+    if tuple(a["stride"]) == tuple(kernel) and not any(any(p) for p in a["pad"]) and groups == 1 \
+            and all(d == 1 for d in a["dilation"]) and nonempty and dims.is_static(x_type.shape):
+        return _patch_weight_grad(ctx, names, node, batch)
     chunks = _weight_grad_chunks(batch, math.prod(out))
     x, g = names
     if chunks is None:                       # x as it is: (N, C, *S); a Reshape's 0 keeps N
