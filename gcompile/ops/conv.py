@@ -328,6 +328,11 @@ def _conv_transpose_as_conv(ctx, names, w_shape, pad, dilation, groups):
                     **_window_attrs(kernel, [1] * nsp, conv_pad, dilation))
 
 
+# Input channels (per group) below which the weight gradient's taps share one product: per tap,
+# products with so few columns run MLAS far below its speed (a 7x7 stem over RGB at 224x224,
+# batch 32: 49 products of 3 columns took 218 of its 274 ms, PyTorch 74 ms in all).
+FEW_CHANNELS = 8
+
 # Output positions per chunk of the weight gradient's contraction below which whole images are
 # grouped into chunks (see _weight_grad_chunks).
 WEIGHT_GRAD_MIN_CONTRACTION = 512
@@ -412,7 +417,14 @@ def _lower_conv_weight_grad(ctx, names, node):
     once more in the Concat, 9 times its size for a 3x3 kernel: the per-tap products took 0.7x
     its time single-threaded and 0.9x with two threads (docs/performance.md). (A Conv with g as
     its kernel computes the same, but onnxruntime runs such huge-kernel, tiny-output
-    convolutions several times slower.)"""
+    convolutions several times slower.)
+
+    Strided: each tap's window is a plain slice of one of x's phases (the positions p, p + s,
+    p + 2s, ... on each axis, one strided copy per phase a tap reads): ONNX Runtime copies a
+    strided slice element by element, so nine of them, one per tap of a stride-2 3x3 layer,
+    took 35 of its 62 ms (32 x 64 x 56 x 56, two threads); with four phases the layer took 0.78
+    of the time. Below FEW_CHANNELS input channels the taps' windows are joined and contracted
+    in one product (a 7x7 stride-2 RGB stem: 0.23 of the time, 101 ms against PyTorch's 74)."""
     a = node.attrs
     groups, kernel = a["groups"], a["kernel"]
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
@@ -442,22 +454,41 @@ def _lower_conv_weight_grad(ctx, names, node):
     axes, per_group = ctx.int64s(range(lead, lead + nsp)), ctx.int64s([*stack, groups, ci, k])
     g = ctx.emit("Reshape", [g, ctx.int64s([*stack, groups, co // groups, k])])
     rank = len(stack) + 3
-    parts = []
+    parts, phases = [], {}
     padded = [i + sum(p) for i, p in zip(x_type.shape[2:], a["pad"])]
     for tap in kernel_taps(kernel):
         window = tap_window(tap, a["stride"], a["dilation"], out)[1:]
         if all(w.start == 0 and w.stop == n and s == 1 for w, n, s in zip(window, padded, a["stride"])):
             cols = x                         # the whole input (a 1x1 kernel at stride 1): no copy
-        else:
+        elif all(s == 1 for s in a["stride"]):
             cols = ctx.emit("Slice", [x, ctx.int64s([w.start for w in window]), ctx.int64s([w.stop for w in window]),
-                                      axes, ctx.int64s(a["stride"])])
-        cols = ctx.emit("Reshape", [cols, per_group])                                # (chunks, G, Ci, K)
+                                      axes])
+        else:                                # a window of one of x's phases (below), a copy of whole rows
+            phase = tuple(w.start % s for w, s in zip(window, a["stride"]))
+            if phase not in phases:
+                phases[phase] = ctx.emit("Slice", [x, ctx.int64s(phase), ctx.int64s(padded), axes,
+                                                   ctx.int64s(a["stride"])])
+            starts = [w.start // s for w, s in zip(window, a["stride"])]
+            lengths = [-(-(n - f) // s) for n, f, s in zip(padded, phase, a["stride"])]
+            cols = phases[phase]
+            if any(b or o != n for b, o, n in zip(starts, out, lengths)):
+                cols = ctx.emit("Slice", [cols, ctx.int64s(starts), ctx.int64s([b + o for b, o in zip(starts, out)]),
+                                          axes])
+        parts.append(ctx.emit("Reshape", [cols, per_group]))                         # (chunks, G, Ci, K)
+    taps = len(parts)
+    if ci < FEW_CHANNELS and taps > 1:       # one product of all taps' windows (T x Ci of them)
+        cols = ctx.emit("Concat", parts, axis=rank - 2)
         cols = ctx.emit("Transpose", [cols], perm=[*range(rank - 2), rank - 1, rank - 2])
-        gw = ctx.emit("MatMul", [g, cols])                                            # (chunks, G, Co/G, Ci)
-        parts.append(ctx.emit("Reshape", [gw, ctx.int64s([1] + [-1] * len(stack) + [co, ci])]))
-    gw = ctx.emit("Concat", parts, axis=0) if len(parts) > 1 else parts[0]            # (T, chunks, Co, Ci)
+        gw = ctx.emit("MatMul", [g, cols])                                            # (chunks, G, Co/G, T x Ci)
+        gw = ctx.emit("Reshape", [gw, ctx.int64s([-1] * len(stack) + [co, taps, ci])])
+        gw = ctx.emit("Transpose", [gw], perm=[2, 0, 1, 3] if stack else [1, 0, 2])   # as below: T first
+    else:                                    # one product per tap
+        for t, cols in enumerate(parts):
+            cols = ctx.emit("Transpose", [cols], perm=[*range(rank - 2), rank - 1, rank - 2])
+            gw = ctx.emit("MatMul", [g, cols])                                        # (chunks, G, Co/G, Ci)
+            parts[t] = ctx.emit("Reshape", [gw, ctx.int64s([1] + [-1] * len(stack) + [co, ci])])
+        gw = ctx.emit("Concat", parts, axis=0) if taps > 1 else parts[0]              # (T, chunks, Co, Ci)
     if stack:
-        taps = math.prod(kernel)
         gw = ctx.reduce("ReduceSum", gw, tensor_type(x_type.dtype, (taps, chunks or batch, co, ci)), [1], False)
     elif not nonempty:
         # onnxruntime's FusedMatMul leaves its output unwritten for an empty contraction (an empty

@@ -263,16 +263,19 @@ def test_the_weight_gradient_of_tiling_windows_is_one_product():
         check_forward(fn, [x, g], naive_weight_grad(x, g, kernel, **kw), **TOL)
 
 
+@pytest.mark.parametrize("joined", [False, True])
 @pytest.mark.parametrize("chunks", [None, 1, 2])
 @pytest.mark.parametrize("case", WEIGHT_GRAD_CASES)
-def test_conv_weight_grad_in_chunks_of_images(monkeypatch, case, chunks):
+def test_conv_weight_grad_in_chunks_of_images(monkeypatch, case, chunks, joined):
     """The weight gradient's contraction runs per image (None), in one product (1), or in two
     chunks of three images summed after (the lowering picks by output size; the limit is lowered
-    here to take each way at test sizes), also for an empty and a symbolic batch."""
+    here to take each way at test sizes), also for an empty and a symbolic batch; each as one
+    product per kernel tap or one of all taps' windows joined (below FEW_CHANNELS, set here)."""
     from gcompile.ops import conv
     x, g, kernel, kw = weight_grad_inputs(case)
     positions = math.prod(g.shape[2:])
     monkeypatch.setattr(conv, "WEIGHT_GRAD_MIN_CONTRACTION", {None: 2, 1: 7 * positions, 2: 3 * positions}[chunks])
+    monkeypatch.setattr(conv, "FEW_CHANNELS", 10 ** 6 if joined else 0)
     assert conv._weight_grad_chunks(6, positions) == chunks
     x, g = np.concatenate([x] * 3), np.concatenate([g * 2, g, -g])
     f = lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw)   # noqa: E731
