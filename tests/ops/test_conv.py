@@ -218,7 +218,7 @@ WEIGHT_GRAD_CASES = {   # the lowering's window count exceeds the kernel in the 
     # windows that tile the input (a patch embedding): one product of rearranged patches; the
     # 2-d case leaves rows and columns no window reads
     "1d-patches": ((3, 2, 12), (4,), dict(stride=(4,), pad=((0, 0),), dilation=(1,), groups=1)),
-    "2d-patches-leftover": ((2, 3, 9, 11), (4, 2), dict(stride=(4, 2), pad=((0, 0), (0, 0)), dilation=(1, 1),
+    "2d-patches-leftover": ((2, 3, 9, 11), (2, 4), dict(stride=(2, 4), pad=((0, 0), (0, 0)), dilation=(1, 1),
                                                         groups=1)),
     "3d-patches": ((2, 2, 4, 6, 2), (2, 3, 1), dict(stride=(2, 3, 1), pad=((0, 0),) * 3, dilation=(1, 1, 1),
                                                     groups=1)),
@@ -252,8 +252,9 @@ def test_depthwise_weight_grad_of_a_large_kernel_is_one_conv():
 
 
 def test_the_weight_gradient_of_tiling_windows_is_one_product():
-    """kernel = stride, no padding: the patches are x rearranged by one Transpose and the gradient
-    one Gemm, with no slice per tap; with non-finite inputs too the values are the per-tap sums'."""
+    """kernel = stride, no padding, patches at least PATCH_MIN_WIDTH wide: the patches are x
+    rearranged by one Transpose and the gradient one Gemm, with no slice per tap; with non-finite
+    inputs too the values are the per-tap sums'."""
     x, g, kernel, kw = weight_grad_inputs("2d-patches-leftover")
     fn = lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw)     # noqa: E731
     ops = [n.op_type for n in gc.compile(fn, x, g, provider="cpu").model.graph.node]
