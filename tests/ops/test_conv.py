@@ -222,6 +222,8 @@ WEIGHT_GRAD_CASES = {   # the lowering's window count exceeds the kernel in the 
                                                         groups=1)),
     "3d-patches": ((2, 2, 4, 6, 2), (2, 3, 1), dict(stride=(2, 3, 1), pad=((0, 0),) * 3, dilation=(1, 1, 1),
                                                     groups=1)),
+    # two output channels from nine: g shifted per tap, x read whole (_few_outputs_weight_grad)
+    "2d-few-outputs": ((2, 9, 6, 7), (3, 2), dict(stride=(1, 1), pad=((1, 1), (0, 1)), dilation=(1, 2), groups=1)),
 }
 
 
@@ -262,6 +264,31 @@ def test_the_weight_gradient_of_tiling_windows_is_one_product():
     x[0, 1, 2, 3], x[1, 0, 8, 10], g[1, 0, 0, 0] = np.inf, np.nan, -np.inf     # (8, 10): a leftover row
     with np.errstate(invalid="ignore"):
         check_forward(fn, [x, g], naive_weight_grad(x, g, kernel, **kw), **TOL)
+
+
+def test_the_weight_gradient_of_few_output_channels_shifts_g():
+    """Few output channels: g is placed at each tap's offset and x read once, padded (no window
+    of x is sliced), for a static, an empty and a symbolic batch, with non-finite values inside.
+    A non-finite x within the kernel's reach of the border also meets the zeros around g placed
+    for the taps that never read it: those taps' sums are NaN (0·inf), where the per-tap form
+    keeps them (in a training step such an x makes the loss, and so g, non-finite anyway)."""
+    x, g, kernel, kw = weight_grad_inputs("2d-few-outputs")
+    fn = lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw)     # noqa: E731
+    cf = gc.compile(fn, x, g, provider="cpu")
+    ops = [n.op_type for n in cf.model.graph.node]
+    assert "Slice" not in ops and ops.count("Pad") == 1 + math.prod(kernel)
+    x[1, 4, 2, 3], g[0, 1, 2, 2] = np.inf, np.nan         # read by every tap; reading no padding
+    with np.errstate(invalid="ignore"):
+        check_forward(fn, [x, g], naive_weight_grad(x, g, kernel, **kw), **TOL)
+        check_forward(fn, [x[:0], g[:0]], np.zeros((g.shape[1], x.shape[1], *kernel), np.float32))
+        symbolic = gc.compile(fn, gc.spec(("batch", *x.shape[1:])), gc.spec(("batch", *g.shape[1:])), provider="cpu")
+        np.testing.assert_allclose(symbolic(x[:1], g[:1]), naive_weight_grad(x[:1], g[:1], kernel, **kw), **TOL)
+        edge = np.where(np.isfinite(x), x, 0)
+        edge[0, 3, 0, 3] = np.inf                         # the first row: the last row tap never reads it
+        got, want = cf(edge, np.nan_to_num(g)), naive_weight_grad(edge, np.nan_to_num(g), kernel, **kw)
+    assert np.isnan(got[:, 3, 2]).all()
+    got[:, 3, 2] = want[:, 3, 2]
+    np.testing.assert_allclose(got, want, **TOL)
 
 
 @pytest.mark.parametrize("joined", [False, True])
