@@ -7,6 +7,7 @@ builds it) or any .onnx file (fed random inputs).
     python tools/kernel_profile.py W3 --runs 20 --top 15 --threads 1
     python tools/kernel_profile.py W7 --save w7.onnx       # keep the model (e.g. before a change) ...
     python tools/kernel_profile.py --compare w7.onnx W7    # ... and time it against today's, alternating
+    python tools/kernel_profile.py W12 --scaling           # ops whose time a second core does not cut
 
 Sessions use gcompile's own options (gcompile.runtime.providers.session_options) plus profiling.
 The report gives, per run: wall time, the sum of kernel times, and the rest (scheduling, memory,
@@ -142,6 +143,30 @@ def compare(targets: list[str], runs: int, dims: dict[str, int], threads: int = 
               f"CPU {c:8.2f} ms ({c / np.median(cpu[first]):.2f})")
 
 
+def scaling(model, feeds: dict, runs: int, top: int) -> None:
+    """Kernel time by op type, and the slowest nodes, with one thread and with every core: a
+    kernel whose time barely drops runs on one core (or worse on several), which is where the
+    ops of docs/performance.md's "kernels to route around" were found."""
+    cores = os.cpu_count() or 1
+    single, spread = (profile(model, feeds, runs, threads) for threads in (1, cores))
+    one, many, op_of = single["node_us"], spread["node_us"], {**spread["op_of"], **single["op_of"]}
+    by_op: dict[str, list] = defaultdict(lambda: [0.0, 0.0, 0])
+    for name, us in one.items():
+        by_op[op_of[name]][0] += us
+        by_op[op_of[name]][1] += many.get(name, 0.0)
+        by_op[op_of[name]][2] += 1
+
+    def flag(a: float, b: float) -> str:
+        return "  <- not faster on more cores" if b > 0.8 * a else ""
+    print(f"{'op':24s} {'nodes':>6s} {'ms, 1':>8s} {f'ms, {cores}':>8s}")
+    for op, (a, b, n) in sorted(by_op.items(), key=lambda kv: -kv[1][1]):
+        print(f"{op:24s} {n:6d} {a / 1e3:8.3f} {b / 1e3:8.3f}{flag(a, b)}")
+    print(f"\nthe {top} slowest nodes on {cores} threads\n{'node':48s} {'op':20s} {'ms, 1':>8s} {f'ms, {cores}':>8s}")
+    for name, us in sorted(many.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"{name[:48]:48s} {op_of.get(name, '?')[:20]:20s} {one.get(name, 0.0) / 1e3:8.3f} {us / 1e3:8.3f}"
+              f"{flag(one.get(name, 0.0), us)}")
+
+
 def report(result: dict, top: int) -> None:
     node_us, op_of = result["node_us"], result["op_of"]
     wall = float(np.median(result["wall_ms"]))
@@ -173,6 +198,8 @@ def main(argv=None) -> None:
     parser.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
                         help="size of a symbolic input dim of an .onnx file (default 1)")
     parser.add_argument("--json", help="also write the per-node times to this file")
+    parser.add_argument("--scaling", action="store_true",
+                        help="profile on one thread and on every core; flag kernels more cores do not speed up")
     args = parser.parse_args(argv)
     dims = {k: int(v) for k, v in (d.split("=", 1) for d in args.dim)}
     if args.compare:
@@ -189,6 +216,9 @@ def main(argv=None) -> None:
     if args.save:
         with open(args.save, "wb") as f:
             f.write(model.SerializeToString())
+    if args.scaling:
+        scaling(model, feeds, args.runs, args.top)
+        return
     result = profile(model, feeds, args.runs, args.threads)
     report(result, args.top)
     if args.json:
