@@ -61,28 +61,26 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
             raise ShapeError(f"scaled_dot_product_attention: is_causal needs static L and S, got {sizes} "
                              f"(at {user_location()})")
         attn_mask = np.tril(np.ones(sizes, bool))
-    allowed = None
+    rows_allowed = None          # of a boolean mask: a row with nothing allowed gives zeros, as torch's
     if attn_mask is not None:
         mask = attn_mask if isinstance(attn_mask, Tensor) else np.asarray(attn_mask)
-        if mask.dtype == np.bool_:
-            allowed = mask
-            if isinstance(mask, Tensor):
-                scores = where(mask, scores, np.asarray(-np.inf, scores.dtype))
-            else:
-                # A mask known when tracing is added as 0 / -inf, as torch's reference computation
-                # does: no select forward nor in the gradient (onnxruntime's Where runs on one core;
-                # a causal 8x8x256x256 mask took 4.5 ms, and as much again in the backward pass).
-                # A row with nothing allowed adds 0 (its weights become zeros below), so that its
-                # softmax, and the gradient through it, stay finite.
-                bias = np.where(mask | ~np.any(mask, -1, keepdims=True), 0, -np.inf)
-                scores = scores + bias.astype(scores.dtype)
+        if mask.dtype == np.bool_ and isinstance(mask, Tensor):
+            scores = where(mask, scores, np.asarray(-np.inf, scores.dtype))
+            rows_allowed = not_equal(reduce_max(cast(mask, scores.dtype), -1, keepdims=True), 0)
+        elif mask.dtype == np.bool_:
+            # A mask known when tracing is added as 0 / -inf, as torch's reference computation
+            # does: no select forward nor in the gradient (onnxruntime's Where runs on one core;
+            # a causal 8x8x256x256 mask took 4.5 ms, and as much again in the backward pass).
+            # A row with nothing allowed adds 0 (its weights become zeros below), so that its
+            # softmax, and the gradient through it, stay finite.
+            rows = np.any(mask, -1, keepdims=True)
+            scores = scores + np.where(mask | ~rows, 0, -np.inf).astype(scores.dtype)
+            rows_allowed = None if rows.all() else rows
         else:
             scores = scores + _promote(scores, mask)[1]
     weights = softmax(scores, -1)
-    if allowed is not None:      # a row with nothing allowed: softmax of -inf everywhere is NaN; torch gives 0
-        any_allowed = reduce_max(cast(allowed, scores.dtype), -1, keepdims=True) if isinstance(allowed, Tensor) \
-            else as_tensor(np.any(allowed, -1, keepdims=True).astype(scores.dtype))
-        weights = where(not_equal(any_allowed, 0), weights, np.zeros((), scores.dtype))
+    if rows_allowed is not None:  # (softmax of a row of -inf is NaN)
+        weights = where(rows_allowed, weights, np.zeros((), scores.dtype))
     if dropout_p:
         weights = dropout(weights, dropout_p, training=True, seed=seed)
     return matmul(weights, v)

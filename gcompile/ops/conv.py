@@ -389,6 +389,14 @@ def _depthwise_weight_grad(ctx, names, node, batch: int):
 PATCH_MIN_WIDTH = 4
 
 
+def _zero_padded(ctx, x: str, pad, lead: int) -> str:
+    """x with a convolution's zero padding `pad` ((before, after) per spatial axis) on its last
+    axes, after `lead` others; x itself when there is none."""
+    if not any(any(p) for p in pad):
+        return x
+    return ctx.pad(x, [0] * lead + [p[0] for p in pad], [0] * lead + [p[1] for p in pad])
+
+
 def _patch_weight_grad(ctx, names, node, batch: int):
     """The weight gradient of a convolution whose windows tile the input (kernel = stride, no
     padding or dilation, one group: a vision transformer's patch embedding): the columns are x's
@@ -426,9 +434,7 @@ def _few_outputs_weight_grad(ctx, names, node):
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
     ci, co, out = x_type.shape[1], g_type.shape[1], g_type.shape[2:]
     padded = [n + sum(p) for n, p in zip(x_type.shape[2:], a["pad"])]
-    x = names[0]
-    if any(any(p) for p in a["pad"]):
-        x = ctx.pad(x, [0, 0] + [p[0] for p in a["pad"]], [0, 0] + [p[1] for p in a["pad"]])
+    x = _zero_padded(ctx, names[0], a["pad"], 2)
     frame = math.prod(padded)
     x = ctx.emit("Reshape", [x, ctx.int64s([0, ci, frame])])                        # (N, Ci, P)
     shifted = []
@@ -491,8 +497,7 @@ def _lower_conv_weight_grad(ctx, names, node):
         x, g = (ctx.emit("Transpose", [ctx.emit("Reshape", [v, ctx.int64s([chunks, -1, c, *sizes])])],
                          perm=[0, 2, 1, *range(3, 3 + nsp)])
                 for v, c, sizes in ((x, x_type.shape[1], x_type.shape[2:]), (g, co, out)))
-    if any(any(p) for p in a["pad"]):
-        x = ctx.pad(x, [0] * lead + [p[0] for p in a["pad"]], [0] * lead + [p[1] for p in a["pad"]])
+    x = _zero_padded(ctx, x, a["pad"], lead)
     axes, per_group = ctx.int64s(range(lead, lead + nsp)), ctx.int64s([*stack, groups, ci, k])
     g = ctx.emit("Reshape", [g, ctx.int64s([*stack, groups, co // groups, k])])
     rank = len(stack) + 3

@@ -356,8 +356,9 @@ def square(x) -> Tensor:
 
 
 # -- parametrised activations ------------------------------------------------------------------
-# onnxruntime's CPU provider has no float64 kernel for LeakyRelu, Elu, Selu or Softplus (probed
-# with 1.31), so in float64 these lower to the same formula written with ops that have one.
+# onnxruntime's CPU provider has no float64 kernel for LeakyRelu, Elu or Selu (probed with 1.31),
+# so in float64 these lower to the same formula written with ops that have one (softplus always
+# does: see _lower_softplus).
 def _f64(node) -> bool:
     return node.outputs[0].dtype == np.float64
 

@@ -23,7 +23,7 @@ from .base import PassResult, replace_uses
 
 
 def _constant_equal_to(graph: Graph, ref: ValueRef, value: float) -> bool:
-    """Whether `ref` is `value` (0, 1 or 2) everywhere: a constant or fill, possibly reshaped, broadcast or
+    """Whether `ref` is `value` everywhere: a constant or fill, possibly reshaped, broadcast or
     cast (as the ones a gradient seed leaves behind): Trait.ELEMENT_COPY."""
     node = graph.nodes[ref.node]
     while has_trait(node.op, Trait.ELEMENT_COPY):
