@@ -527,6 +527,11 @@ def jax_workloads():
     def block(f, *args):
         return lambda: jax.block_until_ready(f(*args))
 
+    def ln(h, g, be):      # layer norm over the last axis (W3, W12)
+        m = h.mean(-1, keepdims=True)
+        v = ((h - m) ** 2).mean(-1, keepdims=True)
+        return (h - m) / jnp.sqrt(v + 1e-5) * g + be
+
     def w1(args):
         f = jax.jit(jax.grad(w1_loss))
         return block(f, list(args[2:]), args[0], args[1])
@@ -574,11 +579,6 @@ def jax_workloads():
         x, y, ps = args[0], args[1], list(args[2:])
         b, s, d = x.shape
         heads = 4
-
-        def ln(h, g, be):
-            m = h.mean(-1, keepdims=True)
-            v = ((h - m) ** 2).mean(-1, keepdims=True)
-            return (h - m) / jnp.sqrt(v + 1e-5) * g + be
 
         def loss(ps, x, y):
             wqkv, bqkv, wo, bo, g1, be1, w1_, b1, w2_, b2, g2, be2 = ps
@@ -655,10 +655,6 @@ def jax_workloads():
         b, s, d = x.shape
         heads, p = CAUSAL["heads"], CAUSAL["dropout"]
         causal = np.tril(np.ones((s, s), bool))
-
-        def ln(h, g, be):
-            m = h.mean(-1, keepdims=True)
-            return (h - m) / jnp.sqrt(((h - m) ** 2).mean(-1, keepdims=True) + 1e-5) * g + be
 
         def loss(ps, x, t, key):
             q, k, v = jnp.split(ln(x, ps[0], ps[1]) @ ps[2], 3, -1)
