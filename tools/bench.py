@@ -855,7 +855,7 @@ def build_scaling(sizes, kinds=("mlp", "lstm")):
     """Build to first result of gradient graphs of about N ONNX nodes (see _scaling_graph): trace +
     grad + passes + lowering, then ONNX Runtime's session, then the first call. Linear growth
     means the per-node cost stays flat."""
-    from gcompile.lowering import to_onnx
+    from gcompile.lowering import order, to_onnx
     from gcompile.runtime.providers import make_session
     rows = []
     for kind, n in ((k, n) for k in kinds for n in sizes):
@@ -872,7 +872,8 @@ def build_scaling(sizes, kinds=("mlp", "lstm")):
         session.run(None, dict(zip(traced.input_names, args)))
         clock.append((time.perf_counter(), time.process_time()))
         nodes = len(model.graph.node)
-        row: dict = {"kind": kind, "onnx_nodes": nodes, "outputs": len(model.graph.output)}
+        row: dict = {"kind": kind, "onnx_nodes": nodes, "outputs": len(model.graph.output),
+                     "loader_waits": order.loader_waits(model.graph.node)}
         for clock_kind, k in (("wall", 0), ("cpu", 1)):   # CPU time: what a quiet machine would take
             for phase, i in (("build", 0), ("session", 1), ("first_run", 2), ("total", None)):
                 a, b = (clock[0], clock[-1]) if i is None else (clock[i], clock[i + 1])
@@ -881,7 +882,8 @@ def build_scaling(sizes, kinds=("mlp", "lstm")):
         print(f"build to first result, {kind}: {nodes:7d} ONNX nodes, {row['outputs']} outputs; seconds wall (CPU): "
               + "  ".join(f"{p} {row[p + '_wall_s']:.2f} ({row[p + '_cpu_s']:.2f})"
                           for p in ("build", "session", "first_run", "total"))
-              + f"  {1e6 * row['total_cpu_s'] / nodes:.0f} us CPU per node", flush=True)
+              + f"  {1e6 * row['total_cpu_s'] / nodes:.0f} us CPU per node; loader waits "
+              f"{row['loader_waits'] / nodes:.1f} per node", flush=True)
     return rows
 
 

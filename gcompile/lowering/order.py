@@ -82,3 +82,14 @@ def _output_groups(nodes: list, readers: list[list[int]], producer: dict[str, in
             else:
                 leader[i] = i
     return leader
+
+
+def loader_waits(nodes) -> int:
+    """The work of one of ONNX Runtime's topological sorts over `nodes` in this order: summed
+    over the file, the nodes ready (every operand's producer earlier) but not yet reached, the
+    length of the list each insertion walks. Linear in the node count for the orders made here,
+    except where one node has many readers that need nothing else (they all wait at once: F²/2
+    for F of them, docs/performance.md); tools/bench.py --build-scaling prints it per node."""
+    position = {out: i for i, node in enumerate(nodes) for out in node.output if out}
+    return sum(i - 1 - max((position[name] for name in node_reads(node) if name in position), default=-1)
+               for i, node in enumerate(nodes))
