@@ -4,8 +4,10 @@ x+0, x-0, x*1, x/1, -(-x), transpose∘transpose, reshape∘reshape, ops that ar
 operand's type (Trait.NOOP_IF_SAME_TYPE: reshape, expand, cast, identity, stop_gradient, one-term
 add_n), x**1, x**2 as x*x, where with a constant condition, a sum of zero-padded pieces that tile an axis (the
 gradient of splitting a tensor) as their concat, and an expand feeding an op that broadcasts
-anyway (Trait.BROADCASTS; a bias gradient's VJP, fed to a sum). A rewrite only applies when the
-surviving value has exactly the node's type (dtype and shape), so broadcasting is never lost.
+anyway (Trait.BROADCASTS; a bias gradient's VJP, fed to a sum); an elementwise op of an expand
+is computed unexpanded and expanded after (Trait.ELEMENTWISE, not random). A rewrite only applies
+when the surviving value has exactly the node's type (dtype and shape), so broadcasting is never
+lost.
 (x*0 and x-x are not rewritten: they are not 0 when x is Inf or NaN.) x**1 is what the gradient
 of a square leaves (2·x**1), and ONNX Runtime's Pow calls pow() per element for most exponents:
 11.6 ms for a million elements with one thread. x**2 and x*x round once each, to the same value
@@ -16,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..ir.graph import Graph, Node, ValueRef
+from ..ir.graph import Graph, Node, ValueRef, tensor_type
 from ..ir.registry import Trait, has_trait
 from ..ops.shape_rules import broadcast_shapes
-from .base import PassResult, replace_uses
+from .base import PassResult, replace_outputs, replace_uses
 
 
 def _constant_equal_to(graph: Graph, ref: ValueRef, value: float) -> bool:
@@ -129,6 +131,64 @@ def _drop_broadcast_expands(graph: Graph, node: Node) -> bool:
     return True
 
 
+def _expand_to_sink(graph: Graph, node: Node) -> tuple[int, tuple] | None:
+    """(operand position, the smaller output shape) when op(..., expand(v), ...) can be computed on
+    v unexpanded and expanded after: the op is elementwise and not random, the expand feeds only
+    it, and the other operands do not already broadcast v to the output's shape (then the expand
+    is simply dropped, _drop_broadcast_expands)."""
+    if not has_trait(node.op, Trait.ELEMENTWISE) or has_trait(node.op, Trait.RANDOM) or len(node.outputs) != 1:
+        return None
+    for pos, ref in enumerate(node.inputs):
+        producer = graph.nodes[ref.node]
+        if producer.op != "expand" or ref in graph.outputs or len(graph.consumers(producer.id)) != 1 \
+                or node.inputs.count(ref) != 1:
+            continue
+        shapes = [graph.type_of(producer.inputs[0] if i == pos else r).shape for i, r in enumerate(node.inputs)]
+        try:
+            smaller = broadcast_shapes(*shapes)
+        except ShapeError:   # symbolic dims whose broadcast cannot be decided
+            continue
+        if smaller != node.outputs[0].shape:
+            return pos, smaller
+    return None
+
+
+def _sink_expands(graph: Graph) -> bool:
+    """op(expand(v), w) -> expand(op(v, w)) for an elementwise op (_expand_to_sink), repeated while
+    an expand moves, and each moved expand dropped where its new reader broadcasts anyway
+    (_drop_broadcast_expands): the ops run on the unexpanded size. A sum's gradient is such an
+    expand: in a pair potential, the gradient of sum((r_i - r_j)**2, -1) expanded g over the
+    three coordinates before doubling it, and ONNX Runtime's Expand along a last axis moves one
+    element at a time (0.7 ms of a 12.8 ms step)."""
+    changed = False
+    while True:
+        placed: dict[int, int] = {}
+        moved_outputs: dict[ValueRef, ValueRef] = {}
+        for node in graph.topo_order():
+            found = _expand_to_sink(graph, node)
+            if found is None:
+                continue
+            pos, smaller = found
+            full, readers = node.outputs[0], graph.consumers(node.id)
+            expand = graph.nodes[node.inputs[pos].node]
+            graph.replace_inputs(node, [expand.inputs[0] if i == pos else r for i, r in enumerate(node.inputs)])
+            node.outputs[0] = tensor_type(full.dtype, smaller)
+            after = graph.add_node("expand", [node.out(0)], {"shape": full.shape}, [full], node.order, node.source)
+            for reader in readers:
+                graph.replace_inputs(reader, [after.out(0) if r == node.out(0) else r for r in reader.inputs])
+            moved_outputs[node.out(0)] = after.out(0)
+            placed[node.id] = after.id
+        if not placed:
+            return changed
+        replace_outputs(graph, moved_outputs)
+        changed = True
+        moved = set(placed.values())
+        graph.renumber([i for node in graph.topo_order() if node.id not in moved
+                        for i in (node.id, *([placed[node.id]] if node.id in placed else []))])
+        for node in graph.topo_order():
+            _drop_broadcast_expands(graph, node)
+
+
 def _square_as_product(graph: Graph, node: Node) -> bool:
     """pow(x, 2) -> mul(x, x) where the exponent is the constant 2 and x has the output's type."""
     if node.op != "pow" or not _constant_equal_to(graph, node.inputs[1], 2) \
@@ -161,4 +221,5 @@ def simplify(graph: Graph) -> PassResult:
         if replacement is not None and (graph.consumers(node.id) or node.out(0) in graph.outputs):
             replace_uses(graph, node.out(0), replacement)
             changed = True
+    changed |= _sink_expands(graph)
     return PassResult(graph, changed)

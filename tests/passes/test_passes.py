@@ -200,14 +200,42 @@ def test_an_expand_feeding_an_op_that_broadcasts_anyway_is_dropped():
     assert "expand" not in _ops(graph)
 
 
-def test_an_expand_that_sets_the_output_shape_stays():
-    graph = _graph(lambda x: F.broadcast_to(x[:1], (3, 4)) * F.broadcast_to(x[:, :1], (3, 4)) + F.exp(
-        F.broadcast_to(x[:1], (3, 4))), X)
+def _optimized_keeps_values(fn):
+    graph = _graph(fn, X)
     before = evaluate(graph, [X])
     optimize(graph, 2)
     _assert_valid(graph)
     np.testing.assert_array_equal(before[0], evaluate(graph, [X])[0])
-    assert _ops(graph).count("expand") >= 1     # exp needs its input expanded; one mul operand keeps its shape
+    return graph
+
+
+def _shape_of(graph, op):
+    return [n.outputs[0].shape for n in graph.nodes.values() if n.op == op]
+
+
+def test_an_elementwise_op_of_an_expand_runs_unexpanded():
+    # exp(broadcast(row)) is broadcast(exp(row)): the exp runs on the row, the add broadcasts it
+    graph = _optimized_keeps_values(lambda x: F.broadcast_to(x[:1], (3, 4)) * F.broadcast_to(x[:, :1], (3, 4))
+                                    + F.exp(F.broadcast_to(x[:1], (3, 4))))
+    assert "expand" not in _ops(graph) and _shape_of(graph, "exp") == [(1, 4)]
+
+
+def test_an_expand_that_sets_the_output_shape_stays_after_the_ops_it_feeds():
+    # the output needs the expanded shape: exp and the doubling run on the row, one expand after them
+    graph = _optimized_keeps_values(lambda x: F.exp(F.broadcast_to(x[:1], (3, 4))) * 2.0)
+    assert _ops(graph).count("expand") == 1 and _shape_of(graph, "exp") == [(1, 4)]
+    assert _shape_of(graph, "expand") == [(3, 4)]
+
+
+def test_a_shared_or_random_expand_stays_where_it_is():
+    def shared(x):
+        row = F.broadcast_to(x[:1], (3, 4))
+        return F.exp(row) * F.sin(row)
+    graph = _optimized_keeps_values(shared)
+    assert _shape_of(graph, "exp") == [(3, 4)]             # one expand, two readers: moving it would copy it
+    graph = _graph(lambda x: F.dropout(F.broadcast_to(x[:1], (3, 4)), 0.5, training=True, seed=1), X)
+    optimize(graph, 2)
+    assert _shape_of(graph, "dropout") == [(3, 4)]          # a draw per element, not one per column
 
 
 def test_simplify_keeps_broadcasting():
