@@ -107,6 +107,16 @@ def _tiling_pieces(graph: Graph, node: Node) -> tuple[int, list[ValueRef]] | Non
     return axis, [piece for _, _, _, piece in spans]
 
 
+def _broadcast_unexpanded(graph: Graph, inputs: list[ValueRef], pos: int) -> tuple | None:
+    """The broadcast shape of `inputs` with the expand at `pos` read unexpanded; None where
+    symbolic dims leave it undecided."""
+    source = graph.nodes[inputs[pos].node].inputs[0]
+    try:
+        return broadcast_shapes(*(graph.type_of(source if i == pos else r).shape for i, r in enumerate(inputs)))
+    except ShapeError:
+        return None
+
+
 def _drop_broadcast_expands(graph: Graph, node: Node) -> bool:
     """op(..., expand(v), ...) -> op(..., v, ...) when broadcasting v with the other operands
     still gives the output's shape: the op broadcasts by itself (Trait.BROADCASTS), without the
@@ -116,15 +126,8 @@ def _drop_broadcast_expands(graph: Graph, node: Node) -> bool:
     inputs = list(node.inputs)
     for pos, ref in enumerate(inputs):
         producer = graph.nodes[ref.node]
-        if producer.op != "expand":
-            continue
-        source = producer.inputs[0]
-        shapes = [graph.type_of(source if i == pos else r).shape for i, r in enumerate(inputs)]
-        try:
-            if broadcast_shapes(*shapes) == node.outputs[0].shape:
-                inputs[pos] = source
-        except ShapeError:   # symbolic dims whose broadcast cannot be decided: keep the expand
-            continue
+        if producer.op == "expand" and _broadcast_unexpanded(graph, inputs, pos) == node.outputs[0].shape:
+            inputs[pos] = producer.inputs[0]
     if inputs == node.inputs:
         return False
     graph.replace_inputs(node, inputs)
@@ -143,12 +146,8 @@ def _expand_to_sink(graph: Graph, node: Node) -> tuple[int, tuple] | None:
         if producer.op != "expand" or ref in graph.outputs or len(graph.consumers(producer.id)) != 1 \
                 or node.inputs.count(ref) != 1:
             continue
-        shapes = [graph.type_of(producer.inputs[0] if i == pos else r).shape for i, r in enumerate(node.inputs)]
-        try:
-            smaller = broadcast_shapes(*shapes)
-        except ShapeError:   # symbolic dims whose broadcast cannot be decided
-            continue
-        if smaller != node.outputs[0].shape:
+        smaller = _broadcast_unexpanded(graph, node.inputs, pos)
+        if smaller is not None and smaller != node.outputs[0].shape:
             return pos, smaller
     return None
 
