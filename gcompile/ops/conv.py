@@ -355,8 +355,15 @@ def _weight_grad_chunks(batch, positions: int) -> int | None:
     return max(c for c in range(1, batch + 1) if batch % c == 0 and (batch // c >= images or c == 1))
 
 
-# Kernel taps from which a depthwise weight gradient is one grouped Conv (_depthwise_weight_grad).
+# Kernel taps from which a depthwise weight gradient is one grouped Conv (_depthwise_weight_grad):
+# from DEPTHWISE_CONV_MIN_TAPS at every stride, from DEPTHWISE_STRIDED_CONV_MIN_TAPS when strided.
 DEPTHWISE_CONV_MIN_TAPS = 25
+DEPTHWISE_STRIDED_CONV_MIN_TAPS = 9
+
+# The flat window length (output rows x padded row width) from which a stride-1 depthwise weight
+# gradient takes _depthwise_flat_weight_grad: below it, its N x C dot products per tap are too
+# short (7x7 outputs, 16 x 960 channels: 19 ms against the taps' slices' 13).
+DEPTHWISE_FLAT_MIN_LENGTH = 128
 
 
 def _depthwise_weight_grad(ctx, names, node, batch: int):
@@ -366,7 +373,10 @@ def _depthwise_weight_grad(ctx, names, node, batch: int):
     the images' results are summed. Per kernel tap, a depthwise gradient is one multiply-and-sum
     per channel, which as products is N*C one-by-one GEMMs per tap: a 7x7 depthwise layer (32 x
     64 channels at 28x28) took 90 ms with one thread and 75 with two that way, 45 and 22 as one
-    Conv; at 3x3 the Conv is slower (26 against 11 ms), hence DEPTHWISE_CONV_MIN_TAPS."""
+    Conv. At 3x3 and stride 1 the Conv is slower on one thread (32 x 64 channels at 28x28: 32
+    against 21 ms), hence DEPTHWISE_CONV_MIN_TAPS; strided, it is faster on one thread and two
+    (stride 2, 32 x 64 x 28 x 28: 7.4 against 13.5 ms, 3.9 against 9.1; 32 x 32 x 112 x 112:
+    27 against 67 on two threads), hence DEPTHWISE_STRIDED_CONV_MIN_TAPS."""
     a = node.attrs
     kernel, nsp = a["kernel"], len(a["kernel"])
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
@@ -381,6 +391,53 @@ def _depthwise_weight_grad(ctx, names, node, batch: int):
     gw = ctx.reduce("ReduceSum", ctx.emit("Reshape", [gw, ctx.int64s([batch, co, *kernel])]),
                     tensor_type(x_type.dtype, (batch, co, *kernel)), [0], False)
     return ctx.emit("Reshape", [gw, ctx.int64s([co, 1, *kernel])])
+
+
+def _flat_window_length(x_type, out, pad) -> int:
+    """The length of _depthwise_flat_weight_grad's windows (the output's rows times the padded
+    frame's row length), 0 where a size is not static or the output is empty."""
+    if not (dims.is_static(x_type.shape[1:]) and dims.is_static(out)) or math.prod(out) == 0:
+        return 0
+    return out[0] * math.prod(n + sum(p) for n, p in zip(x_type.shape[3:], pad[1:]))
+
+
+def _depthwise_flat_weight_grad(ctx, names, node):
+    """The weight gradient of a stride-1 depthwise convolution (one input and one output channel
+    per group) from flat windows. The padded x of each image and channel is one flat row (the
+    padded frame, plus a spare row of zeros at the end for the last taps' reach); g, padded at
+    the end of every spatial axis but the first to the frame's sizes, is a flat row with the
+    same strides; so each kernel tap's window is one contiguous range of x's row, offset by the
+    tap's position in the frame, and the tap's weights are that range's dot products with g,
+    one batched MatMul per tap. The per-tap windows cut on every spatial axis are copied one
+    image row at a time and joined in a Concat; against them, 3x3 on two threads: 32 x 64
+    channels at 28x28 9.9 ms instead of 15.5, 32 x 96 at 32x32 20 instead of 29, 32 x 32 at
+    112x112 104 instead of 123 (on one thread: equal).
+    g's zero columns meet the x columns past each output row's reach (the next frame row's first
+    ones among them): zero products for a finite x; an infinite or NaN x there, whose forward
+    outputs and so g are non-finite already, also reaches taps that never read it."""
+    a = node.attrs
+    kernel, nsp = a["kernel"], len(a["kernel"])
+    x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
+    channels, out = x_type.shape[1], g_type.shape[2:]
+    padded = [n + sum(p) for n, p in zip(x_type.shape[2:], a["pad"])]
+    frame = [math.prod(padded[d + 1:]) for d in range(nsp)]            # each axis's stride in a row
+    pad = [list(p) for p in a["pad"]]
+    pad[0][1] += 1                                                     # the spare row
+    x = _zero_padded(ctx, names[0], pad, 2)
+    x = ctx.emit("Reshape", [x, ctx.int64s([0, channels, 1, (padded[0] + 1) * frame[0]])])
+    g, length = names[1], _flat_window_length(x_type, out, a["pad"])
+    if list(out[1:]) != padded[1:]:
+        g = ctx.pad(g, [0] * (3 + len(out[1:])), [0, 0, 0, *(p - o for p, o in zip(padded[1:], out[1:]))])
+    g = ctx.emit("Reshape", [g, ctx.int64s([0, channels, 1, length])])
+    last, parts = ctx.int64s([3]), []
+    for tap in kernel_taps(kernel):
+        start = sum(t * d * f for t, d, f in zip(tap, a["dilation"], frame))
+        window = ctx.emit("Slice", [x, ctx.int64s([start]), ctx.int64s([start + length]), last])
+        parts.append(ctx.emit("MatMul", [g, ctx.emit("Transpose", [window], perm=[0, 1, 3, 2])]))   # (N, C, 1, 1)
+    gw = ctx.emit("Concat", parts, axis=3) if len(parts) > 1 else parts[0]          # (N, C, 1, T)
+    gw = ctx.reduce("ReduceSum", gw, tensor_type(x_type.dtype, (x_type.shape[0], channels, 1, len(parts))),
+                    [0], False)
+    return ctx.emit("Reshape", [gw, ctx.int64s([channels, 1, *kernel])])
 
 
 # The patch width (last axis) from which tiling windows take _patch_weight_grad: its Transpose
@@ -475,14 +532,18 @@ def _lower_conv_weight_grad(ctx, names, node):
     batch, out, nsp = x_type.shape[0], g_type.shape[2:], len(kernel)
     ci, co = x_type.shape[1] // groups, g_type.shape[1]
     nonempty = isinstance(batch, int) and batch > 0          # known when lowering
-    if ci == 1 and math.prod(kernel) >= DEPTHWISE_CONV_MIN_TAPS and nonempty \
-            and x_type.dtype != np.float64:                  # (onnxruntime has no float64 Conv on the CPU)
-        return _depthwise_weight_grad(ctx, names, node, batch)
+    strided = any(s > 1 for s in a["stride"])
+    if ci == 1 and nonempty and x_type.dtype != np.float64 \
+            and math.prod(kernel) >= (DEPTHWISE_STRIDED_CONV_MIN_TAPS if strided else DEPTHWISE_CONV_MIN_TAPS):
+        return _depthwise_weight_grad(ctx, names, node, batch)    # (onnxruntime has no float64 Conv on the CPU)
+    if ci == 1 and co == groups > 1 and not strided and _flat_window_length(x_type, out, a["pad"]) \
+            >= DEPTHWISE_FLAT_MIN_LENGTH:
+        return _depthwise_flat_weight_grad(ctx, names, node)
     if tuple(a["stride"]) == tuple(kernel) and not any(any(p) for p in a["pad"]) and groups == 1 \
             and all(d == 1 for d in a["dilation"]) and nonempty and dims.is_static(x_type.shape) \
             and kernel[-1] >= PATCH_MIN_WIDTH:
         return _patch_weight_grad(ctx, names, node, batch)
-    if co < FEW_CHANNELS <= ci and groups == 1 and all(s == 1 for s in a["stride"]) and math.prod(kernel) > 1 \
+    if co < FEW_CHANNELS <= ci and groups == 1 and not strided and math.prod(kernel) > 1 \
             and dims.is_static(x_type.shape[1:]) and dims.is_static(out):
         return _few_outputs_weight_grad(ctx, names, node)
     chunks = _weight_grad_chunks(batch, math.prod(out))

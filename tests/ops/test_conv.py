@@ -224,12 +224,22 @@ WEIGHT_GRAD_CASES = {   # the lowering's window count exceeds the kernel in the 
                                                     groups=1)),
     # two output channels from nine: g shifted per tap, x read whole (_few_outputs_weight_grad)
     "2d-few-outputs": ((2, 9, 6, 7), (3, 2), dict(stride=(1, 1), pad=((1, 1), (0, 1)), dilation=(1, 2), groups=1)),
+    # depthwise with 9 taps, strided: one grouped Conv, as from 25 taps
+    "2d-depthwise-3x3-strided": ((2, 3, 9, 8), (3, 3), dict(stride=(2, 2), pad=((1, 1), (1, 0)), dilation=(1, 1),
+                                                              groups=3)),
+    # depthwise, one output channel per group, stride 1, windows of at least DEPTHWISE_FLAT_MIN_LENGTH:
+    # one contiguous range of each flat padded frame per tap (_depthwise_flat_weight_grad)
+    "1d-depthwise-flat": ((2, 2, 140), (5,), dict(stride=(1,), pad=((2, 1),), dilation=(1,), groups=2), 1),
+    "2d-depthwise-flat": ((2, 3, 12, 14), (3, 3), dict(stride=(1, 1), pad=((1, 2), (0, 1)), dilation=(2, 1),
+                                                       groups=3), 1),
+    "3d-depthwise-flat": ((2, 2, 4, 5, 6), (2, 3, 2), dict(stride=(1, 1, 1), pad=((0, 1), (1, 1), (0, 0)),
+                                                            dilation=(1, 1, 2), groups=2), 1),
 }
 
 
 def weight_grad_inputs(case, dtype=np.float32):
-    x_shape, kernel, kw = WEIGHT_GRAD_CASES[case]
-    c_out = 2 * kw["groups"]
+    x_shape, kernel, kw, *per_group = WEIGHT_GRAD_CASES[case]     # output channels per group: 2 unless given
+    c_out = (per_group or [2])[0] * kw["groups"]
     out = [(x_shape[2 + a] + sum(kw["pad"][a]) - kw["dilation"][a] * (kernel[a] - 1) - 1) // kw["stride"][a] + 1
            for a in range(len(kernel))]
     return rand(*x_shape, seed=7, dtype=dtype), rand(x_shape[0], c_out, *out, seed=8, dtype=dtype), kernel, kw
@@ -242,15 +252,42 @@ def test_conv_weight_grad_forward(case):
                   naive_weight_grad(x, g, kernel, **kw), **TOL)
 
 
-def test_depthwise_weight_grad_of_a_large_kernel_is_one_conv():
-    """Per tap, a depthwise weight gradient is N*C one-by-one products; from 25 taps it is one
-    grouped Conv (its values are checked with the other weight-gradient cases); the images' sum
-    is the one product left (a row of ones times the per-image results)."""
-    x, g, kernel, kw = weight_grad_inputs("2d-depthwise-5x5")
+@pytest.mark.parametrize("case", ["2d-depthwise-5x5", "2d-depthwise-3x3-strided"])
+def test_depthwise_weight_grad_of_a_large_or_strided_kernel_is_one_conv(case):
+    """Per tap, a depthwise weight gradient is N*C one-by-one products; from 25 taps, or 9 when
+    strided, it is one grouped Conv (its values are checked with the other weight-gradient
+    cases); the images' sum is the one product left (a row of ones times the per-image results)."""
+    x, g, kernel, kw = weight_grad_inputs(case)
     model = gc.compile(lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw), x, g,
                        provider="cpu").model
     ops = [n.op_type for n in model.graph.node]
     assert ops.count("Conv") == 1 and ops.count("MatMul") == 1
+
+
+@pytest.mark.parametrize("case", ["1d-depthwise-flat", "2d-depthwise-flat", "3d-depthwise-flat"])
+def test_stride_one_depthwise_weight_grad_reads_flat_windows(case):
+    """Stride 1, one output channel per group, long enough rows: each tap's window is one range of
+    the flat padded frame (one Slice and one product per tap, no Conv), for float64 too, with
+    non-finite values inside. A non-finite x that g's zero columns meet (at the border) may also
+    reach taps that never read it (in a training step such an x has made g non-finite already):
+    such taps are NaN, and every other one is the exact sum."""
+    x, g, kernel, kw = weight_grad_inputs(case)
+    fn = lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw)     # noqa: E731
+    ops = [n.op_type for n in gc.compile(fn, x, g, provider="cpu").model.graph.node]
+    taps = math.prod(kernel)
+    assert "Conv" not in ops and ops.count("Slice") == taps and ops.count("MatMul") == taps + 1
+    inner = tuple(n // 2 for n in x.shape[2:])
+    x[(1, 1) + inner], g[(0, 0) + tuple(n // 2 for n in g.shape[2:])] = np.inf, np.nan
+    with np.errstate(invalid="ignore"):
+        check_forward(fn, [x, g], naive_weight_grad(x, g, kernel, **kw), **TOL)
+        x64, g64 = (np.nan_to_num(v).astype(np.float64) for v in (x, g))
+        check_forward(fn, [x64, g64], naive_weight_grad(x64, g64, kernel, **kw), rtol=1e-12, atol=1e-12)
+        x64[(0, 0) + (0,) * len(kernel)] = np.inf                 # the first element of a frame
+        got = gc.compile(fn, x64, g64, provider="cpu")(x64, g64)
+        want = naive_weight_grad(x64, g64, kernel, **kw)
+    assert np.isnan(got[np.isnan(want)]).all()
+    finite = np.isfinite(got)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-12, atol=1e-12)
 
 
 def test_the_weight_gradient_of_tiling_windows_is_one_product():
