@@ -16,7 +16,7 @@ for: a residual CNN with training-mode batch norm, an LSTM step, force matching 
 through SiLU), attention at sequence length 1024. W11-W13 are kinds added when profiling other
 models found onnxruntime kernels to route around: a segmentation step (softmax over channels),
 a causal language-model step (a causal mask, attention dropout), a pair potential (softplus,
-forces, second order).
+forces, second order), a MobileNetV2-like step (depthwise convolutions, stride 1 and 2).
 """
 from __future__ import annotations
 
@@ -338,6 +338,47 @@ def _pair_centers():
     return np.linspace(0.5, 5, PAIRS["basis"]).astype(np.float32)
 
 
+MOBILE = dict(batch=16, size=64, classes=10)
+# (input channels, output channels, kernel, stride, groups) per convolution of W14; each is followed
+# by training-mode batch norm and relu6, except the projections (indices 2, 5, 8); 8 adds 5's output.
+MOBILE_LAYERS = [(3, 32, 3, 2, 1), (32, 32, 3, 1, 32), (32, 16, 1, 1, 1), (16, 96, 1, 1, 1), (96, 96, 3, 2, 96),
+                 (96, 24, 1, 1, 1), (24, 144, 1, 1, 1), (144, 144, 3, 1, 144), (144, 24, 1, 1, 1)]
+
+
+def _mobilenet(x, ps, conv, bn, relu6, mean):
+    """The W14 network in any system's ops: conv(h, w, stride, pad, groups)."""
+    h = skip = x
+    for i, (_, _, k, stride, groups) in enumerate(MOBILE_LAYERS):
+        h = bn(conv(h, ps[3 * i], stride, k // 2, groups), ps[3 * i + 1], ps[3 * i + 2])
+        if i == 8:
+            h = h + skip
+        elif i in (2, 5):
+            skip = h
+        else:
+            h = relu6(h)
+    return mean(h) @ ps[-2] + ps[-1]
+
+
+def w14_setup():
+    """A MobileNetV2-like step: a strided stem, inverted residual blocks of 1x1 expansions, 3x3
+    depthwise convolutions (stride 1 and 2) and 1x1 projections, training-mode batch norm, relu6."""
+    b, size, classes = (MOBILE[k] for k in ("batch", "size", "classes"))
+    ps = []
+    for ci, co, k, _, groups in MOBILE_LAYERS:
+        ps += [_param(co, ci // groups, k, k, scale=0.3), np.ones(co, np.float32), np.zeros(co, np.float32)]
+    ps += [_param(MOBILE_LAYERS[-1][1], classes), np.zeros(classes, np.float32)]
+    x = RNG.standard_normal((b, 3, size, size)).astype(np.float32)
+    t = RNG.integers(0, classes, b).astype(np.int64)
+
+    def step(x, t, *ps):
+        z = _mobilenet(x, ps, lambda h, w, s, p, g: F.conv(h, w, stride=s, pad=p, groups=g), _bn,
+                       lambda h: F.clip(h, 0.0, 6.0), lambda h: F.mean(h, (2, 3)))
+        value = F.softmax_cross_entropy(z, t)
+        return value, gc.grad(value, list(ps))
+
+    return step, None, [x, t, *ps]
+
+
 WORKLOADS = {
     "W1": ("mlp-step", w1_setup), "W2": ("cnn-step", w2_setup), "W3": ("transformer-step", w3_setup),
     "W4": ("wgan-gp", w4_setup), "W5": ("pinn", w5_setup), "W6": ("mlp-hvp", w6_setup),
@@ -345,11 +386,12 @@ WORKLOADS = {
     "W7": ("resnet-bn-step", w7_setup), "W8": ("lstm-step", w8_setup), "W9": ("force-matching", w9_setup),
     "W10": ("attention-1k", w10_setup),
     "W11": ("segmentation-step", w11_setup), "W12": ("causal-lm-step", w12_setup), "W13": ("pair-potential", w13_setup),
+    "W14": ("mobilenet-step", w14_setup),
     **LOOP_WORKLOADS,
 }
 SIX = "W1,W2,W3,W4,W5,W6,W1f"
 BEYOND = "W7,W8,W9,W10"
-LATER = "W11,W12,W13"   # written after the profile of other kinds found onnxruntime kernels to avoid
+LATER = "W11,W12,W13,W14"   # written after the profile of other kinds found onnxruntime kernels to avoid
 
 
 # -- reference implementations -----------------------------------------------------------------------
@@ -442,6 +484,17 @@ def torch_workloads():
             return torch.autograd.grad(nnf.cross_entropy(z, t), ps)
         return run
 
+    def w14(args):
+        x, t, ps = T(args[0]), T(args[1]), params(args[2:])
+        nnf = torch.nn.functional
+
+        def run():
+            z = _mobilenet(x, ps, lambda h, w, s, p, g: nnf.conv2d(h, w, stride=s, padding=p, groups=g),
+                           lambda h, g, b: nnf.batch_norm(h, None, None, g, b, training=True),
+                           lambda h: torch.clamp(h, 0.0, 6.0), lambda h: h.mean((2, 3)))
+            return torch.autograd.grad(nnf.cross_entropy(z, t), ps)
+        return run
+
     def w8(args):
         xs, ys = T(args[0]), T(args[1])
         lstm = torch.nn.LSTM(LSTM["features"], LSTM["hidden"])
@@ -505,7 +558,8 @@ def torch_workloads():
         return run
 
     return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f,
-            "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13, **torch_loop_workloads()}
+            "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13, "W14": w14,
+            **torch_loop_workloads()}
 
 
 def jax_workloads():
@@ -606,6 +660,22 @@ def jax_workloads():
             return ce(_resnet(x, ps, conv, bn, jax.nn.relu, lambda h: h.mean((2, 3))), t)
         return block(jax.jit(jax.grad(loss)), ps, x, t)
 
+    def w14(args):
+        x, t, ps = args[0], args[1], list(args[2:])
+
+        def conv(h, w, stride, pad, groups):
+            return jax.lax.conv_general_dilated(h, w, (stride, stride), ((pad, pad), (pad, pad)),
+                                                feature_group_count=groups)
+
+        def bn(h, g, b):
+            m = h.mean((0, 2, 3), keepdims=True)
+            v = ((h - m) ** 2).mean((0, 2, 3), keepdims=True)
+            return (h - m) / jnp.sqrt(v + 1e-5) * g[None, :, None, None] + b[None, :, None, None]
+
+        def loss(ps, x, t):
+            return ce(_mobilenet(x, ps, conv, bn, lambda h: jnp.clip(h, 0.0, 6.0), lambda h: h.mean((2, 3))), t)
+        return block(jax.jit(jax.grad(loss)), ps, x, t)
+
     def w8(args):
         xs, ys, ps = args[0], args[1], list(args[2:])
 
@@ -677,7 +747,7 @@ def jax_workloads():
         return block(jax.jit(jax.grad(loss)), ps, r, e_ref, f_ref)
 
     return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f,
-            "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13}
+            "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13, "W14": w14}
 
 
 # -- measurement -------------------------------------------------------------------------------------
