@@ -586,6 +586,11 @@ def jax_workloads():
         v = ((h - m) ** 2).mean(-1, keepdims=True)
         return (h - m) / jnp.sqrt(v + 1e-5) * g + be
 
+    def bn(h, g, b):       # training-mode batch norm over the channels of NCHW (W7, W14)
+        m = h.mean((0, 2, 3), keepdims=True)
+        v = ((h - m) ** 2).mean((0, 2, 3), keepdims=True)
+        return (h - m) / jnp.sqrt(v + 1e-5) * g[None, :, None, None] + b[None, :, None, None]
+
     def w1(args):
         f = jax.jit(jax.grad(w1_loss))
         return block(f, list(args[2:]), args[0], args[1])
@@ -651,11 +656,6 @@ def jax_workloads():
         def conv(h, w):
             return jax.lax.conv_general_dilated(h, w, (1, 1), ((1, 1), (1, 1)))
 
-        def bn(h, g, b):
-            m = h.mean((0, 2, 3), keepdims=True)
-            v = ((h - m) ** 2).mean((0, 2, 3), keepdims=True)
-            return (h - m) / jnp.sqrt(v + 1e-5) * g[None, :, None, None] + b[None, :, None, None]
-
         def loss(ps, x, t):
             return ce(_resnet(x, ps, conv, bn, jax.nn.relu, lambda h: h.mean((2, 3))), t)
         return block(jax.jit(jax.grad(loss)), ps, x, t)
@@ -666,11 +666,6 @@ def jax_workloads():
         def conv(h, w, stride, pad, groups):
             return jax.lax.conv_general_dilated(h, w, (stride, stride), ((pad, pad), (pad, pad)),
                                                 feature_group_count=groups)
-
-        def bn(h, g, b):
-            m = h.mean((0, 2, 3), keepdims=True)
-            v = ((h - m) ** 2).mean((0, 2, 3), keepdims=True)
-            return (h - m) / jnp.sqrt(v + 1e-5) * g[None, :, None, None] + b[None, :, None, None]
 
         def loss(ps, x, t):
             return ce(_mobilenet(x, ps, conv, bn, lambda h: jnp.clip(h, 0.0, 6.0), lambda h: h.mean((2, 3))), t)
