@@ -409,6 +409,9 @@ def torch_workloads():
     def params(args):
         return [T(a).requires_grad_(True) for a in args]
 
+    def bn(h, g, b):       # training-mode batch norm (W7, W14)
+        return torch.nn.functional.batch_norm(h, None, None, g, b, training=True)
+
     def w1(args):
         x, t, ps = T(args[0]), T(args[1]), params(args[2:])
         return lambda: torch.autograd.grad(torch.nn.functional.cross_entropy(mlp(x, ps), t), ps)
@@ -478,9 +481,7 @@ def torch_workloads():
         nnf = torch.nn.functional
 
         def run():
-            z = _resnet(x, ps, lambda h, w: nnf.conv2d(h, w, padding=1),
-                    lambda h, g, b: nnf.batch_norm(h, None, None, g, b, training=True), torch.relu,
-                    lambda h: h.mean((2, 3)))
+            z = _resnet(x, ps, lambda h, w: nnf.conv2d(h, w, padding=1), bn, torch.relu, lambda h: h.mean((2, 3)))
             return torch.autograd.grad(nnf.cross_entropy(z, t), ps)
         return run
 
@@ -490,8 +491,7 @@ def torch_workloads():
 
         def run():
             z = _mobilenet(x, ps, lambda h, w, s, p, g: nnf.conv2d(h, w, stride=s, padding=p, groups=g),
-                           lambda h, g, b: nnf.batch_norm(h, None, None, g, b, training=True),
-                           lambda h: torch.clamp(h, 0.0, 6.0), lambda h: h.mean((2, 3)))
+                           bn, lambda h: torch.clamp(h, 0.0, 6.0), lambda h: h.mean((2, 3)))
             return torch.autograd.grad(nnf.cross_entropy(z, t), ps)
         return run
 

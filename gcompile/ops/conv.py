@@ -401,17 +401,17 @@ def _flat_window_length(x_type, out, pad) -> int:
     return out[0] * math.prod(n + sum(p) for n, p in zip(x_type.shape[3:], pad[1:]))
 
 
-def _depthwise_flat_weight_grad(ctx, names, node):
+def _depthwise_flat_weight_grad(ctx, names, node, length: int):
     """The weight gradient of a stride-1 depthwise convolution (one input and one output channel
     per group) from flat windows. The padded x of each image and channel is one flat row (the
     padded frame, plus a spare row of zeros at the end for the last taps' reach); g, padded at
     the end of every spatial axis but the first to the frame's sizes, is a flat row with the
-    same strides; so each kernel tap's window is one contiguous range of x's row, offset by the
-    tap's position in the frame, and the tap's weights are that range's dot products with g,
-    one batched MatMul per tap. The per-tap windows cut on every spatial axis are copied one
-    image row at a time and joined in a Concat; against them, 3x3 on two threads: 32 x 64
-    channels at 28x28 9.9 ms instead of 15.5, 32 x 96 at 32x32 20 instead of 29, 32 x 32 at
-    112x112 104 instead of 123 (on one thread: equal).
+    same strides; so each kernel tap's window is one contiguous range of x's row (`length` long:
+    _flat_window_length), offset by the tap's position in the frame, and the tap's weights are
+    that range's dot products with g, one batched MatMul per tap. The per-tap windows cut on
+    every spatial axis are copied one image row at a time and joined in a Concat; against them,
+    3x3 on two threads: 32 x 64 channels at 28x28 9.9 ms instead of 15.5, 32 x 96 at 32x32 20
+    instead of 29, 32 x 32 at 112x112 104 instead of 123 (on one thread: equal).
     g's zero columns meet the x columns past each output row's reach (the next frame row's first
     ones among them): zero products for a finite x; an infinite or NaN x there, whose forward
     outputs and so g are non-finite already, also reaches taps that never read it."""
@@ -425,9 +425,9 @@ def _depthwise_flat_weight_grad(ctx, names, node):
     pad[0][1] += 1                                                     # the spare row
     x = _zero_padded(ctx, names[0], pad, 2)
     x = ctx.emit("Reshape", [x, ctx.int64s([0, channels, 1, (padded[0] + 1) * frame[0]])])
-    g, length = names[1], _flat_window_length(x_type, out, a["pad"])
+    g = names[1]
     if list(out[1:]) != padded[1:]:
-        g = ctx.pad(g, [0] * (3 + len(out[1:])), [0, 0, 0, *(p - o for p, o in zip(padded[1:], out[1:]))])
+        g = ctx.pad(g, [0] * (2 + nsp), [0, 0, 0, *(p - o for p, o in zip(padded[1:], out[1:]))])
     g = ctx.emit("Reshape", [g, ctx.int64s([0, channels, 1, length])])
     last, parts = ctx.int64s([3]), []
     for tap in kernel_taps(kernel):
@@ -535,10 +535,10 @@ def _lower_conv_weight_grad(ctx, names, node):
     strided = any(s > 1 for s in a["stride"])
     if ci == 1 and nonempty and x_type.dtype != np.float64 \
             and math.prod(kernel) >= (DEPTHWISE_STRIDED_CONV_MIN_TAPS if strided else DEPTHWISE_CONV_MIN_TAPS):
-        return _depthwise_weight_grad(ctx, names, node, batch)    # (onnxruntime has no float64 Conv on the CPU)
-    if ci == 1 and co == groups > 1 and not strided and _flat_window_length(x_type, out, a["pad"]) \
-            >= DEPTHWISE_FLAT_MIN_LENGTH:
-        return _depthwise_flat_weight_grad(ctx, names, node)
+        return _depthwise_weight_grad(ctx, names, node, batch)   # (not float64: onnxruntime has no such CPU Conv)
+    flat_length = _flat_window_length(x_type, out, a["pad"])
+    if ci == 1 and co == groups > 1 and not strided and flat_length >= DEPTHWISE_FLAT_MIN_LENGTH:
+        return _depthwise_flat_weight_grad(ctx, names, node, flat_length)
     if tuple(a["stride"]) == tuple(kernel) and not any(any(p) for p in a["pad"]) and groups == 1 \
             and all(d == 1 for d in a["dilation"]) and nonempty and dims.is_static(x_type.shape) \
             and kernel[-1] >= PATCH_MIN_WIDTH:
