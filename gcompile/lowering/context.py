@@ -213,6 +213,16 @@ class LowerContext:
     def int64s(self, values) -> str:
         return self.const(np.asarray(values, dtype=np.int64).reshape(-1))
 
+    def dim_scalar(self, size) -> str:
+        """A dim, static or symbolic, as a 0-d int64 tensor (a count for Range, Mod, Equal)."""
+        if isinstance(size, int):
+            return self.const(np.asarray(size, np.int64))
+        return self.emit("Reshape", [self.shape_tensor((size,)), self.int64s([])])
+
+    def index_range(self, size) -> str:
+        """0, 1, ..., size - 1 as int64 (size static or symbolic)."""
+        return self.emit("Range", [self.dim_scalar(0), self.dim_scalar(size), self.dim_scalar(1)])
+
     def _computes(self, shape) -> bool:
         """Whether every symbol of `shape` comes from an input of this context's graph or an outer one."""
         return all(s in self._symbol_sources or self.parent is not None and self.parent._computes((s,))

@@ -115,8 +115,7 @@ def arange(n, start=0, step=1, dtype="int64") -> Tensor:
 def _lower_arange(ctx, names, node):
     """Range(0, n, 1) in int64 (n read from the shape where it is symbolic), cast to the dtype."""
     a = node.attrs
-    n = ctx.emit("Reshape", [ctx.shape_tensor(a["shape"]), ctx.int64s([])])
-    index = ctx.emit("Range", [ctx.const(np.int64(0)), n, ctx.const(np.int64(1))])
+    index = ctx.index_range(a["shape"][0])
     dtype = np.dtype(a["dtype"])
     return index if dtype == np.int64 else ctx.emit("Cast", [index], to=helper.np_dtype_to_tensor_dtype(dtype))
 

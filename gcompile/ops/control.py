@@ -268,7 +268,7 @@ def _scan_lower(ctx, names, node: Node):
                                                                [np.zeros((), t.dtype).item()]))
                           for t in node.outputs[nk:]]
 
-    steps = ctx.emit("Reshape", [ctx.shape_tensor((length,)), ctx.int64s([])])
+    steps = ctx.dim_scalar(length)
     none = ctx.emit("Equal", [steps, ctx.const(np.asarray(0, np.int64))])
     return ctx.emit("If", [none], n_out=len(node.outputs), then_branch=ctx.branch(empty, node.outputs),
                     else_branch=ctx.branch(lambda branch: _as_list(_emit_loop(branch, names, node)), node.outputs))

@@ -92,8 +92,7 @@ def _lower_cumprod_masked(ctx, x, node):
     a = node.attrs
     t = ctx.graph.type_of(node.inputs[0])
     axis, n = a["axis"], t.shape[a["axis"]]
-    count = ctx.emit("Reshape", [ctx.shape_tensor((n,)), ctx.int64s([])])
-    idx = ctx.emit("Range", [ctx.const(np.asarray(0, np.int64)), count, ctx.const(np.asarray(1, np.int64))])
+    idx = ctx.index_range(n)
     i = ctx.emit("Unsqueeze", [idx, ctx.int64s([1])])
     j = ctx.emit("Unsqueeze", [idx, ctx.int64s([0])])
     compare = {(False, False): "LessOrEqual", (True, False): "Less", (False, True): "GreaterOrEqual",

@@ -328,6 +328,30 @@ def test_small_and_unsigned_integer_indices_give_a_valid_model(dtype):
     check_forward(lambda x, i: gc.grad(F.sum(F.take_along_axis(x, i, axis=1)), [x])[0], [x, along], g2)
 
 
+def test_scatter_add_with_many_repeated_indices_is_exact_on_every_call():
+    """Rows added into few destinations, enough of them that onnxruntime runs a scatter on several
+    threads (its ScatterND(reduction=add) then lost updates that two threads added into one row
+    at once, differently at every call): the sum of each destination is np.add.at's, in float64,
+    in integers, with an infinite update, along a middle axis, from a 2-D index array."""
+    rng = np.random.default_rng(3)
+    idx = rng.integers(-400, 400, 20_000)
+    x = rng.standard_normal((400, 64))
+    upd = rng.standard_normal((20_000, 64))
+    upd[7, 5] = np.inf
+    expected = np.zeros_like(x)
+    np.add.at(expected, idx, upd)
+    grad = gc.compile(lambda x, i, u: gc.grad(F.sum(F.take(x, i, axis=0) * u), [x])[0], x, idx, upd)
+    added = gc.compile(lambda x, i, u: F.scatter_add(x, i, u, axis=1), np.zeros((3, 400, 8), np.int64),
+                       idx.reshape(100, 200), np.ones((3, 100, 200, 8), np.int64))
+    counts = np.zeros((3, 400, 8), np.int64)
+    np.add.at(counts, (slice(None), idx.reshape(100, 200)), 1)
+    for _ in range(3):
+        np.testing.assert_allclose(grad(x, idx, upd), expected, rtol=1e-13, atol=1e-12)
+        np.testing.assert_array_equal(added(np.zeros((3, 400, 8), np.int64), idx.reshape(100, 200),
+                                            np.ones((3, 100, 200, 8), np.int64)), counts)
+    assert np.isposinf(grad(x, idx, upd)[idx[7], 5])
+
+
 @pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
 def test_unsigned_constant_indices_give_a_valid_model(dtype):
     x = RNG.standard_normal((5, 3)).astype(np.float32)
