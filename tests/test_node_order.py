@@ -148,12 +148,14 @@ def _loop_reading(outer: str, output: str):
     return helper.make_node("If", ["cond"], [output], name=output, then_branch=branch, else_branch=branch)
 
 
-def test_a_value_a_body_reads_from_outside_is_placed_before_it_and_kept():
+def test_a_value_a_body_reads_from_outside_is_placed_before_it_and_merged_with_its_twin():
     # `c` is read only inside the If's branches: ordering must still put its producer first, and
-    # merging repeats must not drop it as a copy of `a`
+    # merging repeats drops it as a copy of `a` only with the branches reading `a` instead
     nodes = [node("Tanh", ["x"], "a"), node("Tanh", ["a"], "c"), _loop_reading("c", "y")]
     assert names(order.schedule_order(nodes, ["y"])) == ["a", "c", "y"]
     twins = [node("Tanh", ["x"], "a"), node("Tanh", ["x"], "c"), _loop_reading("c", "y")]
-    assert names(dedupe_nodes(twins, {"y"})) == ["a", "c", "y"]
+    assert names(dedupe_nodes(twins, {"y"})) == ["a", "y"]
+    branches = [attr.g for attr in twins[2].attribute]
+    assert [list(b.node[0].input) for b in branches] == [["a"], ["a"]]
     from gcompile.lowering.reads import node_reads
     assert node_reads(nodes[2]) == ["cond", "c"]

@@ -9,7 +9,7 @@ tile, embedding) are compositions of these and reshapes.
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from ..errors import ShapeError, UnsupportedError
 from ..frontend.tensor import Tensor, apply, as_tensor
@@ -183,17 +183,23 @@ def _lower_indexed(op_type: str, index_at: int = 1):
     return lower
 
 
+# Update elements from which a float scatter_add takes the sorted sums (_summed_by_index) where every
+# update is finite: below, ScatterElements' element-by-element adds take under half a millisecond.
+SORTED_SUMS_MIN = 1 << 16
+
+
 def _lower_scatter_add(ctx, names, node):
-    """Move `axis` to the front of base and the index axes to the front of updates, make the
-    indices non-negative (Mod by the axis size), then add every update element in place of the
-    flat base with one 1-D ScatterElements(reduction=add): element j of update row i goes to flat
-    position index[i] * R + j, R the row's size.
-    Not ScatterND(reduction=add), one row per index: onnxruntime (1.31) splits those rows among
+    """Move `axis` to the front of base and the index axes to the front of updates (joined into
+    one), make the indices non-negative (Mod by the axis size), then add the update rows in: a
+    float scatter of SORTED_SUMS_MIN update elements or more first sums the rows of each index
+    (_summed_by_index) where every update is finite, else (and for smaller, integer or float64
+    ones) each element is added in order (_added_in_order). The sums are computed before the If
+    that picks, so that scatters by one index tensor (the layers of a graph network) share its
+    sort (lowering/dedupe.py merges them; it leaves nodes inside a branch alone).
+    Not ScatterND(reduction=add) over the rows as given: onnxruntime (1.31) splits them among
     threads with no care for repeated indices, and two threads adding into one row lose updates
     (an embedding gradient of 20,000 rows into 2,000 came out different at every call, wrong by
-    up to 3.6). Its ScatterElements adds in order on one thread, as np.add.at does: 1.28 million
-    elements took 11 ms against ScatterND's 1.8, and ScatterElements on the 2-D rows (the
-    indices repeated along each row) 21."""
+    up to 3.6). Both forms here give np.add.at's sums on every call."""
     axis = node.attrs["axis"]
     base_t, idx_t, upd_t = (ctx.graph.type_of(r) for r in node.inputs)
     r, k = base_t.ndim, idx_t.ndim
@@ -205,17 +211,65 @@ def _lower_scatter_add(ctx, names, node):
     if axis:
         base = ctx.emit("Transpose", [base], perm=base_perm)
         updates = ctx.emit("Transpose", [updates], perm=upd_perm)
+    rows = tuple(base_t.shape[i] for i in base_perm[1:])                  # an update row's shape
+    count = dims.product(idx_t.shape)
+    if k != 1:
+        updates = ctx.emit("Reshape", [updates, ctx.shape_tensor((count, *rows))])
     idx = onnx_indices(ctx, idx, idx_t.dtype, wide=True)
-    idx = ctx.emit("Mod", [idx, ctx.dim_scalar(base_t.shape[axis])])
-    row = dims.product(base_t.shape[i] for i in base_perm[1:])
+    idx = ctx.emit("Mod", [ctx.emit("Reshape", [idx, ctx.int64s([-1])]), ctx.dim_scalar(base_t.shape[axis])])
+    size = dims.product((count, *rows))
+    if np.dtype(base_t.dtype) in (np.float32, np.float16) and not (isinstance(size, int) and size < SORTED_SUMS_MIN):
+        where, sums, finite = _summed_by_index(ctx, idx, updates, base_t.dtype, len(rows))
+        out = ctx.emit("If", [finite], then_branch=ctx.branch(
+            lambda c: [c.emit("ScatterND", [base, where, sums], reduction="add")], node.outputs),
+                       else_branch=ctx.branch(lambda c: [_added_in_order(c, base, idx, updates, rows)], node.outputs))
+    else:
+        out = _added_in_order(ctx, base, idx, updates, rows)
+    return ctx.emit("Transpose", [out], perm=[int(p) for p in np.argsort(base_perm)]) if axis else out
+
+
+def _added_in_order(ctx, base: str, idx: str, updates: str, rows) -> str:
+    """base (N, *rows) plus the update rows (E, *rows) at idx (E, in [0, N)), each element added in
+    turn by one 1-D ScatterElements(reduction=add) over the flat base: element j of row i goes to
+    index[i] * R + j, R the row's size. onnxruntime runs it on one thread, in order; 1.28 million
+    elements took 11 ms (ScatterND: 1.8, racing), ScatterElements on the 2-D rows (the indices
+    repeated along each row) 21."""
+    row = dims.product(rows)
     flat = ctx.int64s([-1])
     if row != 1:
         start = ctx.emit("Mul", [ctx.emit("Unsqueeze", [idx, ctx.int64s([-1])]), ctx.dim_scalar(row)])
         idx = ctx.emit("Add", [start, ctx.index_range(row)])
     out = ctx.emit("ScatterElements", [ctx.emit("Reshape", [base, flat]), ctx.emit("Reshape", [idx, flat]),
                                        ctx.emit("Reshape", [updates, flat])], axis=0, reduction="add")
-    out = ctx.emit("Reshape", [out, ctx.emit("Shape", [base])])
-    return ctx.emit("Transpose", [out], perm=[int(p) for p in np.argsort(base_perm)]) if axis else out
+    return ctx.emit("Reshape", [out, ctx.emit("Shape", [base])])
+
+
+def _summed_by_index(ctx, idx: str, updates: str, dtype, rows: int) -> tuple[str, str, str]:
+    """The distinct indices of idx (E) as ScatterND's (U, 1), the sum of the float update rows
+    (E, ...; `rows` axes after E) of each (U, ...), and whether those sums hold (a bool: every
+    update is finite, as the running sum's last row then is; a float64 sum of float32 or float16
+    values cannot overflow). The sums: the rows sorted by index, their running sum in float64,
+    each index's sum the difference of that sum at its last row and at the previous index's
+    last. A ScatterND(reduction=add) of those sums at distinct indices is one no two threads
+    share. The running sum's rounding is float64's (1e-16 of the rows' summed magnitudes, below
+    a float32 sum's own); an infinite or NaN row would spread into every later index's
+    difference, hence the bool."""
+    n = ctx.emit("Shape", [idx])
+    ordered, perm = ctx.emit("TopK", [idx, n], n_out=2, axis=0, largest=0, sorted=1)
+    running = ctx.emit("CumSum", [ctx.emit("Cast", [ctx.emit("Gather", [updates, perm], axis=0)],
+                                           to=TensorProto.DOUBLE), ctx.dim_scalar(0)])
+    following = ctx.emit("Concat", [ctx.emit("Slice", [ordered, ctx.int64s([1]), ctx.int64s([2 ** 63 - 1])]),
+                                    ctx.int64s([-1])], axis=0)            # -1: no index, after the last row
+    last = ctx.emit("Reshape", [ctx.emit("NonZero", [ctx.emit("Not", [ctx.emit("Equal", [ordered, following])])]),
+                                ctx.int64s([-1])])                         # each index's last row
+    at_end = ctx.emit("Slice", [running, ctx.int64s([-1]), ctx.int64s([2 ** 63 - 1]), ctx.int64s([0])])
+    at_end = ctx.emit("ReduceSum", [ctx.emit("Sub", [at_end, at_end])], keepdims=0)   # NaN where any is not finite
+    finite = ctx.emit("Not", [ctx.emit("IsNaN", [at_end])])
+    at_last = ctx.emit("Gather", [running, last], axis=0)
+    before = ctx.emit("Slice", [at_last, ctx.int64s([0]), ctx.int64s([-1]), ctx.int64s([0])])
+    before = ctx.pad(before, [1] + [0] * rows, [0] * (1 + rows))          # the previous index's, 0 first
+    sums = ctx.emit("Cast", [ctx.emit("Sub", [at_last, before])], to=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+    return ctx.emit("Unsqueeze", [ctx.emit("Gather", [ordered, last], axis=0), ctx.int64s([-1])]), sums, finite
 
 
 def _gather(x: Tensor, idx: Tensor, axis: int) -> Tensor:

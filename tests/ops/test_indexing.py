@@ -331,8 +331,8 @@ def test_small_and_unsigned_integer_indices_give_a_valid_model(dtype):
 def test_scatter_add_with_many_repeated_indices_is_exact_on_every_call():
     """Rows added into few destinations, enough of them that onnxruntime runs a scatter on several
     threads (its ScatterND(reduction=add) then lost updates that two threads added into one row
-    at once, differently at every call): the sum of each destination is np.add.at's, in float64,
-    in integers, with an infinite update, along a middle axis, from a 2-D index array."""
+    at once, differently at every call): the sum of each destination is np.add.at's, in float64
+    and integers (each element added in order), along a middle axis, from a 2-D index array."""
     rng = np.random.default_rng(3)
     idx = rng.integers(-400, 400, 20_000)
     x = rng.standard_normal((400, 64))
@@ -350,6 +350,39 @@ def test_scatter_add_with_many_repeated_indices_is_exact_on_every_call():
         np.testing.assert_array_equal(added(np.zeros((3, 400, 8), np.int64), idx.reshape(100, 200),
                                             np.ones((3, 100, 200, 8), np.int64)), counts)
     assert np.isposinf(grad(x, idx, upd)[idx[7], 5])
+
+
+def test_large_float32_scatter_add_sums_rows_by_sorted_index():
+    """A float32 scatter of many elements sums each index's rows from a float64 running sum over
+    the rows sorted by index (one ScatterND at distinct indices); where an update is infinite or
+    NaN it adds element by element instead, so those stay where np.add.at puts them. Also for
+    an empty and a one-row symbolic batch, and two scatters by one index share one sort."""
+    rng = np.random.default_rng(4)
+    idx = rng.integers(-300, 300, 30_000)
+    x = rng.standard_normal((300, 2, 16)).astype(np.float32)
+    upd = rng.standard_normal((30_000, 2, 16)).astype(np.float32)
+    fn = gc.compile(lambda x, i, u: (F.scatter_add(x, i, u), F.scatter_add(x, i, 2 * u)), x, idx, upd)
+    ops = [n.op_type for n in fn.model.graph.node]
+    assert ops.count("TopK") == 1 and ops.count("If") == 2
+    for u in (upd, np.where(np.arange(30_000)[:, None, None] == 11, np.float32(-np.inf), upd),
+              np.where(np.arange(30_000)[:, None, None] == 12, np.float32(np.nan), upd)):
+        expected = x.astype(np.float64)
+        np.add.at(expected, idx, u.astype(np.float64))
+        once, twice = fn(x, idx, u)
+        for got in (once, fn(x, idx, u)[0]):
+            assert np.array_equal(np.isnan(got), np.isnan(expected)) and np.array_equal(got == -np.inf,
+                                                                                       expected == -np.inf)
+            np.testing.assert_allclose(np.nan_to_num(got), np.nan_to_num(expected.astype(np.float32)),
+                                       rtol=1e-5, atol=1e-5)
+        np.add.at(expected, idx, u.astype(np.float64))
+        np.testing.assert_allclose(np.nan_to_num(twice), np.nan_to_num(expected.astype(np.float32)),
+                                   rtol=1e-5, atol=1e-5)
+    sym = gc.compile(lambda x, i, u: F.scatter_add(x, i, u), x, gc.spec(("e",), np.int64),
+                     gc.spec(("e", 2, 16), np.float32))
+    for n in (0, 1):
+        expected = x.copy()
+        np.add.at(expected, idx[:n], upd[:n])
+        np.testing.assert_allclose(sym(x, idx[:n], upd[:n]), expected, rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
