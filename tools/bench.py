@@ -379,6 +379,36 @@ def w14_setup():
     return step, None, [x, t, *ps]
 
 
+GRAPH = dict(nodes=2000, edges=20000, width=64, layers=3)
+
+
+def _message_passing(x, src, dst, ps, gather, add_at, relu):
+    """The W15 network in any system's ops: per layer, each edge carries its source's projected
+    features to its destination, summed there (repeated destinations), plus a residual."""
+    h = x
+    for w in ps[:-1]:
+        h = relu(add_at(h, dst, gather(h @ w, src)))
+    return h @ ps[-1]
+
+
+def w15_setup():
+    """A graph network's training step: gathers by edge source and sums by edge destination, so
+    its gradient is scatter-adds with many repeated indices (docs/performance.md, scatter-adds)."""
+    n, e, d, layers = (GRAPH[k] for k in ("nodes", "edges", "width", "layers"))
+    ps = [_param(d, d) for _ in range(layers)] + [_param(d, 1)]
+    x = RNG.standard_normal((n, d)).astype(np.float32)
+    src, dst = RNG.integers(0, n, e), RNG.integers(0, n, e)
+    y = RNG.standard_normal((n, 1)).astype(np.float32)
+
+    def step(x, src, dst, y, *ps):
+        out = _message_passing(x, src, dst, ps, lambda h, i: F.take(h, i, axis=0),
+                               lambda h, i, m: F.index_add(h, 0, i, m), F.relu)
+        value = F.mean(F.square(out - y))
+        return value, gc.grad(value, list(ps))
+
+    return step, None, [x, src, dst, y, *ps]
+
+
 WORKLOADS = {
     "W1": ("mlp-step", w1_setup), "W2": ("cnn-step", w2_setup), "W3": ("transformer-step", w3_setup),
     "W4": ("wgan-gp", w4_setup), "W5": ("pinn", w5_setup), "W6": ("mlp-hvp", w6_setup),
@@ -386,12 +416,12 @@ WORKLOADS = {
     "W7": ("resnet-bn-step", w7_setup), "W8": ("lstm-step", w8_setup), "W9": ("force-matching", w9_setup),
     "W10": ("attention-1k", w10_setup),
     "W11": ("segmentation-step", w11_setup), "W12": ("causal-lm-step", w12_setup), "W13": ("pair-potential", w13_setup),
-    "W14": ("mobilenet-step", w14_setup),
+    "W14": ("mobilenet-step", w14_setup), "W15": ("graph-network-step", w15_setup),
     **LOOP_WORKLOADS,
 }
 SIX = "W1,W2,W3,W4,W5,W6,W1f"
 BEYOND = "W7,W8,W9,W10"
-LATER = "W11,W12,W13,W14"   # written after the profile of other kinds found onnxruntime kernels to avoid
+LATER = "W11,W12,W13,W14,W15"   # written after the profile of other kinds found onnxruntime kernels to avoid
 
 
 # -- reference implementations -----------------------------------------------------------------------
@@ -557,9 +587,18 @@ def torch_workloads():
             return torch.autograd.grad(loss, ps)
         return run
 
+    def w15(args):
+        x, src, dst, y, ps = T(args[0]), T(args[1]), T(args[2]), T(args[3]), params(args[4:])
+
+        def run():
+            out = _message_passing(x, src, dst, ps, lambda h, i: h[i], lambda h, i, m: h.index_add(0, i, m),
+                                   torch.relu)
+            return torch.autograd.grad(((out - y) ** 2).mean(), ps)
+        return run
+
     return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f,
             "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13, "W14": w14,
-            **torch_loop_workloads()}
+            "W15": w15, **torch_loop_workloads()}
 
 
 def jax_workloads():
@@ -741,8 +780,18 @@ def jax_workloads():
             return jnp.mean((energy(r) - e_ref) ** 2) + jnp.mean((forces - f_ref) ** 2)
         return block(jax.jit(jax.grad(loss)), ps, r, e_ref, f_ref)
 
+    def w15(args):
+        x, src, dst, y, ps = args[0], args[1], args[2], args[3], list(args[4:])
+
+        def loss(ps, x, y):
+            out = _message_passing(x, src, dst, ps, lambda h, i: h[i], lambda h, i, m: h.at[i].add(m),
+                                   jax.nn.relu)
+            return jnp.mean((out - y) ** 2)
+        return block(jax.jit(jax.grad(loss)), ps, x, y)
+
     return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f,
-            "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13, "W14": w14}
+            "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13, "W14": w14,
+            "W15": w15}
 
 
 # -- measurement -------------------------------------------------------------------------------------
