@@ -9,7 +9,7 @@ tile, embedding) are compositions of these and reshapes.
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 from ..errors import ShapeError, UnsupportedError
 from ..frontend.tensor import Tensor, apply, as_tensor
@@ -191,17 +191,18 @@ SORTED_SUMS_MIN = 1 << 16
 def _lower_scatter_add(ctx, names, node):
     """Move `axis` to the front of base and the index axes to the front of updates (joined into
     one), make the indices non-negative (Mod by the axis size), then add the update rows in: a
-    float scatter of SORTED_SUMS_MIN update elements or more first sums the rows of each index
-    (_summed_by_index) where every update is finite, else (and for smaller, integer or float64
-    ones) each element is added in order (_added_in_order). The sums are computed before the If
-    that picks, so that scatters by one index tensor (the layers of a graph network) share its
-    sort (lowering/dedupe.py merges them; it leaves nodes inside a branch alone).
+    float32 scatter of SORTED_SUMS_MIN update elements or more first sums the rows of each index
+    (_summed_by_index) where every update is finite, else (and for smaller ones and other
+    dtypes) each element is added in order (_added_in_order); float16 is added in float32, as
+    onnxruntime's scatters add no float16. The sums are computed before the If that picks, so
+    that scatters by one index tensor (the layers of a graph network) share its sort
+    (lowering/dedupe.py merges them; it leaves nodes inside a branch alone).
     Not ScatterND(reduction=add) over the rows as given: onnxruntime (1.31) splits them among
     threads with no care for repeated indices, and two threads adding into one row lose updates
     (an embedding gradient of 20,000 rows into 2,000 came out different at every call, wrong by
     up to 3.6). Both forms here give np.add.at's sums on every call."""
     axis = node.attrs["axis"]
-    base_t, idx_t, upd_t = (ctx.graph.type_of(r) for r in node.inputs)
+    base_t, idx_t = (ctx.graph.type_of(r) for r in node.inputs[:2])
     r, k = base_t.ndim, idx_t.ndim
     base, idx, updates = names
     if base_t.shape[axis] == 0:   # no index is valid, so none is given: nothing to add (and no Mod by 0)
@@ -218,13 +219,19 @@ def _lower_scatter_add(ctx, names, node):
     idx = onnx_indices(ctx, idx, idx_t.dtype, wide=True)
     idx = ctx.emit("Mod", [ctx.emit("Reshape", [idx, ctx.int64s([-1])]), ctx.dim_scalar(base_t.shape[axis])])
     size = dims.product((count, *rows))
+    half = np.dtype(base_t.dtype) == np.float16
+    if half:
+        base, updates = (ctx.emit("Cast", [v], to=TensorProto.FLOAT) for v in (base, updates))
     if np.dtype(base_t.dtype) in (np.float32, np.float16) and not (isinstance(size, int) and size < SORTED_SUMS_MIN):
-        where, sums, finite = _summed_by_index(ctx, idx, updates, base_t.dtype, len(rows))
-        out = ctx.emit("If", [finite], then_branch=ctx.branch(
-            lambda c: [c.emit("ScatterND", [base, where, sums], reduction="add")], node.outputs),
-                       else_branch=ctx.branch(lambda c: [_added_in_order(c, base, idx, updates, rows)], node.outputs))
+        where, sums, finite = _summed_by_index(ctx, idx, updates, len(rows))
+        types = [tensor_type(np.float32, ())]
+        summed = ctx.branch(lambda c: [c.emit("ScatterND", [base, where, sums], reduction="add")], types)
+        in_order = ctx.branch(lambda c: [_added_in_order(c, base, idx, updates, rows)], types)
+        out = ctx.emit("If", [finite], then_branch=summed, else_branch=in_order)
     else:
         out = _added_in_order(ctx, base, idx, updates, rows)
+    if half:
+        out = ctx.emit("Cast", [out], to=TensorProto.FLOAT16)
     return ctx.emit("Transpose", [out], perm=[int(p) for p in np.argsort(base_perm)]) if axis else out
 
 
@@ -244,11 +251,11 @@ def _added_in_order(ctx, base: str, idx: str, updates: str, rows) -> str:
     return ctx.emit("Reshape", [out, ctx.emit("Shape", [base])])
 
 
-def _summed_by_index(ctx, idx: str, updates: str, dtype, rows: int) -> tuple[str, str, str]:
-    """The distinct indices of idx (E) as ScatterND's (U, 1), the sum of the float update rows
+def _summed_by_index(ctx, idx: str, updates: str, rows: int) -> tuple[str, str, str]:
+    """The distinct indices of idx (E) as ScatterND's (U, 1), the sum of the float32 update rows
     (E, ...; `rows` axes after E) of each (U, ...), and whether those sums hold (a bool: every
-    update is finite, as the running sum's last row then is; a float64 sum of float32 or float16
-    values cannot overflow). The sums: the rows sorted by index, their running sum in float64,
+    update is finite, as the running sum's last row then is; a float64 sum of float32 values
+    cannot overflow). The sums: the rows sorted by index, their running sum in float64,
     each index's sum the difference of that sum at its last row and at the previous index's
     last. A ScatterND(reduction=add) of those sums at distinct indices is one no two threads
     share. The running sum's rounding is float64's (1e-16 of the rows' summed magnitudes, below
@@ -268,7 +275,7 @@ def _summed_by_index(ctx, idx: str, updates: str, dtype, rows: int) -> tuple[str
     at_last = ctx.emit("Gather", [running, last], axis=0)
     before = ctx.emit("Slice", [at_last, ctx.int64s([0]), ctx.int64s([-1]), ctx.int64s([0])])
     before = ctx.pad(before, [1] + [0] * rows, [0] * (1 + rows))          # the previous index's, 0 first
-    sums = ctx.emit("Cast", [ctx.emit("Sub", [at_last, before])], to=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+    sums = ctx.emit("Cast", [ctx.emit("Sub", [at_last, before])], to=TensorProto.FLOAT)
     return ctx.emit("Unsqueeze", [ctx.emit("Gather", [ordered, last], axis=0), ctx.int64s([-1])]), sums, finite
 
 

@@ -385,6 +385,18 @@ def test_large_float32_scatter_add_sums_rows_by_sorted_index():
         np.testing.assert_allclose(sym(x, idx[:n], upd[:n]), expected, rtol=1e-6)
 
 
+@pytest.mark.parametrize("count", [20, 20_000])
+def test_float16_scatter_add_adds_in_float32(count):
+    """onnxruntime's scatters add no float16 (both refused it): the sum is float32's, rounded once."""
+    rng = np.random.default_rng(5)
+    idx, x = rng.integers(0, 100, count), np.ones((100, 8), np.float16)
+    upd = rng.standard_normal((count, 8)).astype(np.float16)
+    expected = x.astype(np.float32)
+    np.add.at(expected, idx, upd.astype(np.float32))
+    check_forward(lambda x, i, u: F.scatter_add(x, i, u), [x, idx, upd], expected.astype(np.float16),
+                  rtol=2e-3, atol=2e-2)
+
+
 @pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
 def test_unsigned_constant_indices_give_a_valid_model(dtype):
     x = RNG.standard_normal((5, 3)).astype(np.float32)
