@@ -4,6 +4,7 @@ builds it) or any .onnx file (fed random inputs).
 
     python tools/kernel_profile.py W7                      # a tools/bench.py workload
     python tools/kernel_profile.py model.onnx --dim batch=32
+    python tools/kernel_profile.py model.onnx --feeds inputs.npz   # the model's real inputs, by name
     python tools/kernel_profile.py W3 --runs 20 --top 15 --threads 1
     python tools/kernel_profile.py W7 --save w7.onnx       # keep the model (e.g. before a change) ...
     python tools/kernel_profile.py --compare w7.onnx W7    # ... and time it against today's, alternating
@@ -13,6 +14,10 @@ Sessions use gcompile's own options (gcompile.runtime.providers.session_options)
 The report gives, per run: wall time, the sum of kernel times, and the rest (scheduling, memory,
 the Python call): on a graph of many small nodes the rest can dominate. Kernel times are medians
 over the timed runs; a loaded machine inflates them all, so compare shares, not milliseconds.
+Random inputs are standard normal, weights included: a deep model then saturates, and softmax
+probabilities underflow to subnormal floats, which slow every product they reach (a transformer
+step's weight gradients ran 6x slower than on its real inputs), so give real ones (--feeds)
+where they matter.
 """
 from __future__ import annotations
 
@@ -40,6 +45,19 @@ def workload_model(name: str):
     fn, _, args = bench.WORKLOADS[name][1]()
     cf = gc.compile(fn, *args, provider="cpu")
     return cf.model, dict(zip(cf.input_names, args))
+
+
+def saved_feeds(model, path: str) -> dict:
+    """The model's inputs from an .npz file holding one array per graph input name; an input
+    missing from it, or a name the model does not have, is an error that names it."""
+    with np.load(path, allow_pickle=False) as saved:
+        feeds = {k: saved[k] for k in saved.files}
+    initializers = {t.name for t in model.graph.initializer}
+    names = {v.name for v in model.graph.input} - initializers
+    if set(feeds) != names:
+        raise SystemExit(f"{path}: needs arrays named {sorted(names)}; missing {sorted(names - set(feeds))}, "
+                         f"unknown {sorted(set(feeds) - names)}")
+    return feeds
 
 
 def random_feeds(model, dims: dict[str, int], seed: int = 0) -> dict:
@@ -197,6 +215,7 @@ def main(argv=None) -> None:
                         help="intra-op threads (default: gcompile's choice; with --compare, one)")
     parser.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
                         help="size of a symbolic input dim of an .onnx file (default 1)")
+    parser.add_argument("--feeds", help="an .npz of the .onnx file's inputs by name (default: random ones)")
     parser.add_argument("--json", help="also write the per-node times to this file")
     parser.add_argument("--scaling", action="store_true",
                         help="profile on one thread and on every core; flag kernels more cores do not speed up")
@@ -210,7 +229,7 @@ def main(argv=None) -> None:
     if args.target.endswith(".onnx"):
         import onnx
         model = onnx.load(args.target)
-        feeds = random_feeds(model, dims)
+        feeds = saved_feeds(model, args.feeds) if args.feeds else random_feeds(model, dims)
     else:
         model, feeds = workload_model(args.target)
     if args.save:

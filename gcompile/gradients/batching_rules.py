@@ -10,7 +10,7 @@ import numpy as np
 from .. import functions as F
 from ..errors import UnsupportedError
 from ..frontend.source import user_location
-from ..frontend.tensor import Tensor, apply, apply_n
+from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir import dims
 from ..ops.conv import kernel_taps, tap_window
 from .batching import align, all_batched, batching_rule, broadcast, merge, rank, shifted, split, static
@@ -86,6 +86,22 @@ def _batch_norm(node, ins, batched, size):
     y = xc * F.rsqrt(var + node.attrs["eps"]) * F.reshape(gamma, per_channel) + F.reshape(beta, per_channel)
     stats = (x.shape[0], x.shape[channel])
     return [y, F.reshape(mu, stats), F.reshape(var, stats), xc]
+
+
+@batching_rule("group_norm")
+def _group_norm(node, ins, batched, size):
+    """Group norm's statistics are per image, so an example's images are more images: the batch
+    merges into N. Batched weights or biases scale and shift the merged op's output per example."""
+    x, weight, bias = ins
+    x = x if batched[0] else broadcast(x, size)
+    n, c, per_channel = x.shape[1], x.shape[2], (1,) * (x.ndim - 3)
+    if any(batched[1:]):
+        unit = [as_tensor(np.full(c, v, x.dtype)) for v in (1, 0)]
+        y, mu, rstd = apply_n("group_norm", [merge(x), *unit], **node.attrs)
+        weight, bias = (F.reshape(p, (size, 1, c) + per_channel if b else (c,) + per_channel)
+                        for p, b in zip((weight, bias), batched[1:]))
+        return [split(y, size, n) * weight + bias, split(mu, size, n), split(rstd, size, n)]
+    return [split(t, size, n) for t in apply_n("group_norm", [merge(x), weight, bias], **node.attrs)]
 
 
 # -- shapes ---------------------------------------------------------------------------------------------

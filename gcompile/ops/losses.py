@@ -30,11 +30,12 @@ from .elementwise import (
     sqrt,
     where,
 )
-from .nn import one_hot
+from .indexing import take
+from .nn import label_index, picked
 from .reduce import max as reduce_max
 from .reduce import mean
 from .reduce import sum as reduce_sum
-from .shape import broadcast_to, expand_dims, reshape
+from .shape import broadcast_to, expand_dims
 from .shape_rules import broadcast_shapes
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cosine_similarity", "hinge_embedding_loss",
@@ -91,12 +92,12 @@ def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: st
     if input.ndim < 2 or target.shape != input.shape[:1] + input.shape[2:] or not isinstance(c, int):
         raise ShapeError(f"nll_loss: target {format_shape(target.shape)} does not fit input "
                          f"{format_shape(input.shape)} (classes on axis 1, static) (at {user_location()})")
-    onehot = one_hot(target, c, 1, input.dtype)
-    kept = cast(not_equal(target, ignore_index), input.dtype)
+    counted = not_equal(target, ignore_index)
+    kept = cast(counted, input.dtype)
     if weight is not None:
-        weight = reshape(_promote(input, weight)[1], (c,) + (1,) * (input.ndim - 2))
-        kept = kept * reduce_sum(onehot * weight, 1)
-    loss = -reduce_sum(onehot * input, 1) * kept
+        inside, index = label_index(target, c)
+        kept = kept * where(inside, take(_promote(input, weight)[1], index), np.zeros((), input.dtype))
+    loss = where(counted, -picked(input, target, 1) * kept, np.zeros((), input.dtype))
     if reduction == "mean":
         return reduce_sum(loss) / reduce_sum(kept)
     return _reduction(loss, reduction, "nll_loss")

@@ -21,10 +21,11 @@ from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast
-from .elementwise import _promote, equal, exp, rsqrt, softplus
+from .elementwise import _promote, equal, exp, greater_equal, less, logical_and, rsqrt, softplus, where
+from .indexing import take_along_axis
 from .reduce import count, mean
 from .reduce import sum as reduce_sum
-from .shape import broadcast_to, expand_dims, reshape
+from .shape import broadcast_to, expand_dims, reshape, squeeze
 from .shape_rules import axis_for, require_float, same_dtype, unary_float
 
 __all__ = ["batch_norm", "dropout", "layer_norm", "log_softmax", "mse", "one_hot", "sigmoid_cross_entropy",
@@ -125,12 +126,28 @@ def one_hot(labels, n: int, axis: int = -1, dtype="float32") -> Tensor:
     return cast(equal(expand_dims(labels, ax), classes), dtype)
 
 
+def label_index(labels: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """(whether each integer label lies in [0, n), the label or 0 where not): an index always valid."""
+    inside = logical_and(greater_equal(labels, 0), less(labels, n))
+    return inside, where(inside, labels, np.zeros((), labels.dtype))
+
+
+def picked(x: Tensor, labels: Tensor, axis: int) -> Tensor:
+    """x's entries at the integer `labels` along `axis` (labels: x's shape without that axis), 0 where
+    a label lies outside [0, n). A gather, not a product with a one-hot: 0·(-inf) at a masked class
+    made the loss NaN, and the one-hot's comparison, cast and product were three passes over the
+    logits (at an LM head, each as large as its output), its gradient one more."""
+    inside, index = label_index(labels, x.shape[axis])
+    return where(inside, squeeze(take_along_axis(x, expand_dims(index, axis), axis), axis), np.zeros((), x.dtype))
+
+
 def softmax_cross_entropy(logits, labels, axis: int = -1, reduce: str = "mean") -> Tensor:
     """-log softmax(logits)[label] with integer `labels` (class indices along `axis` of the logits).
 
     `labels` has the logits' shape without `axis`. reduce="mean" averages over all those
     positions (a symbolic batch is counted at run time), "sum" adds them, "none" keeps them.
-    Computed as -sum(onehot · log_softmax), so d/dlogits is (softmax - onehot)·dz exactly.
+    Computed as -log_softmax(logits) at the label (labels outside [0, n) count 0), so
+    d/dlogits is (softmax - onehot)·dz exactly.
     """
     logits, labels = _float(logits), as_tensor(labels)
     ax = _axis(axis, logits.ndim, "softmax_cross_entropy")
@@ -143,8 +160,10 @@ def softmax_cross_entropy(logits, labels, axis: int = -1, reduce: str = "mean") 
     if not isinstance(n, int):
         raise ShapeError(f"softmax_cross_entropy: the class axis {ax} must have a static size, got {n!r} "
                          f"(at {user_location()})")
-    onehot = one_hot(labels, n, ax, logits.dtype)
-    return _reduce(-reduce_sum(onehot * log_softmax(logits, ax), ax), reduce)
+    if labels.dtype.kind not in "iu":
+        raise ShapeError(f"softmax_cross_entropy: labels must be integer class indices, got {labels.dtype.name} "
+                         f"(at {user_location()})")
+    return _reduce(-picked(log_softmax(logits, ax), labels, ax), reduce)
 
 
 def sigmoid_cross_entropy(x, t, reduce: str = "mean") -> Tensor:

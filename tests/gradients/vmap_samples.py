@@ -13,7 +13,7 @@ import numpy as np
 
 import gcompile as gc
 import gcompile.functions as F
-from gcompile.frontend.tensor import apply
+from gcompile.frontend.tensor import apply, apply_n
 
 B = 3
 RNG = np.random.default_rng(1)
@@ -65,6 +65,8 @@ SAMPLES: dict[str, Sample] = {
                             [0, 0], float32=True),
     "batch_norm": Sample(lambda x, g, b: F.batch_norm(x, g, b, axis=1, return_stats=True),
                          [rand(B, 5, 3, 2), rand(B, 3), rand(B, 3)], [0, 0, 0]),
+    "group_norm": Sample(lambda x, w, b: apply_n("group_norm", [x, w, b], groups=2, eps=1e-5),
+                         [rand(B, 2, 4, 3, 2), rand(B, 4), rand(B, 4)], [0, 0, 0]),
     "cholesky": Sample(F.cholesky, [spd(B, 2, 3, 3)], [0]),
     "concat": Sample(lambda x, y: F.concat([x, y], axis=-1), [rand(B, 2, 3), rand(B, 2, 1)], [0, 0]),
     "conv": Sample(lambda x, w, b: F.conv(x, w, b, pad=1, groups=2),

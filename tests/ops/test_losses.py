@@ -8,6 +8,8 @@ import pytest
 
 import gcompile as gc
 import gcompile.functions as F
+from gcompile.frontend.tensor import apply_n
+from gcompile.testing import check_lowering
 
 from ..opcheck import check_forward, check_grads
 
@@ -141,6 +143,84 @@ def test_group_and_instance_norm():
     check_grads(lambda x, w: F.instance_norm(x, w), [IMG, w])
     with pytest.raises(gc.ShapeError, match="divisible by num_groups=4"):
         gc.compile(lambda x: F.group_norm(x, 4), IMG)
+
+
+def _group_norm_stats(x, groups, eps=1e-5):
+    grouped = x.reshape(x.shape[0], groups, -1)
+    return grouped.mean(2), 1 / np.sqrt(grouped.var(2) + eps)
+
+
+def test_group_norm_to_third_order_and_through_its_statistics():
+    """The closed-form VJP reads the op's mean and rstd outputs, so a second backward sends
+    cotangents into them: each output alone, a product of them, and order 3 check that path."""
+    w, b = rand(6), rand(6)
+    def outputs(x, w, b):
+        return apply_n("group_norm", [x, w, b], groups=3, eps=1e-5)
+
+    check_forward(outputs, [IMG, w, b], [
+        standardise(IMG.reshape(2, 3, -1), (2,)).reshape(IMG.shape) * w[:, None, None] + b[:, None, None],
+        *_group_norm_stats(IMG, 3)], rtol=1e-10)
+    for i in range(3):
+        check_grads(lambda x, w, b, i=i: outputs(x, w, b)[i], [IMG, w, b])
+
+    def mixed(x, w, b):
+        y, mu, rstd = outputs(x, w, b)
+        return F.sum(F.reshape(y * y, (2, 3, -1)), 2) * rstd * mu
+    check_grads(mixed, [IMG, w, b])
+    check_grads(lambda x, w, b: F.tanh(F.group_norm(x, 2, w, b)), [IMG, w, b], order=3)
+    check_grads(lambda x: F.silu(F.group_norm(x, 1)), [rand(3, 4)], order=3)       # (N, C): no positions
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_group_norm_gradients_on_onnxruntime_equal_the_reference(order):
+    x, w, b, gy = rand(3, 8, 5, 4), rand(8), rand(8), rand(3, 8, 5, 4)
+
+    def loss(x, w, b):
+        return F.sum(F.silu(F.group_norm(x, 4, w, b)) * gy)
+
+    def grads(x, w, b):
+        g = gc.grad(loss(x, w, b), [x, w, b])
+        return g if order == 1 else gc.grad(F.sum(g[0] * gy) + F.sum(g[1] * w), [x, w, b])
+
+    check_lowering(grads, [x, w, b], rtol=1e-9, atol=1e-10)
+
+
+def test_group_norm_edges():
+    # a large mean against a small spread (float32): the statistics come from the centred groups
+    x = (1e4 + RNG.standard_normal((2, 4, 8, 8))).astype(np.float32)
+    got = gc.compile(lambda x: F.group_norm(x, 2), x, provider="cpu")(x)
+    np.testing.assert_allclose(got, standardise(x.astype(np.float64).reshape(2, 2, -1), (2,)).reshape(x.shape),
+                               atol=2e-3)
+    # a constant group: y = 0, the gradient is finite
+    flat = np.ones((1, 4, 3), np.float32)
+    def value_and_grad(x):
+        y = F.group_norm(x, 2)
+        return y, gc.grad(F.sum(y ** 3 + y), [x])
+    y, (gx,) = gc.compile(value_and_grad, flat, provider="cpu")(flat)
+    np.testing.assert_array_equal(y, 0)
+    assert np.isfinite(gx).all()
+    # a NaN spoils its own group only
+    x = rand(1, 4, 3)
+    x[0, 0, 0] = np.nan
+    y = gc.compile(lambda x: F.group_norm(x, 2), x, provider="cpu")(x)
+    assert np.isnan(y[0, :2]).all() and np.isfinite(y[0, 2:]).all()
+    # empty batch, empty positions: empty outputs, zero parameter gradients
+    for shape in [(0, 4, 3), (2, 4, 0)]:
+        x, w = np.zeros(shape), rand(4)
+        y, (gx, gw) = gc.compile(lambda x, w: (F.group_norm(x, 2, w), gc.grad(F.sum(F.group_norm(x, 2, w)), [x, w])),
+                                 x, w, provider="cpu")(x, w)
+        assert y.shape == gx.shape == shape
+        np.testing.assert_array_equal(gw, 0)
+
+
+def test_group_norm_with_symbolic_batch_and_positions():
+    fn = lambda x, w: gc.grad(F.sum(F.group_norm(x, 2, w) ** 3), [x, w])      # noqa: E731
+    cf = gc.compile(fn, gc.spec(("n", 4, "h", "w"), np.float64), gc.spec((4,), np.float64), provider="cpu")
+    w = rand(4)
+    for shape in [(2, 4, 3, 5), (1, 4, 6, 1)]:
+        x = rand(*shape)
+        for got, want in zip(cf(x, w), gc.compile(fn, x, w, provider="cpu")(x, w)):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
 def test_rms_norm_and_normalize():

@@ -156,6 +156,21 @@ def test_softmax_cross_entropy_gradient_identities():
     np.testing.assert_allclose(ddz, np.sum(g * (s - onehot)) / n, rtol=1e-10)
 
 
+def test_softmax_cross_entropy_with_masked_classes_and_labels_out_of_range():
+    """A class masked with -inf logits costs nothing (the loss is finite, its gradient 0, as torch);
+    a label outside [0, n) counts 0 and sends no gradient, as a one-hot of it would."""
+    x = np.array([[0.5, -np.inf, 1.0], [2.0, 0.0, -np.inf], [1.0, 2.0, 3.0], [-np.inf, 1.0, 0.0]])
+    t = np.array([0, 1, 3, -1])
+    s, rows = np_softmax(np.where(np.isinf(x), -1e300, x), 1), np.arange(2)
+    loss = np.concatenate([-np.log(s[rows, t[:2]]), [0.0, 0.0]])
+    onehot = np_onehot(t, 3, 1)
+    grad = (s - onehot) * np.array([1, 1, 0, 0])[:, None] / 4
+    check_values(lambda x: (F.softmax_cross_entropy(x, t, reduce="none"),
+                            gc.grad(F.softmax_cross_entropy(x, t), [x])[0]), [x], [loss, grad], rtol=1e-12)
+    logp = np.array([[-0.5, -np.inf, -1.0], [-1.0, -0.25, -np.inf], [-np.inf, -2.0, -3.0]])
+    check_values(lambda a: F.nll_loss(a, np.array([0, 1, 0]), ignore_index=0), [logp], [np.asarray(0.25)])
+
+
 def test_softmax_cross_entropy_errors():
     x = rand(4, 5)
     with pytest.raises(gc.ShapeError, match=r"expected \(4,\)"):
