@@ -3,7 +3,8 @@
 x+0, x-0, x*1, x/1, -(-x), transpose∘transpose, reshape∘reshape, ops that are no-ops on their
 operand's type (Trait.NOOP_IF_SAME_TYPE: reshape, expand, cast, identity, stop_gradient, one-term
 add_n), x**1, x**2 as x*x, where with a constant condition, a sum of zero-padded pieces that tile an axis (the
-gradient of splitting a tensor) as their concat, and an expand feeding an op that broadcasts
+gradient of splitting a tensor) as their concat, a sum of every strided phase of an axis spread
+over zeros as the phases interleaved, and an expand feeding an op that broadcasts
 anyway (Trait.BROADCASTS; a bias gradient's VJP, fed to a sum); an elementwise op of an expand
 is computed unexpanded and expanded after (Trait.ELEMENTWISE, not random). A rewrite only applies
 when the surviving value has exactly the node's type (dtype and shape), so broadcasting is never
@@ -107,6 +108,58 @@ def _tiling_pieces(graph: Graph, node: Node) -> tuple[int, list[ValueRef]] | Non
     return axis, [piece for _, _, _, piece in spans]
 
 
+def _phase_pieces(graph: Graph, node: Node) -> tuple[int, list[ValueRef]] | None:
+    """(axis, pieces by start) when `node` sums, for some step s > 1, the s slice_scatters that place
+    the phases start, start + s, ... (start = 0 .. s-1) of one axis, each a whole phase: the gradient
+    of x[..., 0::2] and x[..., 1::2], as rotary embeddings take them; else None."""
+    if node.op != "add_n" or len(node.inputs) < 2:
+        return None
+    phases: dict[int, ValueRef] = {}
+    layout = set()
+    for ref in node.inputs:
+        scatter = graph.nodes[ref.node]
+        a = scatter.attrs
+        if scatter.op != "slice_scatter" or len(a["axes"]) != 1 or not _same_type(graph, ref, node):
+            return None
+        layout.add((a["axes"][0], a["steps"][0], graph.type_of(scatter.inputs[0]).shape[a["axes"][0]]))
+        phases[a["starts"][0]] = scatter.inputs[0]
+    if len(layout) != 1:
+        return None
+    axis, step, length = layout.pop()
+    if step < 2 or sorted(phases) != list(range(step)) or length * step != node.outputs[0].shape[axis]:
+        return None
+    return axis, [phases[start] for start in range(step)]
+
+
+def _interleave_phases(graph: Graph) -> bool:
+    """A sum of slice_scatters that place every phase of an axis (_phase_pieces) -> the pieces
+    interleaved: each gets a unit axis after that one, they are joined along it, and the result
+    takes the output's shape. Two spreading Pads and a sum (1.25 ms each at 4 x 4 x 256 x 64,
+    ONNX Runtime's Pad of a unit axis moving one element at a time) become one Concat."""
+    placed: dict[int, list[int]] = {}
+    existing = sorted(graph.nodes)
+    for node in graph.topo_order():
+        found = _phase_pieces(graph, node)
+        if found is None:
+            continue
+        axis, pieces = found
+        out, inserted = node.outputs[0], []
+        for piece in pieces:
+            t = graph.type_of(piece)
+            shape = t.shape[:axis + 1] + (1,) + t.shape[axis + 1:]
+            inserted.append(graph.add_node("reshape", [piece], {"shape": shape}, [tensor_type(t.dtype, shape)],
+                                           node.order, node.source))
+        joined = t.shape[:axis + 1] + (len(pieces),) + t.shape[axis + 1:]
+        inserted.append(graph.add_node("concat", [n.out(0) for n in inserted], {"axis": axis + 1},
+                                       [tensor_type(out.dtype, joined)], node.order, node.source))
+        graph.replace_inputs(node, [inserted[-1].out(0)])
+        node.op, node.attrs = "reshape", {"shape": out.shape}
+        placed[node.id] = [n.id for n in inserted]
+    if placed:
+        graph.renumber([i for old in existing for i in (*placed.get(old, ()), old)])
+    return bool(placed)
+
+
 def _broadcast_unexpanded(graph: Graph, inputs: list[ValueRef], pos: int) -> tuple | None:
     """The broadcast shape of `inputs` with the expand at `pos` read unexpanded; None where
     symbolic dims leave it undecided."""
@@ -199,7 +252,7 @@ def _square_as_product(graph: Graph, node: Node) -> bool:
 
 
 def simplify(graph: Graph) -> PassResult:
-    changed = False
+    changed = _interleave_phases(graph)       # first: the rewrites below see the nodes it adds
     for node in graph.topo_order():
         if node.op in ("input", "constant"):
             continue

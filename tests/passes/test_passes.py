@@ -178,7 +178,8 @@ def test_the_gradient_of_a_split_becomes_a_concat_of_the_pieces():
     lambda x: (x[:, :1], x[:, 2:]),             # a gap: the zeros between stay
     lambda x: (x[:, :3], x[:, 1:]),             # overlapping pieces add
     lambda x: (x[:1, :2], x[1:, 2:]),           # different axes
-    lambda x: (x[:, ::2], x[:, 1::2]),          # strided pieces
+    lambda x: (x[:, ::3], x[:, 1::3]),          # strided pieces that miss a phase
+    lambda x: (x[:, ::2], x[:, 2::2]),          # a phase twice, overlapping
 ])
 def test_sums_of_pieces_that_do_not_tile_one_axis_stay_sums(pieces):
     def fn(x):
@@ -189,6 +190,22 @@ def test_sums_of_pieces_that_do_not_tile_one_axis_stay_sums(pieces):
     _assert_valid(graph)
     assert "concat" not in _ops(graph)
     np.testing.assert_array_equal(before[0], evaluate(graph, [X])[0])
+
+
+@pytest.mark.parametrize("shape, axis, step", [((3, 4), 1, 2), ((6, 2, 5), 0, 3), ((2, 3, 8), 2, 4)])
+def test_the_gradient_of_every_strided_phase_becomes_their_interleaving(shape, axis, step):
+    """x[..., 0::2] and x[..., 1::2] (rotary embeddings): the backward's spread-out pieces and their sum
+    become one concat along a new axis, reshaped; values are unchanged."""
+    x = RNG.standard_normal(shape)
+
+    def fn(x):
+        phases = [x[(slice(None),) * axis + (slice(start, None, step),)] for start in range(step)]
+        return gc.grad(F.add_n([F.sum(F.sin(p) * (i + 2)) for i, p in enumerate(phases)]), [x])[0]
+    _check(simplify, fn, [x])
+    graph = _graph(fn, x)
+    optimize(graph, 2)
+    assert "concat" in _ops(graph) and "slice_scatter" not in _ops(graph)
+    np.testing.assert_allclose(gc.compile(fn, x, provider="cpu")(x), evaluate(_graph(fn, x), [x])[0], rtol=1e-12)
 
 
 def test_an_expand_feeding_an_op_that_broadcasts_anyway_is_dropped():
