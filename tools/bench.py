@@ -409,6 +409,74 @@ def w15_setup():
     return step, None, [x, src, dst, y, *ps]
 
 
+LLAMA = dict(batch=4, seq=256, width=256, heads=4, vocab=2000, hidden=683)
+
+
+def _rope_tables():
+    """cos and sin (seq, head width / 2) of rotary embeddings, for W16."""
+    half = LLAMA["width"] // LLAMA["heads"] // 2
+    angle = np.arange(LLAMA["seq"])[:, None] / 10000.0 ** (np.arange(half) / half)
+    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+
+
+def _rotated(u, cos, sin, join):
+    """Rotary embedding of interleaved pairs (u[..., 0::2], u[..., 1::2]), as Meta's LLaMA code."""
+    even, odd = u[..., 0::2], u[..., 1::2]
+    return join([even * cos - odd * sin, even * sin + odd * cos])
+
+
+def w16_setup():
+    """A LLaMA-like block's training step: token embedding, RMSNorm, causal attention with rotary
+    embeddings of interleaved pairs, a SwiGLU MLP, RMSNorm and the vocabulary read-out with
+    cross-entropy, every weight's gradient."""
+    b, s, d, heads, vocab, hidden = (LLAMA[k] for k in ("batch", "seq", "width", "heads", "vocab", "hidden"))
+    ps = [_param(vocab, d, scale=0.02), np.ones(d, np.float32), _param(d, 3 * d), _param(d, d),
+          np.ones(d, np.float32), _param(d, 2 * hidden), _param(hidden, d), _param(d, vocab)]
+    ids = RNG.integers(0, vocab, (b, s)).astype(np.int64)
+    t = RNG.integers(0, vocab, (b, s)).astype(np.int64)
+    cos, sin = _rope_tables()
+
+    def step(ids, t, *ps):
+        emb, n1, wqkv, wo, n2, w12, w3, head = ps
+        x = F.embedding(ids, emb)
+        heads_of = lambda u: F.transpose(F.reshape(u, (b, s, heads, d // heads)), (0, 2, 1, 3))  # noqa: E731
+        q, k, v = (heads_of(u) for u in F.split(F.rms_norm(x, (d,), n1, eps=1e-6) @ wqkv, 3, -1))
+        join = lambda parts: F.concat(parts, -1)  # noqa: E731
+        a = F.scaled_dot_product_attention(_rotated(q, cos, sin, join), _rotated(k, cos, sin, join), v, is_causal=True)
+        x = x + F.reshape(F.transpose(a, (0, 2, 1, 3)), (b, s, d)) @ wo
+        gate, up = F.split(F.rms_norm(x, (d,), n2, eps=1e-6) @ w12, 2, -1)
+        x = x + (F.silu(gate) * up) @ w3
+        value = F.softmax_cross_entropy(x @ head, t)
+        return value, gc.grad(value, list(ps))
+
+    return step, None, [ids, t, *ps]
+
+
+DIFFUSION = dict(batch=8, size=64, channels=32, groups=8)
+
+
+def w17_setup():
+    """A small U-Net step of the diffusion kind: convolutions with group norm and SiLU, average
+    pooling down, bilinear upsampling, the skip joined on channels, a 1x1 read-out, MSE."""
+    b, size, c, groups = (DIFFUSION[k] for k in ("batch", "size", "channels", "groups"))
+    ps = [_param(c, 3, 3, 3, scale=0.2), np.ones(c, np.float32), np.zeros(c, np.float32),
+          _param(2 * c, c, 3, 3), np.ones(2 * c, np.float32), np.zeros(2 * c, np.float32),
+          _param(c, 3 * c, 3, 3), np.ones(c, np.float32), np.zeros(c, np.float32), _param(3, c, 1, 1)]
+    x = RNG.standard_normal((b, 3, size, size)).astype(np.float32)
+    y = RNG.standard_normal((b, 3, size, size)).astype(np.float32)
+
+    def step(x, y, *ps):
+        def block(h, w, g, be):
+            return F.silu(F.group_norm(F.conv(h, w, pad=1), groups, g, be))
+        h1 = block(x, *ps[0:3])
+        h2 = block(F.avg_pool(h1, 2), *ps[3:6])
+        up = F.interpolate(h2, scale_factor=2, mode="bilinear")
+        value = F.mse(F.conv(block(F.concat([up, h1], 1), *ps[6:9]), ps[9]), y)
+        return value, gc.grad(value, list(ps))
+
+    return step, None, [x, y, *ps]
+
+
 WORKLOADS = {
     "W1": ("mlp-step", w1_setup), "W2": ("cnn-step", w2_setup), "W3": ("transformer-step", w3_setup),
     "W4": ("wgan-gp", w4_setup), "W5": ("pinn", w5_setup), "W6": ("mlp-hvp", w6_setup),
@@ -417,11 +485,12 @@ WORKLOADS = {
     "W10": ("attention-1k", w10_setup),
     "W11": ("segmentation-step", w11_setup), "W12": ("causal-lm-step", w12_setup), "W13": ("pair-potential", w13_setup),
     "W14": ("mobilenet-step", w14_setup), "W15": ("graph-network-step", w15_setup),
+    "W16": ("llama-block-step", w16_setup), "W17": ("groupnorm-unet-step", w17_setup),
     **LOOP_WORKLOADS,
 }
 SIX = "W1,W2,W3,W4,W5,W6,W1f"
 BEYOND = "W7,W8,W9,W10"
-LATER = "W11,W12,W13,W14,W15"   # written after the profile of other kinds found onnxruntime kernels to avoid
+LATER = "W11,W12,W13,W14,W15,W16,W17"   # written after the profile of other kinds found onnxruntime kernels to avoid
 
 
 # -- reference implementations -----------------------------------------------------------------------
@@ -596,9 +665,44 @@ def torch_workloads():
             return torch.autograd.grad(((out - y) ** 2).mean(), ps)
         return run
 
+    def w16(args):
+        ids, t, ps = T(args[0]), T(args[1]), params(args[2:])
+        nnf = torch.nn.functional
+        b, s, d, heads = (LLAMA[k] for k in ("batch", "seq", "width", "heads"))
+        cos, sin = (T(a) for a in _rope_tables())
+
+        def run():
+            emb, n1, wqkv, wo, n2, w12, w3, head = ps
+            x = nnf.embedding(ids, emb)
+            q, k, v = (u.reshape(b, s, heads, -1).transpose(1, 2)
+                       for u in (nnf.rms_norm(x, (d,), n1, eps=1e-6) @ wqkv).chunk(3, -1))
+            join = lambda parts: torch.cat(parts, -1)  # noqa: E731
+            a = nnf.scaled_dot_product_attention(_rotated(q, cos, sin, join), _rotated(k, cos, sin, join), v,
+                                                 is_causal=True)
+            x = x + a.transpose(1, 2).reshape(b, s, d) @ wo
+            gate, up = (nnf.rms_norm(x, (d,), n2, eps=1e-6) @ w12).chunk(2, -1)
+            x = x + (nnf.silu(gate) * up) @ w3
+            return torch.autograd.grad(nnf.cross_entropy((x @ head).reshape(b * s, -1), t.reshape(-1)), ps)
+        return run
+
+    def w17(args):
+        x, y, ps = T(args[0]), T(args[1]), params(args[2:])
+        nnf, groups = torch.nn.functional, DIFFUSION["groups"]
+
+        def block(h, w, g, be):
+            return nnf.silu(nnf.group_norm(nnf.conv2d(h, w, padding=1), groups, g, be))
+
+        def run():
+            h1 = block(x, *ps[0:3])
+            h2 = block(nnf.avg_pool2d(h1, 2), *ps[3:6])
+            up = nnf.interpolate(h2, scale_factor=2, mode="bilinear", align_corners=False)
+            out = nnf.conv2d(block(torch.cat([up, h1], 1), *ps[6:9]), ps[9])
+            return torch.autograd.grad(nnf.mse_loss(out, y), ps)
+        return run
+
     return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f,
             "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13, "W14": w14,
-            "W15": w15, **torch_loop_workloads()}
+            "W15": w15, "W16": w16, "W17": w17, **torch_loop_workloads()}
 
 
 def jax_workloads():
@@ -789,9 +893,57 @@ def jax_workloads():
             return jnp.mean((out - y) ** 2)
         return block(jax.jit(jax.grad(loss)), ps, x, y)
 
+    def w16(args):
+        ids, t, ps = args[0], args[1], list(args[2:])
+        b, s, d, heads = (LLAMA[k] for k in ("batch", "seq", "width", "heads"))
+        cos, sin = _rope_tables()
+        causal = np.tril(np.ones((s, s), bool))
+
+        def rms(h, w):
+            return h / jnp.sqrt(jnp.mean(h * h, -1, keepdims=True) + 1e-6) * w
+
+        def loss(ps, ids, t):
+            emb, n1, wqkv, wo, n2, w12, w3, head = ps
+            x = emb[ids]
+            q, k, v = (u.reshape(b, s, heads, -1).transpose(0, 2, 1, 3) for u in jnp.split(rms(x, n1) @ wqkv, 3, -1))
+            join = lambda parts: jnp.concatenate(parts, -1)  # noqa: E731
+            q, k = _rotated(q, cos, sin, join), _rotated(k, cos, sin, join)
+            att = jax.nn.softmax(jnp.where(causal, q @ k.transpose(0, 1, 3, 2) / np.sqrt(d // heads), -jnp.inf), -1)
+            x = x + (att @ v).transpose(0, 2, 1, 3).reshape(b, s, d) @ wo
+            gate, up = jnp.split(rms(x, n2) @ w12, 2, -1)
+            x = x + (jax.nn.silu(gate) * up) @ w3
+            return ce((x @ head).reshape(b * s, -1), t.reshape(-1))
+        return block(jax.jit(jax.grad(loss)), ps, ids, t)
+
+    def w17(args):
+        x, y, ps = args[0], args[1], list(args[2:])
+        groups = DIFFUSION["groups"]
+
+        def gn(h, g, be):
+            n, c = h.shape[:2]
+            grouped = h.reshape(n, groups, -1)
+            m = grouped.mean(-1, keepdims=True)
+            v = ((grouped - m) ** 2).mean(-1, keepdims=True)
+            h = ((grouped - m) / jnp.sqrt(v + 1e-5)).reshape(h.shape)
+            return h * g[None, :, None, None] + be[None, :, None, None]
+
+        def conv(h, w, pad):
+            return jax.lax.conv_general_dilated(h, w, (1, 1), ((pad, pad), (pad, pad)))
+
+        def unit(h, w, g, be):
+            return jax.nn.silu(gn(conv(h, w, 1), g, be))
+
+        def loss(ps, x, y):
+            h1 = unit(x, *ps[0:3])
+            pooled = jax.lax.reduce_window(h1, 0.0, jax.lax.add, (1, 1, 2, 2), (1, 1, 2, 2), "VALID") / 4
+            h2 = unit(pooled, *ps[3:6])
+            up = jax.image.resize(h2, h2.shape[:2] + h1.shape[2:], "bilinear")
+            return jnp.mean((conv(unit(jnp.concatenate([up, h1], 1), *ps[6:9]), ps[9], 0) - y) ** 2)
+        return block(jax.jit(jax.grad(loss)), ps, x, y)
+
     return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f,
             "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13, "W14": w14,
-            "W15": w15}
+            "W15": w15, "W16": w16, "W17": w17}
 
 
 # -- measurement -------------------------------------------------------------------------------------
