@@ -477,39 +477,44 @@ def _patch_weight_grad(ctx, names, node, batch: int):
     return ctx.emit("Reshape", [gw, ctx.int64s([co, channels, *kernel])])
 
 
-def _few_outputs_weight_grad(ctx, names, node):
-    """The weight gradient of a stride-1 layer with few output channels (a head that maps many
-    channels to a few: an image's RGB, a mask) shifts g rather than x: gw[:, :, t] sums
-    g placed at tap t's offset in the padded frame times the padded x itself, so the copies are
-    of g's few channels and one product per image takes all taps (T x Co rows). Per tap, slicing
-    x's windows (80 channels at 64x64, batch 8) took 8 of the layer's 11 ms; this form takes 0.24
-    of the time (3 outputs from 64 channels: 0.29). A non-finite x within the kernel's reach of
-    the border meets the zeros around g for the taps that never read it (NaN there, 0·inf);
-    in a training step such an x has made the loss and g non-finite already."""
+def _shifted_outputs_weight_grad(ctx, names, node):
+    """The weight gradient of a stride-1 layer with fewer output channels than input ones shifts g
+    rather than x: gw[:, :, t] sums x itself times g moved by tap t's offset (a Pad that crops and
+    zero-fills), so the copies are of the smaller tensor and x is never copied. With few outputs
+    (a head that maps many channels to an image's RGB or a mask) one product per image takes
+    every tap's g (T x Co columns): per tap, slicing x's windows (80 channels at 64x64, batch 8)
+    took 8 of the layer's 11 ms, this form 0.24 of the time (3 outputs from 64 channels: 0.29);
+    with more outputs, a product per tap. A non-finite x within the kernel's reach of the border
+    meets the zeros moved in around g for the taps that never read it (NaN there, 0·inf); in a
+    training step such an x has made the loss and g non-finite already."""
     a = node.attrs
     kernel = a["kernel"]
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
-    ci, co, out = x_type.shape[1], g_type.shape[1], g_type.shape[2:]
-    padded = [n + sum(p) for n, p in zip(x_type.shape[2:], a["pad"])]
-    x = _zero_padded(ctx, names[0], a["pad"], 2)
-    frame = math.prod(padded)
-    x = ctx.emit("Reshape", [x, ctx.int64s([0, ci, frame])])                        # (N, Ci, P)
+    ci, co, out, size = x_type.shape[1], g_type.shape[1], g_type.shape[2:], x_type.shape[2:]
+    frame = math.prod(size)
+    x = ctx.emit("Reshape", [names[0], ctx.int64s([0, ci, frame])])                 # (N, Ci, P)
     shifted = []
     for tap in kernel_taps(kernel):
-        before = [d * t for d, t in zip(a["dilation"], tap)]
-        placed = ctx.pad(names[1], [0, 0, *before], [0, 0, *(n - o - b for n, o, b in zip(padded, out, before))])
-        shifted.append(ctx.emit("Reshape", [placed, ctx.int64s([0, co, frame])]))
+        begins = [d * t - p[0] for d, t, p in zip(a["dilation"], tap, a["pad"])]
+        ends = [n - o - b for n, o, b in zip(size, out, begins)]
+        moved = ctx.pad(names[1], [0, 0, *begins], [0, 0, *ends]) if any(begins + ends) else names[1]
+        shifted.append(ctx.emit("Reshape", [moved, ctx.int64s([0, co, frame])]))    # (N, Co, P)
     taps = len(shifted)
-    g = ctx.emit("Concat", shifted, axis=1)                                          # (N, T x Co, P)
-    gw = ctx.emit("MatMul", [g, ctx.emit("Transpose", [x], perm=[0, 2, 1])])         # (N, T x Co, Ci)
-    gw = ctx.reduce("ReduceSum", gw, tensor_type(x_type.dtype, (x_type.shape[0], taps * co, ci)), [0], False)
-    gw = ctx.emit("Transpose", [ctx.emit("Reshape", [gw, ctx.int64s([taps, co, ci])])], perm=[1, 2, 0])
+    if co < FEW_CHANNELS:
+        g = ctx.emit("Transpose", [ctx.emit("Concat", shifted, axis=1)], perm=[0, 2, 1])
+        gw = ctx.emit("MatMul", [x, g])                                               # (N, Ci, T x Co)
+    else:
+        gw = ctx.emit("Concat", [ctx.emit("MatMul", [x, ctx.emit("Transpose", [s], perm=[0, 2, 1])])
+                                 for s in shifted], axis=2)                           # (N, Ci, T x Co)
+    gw = ctx.reduce("ReduceSum", gw, tensor_type(x_type.dtype, (x_type.shape[0], ci, taps * co)), [0], False)
+    gw = ctx.emit("Transpose", [ctx.emit("Reshape", [gw, ctx.int64s([ci, taps, co])])], perm=[2, 0, 1])
     return ctx.emit("Reshape", [gw, ctx.int64s([co, ci, *kernel])])
 
 
 def _lower_conv_weight_grad(ctx, names, node):
-    """gw[o, c, k] = sum over n, i of xpad[n, c, i*stride + k*dilation] * g[n, o, i]: slice each
-    kernel tap's strided window out of the padded x (a copy that moves whole planes) and
+    """gw[o, c, k] = sum over n, i of xpad[n, c, i*stride + k*dilation] * g[n, o, i]: copy each
+    kernel tap's window of the padded x (at stride 1 one Pad of x that crops and zero-fills, so
+    the padded x is never made: 13 MB at 8 x 96 x 66 x 66, a tenth of that layer's gradient) and
     contract it with g in one batched MatMul per tap, over the output positions of a chunk of
     images at once (per group; _weight_grad_chunks says how many); the chunks' products are
     summed and the taps' (Co, Ci) results joined last. Chunks of one image read x and g as they
@@ -543,9 +548,10 @@ def _lower_conv_weight_grad(ctx, names, node):
             and all(d == 1 for d in a["dilation"]) and nonempty and dims.is_static(x_type.shape) \
             and kernel[-1] >= PATCH_MIN_WIDTH:
         return _patch_weight_grad(ctx, names, node, batch)
-    if co < FEW_CHANNELS <= ci and groups == 1 and not strided and math.prod(kernel) > 1 \
-            and dims.is_static(x_type.shape[1:]) and dims.is_static(out):
-        return _few_outputs_weight_grad(ctx, names, node)
+    if co < ci and groups == 1 and not strided and math.prod(kernel) > 1 \
+            and dims.is_static(x_type.shape[1:]) and dims.is_static(out) \
+            and (co < FEW_CHANNELS or _weight_grad_chunks(batch, math.prod(out)) is None):
+        return _shifted_outputs_weight_grad(ctx, names, node)
     chunks = _weight_grad_chunks(batch, math.prod(out))
     x, g = names
     if chunks is None:                       # x as it is: (N, C, *S); a Reshape's 0 keeps N
@@ -558,7 +564,8 @@ def _lower_conv_weight_grad(ctx, names, node):
         x, g = (ctx.emit("Transpose", [ctx.emit("Reshape", [v, ctx.int64s([chunks, -1, c, *sizes])])],
                          perm=[0, 2, 1, *range(3, 3 + nsp)])
                 for v, c, sizes in ((x, x_type.shape[1], x_type.shape[2:]), (g, co, out)))
-    x = _zero_padded(ctx, x, a["pad"], lead)
+    if strided:
+        x = _zero_padded(ctx, x, a["pad"], lead)
     axes, per_group = ctx.int64s(range(lead, lead + nsp)), ctx.int64s([*stack, groups, ci, k])
     g = ctx.emit("Reshape", [g, ctx.int64s([*stack, groups, co // groups, k])])
     rank = len(stack) + 3
@@ -566,11 +573,10 @@ def _lower_conv_weight_grad(ctx, names, node):
     padded = [i + sum(p) for i, p in zip(x_type.shape[2:], a["pad"])]
     for tap in kernel_taps(kernel):
         window = tap_window(tap, a["stride"], a["dilation"], out)[1:]
-        if all(w.start == 0 and w.stop == n and s == 1 for w, n, s in zip(window, padded, a["stride"])):
-            cols = x                         # the whole input (a 1x1 kernel at stride 1): no copy
-        elif all(s == 1 for s in a["stride"]):
-            cols = ctx.emit("Slice", [x, ctx.int64s([w.start for w in window]), ctx.int64s([w.stop for w in window]),
-                                      axes])
+        if not strided:                      # the window straight from x: a Pad that crops and zero-fills
+            begins = [p[0] - w.start for w, p in zip(window, a["pad"])]
+            ends = [w.stop - p[0] - n for w, p, n in zip(window, a["pad"], x_type.shape[2:])]
+            cols = ctx.pad(x, [0] * lead + begins, [0] * lead + ends) if any(begins + ends) else x
         else:                                # a window of one of x's phases (below), a copy of whole rows
             phase = tuple(w.start % s for w, s in zip(window, a["stride"]))
             if phase not in phases:
