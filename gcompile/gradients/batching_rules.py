@@ -49,6 +49,12 @@ def _along_axis(node, ins, batched, size):
     return apply_n(node.op, ins, **{**node.attrs, "axis": node.attrs["axis"] % (ins[0].ndim - 1) + 1})
 
 
+@batching_rule("softmax_cross_entropy")
+def _cross_entropy(node, ins, batched, size):
+    """Per position of the labels: the batch is one more of them (the class axis shifts by one)."""
+    return apply_n("softmax_cross_entropy", all_batched(ins, batched, size), axis=node.attrs["axis"] + 1)
+
+
 @batching_rule("mask_ranks")
 def _mask_ranks(node, ins, batched, size):
     """The ranks of each example's flat mask: a running count along axis 1, minus one."""

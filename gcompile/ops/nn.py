@@ -22,7 +22,7 @@ from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast
 from .elementwise import _promote, equal, exp, greater_equal, less, logical_and, rsqrt, softplus, where
-from .indexing import take_along_axis
+from .indexing import scatter_add_along_axis, take_along_axis
 from .reduce import count, mean
 from .reduce import sum as reduce_sum
 from .shape import broadcast_to, expand_dims, reshape, squeeze
@@ -84,17 +84,21 @@ def _lower_softmax(op_type):
     8x4x128x128 LogSoftmax over axis 1 with two threads, the five or six ops 0.5 (the same
     formula: x - max, then exp and sum, docs/performance.md)."""
     def lower(ctx, names, node):
-        axis, t = node.attrs["axis"], node.outputs[0]
-        size, inner = t.shape[axis], t.shape[axis + 1:]
-        if not inner or dims.is_static(inner) and math.prod(inner) == 1 or not isinstance(size, int) or size == 0:
-            return ctx.emit(op_type, names, axis=axis)
-        shifted = ctx.emit("Sub", [names[0], ctx.emit("ReduceMax", [names[0], ctx.int64s([axis])], keepdims=1)])
-        e = ctx.emit("Exp", [shifted])
-        total = ctx.reduce("ReduceSum", e, t, [axis], True)
-        if op_type == "LogSoftmax":
-            return ctx.emit("Sub", [shifted, ctx.emit("Log", [total])])
-        return ctx.emit("Div", [e, total])
+        return _emit_softmax(ctx, op_type, names[0], node.attrs["axis"], node.outputs[0])
     return lower
+
+
+def _emit_softmax(ctx, op_type: str, x: str, axis: int, t) -> str:
+    """Softmax or LogSoftmax of x (of type t) along `axis`, as _lower_softmax describes."""
+    size, inner = t.shape[axis], t.shape[axis + 1:]
+    if not inner or dims.is_static(inner) and math.prod(inner) == 1 or not isinstance(size, int) or size == 0:
+        return ctx.emit(op_type, [x], axis=axis)
+    shifted = ctx.emit("Sub", [x, ctx.emit("ReduceMax", [x, ctx.int64s([axis])], keepdims=1)])
+    e = ctx.emit("Exp", [shifted])
+    total = ctx.reduce("ReduceSum", e, t, [axis], True)
+    if op_type == "LogSoftmax":
+        return ctx.emit("Sub", [shifted, ctx.emit("Log", [total])])
+    return ctx.emit("Div", [e, total])
 
 
 defop("softmax", infer=unary_float, reference=_softmax_reference, lower=_lower_softmax("Softmax"), vjp=_softmax_vjp)
@@ -163,7 +167,60 @@ def softmax_cross_entropy(logits, labels, axis: int = -1, reduce: str = "mean") 
     if labels.dtype.kind not in "iu":
         raise ShapeError(f"softmax_cross_entropy: labels must be integer class indices, got {labels.dtype.name} "
                          f"(at {user_location()})")
-    return _reduce(-picked(log_softmax(logits, ax), labels, ax), reduce)
+    return _reduce(apply("softmax_cross_entropy", [logits, labels], axis=ax), reduce)
+
+
+# The softmax_cross_entropy op: -log_softmax(logits)[label] per position, 0 where the label lies
+# outside [0, n). Its VJP is (softmax - onehot)·g with the onehot's part scattered onto the dense
+# part: three passes over the logits (softmax, product, scatter), where log_softmax's own VJP of
+# a gathered entry (a scatter into zeros, its sum, exp, product, difference) took five.
+def _cross_entropy_infer(types, axis):
+    x, labels = types
+    require_float(x)
+    expected = x.shape[:axis] + x.shape[axis + 1:]
+    if labels.dtype.kind not in "iu" or labels.shape != expected:
+        raise ShapeError(f"softmax_cross_entropy: integer labels of shape {format_shape(expected)}, got "
+                         f"{labels.dtype.name}{format_shape(labels.shape)}")
+    return [tensor_type(x.dtype, labels.shape)]
+
+
+def _cross_entropy_reference(x, labels, axis):
+    n = x.shape[axis]
+    inside = (labels >= 0) & (labels < n)
+    if n == 0:
+        return np.zeros(labels.shape, x.dtype)
+    index = np.expand_dims(np.where(inside, labels, 0), axis)
+    picked = np.take_along_axis(_log_softmax_reference(x, axis), index, axis)
+    return np.where(inside, -np.squeeze(picked, axis), 0).astype(x.dtype)
+
+
+def _lower_cross_entropy(ctx, names, node):
+    x, labels = names
+    axis, t = node.attrs["axis"], ctx.graph.type_of(node.inputs[0])
+    label_type, n = ctx.graph.type_of(node.inputs[1]), t.shape[axis]
+    zero = ctx.const(np.zeros((), t.dtype))
+    if n == 0:                                        # no class: every label lies outside
+        return ctx.emit("Expand", [zero, ctx.shape_tensor(label_type.shape)])
+    logp = _emit_softmax(ctx, "LogSoftmax", x, axis, t)
+    inside = ctx.emit("And", [ctx.emit("GreaterOrEqual", [labels, ctx.const(np.zeros((), label_type.dtype))]),
+                              ctx.emit("Less", [labels, ctx.const(np.asarray(n, label_type.dtype))])])
+    index = ctx.emit("Where", [inside, labels, ctx.const(np.zeros((), label_type.dtype))])
+    picked = ctx.emit("GatherElements", [logp, ctx.emit("Unsqueeze", [index, ctx.int64s([axis])])], axis=axis)
+    picked = ctx.emit("Squeeze", [picked, ctx.int64s([axis])])
+    return ctx.emit("Where", [inside, ctx.emit("Neg", [picked]), zero])
+
+
+def _cross_entropy_vjp(g, ins, outs, axis):
+    x, labels = ins
+    if x.shape[axis] == 0:                            # no class: a gradient of x's (empty) shape
+        return [broadcast_to(np.zeros((), x.dtype), x.shape), None]
+    inside, index = label_index(labels, x.shape[axis])
+    u = expand_dims(where(inside, g[0], np.zeros((), x.dtype)), axis)
+    return [scatter_add_along_axis(softmax(x, axis) * u, expand_dims(index, axis), -u, axis), None]
+
+
+defop("softmax_cross_entropy", infer=_cross_entropy_infer, reference=_cross_entropy_reference,
+      lower=_lower_cross_entropy, vjp=_cross_entropy_vjp)
 
 
 def sigmoid_cross_entropy(x, t, reduce: str = "mean") -> Tensor:

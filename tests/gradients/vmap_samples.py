@@ -67,6 +67,8 @@ SAMPLES: dict[str, Sample] = {
                          [rand(B, 5, 3, 2), rand(B, 3), rand(B, 3)], [0, 0, 0]),
     "group_norm": Sample(lambda x, w, b: apply_n("group_norm", [x, w, b], groups=2, eps=1e-5),
                          [rand(B, 2, 4, 3, 2), rand(B, 4), rand(B, 4)], [0, 0, 0]),
+    "softmax_cross_entropy": Sample(lambda x, t: F.softmax_cross_entropy(x, t, axis=1, reduce="none"),
+                                    [rand(B, 2, 4, 3), ints(4, B, 2, 3)], [0, 0]),
     "cholesky": Sample(F.cholesky, [spd(B, 2, 3, 3)], [0]),
     "concat": Sample(lambda x, y: F.concat([x, y], axis=-1), [rand(B, 2, 3), rand(B, 2, 1)], [0, 0]),
     "conv": Sample(lambda x, w, b: F.conv(x, w, b, pad=1, groups=2),

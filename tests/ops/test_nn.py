@@ -171,6 +171,29 @@ def test_softmax_cross_entropy_with_masked_classes_and_labels_out_of_range():
     check_values(lambda a: F.nll_loss(a, np.array([0, 1, 0]), ignore_index=0), [logp], [np.asarray(0.25)])
 
 
+@pytest.mark.parametrize("shape, axis, dtype", [((4, 5), -1, np.int64), ((2, 5, 3, 2), 1, np.int32)])
+def test_softmax_cross_entropy_gradients_on_onnxruntime_to_second_order(shape, axis, dtype):
+    """The op's VJP scatters the label's share onto softmax·g (one scatter, not a one-hot): on
+    ONNX Runtime, first and second order equal the reference evaluator's, labels out of range too."""
+    ax = axis % len(shape)
+    x, w = rand(*shape, seed=3), rand(*shape, seed=4)
+    t = labels_for(shape[:ax] + shape[ax + 1:], shape[ax]).astype(dtype)
+    t.flat[0] = shape[ax]                                  # outside [0, n): counts 0
+
+    def grads(x):
+        (dx,) = gc.grad(F.softmax_cross_entropy(x, t, axis=axis), [x])
+        return [dx, gc.grad(F.sum(dx * w), [x])[0]]
+    check_lowering(grads, [x], rtol=1e-9, atol=1e-12)
+
+
+def test_softmax_cross_entropy_over_no_classes_is_zero():
+    x, t = np.zeros((3, 0)), np.zeros(3, np.int64)
+    loss, (dx,) = gc.compile(lambda x: (F.softmax_cross_entropy(x, t, reduce="none"),
+                                        gc.grad(F.softmax_cross_entropy(x, t), [x])), x, provider="cpu")(x)
+    np.testing.assert_array_equal(loss, np.zeros(3))
+    assert dx.shape == (3, 0)
+
+
 def test_softmax_cross_entropy_errors():
     x = rand(4, 5)
     with pytest.raises(gc.ShapeError, match=r"expected \(4,\)"):
