@@ -477,38 +477,81 @@ def _patch_weight_grad(ctx, names, node, batch: int):
     return ctx.emit("Reshape", [gw, ctx.int64s([co, channels, *kernel])])
 
 
-def _shifted_outputs_weight_grad(ctx, names, node):
-    """The weight gradient of a stride-1 layer with fewer output channels than input ones shifts g
-    rather than x: gw[:, :, t] sums x itself times g moved by tap t's offset (a Pad that crops and
-    zero-fills), so the copies are of the smaller tensor and x is never copied. With few outputs
-    (a head that maps many channels to an image's RGB or a mask) one product per image takes
-    every tap's g (T x Co columns): per tap, slicing x's windows (80 channels at 64x64, batch 8)
-    took 8 of the layer's 11 ms, this form 0.24 of the time (3 outputs from 64 channels: 0.29);
-    with more outputs, a product per tap. A non-finite x within the kernel's reach of the border
-    meets the zeros moved in around g for the taps that never read it (NaN there, 0·inf); in a
+def _tap_shifts(attrs, size, out) -> list[tuple]:
+    """Per kernel tap, per spatial axis: the tap's offset into x (x index = output index + offset)
+    with the axis' sizes (x's, g's), in kernel_taps order."""
+    return [tuple((d * t - p[0], n, o) for d, t, p, n, o in zip(attrs["dilation"], tap, attrs["pad"], size, out))
+            for tap in kernel_taps(attrs["kernel"])]
+
+
+def _moves(shifts, x_axes) -> tuple[list, list]:
+    """Per tap, the Pad amounts (begins, ends per axis) that bring x and g into one frame: on the
+    axes in x_axes x moves (cropped and zero-filled to g's size), on the others g moves (to x's)."""
+    xs, gs = [], []
+    for tap in shifts:
+        xs.append(tuple((-f, f + o - n) if a in x_axes else (0, 0) for a, (f, n, o) in enumerate(tap)))
+        gs.append(tuple((0, 0) if a in x_axes else (f, n - o - f) for a, (f, n, o) in enumerate(tap)))
+    return xs, gs
+
+
+def _shift_axes(attrs, x_type, g_type) -> frozenset:
+    """The spatial axes along which the weight gradient moves x (g moves along the others) that
+    copy the fewest elements: each distinct move of x copies x, of g copies g (an empty move is
+    free). A 3x3 layer of equal channels moves x along rows and g along columns: two copies of
+    each, where moving x alone copied x eight times. Ties keep x still (fewer axes in x_axes)."""
+    nsp = len(attrs["kernel"])
+    size, out = x_type.shape[2:], g_type.shape[2:]
+    shifts = _tap_shifts(attrs, size, out)
+    best: frozenset = frozenset()
+    best_cost = None
+    for count in range(nsp + 1):
+        for x_axes in map(frozenset, itertools.combinations(range(nsp), count)):
+            frame = math.prod(o if a in x_axes else n for a, (n, o) in enumerate(zip(size, out)))
+            xs, gs = _moves(shifts, x_axes)
+            cost = frame * (x_type.shape[1] * len({m for m in xs if any(any(p) for p in m)})
+                            + g_type.shape[1] * len({m for m in gs if any(any(p) for p in m)}))
+            if best_cost is None or cost < best_cost:
+                best, best_cost = x_axes, cost
+    return best
+
+
+def _shifted_weight_grad(ctx, names, node, x_axes: frozenset):
+    """The stride-1 weight gradient with x and g both moved into one frame (_shift_axes says along
+    which axes each moves), each distinct move one Pad that crops and zero-fills, shared by the
+    taps that need it: gw[:, :, t] = Σ over images and frame positions of moved x times moved g,
+    one product per tap per image (on every core). Where g has fewer channels than x, g moves
+    along every axis and x is read as it is: with few outputs (a head that maps many channels to
+    an image's RGB or a mask) one product per image takes every tap's g (T x Co columns); per tap,
+    slicing x's windows (80 channels at 64x64, batch 8) took 8 of the layer's 11 ms, this form
+    0.24 of the time. A non-finite value within the kernel's reach of the border meets zeros
+    moved in around the other operand for taps that never pair them (NaN there, 0·inf); in a
     training step such an x has made the loss and g non-finite already."""
     a = node.attrs
-    kernel = a["kernel"]
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
     ci, co, out, size = x_type.shape[1], g_type.shape[1], g_type.shape[2:], x_type.shape[2:]
-    frame = math.prod(size)
-    x = ctx.emit("Reshape", [names[0], ctx.int64s([0, ci, frame])])                 # (N, Ci, P)
-    shifted = []
-    for tap in kernel_taps(kernel):
-        begins = [d * t - p[0] for d, t, p in zip(a["dilation"], tap, a["pad"])]
-        ends = [n - o - b for n, o, b in zip(size, out, begins)]
-        moved = ctx.pad(names[1], [0, 0, *begins], [0, 0, *ends]) if any(begins + ends) else names[1]
-        shifted.append(ctx.emit("Reshape", [moved, ctx.int64s([0, co, frame])]))    # (N, Co, P)
-    taps = len(shifted)
-    if co < FEW_CHANNELS:
-        g = ctx.emit("Transpose", [ctx.emit("Concat", shifted, axis=1)], perm=[0, 2, 1])
-        gw = ctx.emit("MatMul", [x, g])                                               # (N, Ci, T x Co)
+    frame = math.prod(o if i in x_axes else n for i, (n, o) in enumerate(zip(size, out)))
+    x_moves, g_moves = _moves(_tap_shifts(a, size, out), x_axes)
+    moved: dict = {}
+
+    def variant(name, move, channels):
+        if (name, move) not in moved:
+            v = ctx.pad(name, [0, 0, *(m[0] for m in move)], [0, 0, *(m[1] for m in move)]) \
+                if any(any(m) for m in move) else name
+            moved[name, move] = ctx.emit("Reshape", [v, ctx.int64s([0, channels, frame])])   # (N, C, P)
+        return moved[name, move]
+
+    xs = [variant(names[0], m, ci) for m in x_moves]
+    gs = [variant(names[1], m, co) for m in g_moves]
+    taps = len(xs)
+    if co < FEW_CHANNELS and not x_axes:
+        g = ctx.emit("Transpose", [ctx.emit("Concat", gs, axis=1)], perm=[0, 2, 1])
+        gw = ctx.emit("MatMul", [xs[0], g])                                           # (N, Ci, T x Co)
     else:
-        gw = ctx.emit("Concat", [ctx.emit("MatMul", [x, ctx.emit("Transpose", [s], perm=[0, 2, 1])])
-                                 for s in shifted], axis=2)                           # (N, Ci, T x Co)
+        gw = ctx.emit("Concat", [ctx.emit("MatMul", [x, ctx.emit("Transpose", [g], perm=[0, 2, 1])])
+                                 for x, g in zip(xs, gs)], axis=2)                    # (N, Ci, T x Co)
     gw = ctx.reduce("ReduceSum", gw, tensor_type(x_type.dtype, (x_type.shape[0], ci, taps * co)), [0], False)
     gw = ctx.emit("Transpose", [ctx.emit("Reshape", [gw, ctx.int64s([ci, taps, co])])], perm=[2, 0, 1])
-    return ctx.emit("Reshape", [gw, ctx.int64s([co, ci, *kernel])])
+    return ctx.emit("Reshape", [gw, ctx.int64s([co, ci, *a["kernel"]])])
 
 
 def _lower_conv_weight_grad(ctx, names, node):
@@ -548,10 +591,12 @@ def _lower_conv_weight_grad(ctx, names, node):
             and all(d == 1 for d in a["dilation"]) and nonempty and dims.is_static(x_type.shape) \
             and kernel[-1] >= PATCH_MIN_WIDTH:
         return _patch_weight_grad(ctx, names, node, batch)
-    if co < ci and groups == 1 and not strided and math.prod(kernel) > 1 \
-            and dims.is_static(x_type.shape[1:]) and dims.is_static(out) \
-            and (co < FEW_CHANNELS or _weight_grad_chunks(batch, math.prod(out)) is None):
-        return _shifted_outputs_weight_grad(ctx, names, node)
+    if groups == 1 and not strided and math.prod(kernel) > 1 and dims.is_static(x_type.shape[1:]) \
+            and dims.is_static(out) and math.prod(out) > 0:
+        x_axes = _shift_axes(a, x_type, g_type)
+        if co < FEW_CHANNELS <= ci and not x_axes or min(ci, co) >= FEW_CHANNELS and len(x_axes) < nsp \
+                and _weight_grad_chunks(batch, math.prod(out)) is None:
+            return _shifted_weight_grad(ctx, names, node, x_axes)
     chunks = _weight_grad_chunks(batch, math.prod(out))
     x, g = names
     if chunks is None:                       # x as it is: (N, C, *S); a Reshape's 0 keeps N

@@ -224,9 +224,15 @@ WEIGHT_GRAD_CASES = {   # the lowering's window count exceeds the kernel in the 
                                                     groups=1)),
     # two output channels from nine: g shifted per tap, x read whole (_shifted_outputs_weight_grad)
     "2d-few-outputs": ((2, 9, 6, 7), (3, 2), dict(stride=(1, 1), pad=((1, 1), (0, 1)), dilation=(1, 2), groups=1)),
-    # eight output channels from twelve, 16 x 17 positions: g shifted per tap, one product per tap
+    # eight output channels from twelve, 16 x 17 positions: g moved per tap, one product per tap
     "2d-fewer-outputs": ((2, 12, 16, 17), (3, 3), dict(stride=(1, 1), pad=((2, 0), (1, 1)), dilation=(1, 2),
                                                        groups=1), 8),
+    # equal channels: x moved along rows, g along columns (and depth), each move shared by its taps
+    "2d-split-moves": ((2, 8, 16, 17), (3, 3), dict(stride=(1, 1), pad=((1, 1), (1, 1)), dilation=(1, 1),
+                                                    groups=1), 8),
+    "3d-split-moves": ((2, 8, 6, 7, 8), (3, 2, 3), dict(stride=(1, 1, 1), pad=((1, 1), (1, 0), (2, 0)),
+                                                         dilation=(1, 1, 1), groups=1), 8),
+    "1d-moves": ((2, 8, 300), (5,), dict(stride=(1,), pad=((2, 2),), dilation=(2,), groups=1), 8),
     # depthwise with 9 taps, strided: one grouped Conv, as from 25 taps
     "2d-depthwise-3x3-strided": ((2, 3, 9, 8), (3, 3), dict(stride=(2, 2), pad=((1, 1), (1, 0)), dilation=(1, 1),
                                                               groups=3)),
@@ -331,6 +337,19 @@ def test_the_weight_gradient_of_few_output_channels_shifts_g():
     assert np.isnan(got[:, 3, 2]).all()
     got[:, 3, 2] = want[:, 3, 2]
     np.testing.assert_allclose(got, want, **TOL)
+
+
+def test_the_weight_gradient_of_equal_channels_moves_x_along_rows_and_g_along_columns():
+    """A 3x3 layer of equal channels: x moved along rows (two Pads), g along columns (two), each
+    shared by the three taps that need it, no window sliced; values are the per-tap sums' (the
+    weight-gradient cases check the 3-D and 1-D forms too)."""
+    x, g, kernel, kw = weight_grad_inputs("2d-split-moves")
+    fn = lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw)     # noqa: E731
+    model = gc.compile(fn, x, g, provider="cpu").model
+    pads = [n.input[0] for n in model.graph.node if n.op_type == "Pad"]
+    assert "Slice" not in [n.op_type for n in model.graph.node] and len(pads) == 4
+    assert sorted(pads) == sorted(model.graph.input[i].name for i in (0, 0, 1, 1))
+    check_forward(fn, [x, g], naive_weight_grad(x, g, kernel, **kw), **TOL)
 
 
 @pytest.mark.parametrize("joined", [False, True])
