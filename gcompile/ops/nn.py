@@ -1,11 +1,11 @@
 """Neural-network functions: softmax family, losses, normalisation, dropout.
 
-softmax, log_softmax, layer_norm, training-mode batch_norm and dropout are primitive ops so
-they lower to ONNX's fused kernels and differentiate in closed form; their VJP rules are
-written with gcompile ops, so they differentiate again. The losses and inference-mode
-batch_norm are compositions: their gradients come from the rules of the ops they are built
-from, which keeps them stable and differentiable to any order (ARCHITECTURE.md §9.2: the
-cross-entropy gradient falls out as (softmax(x) - onehot(t))·dz).
+softmax, log_softmax, layer_norm, training-mode batch_norm, softmax_cross_entropy and dropout
+are primitive ops so they lower to ONNX's fused kernels and differentiate in closed form; their
+VJP rules are written with gcompile ops, so they differentiate again (ARCHITECTURE.md §9.2: the
+cross-entropy gradient is (softmax(x) - onehot(t))·dz, the onehot's part one scatter). The other
+losses and inference-mode batch_norm are compositions: their gradients come from the rules of
+the ops they are built from, which keeps them stable and differentiable to any order.
 """
 from __future__ import annotations
 
