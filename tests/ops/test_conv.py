@@ -350,6 +350,11 @@ def test_the_weight_gradient_of_equal_channels_moves_x_along_rows_and_g_along_co
     assert "Slice" not in [n.op_type for n in model.graph.node] and len(pads) == 4
     assert sorted(pads) == sorted(model.graph.input[i].name for i in (0, 0, 1, 1))
     check_forward(fn, [x, g], naive_weight_grad(x, g, kernel, **kw), **TOL)
+    check_forward(fn, [x[:0], g[:0]], np.zeros((g.shape[1], x.shape[1], *kernel), np.float32))
+    symbolic = gc.compile(fn, gc.spec(("batch", *x.shape[1:])), gc.spec(("batch", *g.shape[1:])), provider="cpu")
+    np.testing.assert_allclose(symbolic(x[:1], g[:1]), naive_weight_grad(x[:1], g[:1], kernel, **kw), **TOL)
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    check_forward(fn, [x64, g64], naive_weight_grad(x64, g64, kernel, **kw), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("joined", [False, True])
