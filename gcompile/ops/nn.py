@@ -167,55 +167,43 @@ def softmax_cross_entropy(logits, labels, axis: int = -1, reduce: str = "mean") 
     if labels.dtype.kind not in "iu":
         raise ShapeError(f"softmax_cross_entropy: labels must be integer class indices, got {labels.dtype.name} "
                          f"(at {user_location()})")
-    return _reduce(apply("softmax_cross_entropy", [logits, labels], axis=ax), reduce)
+    zero = np.zeros((), logits.dtype)
+    if n == 0:                                        # no class: every label lies outside
+        return _reduce(broadcast_to(zero, labels.shape), reduce)
+    inside, index = label_index(labels, n)
+    return _reduce(where(inside, apply("softmax_cross_entropy", [logits, index], axis=ax), zero), reduce)
 
 
-# The softmax_cross_entropy op: -log_softmax(logits)[label] per position, 0 where the label lies
-# outside [0, n). Its VJP is (softmax - onehot)·g with the onehot's part scattered onto the dense
-# part: three passes over the logits (softmax, product, scatter), where log_softmax's own VJP of
-# a gathered entry (a scatter into zeros, its sum, exp, product, difference) took five.
+# The softmax_cross_entropy op: -log_softmax(logits) at `index` (valid class indices, one per
+# position). Its VJP is (softmax - onehot)·g with the onehot's part scattered onto the dense part:
+# three passes over the logits (softmax, product, scatter), where log_softmax's own VJP of a
+# gathered entry (a scatter into zeros, its sum, exp, product, difference) took five.
 def _cross_entropy_infer(types, axis):
-    x, labels = types
+    x, index = types
     require_float(x)
     expected = x.shape[:axis] + x.shape[axis + 1:]
-    if labels.dtype.kind not in "iu" or labels.shape != expected:
+    if index.dtype.kind not in "iu" or index.shape != expected:
         raise ShapeError(f"softmax_cross_entropy: integer labels of shape {format_shape(expected)}, got "
-                         f"{labels.dtype.name}{format_shape(labels.shape)}")
-    return [tensor_type(x.dtype, labels.shape)]
+                         f"{index.dtype.name}{format_shape(index.shape)}")
+    return [tensor_type(x.dtype, index.shape)]
 
 
-def _cross_entropy_reference(x, labels, axis):
-    n = x.shape[axis]
-    inside = (labels >= 0) & (labels < n)
-    if n == 0:
-        return np.zeros(labels.shape, x.dtype)
-    index = np.expand_dims(np.where(inside, labels, 0), axis)
-    picked = np.take_along_axis(_log_softmax_reference(x, axis), index, axis)
-    return np.where(inside, -np.squeeze(picked, axis), 0).astype(x.dtype)
+def _cross_entropy_reference(x, index, axis):
+    picked = np.take_along_axis(_log_softmax_reference(x, axis), np.expand_dims(index, axis), axis)
+    return -np.squeeze(picked, axis)
 
 
 def _lower_cross_entropy(ctx, names, node):
-    x, labels = names
+    x, index = names
     axis, t = node.attrs["axis"], ctx.graph.type_of(node.inputs[0])
-    label_type, n = ctx.graph.type_of(node.inputs[1]), t.shape[axis]
-    zero = ctx.const(np.zeros((), t.dtype))
-    if n == 0:                                        # no class: every label lies outside
-        return ctx.emit("Expand", [zero, ctx.shape_tensor(label_type.shape)])
     logp = _emit_softmax(ctx, "LogSoftmax", x, axis, t)
-    inside = ctx.emit("And", [ctx.emit("GreaterOrEqual", [labels, ctx.const(np.zeros((), label_type.dtype))]),
-                              ctx.emit("Less", [labels, ctx.const(np.asarray(n, label_type.dtype))])])
-    index = ctx.emit("Where", [inside, labels, ctx.const(np.zeros((), label_type.dtype))])
     picked = ctx.emit("GatherElements", [logp, ctx.emit("Unsqueeze", [index, ctx.int64s([axis])])], axis=axis)
-    picked = ctx.emit("Squeeze", [picked, ctx.int64s([axis])])
-    return ctx.emit("Where", [inside, ctx.emit("Neg", [picked]), zero])
+    return ctx.emit("Neg", [ctx.emit("Squeeze", [picked, ctx.int64s([axis])])])
 
 
 def _cross_entropy_vjp(g, ins, outs, axis):
-    x, labels = ins
-    if x.shape[axis] == 0:                            # no class: a gradient of x's (empty) shape
-        return [broadcast_to(np.zeros((), x.dtype), x.shape), None]
-    inside, index = label_index(labels, x.shape[axis])
-    u = expand_dims(where(inside, g[0], np.zeros((), x.dtype)), axis)
+    x, index = ins
+    u = expand_dims(g[0], axis)
     return [scatter_add_along_axis(softmax(x, axis) * u, expand_dims(index, axis), -u, axis), None]
 
 

@@ -141,14 +141,14 @@ def _group_norm_vjp(g, ins, outs, groups, eps):
 
     gx = g_weight = g_bias = k = b = None
     if gy is not None:
-        w = reshape(weight, (c,) + (1,) * (x.ndim - 2))
+        w, r = reshape(weight, (c,) + (1,) * (x.ndim - 2)), channels(rstd)
         s1 = reduce_sum(gy, spatial, keepdims=True)
-        gxhat = channels(rstd) * (reduce_sum(gy * x, spatial, keepdims=True) - channels(mu) * s1)
+        gxhat = r * (reduce_sum(gy * x, spatial, keepdims=True) - channels(mu) * s1)
         g_weight, g_bias = reshape(reduce_sum(gxhat, (0,)), (c,)), reshape(reduce_sum(s1, (0,)), (c,))
         m1, m2 = group_sums(w * s1) / size, group_sums(w * gxhat) / size
         k = -(rstd * rstd * m2)
         b = rstd * (rstd * m2 * mu - m1)
-        gx = (channels(rstd) * w) * gy
+        gx = (r * w) * gy
     if gmu is not None:
         b = _plus(b, gmu / size)
     if grstd is not None:

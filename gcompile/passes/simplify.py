@@ -126,7 +126,8 @@ def _phase_pieces(graph: Graph, node: Node) -> tuple[int, list[ValueRef]] | None
     if len(layout) != 1:
         return None
     axis, step, length = layout.pop()
-    if step < 2 or sorted(phases) != list(range(step)) or length * step != node.outputs[0].shape[axis]:
+    if step < 2 or sorted(phases) != list(range(step)) or not isinstance(length, int) \
+            or length * step != node.outputs[0].shape[axis]:
         return None
     return axis, [phases[start] for start in range(step)]
 
