@@ -478,72 +478,115 @@ def _patch_weight_grad(ctx, names, node, batch: int):
 
 
 def _tap_shifts(attrs, size, out) -> list[tuple]:
-    """Per kernel tap, per spatial axis: the tap's offset into x (x index = output index + offset)
-    with the axis' sizes (x's, g's), in kernel_taps order."""
-    return [tuple((d * t - p[0], n, o) for d, t, p, n, o in zip(attrs["dilation"], tap, attrs["pad"], size, out))
-            for tap in kernel_taps(attrs["kernel"])]
+    """Per kernel tap, per spatial axis: (phase, offset, phase length, g's size). The tap reads x
+    at output index i times the stride plus dilation x tap - pad before, which is element i +
+    offset of x's phase `phase` (its elements phase, phase + stride, ...: the whole axis at
+    stride 1), a sequence `phase length` long."""
+    taps = []
+    for tap in kernel_taps(attrs["kernel"]):
+        axes = []
+        for d, t, p, s, n, o in zip(attrs["dilation"], tap, attrs["pad"], attrs["stride"], size, out):
+            phase, offset = (d * t - p[0]) % s, (d * t - p[0]) // s
+            axes.append((phase, offset, -(-(n - phase) // s), o))
+        taps.append(tuple(axes))
+    return taps
 
 
 def _moves(shifts, x_axes) -> tuple[list, list]:
-    """Per tap, the Pad amounts (begins, ends per axis) that bring x and g into one frame: on the
-    axes in x_axes x moves (cropped and zero-filled to g's size), on the others g moves (to x's)."""
+    """Per tap, the Pad amounts (begins, ends per axis) that bring x's phase and g into one frame:
+    on the axes in x_axes the phase moves (cropped and zero-filled to g's size), on the others g
+    moves (to the phase's)."""
     xs, gs = [], []
     for tap in shifts:
-        xs.append(tuple((-f, f + o - n) if a in x_axes else (0, 0) for a, (f, n, o) in enumerate(tap)))
-        gs.append(tuple((0, 0) if a in x_axes else (f, n - o - f) for a, (f, n, o) in enumerate(tap)))
+        xs.append(tuple((-f, f + o - n) if a in x_axes else (0, 0) for a, (_, f, n, o) in enumerate(tap)))
+        gs.append(tuple((0, 0) if a in x_axes else (f, n - o - f) for a, (_, f, n, o) in enumerate(tap)))
     return xs, gs
 
 
+def _frame(tap, x_axes) -> int:
+    """The positions of one tap's common frame: g's size along x_axes, the phase's along the others."""
+    return math.prod(o if a in x_axes else n for a, (_, _, n, o) in enumerate(tap))
+
+
 def _shift_axes(attrs, x_type, g_type) -> frozenset:
-    """The spatial axes along which the weight gradient moves x (g moves along the others) that
-    copy the fewest elements: each distinct move of x copies x, of g copies g (an empty move is
-    free). A 3x3 layer of equal channels moves x along rows and g along columns: two copies of
-    each, where moving x alone copied x eight times. Ties keep x still (fewer axes in x_axes)."""
+    """The spatial axes along which the weight gradient moves x's phases (g moves along the others)
+    that copy the fewest elements: each distinct move of a phase copies that phase, of g copies g
+    (an empty move is free). A 3x3 layer of equal channels moves x along rows and g along
+    columns: two copies of each, where moving x alone copied x eight times. Ties keep x still
+    (fewer axes in x_axes)."""
     nsp = len(attrs["kernel"])
-    size, out = x_type.shape[2:], g_type.shape[2:]
-    shifts = _tap_shifts(attrs, size, out)
+    shifts = _tap_shifts(attrs, x_type.shape[2:], g_type.shape[2:])
     best: frozenset = frozenset()
     best_cost = None
     for count in range(nsp + 1):
         for x_axes in map(frozenset, itertools.combinations(range(nsp), count)):
-            frame = math.prod(o if a in x_axes else n for a, (n, o) in enumerate(zip(size, out)))
-            xs, gs = _moves(shifts, x_axes)
-            cost = frame * (x_type.shape[1] * len({m for m in xs if any(any(p) for p in m)})
-                            + g_type.shape[1] * len({m for m in gs if any(any(p) for p in m)}))
+            copies: dict = {}
+            for tap, xm, gm in zip(shifts, *_moves(shifts, x_axes)):
+                phase = tuple(t[0] for t in tap)
+                if any(any(m) for m in xm):
+                    copies["x", phase, xm] = x_type.shape[1] * _frame(tap, x_axes)
+                if any(any(m) for m in gm):
+                    copies["g", gm] = g_type.shape[1] * _frame(tap, x_axes)
+            cost = sum(copies.values())
             if best_cost is None or cost < best_cost:
                 best, best_cost = x_axes, cost
     return best
 
 
 def _shifted_weight_grad(ctx, names, node, x_axes: frozenset):
-    """The stride-1 weight gradient with x and g both moved into one frame (_shift_axes says along
-    which axes each moves), each distinct move one Pad that crops and zero-fills, shared by the
-    taps that need it: gw[:, :, t] = Σ over images and frame positions of moved x times moved g,
-    one product per tap per image (on every core). Where g has fewer channels than x, g moves
-    along every axis and x is read as it is: with few outputs (a head that maps many channels to
-    an image's RGB or a mask) one product per image takes every tap's g (T x Co columns); per tap,
-    slicing x's windows (80 channels at 64x64, batch 8) took 8 of the layer's 11 ms, this form
-    0.24 of the time. A non-finite value within the kernel's reach of the border meets zeros
-    moved in around the other operand for taps that never pair them (NaN there, 0·inf); in a
-    training step such an x has made the loss and g non-finite already."""
+    """The weight gradient with x's phases and g moved into one frame per tap (_shift_axes says
+    along which axes each moves), each distinct move one Pad that crops and zero-fills, shared by
+    the taps that need it: gw[:, :, t] = Σ over images and frame positions of moved phase times
+    moved g, one product per tap per image (on every core). At stride 1 the phase is x itself;
+    strided, each phase a tap reads is one strided Slice of x, and the taps of one phase are a
+    stride-1 problem on it: a 3x3 stride-2 layer copies x once into its four phases and moves
+    some of them, where slicing each tap's window from a zero-padded x copied it 4.4 times. Where
+    g has fewer channels than x (and x has one phase), g moves along every axis and x is read as
+    it is: with few outputs (a head that maps many channels to an image's RGB or a mask) one
+    product per image takes every tap's g (T x Co columns); per tap, slicing x's windows (80
+    channels at 64x64, batch 8) took 8 of the layer's 11 ms, this form 0.24 of the time. A
+    non-finite value within the kernel's reach of the border meets zeros moved in around the
+    other operand for taps that never pair them (NaN there, 0·inf); in a training step such an x
+    has made the loss and g non-finite already."""
     a = node.attrs
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
-    ci, co, out, size = x_type.shape[1], g_type.shape[1], g_type.shape[2:], x_type.shape[2:]
-    frame = math.prod(o if i in x_axes else n for i, (n, o) in enumerate(zip(size, out)))
-    x_moves, g_moves = _moves(_tap_shifts(a, size, out), x_axes)
+    ci, co, size, nsp = x_type.shape[1], g_type.shape[1], x_type.shape[2:], len(a["kernel"])
+    shifts = _tap_shifts(a, size, g_type.shape[2:])
     moved: dict = {}
 
-    def variant(name, move, channels):
-        if (name, move) not in moved:
-            v = ctx.pad(name, [0, 0, *(m[0] for m in move)], [0, 0, *(m[1] for m in move)]) \
-                if any(any(m) for m in move) else name
-            moved[name, move] = ctx.emit("Reshape", [v, ctx.int64s([0, channels, frame])])   # (N, C, P)
-        return moved[name, move]
+    stride = a["stride"]
+    # onnxruntime copies a strided Slice element by element; SpaceToDepth moves x into its phases
+    # (each a block of channels) at 0.4-0.5 of that time, where it applies
+    blocks = nsp == 2 and stride[0] == stride[1] > 1 and all(n % stride[0] == 0 for n in size)
+    if blocks:
+        moved["blocks"] = ctx.emit("SpaceToDepth", [names[0]], blocksize=stride[0])
 
-    xs = [variant(names[0], m, ci) for m in x_moves]
-    gs = [variant(names[1], m, co) for m in g_moves]
+    def phase_of(tap) -> tuple[str, tuple]:
+        """The tensor holding the tap's phase of x, and the channels around it to crop."""
+        phase = tuple(t[0] for t in tap)
+        if all(s == 1 for s in stride):
+            return names[0], (0, 0)
+        if blocks:
+            before = (phase[0] * stride[0] + phase[1]) * ci
+            return moved["blocks"], (before, (stride[0] * stride[1] - 1) * ci - before)
+        if ("phase", phase) not in moved:
+            moved["phase", phase] = ctx.emit("Slice", [names[0], ctx.int64s(phase), ctx.int64s(size),
+                                                       ctx.int64s(range(2, 2 + nsp)), ctx.int64s(stride)])
+        return moved["phase", phase], (0, 0)
+
+    def variant(name, crop, move, channels, frame):
+        if (name, crop, move) not in moved:
+            v = ctx.pad(name, [0, -crop[0], *(m[0] for m in move)], [0, -crop[1], *(m[1] for m in move)]) \
+                if any(crop) or any(any(m) for m in move) else name
+            moved[name, crop, move] = ctx.emit("Reshape", [v, ctx.int64s([0, channels, frame])])   # (N, C, P)
+        return moved[name, crop, move]
+
+    xs, gs = [], []
+    for tap, xm, gm in zip(shifts, *_moves(shifts, x_axes)):
+        xs.append(variant(*phase_of(tap), xm, ci, _frame(tap, x_axes)))
+        gs.append(variant(names[1], (0, 0), gm, co, _frame(tap, x_axes)))
     taps = len(xs)
-    if co < FEW_CHANNELS and not x_axes:
+    if co < FEW_CHANNELS and not x_axes and len(set(xs)) == 1:
         g = ctx.emit("Transpose", [ctx.emit("Concat", gs, axis=1)], perm=[0, 2, 1])
         gw = ctx.emit("MatMul", [xs[0], g])                                           # (N, Ci, T x Co)
     else:
@@ -591,11 +634,12 @@ def _lower_conv_weight_grad(ctx, names, node):
             and all(d == 1 for d in a["dilation"]) and nonempty and dims.is_static(x_type.shape) \
             and kernel[-1] >= PATCH_MIN_WIDTH:
         return _patch_weight_grad(ctx, names, node, batch)
-    if groups == 1 and not strided and math.prod(kernel) > 1 and dims.is_static(x_type.shape[1:]) \
-            and dims.is_static(out) and math.prod(out) > 0:
+    if groups == 1 and math.prod(kernel) > 1 and dims.is_static(x_type.shape[1:]) and dims.is_static(out) \
+            and math.prod(out) > 0 and all(t[2] > 0 for tap in _tap_shifts(a, x_type.shape[2:], out) for t in tap):
         x_axes = _shift_axes(a, x_type, g_type)
-        if co < FEW_CHANNELS <= ci and not x_axes or min(ci, co) >= FEW_CHANNELS and len(x_axes) < nsp \
-                and _weight_grad_chunks(batch, math.prod(out)) is None:
+        per_image = min(ci, co) >= FEW_CHANNELS and _weight_grad_chunks(batch, math.prod(out)) is None
+        if strided and per_image or not strided and (co < FEW_CHANNELS <= ci and not x_axes
+                                                     or per_image and len(x_axes) < nsp):
             return _shifted_weight_grad(ctx, names, node, x_axes)
     chunks = _weight_grad_chunks(batch, math.prod(out))
     x, g = names
