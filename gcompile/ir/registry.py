@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
+
 from ..errors import UnsupportedError
-from .graph import Node, TensorType, bodies
+from .graph import Graph, Node, TensorType, ValueRef, bodies
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from ..frontend.tensor import Tensor
 
 
@@ -144,6 +144,19 @@ def supply_vjp(name: str, rule: Rule) -> None:
 
 def has_trait(op_name: str, trait: Trait) -> bool:
     return trait in get_op(op_name).traits
+
+
+def constant_equal_to(graph: Graph, ref: ValueRef, value: float) -> bool:
+    """Whether `ref` is `value` everywhere: a constant or fill, possibly reshaped, broadcast or
+    cast (as the ones a gradient seed leaves behind, or the zeros a scatter's gradient adds
+    into): Trait.ELEMENT_COPY."""
+    node = graph.nodes[ref.node]
+    while has_trait(node.op, Trait.ELEMENT_COPY):
+        node = graph.nodes[node.inputs[0].node]
+    if node.op == "constant":
+        arr = node.attrs["value"]
+        return arr.size > 0 and bool(np.all(arr == value))
+    return node.op == "fill" and node.attrs["value"] == value
 
 
 def is_random(node: Node) -> bool:

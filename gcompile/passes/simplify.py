@@ -16,25 +16,11 @@ of a square leaves (2·x**1), and ONNX Runtime's Pow calls pow() per element for
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node, ValueRef, tensor_type
-from ..ir.registry import Trait, has_trait
+from ..ir.registry import Trait, constant_equal_to, has_trait
 from ..ops.shape_rules import broadcast_shapes
 from .base import PassResult, replace_outputs, replace_uses
-
-
-def _constant_equal_to(graph: Graph, ref: ValueRef, value: float) -> bool:
-    """Whether `ref` is `value` everywhere: a constant or fill, possibly reshaped, broadcast or
-    cast (as the ones a gradient seed leaves behind): Trait.ELEMENT_COPY."""
-    node = graph.nodes[ref.node]
-    while has_trait(node.op, Trait.ELEMENT_COPY):
-        node = graph.nodes[node.inputs[0].node]
-    if node.op == "constant":
-        arr = node.attrs["value"]
-        return arr.size > 0 and bool(np.all(arr == value))
-    return node.op == "fill" and node.attrs["value"] == value
 
 
 def _same_type(graph: Graph, ref: ValueRef, node: Node) -> bool:
@@ -45,7 +31,7 @@ def _neutral_operand(graph: Graph, node: Node, value: float, positions) -> Value
     """The other operand, when operand at one of `positions` is the constant `value`."""
     for pos in positions:
         other = node.inputs[1 - pos]
-        if _constant_equal_to(graph, node.inputs[pos], value) and _same_type(graph, other, node):
+        if constant_equal_to(graph, node.inputs[pos], value) and _same_type(graph, other, node):
             return other
     return None
 
@@ -68,7 +54,7 @@ def _passthrough(graph: Graph, node: Node) -> ValueRef | None:
         return inner.inputs[0] if inner.op == "neg" else None
     if op == "where":
         for value, branch in ((True, 1), (False, 2)):
-            if _constant_equal_to(graph, node.inputs[0], value) and _same_type(graph, node.inputs[branch], node):
+            if constant_equal_to(graph, node.inputs[0], value) and _same_type(graph, node.inputs[branch], node):
                 return node.inputs[branch]
     return None
 
@@ -244,7 +230,7 @@ def _sink_expands(graph: Graph) -> bool:
 
 def _square_as_product(graph: Graph, node: Node) -> bool:
     """pow(x, 2) -> mul(x, x) where the exponent is the constant 2 and x has the output's type."""
-    if node.op != "pow" or not _constant_equal_to(graph, node.inputs[1], 2) \
+    if node.op != "pow" or not constant_equal_to(graph, node.inputs[1], 2) \
             or not _same_type(graph, node.inputs[0], node):
         return False
     graph.replace_inputs(node, [node.inputs[0], node.inputs[0]])

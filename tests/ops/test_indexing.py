@@ -385,6 +385,43 @@ def test_large_float32_scatter_add_sums_rows_by_sorted_index():
         np.testing.assert_allclose(sym(x, idx[:n], upd[:n]), expected, rtol=1e-6)
 
 
+def test_a_large_gather_gradient_places_the_sorted_sums_into_zeros():
+    """A gather's gradient adds into zeros: the sums by index are placed by one Gather over the
+    sums and a row of zeros (no ScatterND copying the zeros first), along the first and a middle
+    axis, with an infinite update (added element by element instead), an empty and a one-index
+    symbolic count, and a symbolic table size."""
+    rng = np.random.default_rng(6)
+    idx = rng.integers(-500, 500, 6_000)
+    table = rng.standard_normal((500, 3, 16)).astype(np.float32)
+    small = rng.standard_normal((4, 3, 16)).astype(np.float32)
+    w = rng.standard_normal((6_000, 3, 16)).astype(np.float32)
+
+    def grads(t, s, i, w):
+        return (gc.grad(F.sum(F.take(t, i, axis=0) * w), [t])[0],
+                gc.grad(F.sum(F.take(s, F.remainder(i, 3), axis=1) ** 2), [s])[0])
+
+    fn = gc.compile(grads, table, small, idx, w)
+    ops = [n.op_type for n in fn.model.graph.node]
+    branches = [g for n in fn.model.graph.node if n.op_type == "If" for g in (n.attribute[0].g, n.attribute[1].g)]
+    assert "ScatterND" not in ops + [n.op_type for b in branches for n in b.node] and ops.count("If") == 2
+    sym = gc.compile(lambda t, i, w: gc.grad(F.sum(F.take(t, i, axis=0) * w), [t])[0],
+                     gc.spec(("rows", 3, 16), np.float32), gc.spec(("e",), np.int64), gc.spec(("e", 3, 16), np.float32))
+    second = np.zeros((4, 3, 16), np.float64)
+    np.add.at(second, (slice(None), idx % 3), 2 * np.take(small, idx % 3, axis=1).astype(np.float64))
+    for u in (w, np.where(np.arange(6_000)[:, None, None] == 9, np.float32(np.inf), w)):
+        first = np.zeros((500, 3, 16), np.float64)
+        np.add.at(first, idx, u.astype(np.float64))
+        got_first, got_second = fn(table, small, idx, u)
+        assert np.array_equal(np.isinf(got_first), np.isinf(first))
+        np.testing.assert_allclose(np.where(np.isinf(first), 0, got_first), np.where(np.isinf(first), 0, first),
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got_second, second, rtol=1e-5, atol=1e-3)
+    for n in (0, 1):
+        expected = np.zeros((7, 3, 16), np.float32)
+        np.add.at(expected, idx[:n] % 7, w[:n])
+        np.testing.assert_array_equal(sym(table[:7], idx[:n] % 7, w[:n]), expected)
+
+
 @pytest.mark.parametrize("count", [20, 20_000])
 def test_float16_scatter_add_adds_in_float32(count):
     """onnxruntime's scatters add no float16 (both refused it): the sum is float32's, rounded once."""
