@@ -477,6 +477,57 @@ def w17_setup():
     return step, None, [x, y, *ps]
 
 
+DOWNSAMPLE = dict(batch=32, channels=32, size=32, classes=10)
+
+
+def _downsample(x, ps, conv, bn, relu, mean):
+    """The W18 network in any system's ops: a ResNet stage's first block, which halves the size and
+    doubles the channels (3x3 stride-2 conv-BN-relu, 3x3 conv-BN; a 1x1 stride-2 conv-BN shortcut;
+    relu of the sum), then global average pooling and a linear classifier."""
+    h = relu(bn(conv(x, ps[0], 2, 1), ps[1], ps[2]))
+    h = relu(bn(conv(h, ps[3], 1, 1), ps[4], ps[5]) + bn(conv(x, ps[6], 2, 0), ps[7], ps[8]))
+    return mean(h) @ ps[9] + ps[10]
+
+
+def w18_setup():
+    """A ResNet downsampling block's training step (strided convolutions and their weight
+    gradients, training-mode batch norm, a projected shortcut)."""
+    b, c, size, classes = (DOWNSAMPLE[k] for k in ("batch", "channels", "size", "classes"))
+    ones, zeros = np.ones(2 * c, np.float32), np.zeros(2 * c, np.float32)
+    ps = [_param(2 * c, c, 3, 3, scale=0.06), ones, zeros, _param(2 * c, 2 * c, 3, 3, scale=0.04), ones, zeros,
+          _param(2 * c, c, 1, 1, scale=0.1), ones, zeros, _param(2 * c, classes), np.zeros(classes, np.float32)]
+    x = RNG.standard_normal((b, c, size, size)).astype(np.float32)
+    t = RNG.integers(0, classes, b).astype(np.int64)
+
+    def step(x, t, *ps):
+        z = _downsample(x, ps, lambda h, w, s, p: F.conv(h, w, stride=s, pad=p), _bn, F.relu,
+                        lambda h: F.mean(h, (2, 3)))
+        value = F.softmax_cross_entropy(z, t)
+        return value, gc.grad(value, list(ps))
+
+    return step, None, [x, t, *ps]
+
+
+EMBEDDING = dict(vocab=30000, width=128, batch=64, seq=64, hidden=256, classes=5)
+
+
+def w19_setup():
+    """A text classifier's step over a large embedding table: the mean of each sequence's token
+    embeddings, a GELU MLP, cross-entropy; the table's gradient adds 4,096 rows into 30,000."""
+    vocab, d, b, s, hidden, classes = (EMBEDDING[k] for k in ("vocab", "width", "batch", "seq", "hidden", "classes"))
+    ps = [_param(vocab, d, scale=0.1), _param(d, hidden), np.zeros(hidden, np.float32), _param(hidden, classes),
+          np.zeros(classes, np.float32)]
+    ids = RNG.integers(0, vocab, (b, s)).astype(np.int64)
+    t = RNG.integers(0, classes, b).astype(np.int64)
+
+    def step(ids, t, *ps):
+        h = F.mean(F.embedding(ids, ps[0]), 1)
+        value = F.softmax_cross_entropy(F.gelu(h @ ps[1] + ps[2]) @ ps[3] + ps[4], t)
+        return value, gc.grad(value, list(ps))
+
+    return step, None, [ids, t, *ps]
+
+
 WORKLOADS = {
     "W1": ("mlp-step", w1_setup), "W2": ("cnn-step", w2_setup), "W3": ("transformer-step", w3_setup),
     "W4": ("wgan-gp", w4_setup), "W5": ("pinn", w5_setup), "W6": ("mlp-hvp", w6_setup),
@@ -486,11 +537,13 @@ WORKLOADS = {
     "W11": ("segmentation-step", w11_setup), "W12": ("causal-lm-step", w12_setup), "W13": ("pair-potential", w13_setup),
     "W14": ("mobilenet-step", w14_setup), "W15": ("graph-network-step", w15_setup),
     "W16": ("llama-block-step", w16_setup), "W17": ("groupnorm-unet-step", w17_setup),
+    "W18": ("resnet-downsample-step", w18_setup), "W19": ("embedding-text-step", w19_setup),
     **LOOP_WORKLOADS,
 }
 SIX = "W1,W2,W3,W4,W5,W6,W1f"
 BEYOND = "W7,W8,W9,W10"
-LATER = "W11,W12,W13,W14,W15,W16,W17"   # written after the profile of other kinds found onnxruntime kernels to avoid
+# written after the profile of other kinds found onnxruntime kernels to avoid
+LATER = "W11,W12,W13,W14,W15,W16,W17,W18,W19"
 
 
 # -- reference implementations -----------------------------------------------------------------------
@@ -592,6 +645,25 @@ def torch_workloads():
             z = _mobilenet(x, ps, lambda h, w, s, p, g: nnf.conv2d(h, w, stride=s, padding=p, groups=g),
                            bn, lambda h: torch.clamp(h, 0.0, 6.0), lambda h: h.mean((2, 3)))
             return torch.autograd.grad(nnf.cross_entropy(z, t), ps)
+        return run
+
+    def w18(args):
+        x, t, ps = T(args[0]), T(args[1]), params(args[2:])
+        nnf = torch.nn.functional
+
+        def run():
+            z = _downsample(x, ps, lambda h, w, s, p: nnf.conv2d(h, w, stride=s, padding=p), bn, torch.relu,
+                            lambda h: h.mean((2, 3)))
+            return torch.autograd.grad(nnf.cross_entropy(z, t), ps)
+        return run
+
+    def w19(args):
+        ids, t, ps = T(args[0]), T(args[1]), params(args[2:])
+        nnf = torch.nn.functional
+
+        def run():
+            h = nnf.embedding(ids, ps[0]).mean(1)
+            return torch.autograd.grad(nnf.cross_entropy(nnf.gelu(h @ ps[1] + ps[2]) @ ps[3] + ps[4], t), ps)
         return run
 
     def w8(args):
@@ -702,7 +774,7 @@ def torch_workloads():
 
     return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f,
             "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13, "W14": w14,
-            "W15": w15, "W16": w16, "W17": w17, **torch_loop_workloads()}
+            "W15": w15, "W16": w16, "W17": w17, "W18": w18, "W19": w19, **torch_loop_workloads()}
 
 
 def jax_workloads():
@@ -813,6 +885,24 @@ def jax_workloads():
         def loss(ps, x, t):
             return ce(_mobilenet(x, ps, conv, bn, lambda h: jnp.clip(h, 0.0, 6.0), lambda h: h.mean((2, 3))), t)
         return block(jax.jit(jax.grad(loss)), ps, x, t)
+
+    def w18(args):
+        x, t, ps = args[0], args[1], list(args[2:])
+
+        def conv(h, w, stride, pad):
+            return jax.lax.conv_general_dilated(h, w, (stride, stride), ((pad, pad), (pad, pad)))
+
+        def loss(ps, x, t):
+            return ce(_downsample(x, ps, conv, bn, jax.nn.relu, lambda h: h.mean((2, 3))), t)
+        return block(jax.jit(jax.grad(loss)), ps, x, t)
+
+    def w19(args):
+        ids, t, ps = args[0], args[1], list(args[2:])
+
+        def loss(ps, ids, t):
+            h = ps[0][ids].mean(1)
+            return ce(jax.nn.gelu(h @ ps[1] + ps[2], approximate=False) @ ps[3] + ps[4], t)
+        return block(jax.jit(jax.grad(loss)), ps, ids, t)
 
     def w8(args):
         xs, ys, ps = args[0], args[1], list(args[2:])
@@ -943,7 +1033,7 @@ def jax_workloads():
 
     return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f,
             "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13, "W14": w14,
-            "W15": w15, "W16": w16, "W17": w17}
+            "W15": w15, "W16": w16, "W17": w17, "W18": w18, "W19": w19}
 
 
 # -- measurement -------------------------------------------------------------------------------------
