@@ -628,34 +628,25 @@ def torch_workloads():
             return torch.autograd.grad(sum((g * v).sum() for g, v in zip(gs, vs)), ps)
         return run
 
-    def w7(args):
+    def classifier(args, logits):
+        """A classification step (W7, W14, W18): images args[0], labels args[1], parameters after."""
         x, t, ps = T(args[0]), T(args[1]), params(args[2:])
-        nnf = torch.nn.functional
+        return lambda: torch.autograd.grad(torch.nn.functional.cross_entropy(logits(x, ps), t), ps)
 
-        def run():
-            z = _resnet(x, ps, lambda h, w: nnf.conv2d(h, w, padding=1), bn, torch.relu, lambda h: h.mean((2, 3)))
-            return torch.autograd.grad(nnf.cross_entropy(z, t), ps)
-        return run
+    def pooled(h):
+        return h.mean((2, 3))
+
+    def w7(args):
+        conv = lambda h, w: torch.nn.functional.conv2d(h, w, padding=1)  # noqa: E731
+        return classifier(args, lambda x, ps: _resnet(x, ps, conv, bn, torch.relu, pooled))
 
     def w14(args):
-        x, t, ps = T(args[0]), T(args[1]), params(args[2:])
-        nnf = torch.nn.functional
-
-        def run():
-            z = _mobilenet(x, ps, lambda h, w, s, p, g: nnf.conv2d(h, w, stride=s, padding=p, groups=g),
-                           bn, lambda h: torch.clamp(h, 0.0, 6.0), lambda h: h.mean((2, 3)))
-            return torch.autograd.grad(nnf.cross_entropy(z, t), ps)
-        return run
+        conv = lambda h, w, s, p, g: torch.nn.functional.conv2d(h, w, stride=s, padding=p, groups=g)  # noqa: E731
+        return classifier(args, lambda x, ps: _mobilenet(x, ps, conv, bn, lambda h: torch.clamp(h, 0.0, 6.0), pooled))
 
     def w18(args):
-        x, t, ps = T(args[0]), T(args[1]), params(args[2:])
-        nnf = torch.nn.functional
-
-        def run():
-            z = _downsample(x, ps, lambda h, w, s, p: nnf.conv2d(h, w, stride=s, padding=p), bn, torch.relu,
-                            lambda h: h.mean((2, 3)))
-            return torch.autograd.grad(nnf.cross_entropy(z, t), ps)
-        return run
+        conv = lambda h, w, s, p: torch.nn.functional.conv2d(h, w, stride=s, padding=p)  # noqa: E731
+        return classifier(args, lambda x, ps: _downsample(x, ps, conv, bn, torch.relu, pooled))
 
     def w19(args):
         ids, t, ps = T(args[0]), T(args[1]), params(args[2:])
