@@ -597,6 +597,24 @@ def _shifted_weight_grad(ctx, names, node, x_axes: frozenset):
     return ctx.emit("Reshape", [gw, ctx.int64s([co, ci, *a["kernel"]])])
 
 
+def _phase_blocks(ctx, x: str, outer: tuple, block: int, pad, stride: int, size) -> str:
+    """x (2-D, `outer` axes and then one of `block` elements before its spatial axes: (N, C), (C, N)
+    or (chunks, C, images)) zero-padded by the convolution's padding and on to a multiple of the
+    stride, then moved into its phases by one SpaceToDepth: the axis before the spatial ones
+    becomes stride² blocks of it, block φh·stride + φw holding phase (φh, φw) of the padded
+    frame, so a tap's window is a plain slice of one block. (SpaceToDepth takes 4-D tensors:
+    two outer axes are joined around it.)"""
+    ends = [p[1] + -(n + p[0] + p[1]) % stride for n, p in zip(size, pad)]
+    lead = len(outer) + 1
+    x = ctx.pad(x, [0] * lead + [p[0] for p in pad], [0] * lead + ends)
+    if lead == 2:
+        return ctx.emit("SpaceToDepth", [x], blocksize=stride)
+    frame = [(n + p[0] + e) // stride for n, p, e in zip(size, pad, ends)]
+    x = ctx.emit("Reshape", [x, ctx.int64s([-1, block, *(f * stride for f in frame)])])
+    x = ctx.emit("SpaceToDepth", [x], blocksize=stride)
+    return ctx.emit("Reshape", [x, ctx.int64s([*outer, stride * stride * block, *frame])])
+
+
 def _lower_conv_weight_grad(ctx, names, node):
     """gw[o, c, k] = sum over n, i of xpad[n, c, i*stride + k*dilation] * g[n, o, i]: copy each
     kernel tap's window of the padded x (at stride 1 one Pad of x that crops and zero-fills, so
@@ -653,7 +671,14 @@ def _lower_conv_weight_grad(ctx, names, node):
         x, g = (ctx.emit("Transpose", [ctx.emit("Reshape", [v, ctx.int64s([chunks, -1, c, *sizes])])],
                          perm=[0, 2, 1, *range(3, 3 + nsp)])
                 for v, c, sizes in ((x, x_type.shape[1], x_type.shape[2:]), (g, co, out)))
-    if strided:
+    # the images or channels next to the spatial axes, where a SpaceToDepth puts x's phases
+    block = x_type.shape[1] if chunks is None else batch if chunks == 1 else batch // chunks
+    in_blocks = strided and nsp == 2 and a["stride"][0] == a["stride"][1] and isinstance(block, int) and block > 0 \
+        and dims.is_static(x_type.shape[1:])
+    if in_blocks:
+        outer = (batch,) if chunks is None else (x_type.shape[1],) if chunks == 1 else (chunks, x_type.shape[1])
+        x = _phase_blocks(ctx, x, outer, block, a["pad"], a["stride"][0], x_type.shape[2:])
+    elif strided:
         x = _zero_padded(ctx, x, a["pad"], lead)
     axes, per_group = ctx.int64s(range(lead, lead + nsp)), ctx.int64s([*stack, groups, ci, k])
     g = ctx.emit("Reshape", [g, ctx.int64s([*stack, groups, co // groups, k])])
@@ -666,6 +691,12 @@ def _lower_conv_weight_grad(ctx, names, node):
             begins = [p[0] - w.start for w, p in zip(window, a["pad"])]
             ends = [w.stop - p[0] - n for w, p, n in zip(window, a["pad"], x_type.shape[2:])]
             cols = ctx.pad(x, [0] * lead + begins, [0] * lead + ends) if any(begins + ends) else x
+        elif in_blocks:                      # a window of a phase: a block of x's axis lead - 1, shifted
+            s = a["stride"][0]
+            b, starts = (window[0].start % s) * s + window[1].start % s, [w.start // s for w in window]
+            cols = ctx.emit("Slice", [x, ctx.int64s([b * block, *starts]),
+                                      ctx.int64s([(b + 1) * block, *(f + o for f, o in zip(starts, out))]),
+                                      ctx.int64s(range(lead - 1, lead + nsp))])
         else:                                # a window of one of x's phases (below), a copy of whole rows
             phase = tuple(w.start % s for w, s in zip(window, a["stride"]))
             if phase not in phases:

@@ -389,6 +389,27 @@ def test_a_strided_weight_gradient_moves_x_phases_and_g(case, phases):
     check_forward(fn, [x64, g64], naive_weight_grad(x64, g64, kernel, **kw), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("shape, stride, pad, dilation", [((4, 16, 16, 16), 2, ((1, 1), (1, 1)), (1, 1)),
+                                                       ((4, 8, 11, 9), 3, ((2, 1), (0, 2)), (2, 1))])
+def test_a_strided_weight_gradient_of_few_outputs_reads_phase_blocks(shape, stride, pad, dilation):
+    """Equal strides and few outputs per image (the products run over chunks of images): x is
+    padded once and moved into its phases by one SpaceToDepth, and each tap's window is a plain
+    slice of one phase's block (no strided Slice); sizes that the stride does not divide are
+    padded on. Values are the per-tap sums', for float64 too and with a one-image batch."""
+    kernel, kw = (3, 3), dict(stride=(stride, stride), pad=pad, dilation=dilation, groups=1)
+    out = [(n + sum(p) - d * (k - 1) - 1) // stride + 1 for n, p, d, k in zip(shape[2:], pad, dilation, kernel)]
+    x, g = rand(*shape, seed=3), rand(shape[0], 12, *out, seed=4)
+    fn = lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw)     # noqa: E731
+    nodes = gc.compile(fn, x, g, provider="cpu").model.graph.node
+    slices = [n for n in nodes if n.op_type == "Slice"]
+    assert [n.op_type for n in nodes].count("SpaceToDepth") == 1 and len(slices) == math.prod(kernel)
+    assert all(len(n.input) == 4 for n in slices)                               # no steps
+    check_forward(fn, [x, g], naive_weight_grad(x, g, kernel, **kw), **TOL)
+    check_forward(fn, [x[:1], g[:1]], naive_weight_grad(x[:1], g[:1], kernel, **kw), **TOL)
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    check_forward(fn, [x64, g64], naive_weight_grad(x64, g64, kernel, **kw), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("joined", [False, True])
 @pytest.mark.parametrize("chunks", [None, 1, 2])
 @pytest.mark.parametrize("case", WEIGHT_GRAD_CASES)
