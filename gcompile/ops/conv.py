@@ -478,10 +478,10 @@ def _patch_weight_grad(ctx, names, node, batch: int):
 
 
 def _tap_shifts(attrs, size, out) -> list[tuple]:
-    """Per kernel tap, per spatial axis: (phase, offset, phase length, g's size). The tap reads x
-    at output index i times the stride plus dilation x tap - pad before, which is element i +
-    offset of x's phase `phase` (its elements phase, phase + stride, ...: the whole axis at
-    stride 1), a sequence `phase length` long."""
+    """Per kernel tap, per spatial axis: (phase, offset, phase length, g's size). For output index
+    i the tap reads x at i·stride + dilation·tap - (padding before), which is element i + offset
+    of x's phase `phase` (its elements phase, phase + stride, ...: the whole axis at stride 1),
+    a sequence `phase length` long."""
     taps = []
     for tap in kernel_taps(attrs["kernel"]):
         axes = []
