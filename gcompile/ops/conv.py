@@ -508,14 +508,13 @@ def _frame(tap, x_axes) -> int:
     return math.prod(o if a in x_axes else n for a, (_, _, n, o) in enumerate(tap))
 
 
-def _shift_axes(attrs, x_type, g_type) -> frozenset:
+def _shift_axes(shifts, ci: int, co: int) -> frozenset:
     """The spatial axes along which the weight gradient moves x's phases (g moves along the others)
     that copy the fewest elements: each distinct move of a phase copies that phase, of g copies g
     (an empty move is free). A 3x3 layer of equal channels moves x along rows and g along
     columns: two copies of each, where moving x alone copied x eight times. Ties keep x still
-    (fewer axes in x_axes)."""
-    nsp = len(attrs["kernel"])
-    shifts = _tap_shifts(attrs, x_type.shape[2:], g_type.shape[2:])
+    (fewer axes in x_axes). `shifts`: _tap_shifts'; ci, co: x's and g's channels."""
+    nsp = len(shifts[0])
     best: frozenset = frozenset()
     best_cost = None
     for count in range(nsp + 1):
@@ -524,16 +523,16 @@ def _shift_axes(attrs, x_type, g_type) -> frozenset:
             for tap, xm, gm in zip(shifts, *_moves(shifts, x_axes)):
                 phase = tuple(t[0] for t in tap)
                 if any(any(m) for m in xm):
-                    copies["x", phase, xm] = x_type.shape[1] * _frame(tap, x_axes)
+                    copies["x", phase, xm] = ci * _frame(tap, x_axes)
                 if any(any(m) for m in gm):
-                    copies["g", gm] = g_type.shape[1] * _frame(tap, x_axes)
+                    copies["g", gm] = co * _frame(tap, x_axes)
             cost = sum(copies.values())
             if best_cost is None or cost < best_cost:
                 best, best_cost = x_axes, cost
     return best
 
 
-def _shifted_weight_grad(ctx, names, node, x_axes: frozenset):
+def _shifted_weight_grad(ctx, names, node, shifts, x_axes: frozenset):
     """The weight gradient with x's phases and g moved into one frame per tap (_shift_axes says
     along which axes each moves), each distinct move one Pad that crops and zero-fills, shared by
     the taps that need it: gw[:, :, t] = Σ over images and frame positions of moved phase times
@@ -551,24 +550,21 @@ def _shifted_weight_grad(ctx, names, node, x_axes: frozenset):
     a = node.attrs
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
     ci, co, size, nsp = x_type.shape[1], g_type.shape[1], x_type.shape[2:], len(a["kernel"])
-    shifts = _tap_shifts(a, size, g_type.shape[2:])
     moved: dict = {}
-
     stride = a["stride"]
     # onnxruntime copies a strided Slice element by element; SpaceToDepth moves x into its phases
     # (each a block of channels) at 0.4-0.5 of that time, where it applies
-    blocks = nsp == 2 and stride[0] == stride[1] > 1 and all(n % stride[0] == 0 for n in size)
-    if blocks:
-        moved["blocks"] = ctx.emit("SpaceToDepth", [names[0]], blocksize=stride[0])
+    blocks = ctx.emit("SpaceToDepth", [names[0]], blocksize=stride[0]) \
+        if nsp == 2 and stride[0] == stride[1] > 1 and all(n % stride[0] == 0 for n in size) else None
 
     def phase_of(tap) -> tuple[str, tuple]:
         """The tensor holding the tap's phase of x, and the channels around it to crop."""
         phase = tuple(t[0] for t in tap)
         if all(s == 1 for s in stride):
             return names[0], (0, 0)
-        if blocks:
+        if blocks is not None:
             before = (phase[0] * stride[0] + phase[1]) * ci
-            return moved["blocks"], (before, (stride[0] * stride[1] - 1) * ci - before)
+            return blocks, (before, (stride[0] * stride[1] - 1) * ci - before)
         if ("phase", phase) not in moved:
             moved["phase", phase] = ctx.emit("Slice", [names[0], ctx.int64s(phase), ctx.int64s(size),
                                                        ctx.int64s(range(2, 2 + nsp)), ctx.int64s(stride)])
@@ -655,31 +651,34 @@ def _lower_conv_weight_grad(ctx, names, node):
             and all(d == 1 for d in a["dilation"]) and nonempty and dims.is_static(x_type.shape) \
             and kernel[-1] >= PATCH_MIN_WIDTH:
         return _patch_weight_grad(ctx, names, node, batch)
-    if groups == 1 and math.prod(kernel) > 1 and dims.is_static(x_type.shape[1:]) and dims.is_static(out) \
-            and math.prod(out) > 0 and all(t[2] > 0 for tap in _tap_shifts(a, x_type.shape[2:], out) for t in tap):
-        x_axes = _shift_axes(a, x_type, g_type)
+    shifts = _tap_shifts(a, x_type.shape[2:], out) if groups == 1 and math.prod(kernel) > 1 \
+        and dims.is_static(x_type.shape[1:]) and dims.is_static(out) and math.prod(out) > 0 else None
+    if shifts is not None and all(t[2] > 0 for tap in shifts for t in tap):
+        x_axes = _shift_axes(shifts, ci, co)
         per_image = min(ci, co) >= FEW_CHANNELS and _weight_grad_chunks(batch, math.prod(out)) is None
         if strided and per_image or not strided and (co < FEW_CHANNELS <= ci and not x_axes
                                                      or per_image and len(x_axes) < nsp):
-            return _shifted_weight_grad(ctx, names, node, x_axes)
+            return _shifted_weight_grad(ctx, names, node, shifts, x_axes)
     chunks = _weight_grad_chunks(batch, math.prod(out))
     x, g = names
+    # outer, block: x's axes before the spatial ones, the last (`block` long) where a SpaceToDepth
+    # puts x's phases
     if chunks is None:                       # x as it is: (N, C, *S); a Reshape's 0 keeps N
         lead, k, stack = 2, math.prod(out), [0]
+        outer, block = (batch,), x_type.shape[1]
     elif chunks == 1:                        # (C, N, *S)
         lead, k, stack = 2, -1, []
+        outer, block = (x_type.shape[1],), batch
         x, g = (ctx.emit("Transpose", [v], perm=[1, 0, *range(2, 2 + nsp)]) for v in names)
     else:                                    # (chunks, C, images per chunk, *S)
         lead, k, stack = 3, -1, [chunks]
+        outer, block = (chunks, x_type.shape[1]), batch // chunks
         x, g = (ctx.emit("Transpose", [ctx.emit("Reshape", [v, ctx.int64s([chunks, -1, c, *sizes])])],
                          perm=[0, 2, 1, *range(3, 3 + nsp)])
                 for v, c, sizes in ((x, x_type.shape[1], x_type.shape[2:]), (g, co, out)))
-    # the images or channels next to the spatial axes, where a SpaceToDepth puts x's phases
-    block = x_type.shape[1] if chunks is None else batch if chunks == 1 else batch // chunks
     in_blocks = strided and nsp == 2 and a["stride"][0] == a["stride"][1] and isinstance(block, int) and block > 0 \
         and dims.is_static(x_type.shape[1:])
     if in_blocks:
-        outer = (batch,) if chunks is None else (x_type.shape[1],) if chunks == 1 else (chunks, x_type.shape[1])
         x = _phase_blocks(ctx, x, outer, block, a["pad"], a["stride"][0], x_type.shape[2:])
     elif strided:
         x = _zero_padded(ctx, x, a["pad"], lead)
