@@ -287,7 +287,8 @@ def _summed_by_index(ctx, idx: str, updates: str, rows: tuple, count, zero_row: 
         sorted_rows = ctx.emit("Gather", [updates, ctx.emit("Concat", [perm, ctx.int64s([0])], axis=0)], axis=0)
     else:                        # there may be none: a row of zeros, at the cost of a copy
         sorted_rows = ctx.pad(ctx.emit("Gather", [updates, perm], axis=0), [0] * (1 + len(rows)), [1] + [0] * len(rows))
-    running = ctx.emit("CumSum", [ctx.emit("Cast", [sorted_rows], to=TensorProto.DOUBLE), ctx.dim_scalar(0)], exclusive=1)
+    running = ctx.emit("CumSum", [ctx.emit("Cast", [sorted_rows], to=TensorProto.DOUBLE), ctx.dim_scalar(0)],
+                       exclusive=1)
     following = ctx.emit("Concat", [ctx.emit("Slice", [ordered, ctx.int64s([1]), ctx.int64s([2 ** 63 - 1])]),
                                     ctx.int64s([-1])], axis=0)            # -1: no index, after the last row
     last = ctx.emit("Reshape", [ctx.emit("NonZero", [ctx.emit("Not", [ctx.emit("Equal", [ordered, following])])]),
@@ -300,8 +301,8 @@ def _summed_by_index(ctx, idx: str, updates: str, rows: tuple, count, zero_row: 
     at_end = ctx.emit("Slice", [running, ctx.int64s([-1]), ctx.int64s([2 ** 63 - 1]), ctx.int64s([0])])
     at_end = ctx.emit("ReduceSum", [ctx.emit("Sub", [at_end, at_end])], keepdims=0)   # NaN where any is not finite
     finite = ctx.emit("Not", [ctx.emit("IsNaN", [at_end])])
-    differences = ctx.emit("Sub", [ctx.emit("Gather", [running, ends], axis=0), ctx.emit("Gather", [running, starts], axis=0)])
-    sums = ctx.emit("Cast", [differences], to=TensorProto.FLOAT)
+    after_last, after_previous = (ctx.emit("Gather", [running, v], axis=0) for v in (ends, starts))
+    sums = ctx.emit("Cast", [ctx.emit("Sub", [after_last, after_previous])], to=TensorProto.FLOAT)
     return ctx.emit("Unsqueeze", [ctx.emit("Gather", [ordered, last], axis=0), ctx.int64s([-1])]), sums, finite
 
 
