@@ -350,14 +350,26 @@ def test_the_weight_gradient_of_few_output_channels_shifts_g():
 
 def test_the_weight_gradient_of_equal_channels_moves_x_along_rows_and_g_along_columns():
     """A 3x3 layer of equal channels: x moved along rows (two Pads), g along columns (two), each
-    shared by the three taps that need it, no window sliced; values are the per-tap sums' (the
-    weight-gradient cases check the 3-D and 1-D forms too)."""
+    shared by the three taps that need it, no window sliced; every Pad moves the flat positions
+    (long rows), and the column moves, which run into the neighbouring row, are masked (one Mul
+    each). Values are the per-tap sums' (the weight-gradient cases check the 3-D and 1-D forms
+    too), also where the moved elements are infinite away from the edges."""
     x, g, kernel, kw = weight_grad_inputs("2d-split-moves")
     fn = lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw)     # noqa: E731
     model = gc.compile(fn, x, g, provider="cpu").model
-    pads = [n.input[0] for n in model.graph.node if n.op_type == "Pad"]
+    made_by = {out: n for n in model.graph.node for out in n.output}
+    pads = [made_by[n.input[0]] for n in model.graph.node if n.op_type == "Pad"]
     assert "Slice" not in [n.op_type for n in model.graph.node] and len(pads) == 4
-    assert sorted(pads) == sorted(model.graph.input[i].name for i in (0, 0, 1, 1))
+    assert all(p.op_type == "Reshape" for p in pads)
+    assert sorted(p.input[0] for p in pads) == sorted(model.graph.input[i].name for i in (0, 0, 1, 1))
+    masked = [made_by[n.input[0]] for n in model.graph.node if n.op_type == "Mul"]
+    assert len(masked) == 2 and all(m.op_type == "Pad" for m in masked)
+    x_inf, g_inf = x.copy(), g.copy()
+    x_inf[0, 1, 3, 4] = np.inf
+    g_inf[1, 2, 5, 6] = -np.inf
+    with np.errstate(invalid="ignore"):                       # inf + -inf where both reach one entry
+        expected = naive_weight_grad(x_inf, g_inf, kernel, **kw)
+    check_forward(fn, [x_inf, g_inf], expected, **TOL)
     check_forward(fn, [x, g], naive_weight_grad(x, g, kernel, **kw), **TOL)
     check_forward(fn, [x[:0], g[:0]], np.zeros((g.shape[1], x.shape[1], *kernel), np.float32))
     symbolic = gc.compile(fn, gc.spec(("batch", *x.shape[1:])), gc.spec(("batch", *g.shape[1:])), provider="cpu")
@@ -408,6 +420,31 @@ def test_a_strided_weight_gradient_of_few_outputs_reads_phase_blocks(shape, stri
     check_forward(fn, [x[:1], g[:1]], naive_weight_grad(x[:1], g[:1], kernel, **kw), **TOL)
     x64, g64 = x.astype(np.float64), g.astype(np.float64)
     check_forward(fn, [x64, g64], naive_weight_grad(x64, g64, kernel, **kw), rtol=1e-12, atol=1e-12)
+
+
+def test_a_weight_gradient_of_few_outputs_moves_the_joined_positions():
+    """Stride 1 and few outputs per image (the products run over chunks of images): each tap's
+    window is one Pad of x's joined spatial positions (long rows, where a Pad of 8-element rows
+    spent its time per row), followed by a mask where the window moves along columns; values are
+    the per-tap sums', with infinite values away from the border, for float64 and one image."""
+    kernel, kw = (3, 3), dict(stride=(1, 1), pad=((1, 1), (1, 1)), dilation=(1, 1), groups=1)
+    x, g = rand(4, 16, 8, 8, seed=3), rand(4, 12, 8, 8, seed=4)
+    fn = lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw)     # noqa: E731
+    nodes = gc.compile(fn, x, g, provider="cpu").model.graph.node
+    made_by = {out: n for n in nodes for out in n.output}
+    pads = [n for n in nodes if n.op_type == "Pad"]
+    assert len(pads) == math.prod(kernel) - 1 and all(made_by[p.input[0]].op_type == "Reshape" for p in pads)
+    masked = [made_by[n.input[0]] for n in nodes if n.op_type == "Mul"]
+    assert len(masked) == 6 and all(m.op_type == "Pad" for m in masked)      # the taps off the middle column
+    check_forward(fn, [x, g], naive_weight_grad(x, g, kernel, **kw), **TOL)
+    check_forward(fn, [x[:1], g[:1]], naive_weight_grad(x[:1], g[:1], kernel, **kw), **TOL)
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    check_forward(fn, [x64, g64], naive_weight_grad(x64, g64, kernel, **kw), rtol=1e-12, atol=1e-12)
+    x_inf, g_inf = x.copy(), g.copy()
+    x_inf[1, 2, 3, 4], g_inf[2, 5, 4, 3] = np.inf, -np.inf
+    with np.errstate(invalid="ignore"):
+        expected = naive_weight_grad(x_inf, g_inf, kernel, **kw)
+    check_forward(fn, [x_inf, g_inf], expected, **TOL)
 
 
 @pytest.mark.parametrize("joined", [False, True])
