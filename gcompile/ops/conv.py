@@ -638,7 +638,8 @@ def _phase_blocks(ctx, x: str, outer: tuple, block: int, pad, stride: int, size)
     two outer axes are joined around it.)"""
     ends = [p[1] + -(n + p[0] + p[1]) % stride for n, p in zip(size, pad)]
     lead = len(outer) + 1
-    x = ctx.pad(x, [0] * lead + [p[0] for p in pad], [0] * lead + ends)
+    if any(p[0] for p in pad) or any(ends):     # (none: the same SpaceToDepth as another layer's of x, merged)
+        x = ctx.pad(x, [0] * lead + [p[0] for p in pad], [0] * lead + ends)
     if lead == 2:
         return ctx.emit("SpaceToDepth", [x], blocksize=stride)
     frame = [(n + p[0] + e) // stride for n, p, e in zip(size, pad, ends)]

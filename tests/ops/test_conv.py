@@ -422,6 +422,24 @@ def test_a_strided_weight_gradient_of_few_outputs_reads_phase_blocks(shape, stri
     check_forward(fn, [x64, g64], naive_weight_grad(x64, g64, kernel, **kw), rtol=1e-12, atol=1e-12)
 
 
+def test_a_downsampling_blocks_strided_weight_gradients_share_one_space_to_depth():
+    """A ResNet downsampling block reads x twice at stride 2 (a 3x3 convolution and a 1x1 shortcut):
+    both weight gradients take x's phases from one SpaceToDepth of x (the shortcut's x needs no
+    padding, so none is added and the two are one node); values are the sums'."""
+    x, w3, w1 = rand(2, 8, 32, 32, seed=1), rand(8, 8, 3, 3, seed=2), rand(8, 8, 1, 1, seed=3)
+    r = rand(2, 8, 16, 16, seed=4)
+
+    def fn(x, w3, w1):
+        return gc.grad(F.sum((F.conv(x, w3, stride=2, pad=1) + F.conv(x, w1, stride=2)) * r), [w3, w1])
+
+    nodes = gc.compile(fn, x, w3, w1, provider="cpu").model.graph.node
+    assert [n.op_type for n in nodes].count("SpaceToDepth") == 1
+    kw3 = dict(stride=(2, 2), pad=((1, 1), (1, 1)), dilation=(1, 1), groups=1)
+    kw1 = dict(stride=(2, 2), pad=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
+    check_forward(fn, [x, w3, w1], [naive_weight_grad(x, r, (3, 3), **kw3), naive_weight_grad(x, r, (1, 1), **kw1)],
+                  **TOL)
+
+
 def test_a_weight_gradient_of_few_outputs_moves_the_joined_positions():
     """Stride 1 and few outputs per image (the products run over chunks of images): each tap's
     window is one Pad of x's joined spatial positions (long rows, where a Pad of 8-element rows
