@@ -173,7 +173,9 @@ def w1_forward_setup():
 
 
 # -- workloads of the same kinds that were not tuned for (docs/performance.md, "Beyond the six") -----
-RESNET = dict(batch=32, channels=32, size=32, blocks=2, classes=10)
+RESNET = dict(batch=32, inputs=3, channels=32, size=32, blocks=2, classes=10)
+# A late ResNet stage (CIFAR's last, ImageNet's third and fourth): few positions, many channels.
+RESNET_LATE = dict(batch=32, inputs=64, channels=128, size=8, blocks=2, classes=10)
 
 
 def _bn(h, gamma, beta):
@@ -181,9 +183,10 @@ def _bn(h, gamma, beta):
 
 
 def _resnet(x, ps, conv, bn, relu, mean):
-    """The W7 network in any system's ops (the references pass theirs)."""
+    """The W7 and W20 networks in any system's ops (the references pass theirs): a stem
+    conv-BN-relu, then a basic block per six parameters before the classifier's two."""
     h = relu(bn(conv(x, ps[0]), ps[1], ps[2]))
-    for k in range(RESNET["blocks"]):
+    for k in range((len(ps) - 5) // 6):
         w1, g1, b1, w2, g2, b2 = ps[3 + 6 * k:9 + 6 * k]
         r = relu(bn(conv(h, w1), g1, b1))
         h = relu(bn(conv(r, w2), g2, b2) + h)
@@ -193,13 +196,23 @@ def _resnet(x, ps, conv, bn, relu, mean):
 def w7_setup():
     """A residual CNN step with training-mode batch norm: a stem conv and two basic blocks
     (conv-BN-relu-conv-BN + skip, relu), global average pooling, a linear classifier."""
-    b, c, size, blocks, classes = (RESNET[k] for k in ("batch", "channels", "size", "blocks", "classes"))
-    ps = [_param(c, 3, 3, 3, scale=0.2), np.ones(c, np.float32), np.zeros(c, np.float32)]
+    return _resnet_setup(RESNET)
+
+
+def w20_setup():
+    """W7's network on a late stage's features: 8 x 8 positions, 128 channels."""
+    return _resnet_setup(RESNET_LATE)
+
+
+def _resnet_setup(config: dict):
+    b, inputs, c, size, blocks, classes = (config[k] for k in ("batch", "inputs", "channels", "size", "blocks",
+                                                                "classes"))
+    ps = [_param(c, inputs, 3, 3, scale=0.2), np.ones(c, np.float32), np.zeros(c, np.float32)]
     for _ in range(blocks):
         for _ in range(2):
             ps += [_param(c, c, 3, 3, scale=0.06), np.ones(c, np.float32), np.zeros(c, np.float32)]
     ps += [_param(c, classes), np.zeros(classes, np.float32)]
-    x = RNG.standard_normal((b, 3, size, size)).astype(np.float32)
+    x = RNG.standard_normal((b, inputs, size, size)).astype(np.float32)
     t = RNG.integers(0, classes, b).astype(np.int64)
 
     def step(x, t, *ps):
@@ -538,12 +551,9 @@ WORKLOADS = {
     "W14": ("mobilenet-step", w14_setup), "W15": ("graph-network-step", w15_setup),
     "W16": ("llama-block-step", w16_setup), "W17": ("groupnorm-unet-step", w17_setup),
     "W18": ("resnet-downsample-step", w18_setup), "W19": ("embedding-text-step", w19_setup),
+    "W20": ("resnet-late-stage-step", w20_setup),
     **LOOP_WORKLOADS,
 }
-SIX = "W1,W2,W3,W4,W5,W6,W1f"
-BEYOND = "W7,W8,W9,W10"
-# written after the profile of other kinds found onnxruntime kernels to avoid
-LATER = "W11,W12,W13,W14,W15,W16,W17,W18,W19"
 
 
 # -- reference implementations -----------------------------------------------------------------------
@@ -765,7 +775,7 @@ def torch_workloads():
 
     return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f,
             "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13, "W14": w14,
-            "W15": w15, "W16": w16, "W17": w17, "W18": w18, "W19": w19, **torch_loop_workloads()}
+            "W15": w15, "W16": w16, "W17": w17, "W18": w18, "W19": w19, "W20": w7, **torch_loop_workloads()}
 
 
 def jax_workloads():
@@ -1024,7 +1034,7 @@ def jax_workloads():
 
     return {"W1": w1, "W2": w2, "W3": w3, "W4": w4, "W5": w5, "W6": w6, "W1f": w1f,
             "W7": w7, "W8": w8, "W9": w9, "W10": w3, "W11": w11, "W12": w12, "W13": w13, "W14": w14,
-            "W15": w15, "W16": w16, "W17": w17, "W18": w18, "W19": w19}
+            "W15": w15, "W16": w16, "W17": w17, "W18": w18, "W19": w19, "W20": w7}
 
 
 # -- measurement -------------------------------------------------------------------------------------
