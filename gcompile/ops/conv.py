@@ -572,9 +572,10 @@ def _flat_move(ctx, name: str, lead: int, move: tuple, extents: tuple, dtype, cr
 
 def _shifted_weight_grad(ctx, names, node, shifts, x_axes: frozenset):
     """The weight gradient with x's phases and g moved into one frame per tap (_shift_axes says
-    along which axes each moves), each distinct move one Pad that crops and zero-fills, shared by
-    the taps that need it: gw[:, :, t] = Σ over images and frame positions of moved phase times
-    moved g, one product per tap per image (on every core). At stride 1 the phase is x itself;
+    along which axes each moves), each distinct move one Pad that crops and zero-fills
+    (_flat_move: of the joined positions), shared by the taps that need it: gw[:, :, t] = Σ over
+    images and frame positions of moved phase times moved g, one product per tap per image (on
+    every core). At stride 1 the phase is x itself;
     strided, each phase a tap reads is one strided Slice of x, and the taps of one phase are a
     stride-1 problem on it: a 3x3 stride-2 layer copies x once into its four phases and moves
     some of them, where slicing each tap's window from a zero-padded x copied it 4.4 times. Where
@@ -650,8 +651,8 @@ def _phase_blocks(ctx, x: str, outer: tuple, block: int, pad, stride: int, size)
 
 def _lower_conv_weight_grad(ctx, names, node):
     """gw[o, c, k] = sum over n, i of xpad[n, c, i*stride + k*dilation] * g[n, o, i]: copy each
-    kernel tap's window of the padded x (at stride 1 one Pad of x that crops and zero-fills, so
-    the padded x is never made: 13 MB at 8 x 96 x 66 x 66, a tenth of that layer's gradient) and
+    kernel tap's window of the padded x (at stride 1 one Pad of x that crops and zero-fills,
+    _flat_move's, so the padded x is never made: 13 MB at 8 x 96 x 66 x 66, a tenth of that layer's gradient) and
     contract it with g in one batched MatMul per tap, over the output positions of a chunk of
     images at once (per group; _weight_grad_chunks says how many); the chunks' products are
     summed and the taps' (Co, Ci) results joined last. Chunks of one image read x and g as they
