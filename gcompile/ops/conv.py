@@ -551,7 +551,7 @@ def _flat_move(ctx, name: str, lead: int, move: tuple, extents: tuple, dtype, cr
     it is."""
     keep = [0] * lead
     frame = math.prod(n + b + e for n, (b, e) in zip(extents, move))
-    if any(b + e for b, e in move[1:]) or any(b for b, _ in move[1:]) and extents[-1] >= FLAT_MOVE_MAX_ROW:
+    if any(b + e for b, e in move[1:]) or (any(b for b, _ in move[1:]) and extents[-1] >= FLAT_MOVE_MAX_ROW):
         v = ctx.pad(name, [0] * (lead - 1) + [-crop[0], *(m[0] for m in move)],
                     [0] * (lead - 1) + [-crop[1], *(m[1] for m in move)])
         return ctx.emit("Reshape", [v, ctx.int64s([*keep, frame])])
@@ -652,10 +652,10 @@ def _phase_blocks(ctx, x: str, outer: tuple, block: int, pad, stride: int, size)
 def _lower_conv_weight_grad(ctx, names, node):
     """gw[o, c, k] = sum over n, i of xpad[n, c, i*stride + k*dilation] * g[n, o, i]: copy each
     kernel tap's window of the padded x (at stride 1 one Pad of x that crops and zero-fills,
-    _flat_move's, so the padded x is never made: 13 MB at 8 x 96 x 66 x 66, a tenth of that layer's gradient) and
-    contract it with g in one batched MatMul per tap, over the output positions of a chunk of
-    images at once (per group; _weight_grad_chunks says how many); the chunks' products are
-    summed and the taps' (Co, Ci) results joined last. Chunks of one image read x and g as they
+    _flat_move's, so the padded x is never made: 13 MB at 8 x 96 x 66 x 66, a tenth of that
+    layer's gradient) and contract it with g in one batched MatMul per tap, over the output
+    positions of a chunk of images at once (per group; _weight_grad_chunks says how many); the
+    chunks' products are summed and the taps' (Co, Ci) results joined last. Chunks of one image read x and g as they
     are; larger chunks first move the chunk's images next to the positions (a Transpose of
     each). Joining the windows first (im2col) and running one long product copied the input
     once more in the Concat, 9 times its size for a 3x3 kernel: the per-tap products took 0.7x

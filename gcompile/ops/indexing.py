@@ -283,7 +283,7 @@ def _summed_by_index(ctx, idx: str, updates: str, rows: tuple, count, zero_row: 
     difference, hence the bool."""
     n = ctx.emit("Shape", [idx])
     ordered, perm = ctx.emit("TopK", [idx, n], n_out=2, axis=0, largest=0, sorted=1)
-    if isinstance(count, int):   # the extra row is any update row (the running sum leaves it out)
+    if isinstance(count, int) and count > 0:   # the extra row is any update row (the running sum leaves it out)
         sorted_rows = ctx.emit("Gather", [updates, ctx.emit("Concat", [perm, ctx.int64s([0])], axis=0)], axis=0)
     else:                        # there may be none: a row of zeros, at the cost of a copy
         sorted_rows = ctx.pad(ctx.emit("Gather", [updates, perm], axis=0), [0] * (1 + len(rows)), [1] + [0] * len(rows))
