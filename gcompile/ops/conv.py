@@ -551,7 +551,8 @@ def _flat_move(ctx, name: str, lead: int, move: tuple, extents: tuple, dtype, cr
     it is."""
     keep = [0] * lead
     frame = math.prod(n + b + e for n, (b, e) in zip(extents, move))
-    if any(b + e for b, e in move[1:]) or (any(b for b, _ in move[1:]) and extents[-1] >= FLAT_MOVE_MAX_ROW):
+    inner = any(b for b, _ in move[1:])                  # a move along an inner axis: masked below
+    if any(b + e for b, e in move[1:]) or (inner and extents[-1] >= FLAT_MOVE_MAX_ROW):
         v = ctx.pad(name, [0] * (lead - 1) + [-crop[0], *(m[0] for m in move)],
                     [0] * (lead - 1) + [-crop[1], *(m[1] for m in move)])
         return ctx.emit("Reshape", [v, ctx.int64s([*keep, frame])])
@@ -561,7 +562,7 @@ def _flat_move(ctx, name: str, lead: int, move: tuple, extents: tuple, dtype, cr
     if not (any(crop) or begin or end):
         return flat
     v = ctx.pad(flat, [0] * (lead - 1) + [-crop[0], begin], [0] * (lead - 1) + [-crop[1], end])
-    if not any(b for b, _ in move[1:]):
+    if not inner:
         return v
     mask = np.ones((extents[0] + move[0][0] + move[0][1], *extents[1:]), dtype)
     for a, ((b, _), n) in enumerate(zip(move[1:], extents[1:]), start=1):
