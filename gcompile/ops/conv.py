@@ -251,10 +251,45 @@ def _window_attrs(kernel, stride, pad, dilation=None) -> dict:
                 dilations=None if dilation is None else list(dilation))
 
 
+# The fewest images for which a Conv with more filters than output positions is split in two (see
+# _conv_in_halves): with one or two images the halves' per-image threads have nothing to share.
+HALVES_MIN_BATCH = 8
+
+
+def _conv_in_halves(node, groups: int, kernel, stride, pad) -> bool:
+    """Whether a float32 Conv runs faster as two Convs of half the filters each, joined by a Concat.
+    MLAS (ONNX Runtime's CPU kernels, 1.31) convolves an image with more filters than output
+    positions by expanding it whole and multiplying it with a GEMM that two threads do not
+    speed up: 32 images of 8 x 8, 128 -> 128 channels, 3x3, took 4.6 ms on two threads and 4.5
+    on one. With at most as many filters as positions it gives each thread whole images: the two
+    halves took 3.3 ms (0.62-0.79 of the time from 7 x 7 to 14 x 14, 3x3 and 5x5, stride 1 and
+    2; docs/performance.md), and on one thread 6.2. Beyond twice as many filters as positions
+    the halves still take the slow path, and more pieces expand each image once per piece:
+    four took 1.03 of the time. A pointwise Conv (1x1, stride 1, no padding) is a GEMM as it is."""
+    out = node.outputs[0].shape
+    filters, positions = out[1], out[2:]
+    if groups != 1 or node.outputs[0].dtype != np.float32 or not all(isinstance(d, int) for d in out):
+        return False
+    if all(k == 1 for k in kernel) and all(s == 1 for s in stride) and not any(map(any, pad)):
+        return False
+    return out[0] >= HALVES_MIN_BATCH and math.prod(positions) < filters <= 2 * math.prod(positions)
+
+
+def _emit_conv(ctx, names, node, groups: int, kernel, stride, pad, dilation) -> str:
+    """A Conv of names = [x, w(, b)], in two halves of the filters where that is faster."""
+    attrs = dict(group=groups, **_window_attrs(kernel, stride, pad, dilation))
+    if not _conv_in_halves(node, groups, kernel, stride, pad):
+        return ctx.emit("Conv", names, **attrs)
+    filters = node.outputs[0].shape[1]
+    sizes = ctx.int64s([(filters + 1) // 2, filters // 2])
+    halves = [ctx.emit("Split", [name, sizes], n_out=2, axis=0) for name in names[1:]]
+    return ctx.emit("Concat", [ctx.emit("Conv", [names[0], *part], **attrs) for part in zip(*halves)], axis=1)
+
+
 def _lower_conv(ctx, names, node):
     a = node.attrs
     kernel = ctx.graph.type_of(node.inputs[1]).shape[2:]
-    return ctx.emit("Conv", names, group=a["groups"], **_window_attrs(kernel, a["stride"], a["pad"], a["dilation"]))
+    return _emit_conv(ctx, names, node, a["groups"], kernel, a["stride"], a["pad"], a["dilation"])
 
 
 def _lower_conv_transpose(ctx, names, node):
@@ -282,8 +317,7 @@ def _lower_conv_transpose(ctx, names, node):
         output_padding.append(0 if op >= s else op)
     if not any(extra) and not crops:
         if _as_conv(kernel, a["stride"], pad, a["dilation"], output_padding):
-            return _conv_transpose_as_conv(ctx, names, ctx.graph.type_of(node.inputs[1]).shape, pad,
-                                           a["dilation"], a["groups"])
+            return _conv_transpose_as_conv(ctx, names, node, pad, a["dilation"], a["groups"])
         return ctx.emit("ConvTranspose", names, group=a["groups"], output_padding=output_padding,
                         **_window_attrs(kernel, a["stride"], pad, a["dilation"]))
     y = ctx.emit("ConvTranspose", names[:2], group=a["groups"], output_padding=output_padding,
@@ -305,13 +339,14 @@ def _as_conv(kernel, stride, pad, dilation, output_padding) -> bool:
                for k, s, p, d, op in zip(kernel, stride, pad, dilation, output_padding))
 
 
-def _conv_transpose_as_conv(ctx, names, w_shape, pad, dilation, groups):
+def _conv_transpose_as_conv(ctx, names, node, pad, dilation, groups):
     """A stride-1 ConvTranspose as the Conv it equals: the kernel flipped in every spatial axis,
     input and output channels swapped within each group, padded by the kernel's reach less the
     transpose's padding. ONNX Runtime's ConvTranspose scatters each image's columns back into
     the image on one thread; its Conv gathers them on all: a ResNet block's input gradient took
     5.8 ms as ConvTranspose and 4.0 ms as Conv with two threads (7.8 and 8.1 ms with one;
     docs/performance.md). The flip and the swap touch only the kernel."""
+    w_shape = ctx.graph.type_of(node.inputs[1]).shape
     ci, co_g, kernel = w_shape[0], w_shape[1], tuple(w_shape[2:])
     nsp = len(kernel)
     spatial = list(range(2, 2 + nsp))
@@ -324,8 +359,7 @@ def _conv_transpose_as_conv(ctx, names, w_shape, pad, dilation, groups):
         w = ctx.emit("Reshape", [w, ctx.int64s([groups * co_g, ci // groups, *kernel])])
     reach = [d * (k - 1) for k, d in zip(kernel, dilation)]
     conv_pad = [(r - p0, r - p1) for r, (p0, p1) in zip(reach, pad)]
-    return ctx.emit("Conv", [names[0], w, *names[2:]], group=groups,
-                    **_window_attrs(kernel, [1] * nsp, conv_pad, dilation))
+    return _emit_conv(ctx, [names[0], w, *names[2:]], node, groups, kernel, [1] * nsp, conv_pad, dilation)
 
 
 # Input channels (per group) below which the weight gradient's taps share one product: per tap,

@@ -173,6 +173,61 @@ def test_conv_with_bias_lowers_to_one_conv_node():
     assert [n.op_type for n in model.graph.node if n.op_type != "Identity"] == ["Conv"]
 
 
+def conv_ops(fn, *inputs) -> list:
+    return [n.op_type for n in gc.compile(fn, *inputs, provider="cpu").model.graph.node]
+
+
+# Convolutions with more filters than output positions, from enough images: two Convs of half the
+# filters each (ops/conv.py _conv_in_halves). x shape, w shape, keywords.
+HALVES_CASES = {
+    "2d-odd-filters": ((8, 3, 3, 3), (11, 3, 3, 3), dict(pad=1)),             # 9 positions, 6 + 5 filters
+    "1d-strided": ((9, 2, 9), (6, 2, 3), dict(stride=2, pad=1)),              # 5 positions
+    "2d-1x1-strided": ((8, 4, 4, 4), (5, 4, 1, 1), dict(stride=2)),            # 4 positions
+}
+
+
+@pytest.mark.parametrize("case", HALVES_CASES)
+def test_a_conv_with_more_filters_than_positions_runs_in_two_halves(case):
+    x_shape, w_shape, kw = HALVES_CASES[case]
+    x, w, b = rand(*x_shape, seed=1), rand(*w_shape, seed=2), rand(w_shape[0], seed=3)
+    ops = conv_ops(lambda x, w, b: F.conv(x, w, b, **kw), x, w, b)
+    assert ops.count("Conv") == 2 and ops.count("Split") == 2 and "Concat" in ops
+    check_forward(lambda x, w, b: F.conv(x, w, b, **kw), [x, w, b], naive_conv(x, w, b, **kw), **TOL)
+    check_forward(lambda x, w: F.conv(x, w, **kw), [x, w], naive_conv(x, w, **kw), **TOL)
+    # the halves keep each filter's own non-finite values (NaN at the centre tap, which never meets
+    # the zero padding: there onnxruntime's Conv, like PyTorch's, gives NaN and the loop skips it)
+    x[0, 0, 0], w[(-1, 0, *(k // 2 for k in w_shape[2:]))] = np.inf, np.nan
+    with np.errstate(invalid="ignore"):
+        check_forward(lambda x, w: F.conv(x, w, **kw), [x, w], naive_conv(x, w, **kw), **TOL)
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kw", [
+    ((2, 3, 3, 3), (11, 3, 3, 3), dict(pad=1)),     # two images: the halves have no images to share
+    ((8, 3, 3, 3), (19, 3, 3, 3), dict(pad=1)),     # more than twice as many filters as positions
+    ((8, 3, 3, 3), (9, 3, 3, 3), dict(pad=1)),      # as many filters as positions
+    ((8, 4, 2, 2), (5, 4, 1, 1), {}),               # pointwise: a GEMM as it is
+    ((8, 4, 3, 3), (12, 2, 3, 3), dict(pad=1, groups=2)),
+])
+def test_convs_outside_the_slow_path_stay_one_node(x_shape, w_shape, kw):
+    assert conv_ops(lambda x, w: F.conv(x, w, **kw), rand(*x_shape), rand(*w_shape)).count("Conv") == 1
+
+
+def test_the_gradients_of_a_conv_in_halves_through_onnxruntime():
+    """The input gradient (a Conv of the flipped kernel with 5 filters over 4 positions) runs in
+    halves too; the weight gradient takes its own products."""
+    x, w, b = rand(8, 5, 2, 2, seed=1), rand(6, 5, 3, 3, seed=2), rand(6, seed=3)
+    r = rand(8, 6, 2, 2, seed=9)
+
+    def fn(x, w, b):
+        value = F.sum(F.conv(x, w, b, pad=1) * r)
+        return value, gc.grad(value, [x, w, b])
+
+    assert conv_ops(fn, x, w, b).count("Conv") == 4
+    expected = [(naive_conv(x, w, b, pad=1) * r).sum(), naive_input_grad(r, w, x.shape, pad=1),
+                naive_weight_grad(x, r, (3, 3), pad=1), r.sum(axis=(0, 2, 3))]
+    check_forward(fn, [x, w, b], expected, **TOL)
+
+
 TRANSPOSE_CASES = {
     "1d-stride-output-padding": ((2, 3, 5), (3, 2, 3), dict(stride=3, pad=1, output_padding=2)),
     "2d-groups-bias-asym-pad-dilation": ((2, 4, 4, 3), (4, 3, 3, 2),
