@@ -6,7 +6,8 @@ add_n), x**1, x**2 as x*x, where with a constant condition, a sum of zero-padded
 gradient of splitting a tensor) as their concat, a sum of every strided phase of an axis spread
 over zeros as the phases interleaved, and an expand feeding an op that broadcasts
 anyway (Trait.BROADCASTS; a bias gradient's VJP, fed to a sum); an elementwise op of an expand
-is computed unexpanded and expanded after (Trait.ELEMENTWISE, not random). A rewrite only applies
+is computed unexpanded and expanded after (Trait.ELEMENTWISE, not random), and so is a matmul of
+an expand that broadcasts no contracted axis. A rewrite only applies
 when the surviving value has exactly the node's type (dtype and shape), so broadcasting is never
 lost.
 (x*0 and x-x are not rewritten: they are not 0 when x is Inf or NaN.) x**1 is what the gradient
@@ -174,19 +175,45 @@ def _drop_broadcast_expands(graph: Graph, node: Node) -> bool:
     return True
 
 
+def _product_unexpanded(graph: Graph, node: Node, pos: int) -> tuple | None:
+    """A matmul's output shape with the expand at `pos` read unexpanded, where it broadcasts no
+    contracted axis: each row of a product depends on its own row of the left operand only, each
+    column on its own column of the right one, so the product of the unexpanded operand,
+    expanded, is the same (a matrix library may round a one-column product differently from a
+    wider one: numpy's did in the last bit). None where it does not apply or symbolic dims leave
+    it undecided."""
+    operands = [graph.type_of(r).shape for r in node.inputs]
+    source = graph.type_of(graph.nodes[node.inputs[pos].node].inputs[0]).shape
+    contracted = -1 if pos == 0 else -2
+    if len(source) < 2 or source[contracted] != operands[pos][contracted]:
+        return None
+    operands[pos] = source
+    a, b = operands
+    try:
+        return broadcast_shapes(a[:-2], b[:-2]) + (a[-2], b[-1])
+    except ShapeError:
+        return None
+
+
 def _expand_to_sink(graph: Graph, node: Node) -> tuple[int, tuple] | None:
     """(operand position, the smaller output shape) when op(..., expand(v), ...) can be computed on
-    v unexpanded and expanded after: the op is elementwise and not random, the expand feeds only
-    it, and the other operands do not already broadcast v to the output's shape (then the expand
-    is simply dropped, _drop_broadcast_expands)."""
-    if not has_trait(node.op, Trait.ELEMENTWISE) or has_trait(node.op, Trait.RANDOM) or len(node.outputs) != 1:
+    v unexpanded and expanded after: the op is elementwise and not random, or a matmul whose
+    expand broadcasts no contracted axis (_product_unexpanded); the expand feeds only it, and the
+    other operands do not already broadcast v to the output's shape (then the expand is simply
+    dropped, _drop_broadcast_expands). A sum's gradient seeds such a product: the forces of an
+    energy summed over pairs started from a matmul of ones expanded over every pair. An expand
+    other ops read too stays for them: sunk below an elementwise op it would be one more, but
+    below a matmul it replaces a product over the expanded rows."""
+    product = node.op == "matmul"
+    if not (product or has_trait(node.op, Trait.ELEMENTWISE)) or has_trait(node.op, Trait.RANDOM) \
+            or len(node.outputs) != 1:
         return None
     for pos, ref in enumerate(node.inputs):
         producer = graph.nodes[ref.node]
-        if producer.op != "expand" or ref in graph.outputs or len(graph.consumers(producer.id)) != 1 \
-                or node.inputs.count(ref) != 1:
+        if producer.op != "expand" or ref in graph.outputs or node.inputs.count(ref) != 1 \
+                or not product and len(graph.consumers(producer.id)) != 1:
             continue
-        smaller = _broadcast_unexpanded(graph, node.inputs, pos)
+        smaller = _product_unexpanded(graph, node, pos) if product else _broadcast_unexpanded(graph, node.inputs, pos)
         if smaller is not None and smaller != node.outputs[0].shape:
             return pos, smaller
     return None

@@ -217,12 +217,12 @@ def test_an_expand_feeding_an_op_that_broadcasts_anyway_is_dropped():
     assert "expand" not in _ops(graph)
 
 
-def _optimized_keeps_values(fn):
+def _optimized_keeps_values(fn, rtol=0.0):
     graph = _graph(fn, X)
     before = evaluate(graph, [X])
     optimize(graph, 2)
     _assert_valid(graph)
-    np.testing.assert_array_equal(before[0], evaluate(graph, [X])[0])
+    np.testing.assert_allclose(evaluate(graph, [X])[0], before[0], rtol=rtol, atol=0)
     return graph
 
 
@@ -242,6 +242,43 @@ def test_an_expand_that_sets_the_output_shape_stays_after_the_ops_it_feeds():
     graph = _optimized_keeps_values(lambda x: F.exp(F.broadcast_to(x[:1], (3, 4))) * 2.0)
     assert _ops(graph).count("expand") == 1 and _shape_of(graph, "exp") == [(1, 4)]
     assert _shape_of(graph, "expand") == [(3, 4)]
+
+
+def _product_shapes(graph):
+    return [n.outputs[0].shape for n in graph.nodes.values() if n.op in ("matmul", "gemm")]
+
+
+def test_a_product_of_an_expand_runs_on_the_rows_unexpanded():
+    # each row of a product reads its own row of the left operand: broadcast(row) @ w is
+    # broadcast(row @ w), which the multiply broadcasts; exp read the expand too, and then alone
+    def fn(x):
+        rows = F.broadcast_to(x[:1], (3, 4))
+        return (rows @ W) * x + F.exp(rows)
+    graph = _optimized_keeps_values(fn)
+    assert _product_shapes(graph) == [(1, 4)] and _shape_of(graph, "exp") == [(1, 4)]
+    assert "expand" not in _ops(graph)
+    # each column reads its own column of the right operand (numpy's product of one column rounds
+    # differently from its product of four)
+    graph = _optimized_keeps_values(lambda x: (x @ F.broadcast_to(F.reshape(x[0], (4, 1)), (4, 4))) * x, 1e-15)
+    assert (3, 1) in _product_shapes(graph) and (3, 4) not in _product_shapes(graph)
+    # an expand of a contracted axis stays a product of the expanded operand
+    graph = _optimized_keeps_values(lambda x: F.broadcast_to(x[:, :1], (3, 4)) @ W)
+    assert _product_shapes(graph) == [(3, 4)]
+
+
+def test_the_gradient_of_a_summed_product_multiplies_by_one_row():
+    """A force field's forces: the seed of sum(tanh(x @ w) @ v) reaches the gradient of x @ w as
+    the one row v @ 1, not as a product of ones over every row (rows enough that constant
+    folding leaves the seed's expand of ones unmaterialised)."""
+    x, v = RNG.standard_normal((5000, 4)), RNG.standard_normal((4, 1))
+
+    def forces(x, w, v):
+        return gc.grad(F.sum(F.tanh(x @ w) @ v), [x])[0]
+    graph = _graph(forces, x, W, v)
+    optimize(graph, 2)
+    assert "expand" not in _ops(graph) and (1, 4) in _product_shapes(graph)
+    expected = (1 - np.tanh(x @ W) ** 2) * v.T @ W.T
+    np.testing.assert_allclose(gc.compile(forces, x, W, v, provider="cpu")(x, W, v), expected, rtol=1e-10, atol=1e-12)
 
 
 def test_a_shared_or_random_expand_stays_where_it_is():
