@@ -198,12 +198,12 @@ def _product_unexpanded(graph: Graph, node: Node, pos: int) -> tuple | None:
 def _expand_to_sink(graph: Graph, node: Node) -> tuple[int, tuple] | None:
     """(operand position, the smaller output shape) when op(..., expand(v), ...) can be computed on
     v unexpanded and expanded after: the op is elementwise and not random, or a matmul whose
-    expand broadcasts no contracted axis (_product_unexpanded); the expand feeds only it, and the
-    other operands do not already broadcast v to the output's shape (then the expand is simply
-    dropped, _drop_broadcast_expands). A sum's gradient seeds such a product: the forces of an
-    energy summed over pairs started from a matmul of ones expanded over every pair. An expand
-    other ops read too stays for them: sunk below an elementwise op it would be one more, but
-    below a matmul it replaces a product over the expanded rows."""
+    expand broadcasts no contracted axis (_product_unexpanded); the other operands do not already
+    broadcast v to the output's shape (then the expand is simply dropped, _drop_broadcast_expands);
+    and the expand feeds only the op, unless the op is a matmul. An expand that other ops read
+    stays for them, so sunk below an elementwise op it would be one expand more; below a matmul
+    it still replaces a product over the expanded rows. A sum's gradient seeds such a product:
+    the forces of an energy summed over pairs started from a matmul of ones over every pair."""
     product = node.op == "matmul"
     if not (product or has_trait(node.op, Trait.ELEMENTWISE)) or has_trait(node.op, Trait.RANDOM) \
             or len(node.outputs) != 1:
