@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..errors import ShapeError
 from ..ir.graph import Graph, Node, ValueRef, tensor_type
-from ..ir.registry import Trait, constant_equal_to, has_trait
+from ..ir.registry import Trait, constant_equal_to, get_op, has_trait
 from ..ops.shape_rules import broadcast_shapes
 from .base import PassResult, replace_outputs, replace_uses
 
@@ -182,15 +182,14 @@ def _product_unexpanded(graph: Graph, node: Node, pos: int) -> tuple | None:
     expanded, is the same (a matrix library may round a one-column product differently from a
     wider one: numpy's did in the last bit). None where it does not apply or symbolic dims leave
     it undecided."""
-    operands = [graph.type_of(r).shape for r in node.inputs]
-    source = graph.type_of(graph.nodes[node.inputs[pos].node].inputs[0]).shape
+    operands = [graph.type_of(r) for r in node.inputs]
+    source = graph.type_of(graph.nodes[node.inputs[pos].node].inputs[0])
     contracted = -1 if pos == 0 else -2
-    if len(source) < 2 or source[contracted] != operands[pos][contracted]:
+    if source.ndim < 2 or source.shape[contracted] != operands[pos].shape[contracted]:
         return None
     operands[pos] = source
-    a, b = operands
     try:
-        return broadcast_shapes(a[:-2], b[:-2]) + (a[-2], b[-1])
+        return get_op("matmul").infer(operands)[0].shape
     except ShapeError:
         return None
 

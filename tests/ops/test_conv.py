@@ -346,7 +346,7 @@ def test_stride_one_depthwise_weight_grad_reads_flat_windows(case):
     such taps are NaN, and every other one is the exact sum."""
     x, g, kernel, kw = weight_grad_inputs(case)
     fn = lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw)     # noqa: E731
-    ops = [n.op_type for n in gc.compile(fn, x, g, provider="cpu").model.graph.node]
+    ops = conv_ops(fn, x, g)
     taps = math.prod(kernel)
     assert "Conv" not in ops and ops.count("Slice") == taps and ops.count("MatMul") == taps + 1
     inner = tuple(n // 2 for n in x.shape[2:])
@@ -369,7 +369,7 @@ def test_the_weight_gradient_of_tiling_windows_is_one_product():
     inputs too the values are the per-tap sums'."""
     x, g, kernel, kw = weight_grad_inputs("2d-patches-leftover")
     fn = lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw)     # noqa: E731
-    ops = [n.op_type for n in gc.compile(fn, x, g, provider="cpu").model.graph.node]
+    ops = conv_ops(fn, x, g)
     assert ops.count("Gemm") == 1 and ops.count("Transpose") == 2 and "MatMul" not in ops
     x[0, 1, 2, 3], x[1, 0, 8, 10], g[1, 0, 0, 0] = np.inf, np.nan, -np.inf     # (8, 10): a leftover row
     with np.errstate(invalid="ignore"):
@@ -442,7 +442,7 @@ def test_a_strided_weight_gradient_moves_x_phases_and_g(case, phases):
     empty and a symbolic batch and float64 too."""
     x, g, kernel, kw = weight_grad_inputs(case)
     fn = lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw)     # noqa: E731
-    ops = [n.op_type for n in gc.compile(fn, x, g, provider="cpu").model.graph.node]
+    ops = conv_ops(fn, x, g)
     read = {tuple((d * t - p[0]) % s for t, d, p, s in zip(tap, kw["dilation"], kw["pad"], kw["stride"]))
             for tap in np.ndindex(*kernel)}                    # the phases the taps read
     assert ops.count(phases) == (1 if phases == "SpaceToDepth" else len(read))
@@ -487,8 +487,7 @@ def test_a_downsampling_blocks_strided_weight_gradients_share_one_space_to_depth
     def fn(x, w3, w1):
         return gc.grad(F.sum((F.conv(x, w3, stride=2, pad=1) + F.conv(x, w1, stride=2)) * r), [w3, w1])
 
-    nodes = gc.compile(fn, x, w3, w1, provider="cpu").model.graph.node
-    assert [n.op_type for n in nodes].count("SpaceToDepth") == 1
+    assert conv_ops(fn, x, w3, w1).count("SpaceToDepth") == 1
     kw3 = dict(stride=(2, 2), pad=((1, 1), (1, 1)), dilation=(1, 1), groups=1)
     kw1 = dict(stride=(2, 2), pad=((0, 0), (0, 0)), dilation=(1, 1), groups=1)
     check_forward(fn, [x, w3, w1], [naive_weight_grad(x, r, (3, 3), **kw3), naive_weight_grad(x, r, (1, 1), **kw1)],
