@@ -545,20 +545,20 @@ def w19_setup():
 
 # Each kind of workload again at a second shape that nobody profiled or tuned for (`--other-shapes`):
 # the first shapes were tuned one by one, and speed that holds only there is not the kind's.
-# Key: the workload; value: its configuration's name above and the shape it takes instead.
+# Key: the workload; value: its configuration above and the shape it takes instead.
 # W7's: a CIFAR ResNet's first stage (16 channels); W20's: an ImageNet ResNet's third (14 x 14 x 256).
 OTHER_SHAPES = {
-    "W7": ("RESNET", dict(batch=64, inputs=3, channels=16, size=32, blocks=2, classes=10)),
-    "W20": ("RESNET_LATE", dict(batch=8, inputs=128, channels=256, size=14, blocks=1, classes=10)),
-    "W18": ("DOWNSAMPLE", dict(batch=16, channels=64, size=56, classes=10)),
-    "W8": ("LSTM", dict(steps=100, batch=16, features=32, hidden=256)),
-    "W9": ("FORCES", dict(batch=2048, features=32, width=256)),
-    "W13": ("PAIRS", dict(batch=4, atoms=128, basis=32, width=64)),
-    "W14": ("MOBILE", dict(batch=8, size=112, classes=10)),
-    "W12": ("CAUSAL", dict(batch=4, seq=512, width=256, heads=8, vocab=1000, dropout=0.1)),
-    "W16": ("LLAMA", dict(batch=2, seq=512, width=256, heads=4, vocab=2000, hidden=683)),
-    "W17": ("DIFFUSION", dict(batch=4, size=96, channels=32, groups=8)),
-    "W19": ("EMBEDDING", dict(vocab=50000, width=256, batch=32, seq=128, hidden=256, classes=5)),
+    "W7": (RESNET, dict(batch=64, inputs=3, channels=16, size=32, blocks=2, classes=10)),
+    "W20": (RESNET_LATE, dict(batch=8, inputs=128, channels=256, size=14, blocks=1, classes=10)),
+    "W18": (DOWNSAMPLE, dict(batch=16, channels=64, size=56, classes=10)),
+    "W8": (LSTM, dict(steps=100, batch=16, features=32, hidden=256)),
+    "W9": (FORCES, dict(batch=2048, features=32, width=256)),
+    "W13": (PAIRS, dict(batch=4, atoms=128, basis=32, width=64)),
+    "W14": (MOBILE, dict(batch=8, size=112, classes=10)),
+    "W12": (CAUSAL, dict(batch=4, seq=512, width=256, heads=8, vocab=1000, dropout=0.1)),
+    "W16": (LLAMA, dict(batch=2, seq=512, width=256, heads=4, vocab=2000, hidden=683)),
+    "W17": (DIFFUSION, dict(batch=4, size=96, channels=32, groups=8)),
+    "W19": (EMBEDDING, dict(vocab=50000, width=256, batch=32, seq=128, hidden=256, classes=5)),
 }
 
 
@@ -566,8 +566,7 @@ OTHER_SHAPES = {
 def _other_shape(key: str):
     """Workload `key`'s configuration changed, in place, to its OTHER_SHAPES shape while the block
     runs: the setups and the PyTorch and JAX twins read it when they are called."""
-    name, shape = OTHER_SHAPES[key]
-    config = globals()[name]
+    config, shape = OTHER_SHAPES[key]
     saved = dict(config)
     config.clear()
     config.update(shape)
