@@ -1,11 +1,14 @@
 """Numeric checks users can run on their own code (ARCHITECTURE.md §9.3).
 
-check_grad compares, in float64, the central difference (L(x+εr) − L(x−εr)) / 2ε along
-one random unit direction r over all float inputs with ⟨∇L(x), r⟩ from gc.grad, where
-L is the function's outputs weighted by fixed random cotangents. check_double_grad
-applies the same check to x ↦ ⟨∇L(x), v⟩ for a fixed random v, so it checks the
-gradient of the gradient graph. Both run on the numpy reference evaluator, which has a
-float64 kernel for every op; check_lowering compares onnxruntime with that evaluator.
+check_grad compares a float64 central difference (S(x+εr) − S(x−εr)) / 2ε along one random
+unit direction r over all float inputs with ⟨∇S(x), r⟩, where S is the function's outputs
+weighted by fixed random cotangents (order 1), or x ↦ ⟨∇S(x), v⟩ for fixed random v (order 2,
+and so on). The derivative is taken twice: from the numpy reference evaluator in float64, which
+checks the VJP rules, and from the ONNX model that ONNX Runtime runs, in float32, at the inputs'
+own shapes and again with an axis symbolic, which checks the lowering of every
+gradient graph as it is deployed. A formula can be right while the graph that runs is wrong
+(a lowering strategy chosen by size, a symbolic batch taking another path), so both are checked.
+check_lowering compares ONNX Runtime's outputs with the reference evaluator's.
 """
 from __future__ import annotations
 
@@ -15,106 +18,225 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .errors import GcompileError
 from .frontend import pytree
+from .frontend.spec import Spec, spec
 from .frontend.tensor import as_tensor
 from .frontend.trace import is_output_leaf, trace
 from .gradients import grad
 from .ir.evaluate import evaluate
+from .ir.registry import is_random
 from .ops.basic import add_n
 from .ops.reduce import sum as reduce_sum
+
+# Relative error allowed between ONNX Runtime's float32 derivative and the float64 difference,
+# measured against Σ|∂S/∂xᵢ|·|rᵢ| (the size of the terms float32 rounds, whatever cancels).
+LOWERED_RTOL = 2e-3
 
 
 def _float_positions(arrays) -> list[int]:
     return [i for i, a in enumerate(arrays) if np.asarray(a).dtype.kind == "f"]
 
 
-def _weighted_scalar(fn, rng_seed: int):
-    """x ↦ Σ_k ⟨w_k, f_k(x)⟩ with fixed random w_k (one per float output leaf)."""
-    def scalar(*xs):
-        leaves, _ = pytree.flatten(fn(*xs), is_output_leaf)
-        rng = np.random.default_rng(rng_seed)
-        terms = []
-        for y in leaves:
-            y = as_tensor(y)
-            if y.dtype.kind != "f":
-                continue
-            w = rng.standard_normal([d if isinstance(d, int) else 1 for d in y.shape]).astype(y.dtype)
-            terms.append(reduce_sum(y * w))
-        return add_n(terms)
-    return scalar
+def _float_leaves(result) -> list:
+    leaves, _ = pytree.flatten(result, is_output_leaf)
+    return [t for t in map(as_tensor, leaves) if t.dtype.kind == "f"]
 
 
-def _directional(fn, positions, vectors):
-    """x ↦ ⟨∇fn(x), v⟩ summed over the float inputs (fn returns a scalar)."""
-    def inner(*xs):
-        out = fn(*xs)
-        grads = grad(out, [xs[i] for i in positions])
-        return add_n([reduce_sum(g * v) for g, v in zip(grads, vectors)])
-    return inner
+def _program(fn, n: int, positions: list[int], n_out: int, order: int, *, value_only: bool = False):
+    """The checked function as one traced program of flat arguments
+    (x₁..xₙ, w₁..w_out, v-vectors of orders 1..order−1, r): it returns
+    [S, ⟨∇S, r⟩, ∇S...] where S = Σ⟨w_k, f_k(x)⟩ differentiated order − 1 times along the v's,
+    or only S with value_only. Every vector is an input, so one program serves the reference
+    evaluator at static shapes and ONNX Runtime at symbolic ones."""
+    k = len(positions)
+
+    def program(*args):
+        xs, ws = args[:n], args[n:n + n_out]
+        rest = args[n + n_out:]
+        wrt = [xs[i] for i in positions]
+        s = add_n([reduce_sum(y * w) for y, w in zip(_float_leaves(fn(*xs)), ws)])
+        for j in range(order - 1):
+            s = add_n([reduce_sum(g * v) for g, v in zip(grad(s, wrt), rest[j * k:(j + 1) * k])])
+        if value_only:
+            return s
+        grads = grad(s, wrt)
+        return [s, add_n([reduce_sum(g * r) for g, r in zip(grads, rest[(order - 1) * k:])]), *grads]
+    return program
 
 
-def _scalar_graph_eval(scalar_fn, arrays):
-    traced = trace(scalar_fn, arrays)
-    return lambda xs: float(evaluate(traced.graph, xs)[0])
+def _symbolic_candidates(arrays: list[np.ndarray], dtype) -> list[list[Spec]]:
+    """Specs with one symbolic axis to try in turn: the first input's axis 0 and the same axis of
+    every other input where it has the same length, then that axis of the first input alone, then
+    likewise its axis 1, 2, ... (a function may need some axes static: glu's split axis)."""
+    shaped = [i for i, a in enumerate(arrays) if a.ndim >= 1]
+    if not shaped:
+        return []
+    first = arrays[shaped[0]]
+
+    def specs(axis: int, symbolic: set[int]) -> list[Spec]:
+        return [spec(tuple("n" if i in symbolic and k == axis else d for k, d in enumerate(a.shape)),
+                     dtype if a.dtype.kind == "f" else a.dtype) for i, a in enumerate(arrays)]
+    candidates = []
+    for axis, length in enumerate(first.shape):
+        shared = {i for i in shaped if arrays[i].ndim > axis and arrays[i].shape[axis] == length}
+        candidates.append(specs(axis, shared))
+        if shared != {shaped[0]}:
+            candidates.append(specs(axis, {shaped[0]}))
+    return candidates
 
 
-def _check(scalar_fn, arrays, positions, eps, rtol, atol, seed, what):
-    rng = np.random.default_rng(seed + 1)
-    r = [rng.standard_normal(np.shape(arrays[i])) for i in positions]
-    norm = np.sqrt(sum(float(np.sum(v * v)) for v in r)) or 1.0
-    r = [v / norm for v in r]
+def _output_types(fn, specs) -> list:
+    outs = trace(lambda *xs: _float_leaves(fn(*xs)), specs).graph
+    return [outs.type_of(r) for r in outs.outputs]
 
-    def with_grads(*xs):
-        out = scalar_fn(*xs)
-        return [out] + grad(out, [xs[i] for i in positions])
 
-    traced = trace(with_grads, arrays)
-    values = evaluate(traced.graph, arrays)
-    analytic = sum(float(np.sum(g * v)) for g, v in zip(values[1:], r))
-    f = _scalar_graph_eval(scalar_fn, arrays)
+class _Case:
+    """One check_grad call's arrays, vectors and traced programs. The output weights w have size 1
+    along every axis that is symbolic at `symbolic_specs` (the same weights at every position of
+    a batch), so one w serves the static and the symbolic models."""
+
+    def __init__(self, fn, arrays: list[np.ndarray], order: int, seed: int, symbolic_specs: list[Spec] | None):
+        self.fn, self.order, self.arrays = fn, order, arrays
+        self.positions = _float_positions(arrays)
+        if not self.positions:
+            raise ValueError("check_grad needs at least one floating-point input")
+        out_types = _output_types(fn, arrays)
+        if not out_types:
+            raise ValueError("check_grad needs a function with at least one floating-point output")
+        shapes = [t.shape for t in out_types]
+        if symbolic_specs is not None:
+            shapes = [tuple(d if isinstance(s, int) else 1 for d, s in zip(t.shape, sym.shape))
+                      for t, sym in zip(out_types, _output_types(fn, symbolic_specs))]
+        rng = np.random.default_rng(seed)
+        self.ws = [rng.standard_normal(shape) for shape in shapes]
+        rng = np.random.default_rng(seed + 1)
+        float_arrays = [arrays[i] for i in self.positions]
+        r = [rng.standard_normal(a.shape) for a in float_arrays]
+        norm = np.sqrt(sum(float(np.sum(v * v)) for v in r)) or 1.0
+        self.r = [v / norm for v in r]
+        rng = np.random.default_rng(seed + 2)
+        self.vs = [rng.standard_normal(a.shape) for _ in range(order - 1) for a in float_arrays]
+
+    def program(self, value_only: bool = False):
+        return _program(self.fn, len(self.arrays), self.positions, len(self.ws), self.order, value_only=value_only)
+
+    def args(self, xs, dtype) -> list[np.ndarray]:
+        vectors = self.ws + self.vs + self.r
+        return [np.asarray(x, dtype) if x.dtype.kind == "f" else x for x in xs] + \
+            [np.asarray(v, dtype) for v in vectors]
+
+    def vector_specs(self, x_specs: list[Spec], dtype) -> list[Spec]:
+        """Specs of the w's (static), and of the v's and r (their inputs')."""
+        float_specs = [spec(x_specs[i].shape, dtype) for i in self.positions]
+        return [spec(w.shape, dtype) for w in self.ws] + float_specs * self.order
+
+
+def symbolic_specs(fn: Callable, inputs: Sequence[ArrayLike], symbolic: Any = "auto") -> list[Spec] | None:
+    """The specs check_grad's symbolic check traces `fn` at (None for none): `symbolic` as
+    check_grad takes it. With "auto" a function none of whose axes can be symbolic gets none;
+    with True that is an error."""
+    if symbolic is False:
+        return None
+    arrays = [np.asarray(a) for a in inputs]
+    if symbolic not in (True, "auto"):
+        return [s if isinstance(s, Spec) else spec(np.shape(s), np.float32) for s in symbolic]
+    errors = []
+    for specs in _symbolic_candidates(arrays, np.float32):
+        try:
+            _output_types(fn, specs)
+        except GcompileError as err:           # these axes cannot be symbolic for this function
+            errors.append(f"{specs}: {err}")
+            continue
+        return specs
+    if symbolic is True and errors:
+        raise AssertionError("check_grad could not trace the function with a symbolic axis (" + "; ".join(errors)
+                             + "): pass symbolic=[specs...] naming the axes that may be symbolic, or "
+                               "symbolic=False for a function that needs static shapes")
+    return None
+
+
+def _report(what: str, where: str, numeric: float, analytic: float, allowed: float, detail: str) -> AssertionError:
+    return AssertionError(f"{what} check failed on {where}: central difference {numeric:.10g} vs gradient "
+                          f"{analytic:.10g} (difference {abs(numeric - analytic):.3g}, allowed {allowed:.3g}; "
+                          f"{detail})")
+
+
+def _reference_check(case: _Case, eps: float, rtol: float, atol: float, what: str, lowered: bool):
+    """The float64 difference and the reference evaluator's derivative; returns (numeric,
+    analytic, scale) with scale = Σ|∂S/∂xᵢ|·|rᵢ|."""
+    args = case.args(case.arrays, np.float64)
+    graph = trace(case.program(), args).graph
+    if lowered and any(is_random(n) for n in graph.nodes.values()):
+        raise AssertionError("check_grad compares ONNX Runtime's model with the reference evaluator, whose random "
+                             "draws differ: for a function that draws random numbers pass lowered=False")
+    values = evaluate(graph, args)
+    analytic, grads = float(values[1]), values[2:]
+    scale = sum(float(np.sum(np.abs(g) * np.abs(v))) for g, v in zip(grads, case.r))
+    value_graph = trace(case.program(value_only=True), args).graph
 
     def shifted(delta):
-        xs = list(arrays)
-        for i, v in zip(positions, r):
-            xs[i] = arrays[i] + delta * v
-        return f(xs)
+        xs = list(args)
+        for i, v in zip(case.positions, case.r):
+            xs[i] = args[i] + delta * v
+        return float(evaluate(value_graph, xs)[0])
 
     numeric = (shifted(eps) - shifted(-eps)) / (2 * eps)
-    if not abs(numeric - analytic) <= atol + rtol * max(abs(numeric), abs(analytic)):
-        raise AssertionError(f"{what} check failed: central difference {numeric:.10g} vs gradient "
-                             f"{analytic:.10g} (difference {abs(numeric - analytic):.3g}, eps={eps}, "
-                             f"rtol={rtol}, atol={atol})")
-    return numeric, analytic
+    allowed = atol + rtol * max(abs(numeric), abs(analytic))
+    if not abs(numeric - analytic) <= allowed:
+        raise _report(what, "the reference evaluator (float64)", numeric, analytic, allowed, f"eps={eps}")
+    return numeric, analytic, scale
 
 
-def _prepare(inputs):
-    arrays = [np.asarray(a, dtype=np.float64) if np.asarray(a).dtype.kind == "f" else np.asarray(a)
-              for a in inputs]
-    positions = _float_positions(arrays)
-    if not positions:
-        raise ValueError("check_grad needs at least one floating-point input")
-    return arrays, positions
+def _lowered_check(case: _Case, x_specs: list[Spec], numeric: float, scale: float, rtol: float, atol: float,
+                   what: str, where: str) -> None:
+    """⟨∇S, r⟩ from the float32 ONNX model ONNX Runtime runs, traced at x_specs."""
+    from .runtime import compile
+    program = case.program()
+
+    def derivative(*args):
+        return program(*args)[1]
+    args = case.args(case.arrays, np.float32)
+    cf = compile(derivative, *x_specs, *case.vector_specs(x_specs, np.float32), provider="cpu")
+    got = float(cf.run_flat(*args)[0])
+    allowed = atol + rtol * (scale + abs(numeric))
+    if not abs(numeric - got) <= allowed:
+        raise _report(what, f"ONNX Runtime's float32 model {where}", numeric, got, allowed,
+                      f"terms of size {scale:.3g}")
 
 
 def check_grad(fn: Callable, inputs: Sequence[ArrayLike], *, order: int = 1, eps: float = 1e-5,
-               rtol: float = 1e-5, atol: float = 1e-7, seed: int = 0) -> tuple[float, float]:
-    """Check gc.grad of `fn` (any outputs) at `inputs` (arrays; float ones are promoted to float64).
+               rtol: float = 1e-5, atol: float = 1e-7, seed: int = 0, lowered: bool = True,
+               symbolic: Any = "auto") -> tuple[float, float]:
+    """Check the order-th derivative of `fn` (any outputs) at `inputs` (arrays; float ones are
+    promoted to float64 for the reference) against a float64 central difference.
 
     order=2 checks the gradient of the gradient (as check_double_grad), order=3 the next one.
-    Returns (numeric, analytic) directional derivatives; raises AssertionError showing both.
+    With lowered=True (the default) the same derivative is also taken from the float32 ONNX
+    model that ONNX Runtime runs, at the inputs' shapes and again with one axis a symbol: the
+    first input's axis 0, with the other inputs' axes of that length, or the next axis where
+    that does not trace (symbolic="auto": none where no axis traces; True: then an error).
+    symbolic may instead be a list of specs (one per input, e.g. gc.spec(("n", 3))), or False.
+    Returns the reference's (numeric, analytic) directional derivatives; raises AssertionError
+    naming the evaluator or model that disagrees, with both numbers.
     """
-    arrays, positions = _prepare(inputs)
-    scalar = _weighted_scalar(fn, seed)
-    rng = np.random.default_rng(seed + 2)
-    for _ in range(order - 1):
-        vs = [rng.standard_normal(np.shape(arrays[i])) for i in positions]
-        scalar = _directional(scalar, positions, vs)
+    arrays = [np.asarray(a, np.float64) if np.asarray(a).dtype.kind == "f" else np.asarray(a) for a in inputs]
+    sym_specs = symbolic_specs(fn, arrays, symbolic if lowered else False)
+    case = _Case(fn, arrays, order, seed, sym_specs)
     what = {1: "gradient", 2: "double-gradient"}.get(order, f"order-{order} gradient")
-    return _check(scalar, arrays, positions, eps, rtol, atol, seed, what)
+    numeric, analytic, scale = _reference_check(case, eps, rtol, atol, what, lowered)
+    if lowered:
+        static = [spec(a.shape, np.float32 if a.dtype.kind == "f" else a.dtype) for a in arrays]
+        lowered_atol = max(atol, 1e-6)
+        _lowered_check(case, static, numeric, scale, LOWERED_RTOL, lowered_atol, what, "at static shapes")
+        if sym_specs is not None and [t.shape for t in sym_specs] != [t.shape for t in static]:
+            _lowered_check(case, sym_specs, numeric, scale, LOWERED_RTOL, lowered_atol, what,
+                           "with symbolic sizes " + ", ".join(map(repr, sym_specs)))
+    return numeric, analytic
 
 
 def check_double_grad(fn: Callable, inputs: Sequence[ArrayLike], **kwargs: Any) -> tuple[float, float]:
-    """check_grad of x ↦ ⟨∇L(x), v⟩ for a fixed random v: checks the double-backward graph."""
+    """check_grad of x ↦ ⟨∇S(x), v⟩ for a fixed random v: checks the double-backward graph."""
     return check_grad(fn, inputs, order=2, **kwargs)
 
 

@@ -1,5 +1,6 @@
 """Shared checks for op tests: forward through onnxruntime against a numpy expectation,
-and float64 numeric gradient checks (first and second order) on the reference evaluator.
+and float64 numeric gradient checks (first and second order) of the reference evaluator and
+of the ONNX models ONNX Runtime runs, at static and symbolic sizes.
 
 Every op that appears in a graph checked by `check_grads` is recorded; tests/ops/conftest.py
 fails the run if a differentiable registry op was never gradient-checked.
@@ -11,9 +12,10 @@ import numpy as np
 import gcompile as gc
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
-from gcompile.testing import check_grad
+from gcompile.testing import check_grad, symbolic_specs
 
 GRAD_CHECKED_OPS: set[str] = set()
+SYMBOLIC_CHECKED_OPS: set[str] = set()   # of those, checked with a symbolic size too
 
 
 def check_forward(fn, inputs, expected, *, rtol=1e-5, atol=1e-6, specs=None):
@@ -35,12 +37,17 @@ def check_forward(fn, inputs, expected, *, rtol=1e-5, atol=1e-6, specs=None):
 
 
 def check_grads(fn, inputs, *, order=2, **kwargs):
-    """check_grad for orders 1..order (float64, reference evaluator); records the ops checked."""
+    """check_grad for orders 1..order: float64 central differences against the reference
+    evaluator and against ONNX Runtime's float32 model at static and symbolic sizes; records
+    the ops checked."""
     arrays = [np.asarray(a, np.float64) if np.asarray(a).dtype.kind == "f" else np.asarray(a) for a in inputs]
-    graph = trace(fn, arrays).graph
-    GRAD_CHECKED_OPS.update(n.op for n in graph.nodes.values())
+    ops = {n.op for n in trace(fn, arrays).graph.nodes.values()}
+    GRAD_CHECKED_OPS.update(ops)
+    specs = symbolic_specs(fn, arrays, kwargs.pop("symbolic", "auto"))
+    if specs is not None:
+        SYMBOLIC_CHECKED_OPS.update(ops)
     for k in range(1, order + 1):
-        check_grad(fn, arrays, order=k, **kwargs)
+        check_grad(fn, arrays, order=k, symbolic=specs or False, **kwargs)
 
 
 def check_values(fn, inputs, expected, *, rtol=1e-6, atol=1e-12):

@@ -593,9 +593,12 @@ def _flat_move(ctx, name: str, lead: int, move: tuple, extents: tuple, dtype, cr
     flat = ctx.emit("Reshape", [name, ctx.int64s([*keep, math.prod(extents)])])
     strides = [math.prod(extents[a + 1:]) for a in range(len(extents))]
     begin, end = (sum(m[i] * r for m, r in zip(move, strides)) for i in (0, 1))
-    if not (any(crop) or begin or end):
+    if not (any(crop) or begin or end or inner):
         return flat
-    v = ctx.pad(flat, [0] * (lead - 1) + [-crop[0], begin], [0] * (lead - 1) + [-crop[1], end])
+    # moves that cancel in joined positions (a row down and a whole row left: a tap whose window
+    # lies wholly in the padding) are no Pad at all, but the mask still zeroes what crossed an edge
+    v = ctx.pad(flat, [0] * (lead - 1) + [-crop[0], begin], [0] * (lead - 1) + [-crop[1], end]) \
+        if any(crop) or begin or end else flat
     if not inner:
         return v
     mask = np.ones((extents[0] + move[0][0] + move[0][1], *extents[1:]), dtype)

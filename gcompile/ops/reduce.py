@@ -91,14 +91,30 @@ def _np_reduce(fn):
     return lambda x, axes, keepdims: fn(x, axis=axes, keepdims=keepdims)
 
 
+def _extreme_of_empty(fn, lowest: bool):
+    """np.max or np.min, and over an empty set the dtype's lowest or highest value, as ONNX's
+    ReduceMax and ReduceMin define it (numpy raises): any(x) of an empty axis is then False and
+    all(x) True."""
+    def reference(x, axes, keepdims):
+        info = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype) if x.dtype.kind in "iu" else None
+        if info is None:
+            initial = not lowest                                    # bool
+        elif x.dtype.kind == "f":
+            initial = -np.inf if lowest else np.inf
+        else:
+            initial = info.min if lowest else info.max
+        return fn(x, axis=axes, keepdims=keepdims, initial=initial)
+    return reference
+
+
 defop("reduce_sum", infer=_reduce_infer, reference=_np_reduce(np.sum), lower=_lower_reduce("ReduceSum"),
       vjp=_sum_vjp)
 defop("reduce_mean", infer=_reduce_infer, reference=_np_reduce(np.mean), lower=_lower_reduce("ReduceMean"),
       vjp=_mean_vjp)
-defop("reduce_max", infer=_reduce_infer, reference=_np_reduce(np.max), lower=_lower_reduce("ReduceMax"),
-      vjp=_extremum_vjp)
-defop("reduce_min", infer=_reduce_infer, reference=_np_reduce(np.min), lower=_lower_reduce("ReduceMin"),
-      vjp=_extremum_vjp)
+defop("reduce_max", infer=_reduce_infer, reference=_extreme_of_empty(np.max, lowest=True),
+      lower=_lower_reduce("ReduceMax"), vjp=_extremum_vjp)
+defop("reduce_min", infer=_reduce_infer, reference=_extreme_of_empty(np.min, lowest=False),
+      lower=_lower_reduce("ReduceMin"), vjp=_extremum_vjp)
 defop("reduce_prod", infer=_reduce_infer, reference=_np_reduce(np.prod), lower=_lower_reduce("ReduceProd"),
       vjp=_prod_vjp)
 

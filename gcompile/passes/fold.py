@@ -1,4 +1,4 @@
-"""Constant folding: a node whose operands are all constants becomes a constant, computed
+"""Constant folding: a node whose operands are all known (constants, or empty) becomes a constant, computed
 with the op's numpy reference. Bounded: results larger than MAX_FOLD_ELEMENTS are left to
 the runtime, so folding never bloats the model with big initializers.
 
@@ -31,6 +31,20 @@ def _duplicates_a_kept_constant(graph: Graph, node, operands) -> bool:
     return kept_as_output or any(c.id != node.id for c in graph.consumers(source.id))
 
 
+def _known_value(graph: Graph, ref):
+    """The value of an operand known before the model runs, None if it is not: an unnamed
+    constant's, or an empty array for a value of static shape with no elements (an empty batch
+    fixed at trace time carries no data, so what is computed from it alone is known too; ONNX
+    Runtime 1.31 crashes the process, SIGFPE, on some optimised graphs of such empty tensors)."""
+    producer = graph.nodes[ref.node]
+    if producer.op == "constant" and "name" not in producer.attrs:
+        return producer.attrs["value"]
+    t = graph.type_of(ref)
+    if dims.is_static(t.shape) and 0 in t.shape:
+        return np.zeros(t.shape, t.dtype)
+    return None
+
+
 def fold_constants(graph: Graph) -> PassResult:
     changed = False
     for node in graph.topo_order():
@@ -41,10 +55,10 @@ def fold_constants(graph: Graph) -> PassResult:
         if int(dims.product(node.outputs[0].shape)) > MAX_FOLD_ELEMENTS:
             continue
         operands = [graph.nodes[r.node] for r in node.inputs]
-        if (not all(o.op == "constant" and "name" not in o.attrs for o in operands)
-                or _duplicates_a_kept_constant(graph, node, operands)):
+        values = [_known_value(graph, r) for r in node.inputs]
+        if any(v is None for v in values) or _duplicates_a_kept_constant(graph, node, operands):
             continue
-        value = get_op(node.op).reference(*[o.attrs["value"] for o in operands], **node.attrs)
+        value = get_op(node.op).reference(*values, **node.attrs)
         if isinstance(value, (tuple, list)):   # an op that can have several outputs, here with one (a loop)
             value, = value
         value = np.asarray(value, dtype=node.outputs[0].dtype)

@@ -9,8 +9,8 @@
   float64      the same in float64 with static shapes (other lowerings, constant folding) where
                every op has a float64 kernel, to float64 accuracy;
   grad,        gcompile.testing.check_grad / check_double_grad / order 3: float64 central
-  double_grad, differences on the reference evaluator.
-  triple_grad
+  double_grad, differences against the reference evaluator and (orders 1 and 2) against the
+  triple_grad  float32 models onnxruntime runs, at static shapes and with the symbolic batch.
 
 Inputs are redrawn (a few times) until no kink or jump of the program lies within SAFE of
 the point; where none is found, the checks that need it are skipped and the result says so.
@@ -139,8 +139,11 @@ def check_float64(program, reference, input_specs, arrays) -> None:
 
 
 def check_gradients(order: int):
+    """check_grad of `order`: on the reference evaluator, and up to second order also on ONNX
+    Runtime's float32 models at static shapes and at the program's specs (its symbolic batch)."""
     def check(program, reference, input_specs, arrays) -> None:
-        check_grad(program, as_float64(arrays), order=order, **GRAD_TOLERANCES)
+        check_grad(program, as_float64(arrays), order=order, lowered=order <= 2, symbolic=input_specs,
+                   **GRAD_TOLERANCES)
     return check
 
 

@@ -1136,9 +1136,9 @@ def gen_conv(g: Gen, x: Value):
         axes = tuple(range(2, 2 + n))
         return g.add("reduce_mean", f"F.global_avg_pool({x.name})", f"np.mean({x.name}, axis={axes}, keepdims=True)",
                      x.shape[:2] + (1,) * n, x.mag, [x])
-    kernel = tuple(g.d.int(1, min(3, s + 1)) for s in spatial)
     stride = tuple(g.d.int(1, 2) for _ in spatial)
     if kind >= 2:                                                       # pooling: pad < kernel
+        kernel = tuple(g.d.int(1, min(3, s + 1)) for s in spatial)
         pad = tuple((g.d.int(0, k - 1), g.d.int(0, k - 1)) for k in kernel)
         out = tuple((s + p0 + p1 - k) // st + 1 for s, k, st, (p0, p1) in zip(spatial, kernel, stride, pad))
         if min(out) < 1:
@@ -1154,6 +1154,9 @@ def gen_conv(g: Gen, x: Value):
     groups = g.d.choice([k for k in (1, c, 2) if c % k == 0])
     dilation = tuple(g.d.int(1, 2) for _ in spatial)
     pad = tuple((g.d.int(0, 2), g.d.int(0, 2)) for _ in spatial)
+    # kernels as wide as the padded input allows, wider than the input itself too: taps whose
+    # windows lie wholly in the padding (a 3x3 on a 1x1, a 5x5 on a 2x2)
+    kernel = tuple(g.d.int(1, min(5, (s + p0 + p1 - 1) // d + 1)) for s, (p0, p1), d in zip(spatial, pad, dilation))
     bias = g.d.bool()
     if kind == 0:                                                       # conv
         co = groups * g.d.int(1, 2)

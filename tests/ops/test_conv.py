@@ -648,6 +648,41 @@ def test_symbolic_batch_forward_and_backward():
             np.testing.assert_allclose(got, want, **TOL)
 
 
+# -- taps wholly in the padding -------------------------------------------------------------------------
+# A kernel wider than its input (a ResNet's last stage at 1x1, EfficientNet's 5x5 depthwise layers at
+# 2x2) has taps whose windows read padding only: their weight gradient is 0. Each case reaches a lowering
+# of the weight gradient (per tap, joined taps, chunks of images, moves of x and g, depthwise as one Conv
+# or from flat windows, phases of a stride, two halves of the filters) with such taps, at a static batch
+# and (check_grads) a symbolic one, on ONNX Runtime against central differences.
+PADDING_TAP_CASES = {
+    "3x3_on_1x1_few_channels": ((2, 3, 1, 1), (3, 3, 3, 3), dict(pad=1)),
+    "3x3_on_1x1_chunks": ((8, 16, 1, 1), (16, 16, 3, 3), dict(pad=1)),
+    "5x5_on_2x2": ((2, 3, 2, 2), (3, 3, 5, 5), dict(pad=2)),
+    "depthwise_5x5_on_2x2": ((2, 16, 2, 2), (16, 1, 5, 5), dict(pad=2, groups=16)),
+    "depthwise_3x3_on_rows_of_one": ((2, 4, 1, 130), (4, 1, 3, 3), dict(pad=1, groups=4)),
+    "moves_on_rows_of_one": ((2, 8, 1, 300), (8, 8, 3, 3), dict(pad=1)),
+    "strided_3x3_on_2x2": ((2, 8, 2, 2), (8, 8, 3, 3), dict(pad=1, stride=2)),
+    "strided_5x5_on_1x1": ((2, 3, 1, 1), (4, 3, 5, 5), dict(pad=2, stride=2)),
+    "dilated_on_2x3": ((2, 3, 2, 3), (2, 3, 3, 3), dict(pad=2, dilation=2)),
+    "halves_5x5_on_2x2": ((8, 4, 2, 2), (8, 4, 5, 5), dict(pad=2)),
+    "1d_kernel_5_on_1": ((2, 3, 1), (2, 3, 5), dict(pad=((4, 1),))),
+    "grouped_3x3_on_1x2": ((2, 4, 1, 2), (6, 2, 3, 3), dict(pad=1, groups=2)),
+}
+
+
+@pytest.mark.parametrize("case", PADDING_TAP_CASES)
+def test_weight_gradients_of_taps_wholly_in_the_padding(case):
+    x_shape, w_shape, kw = PADDING_TAP_CASES[case]
+    x, w = rand(*x_shape, seed=1), rand(*w_shape, seed=2)
+    check_grads(lambda x, w: F.conv(x, w, **kw), [x, w])
+    g = rand(*gc.compile(lambda x, w: F.conv(x, w, **kw), x, w, provider="cpu")(x, w).shape, seed=3)
+    want = naive_weight_grad(x.astype(np.float64), g.astype(np.float64), w_shape[2:], **kw)
+    for batch in (x_shape[0], "n"):
+        specs = [gc.spec((batch, *x_shape[1:])), gc.spec((batch, *g.shape[1:])), gc.spec(w_shape)]
+        cf = gc.compile(lambda x, g, w: gc.grad(F.sum(F.conv(x, w, **kw) * g), [w])[0], *specs, provider="cpu")
+        np.testing.assert_allclose(cf(x, g, w), want, rtol=1e-5, atol=1e-5)
+
+
 # -- gradient checks (float64, reference evaluator) -----------------------------------------------------
 @pytest.mark.parametrize("case", CONV_CASES)
 def test_conv_grads(case):
@@ -820,6 +855,20 @@ def test_conv_transpose_whose_begin_padding_crops_into_the_output_padding(length
     check_forward(lambda x, w, b: F.conv_transpose(x, w, b, **kw), [x, w, b], naive_conv_transpose(x, w, b, **kw),
                   **TOL)
     check_grads(lambda x, w, b: F.conv_transpose(x, w, b, **kw), [x, w, b])
+
+
+def test_weight_gradients_of_an_empty_batch_on_onnxruntime():
+    """An empty batch, static (the gradient is known without data: folded) and symbolic (fed zero
+    images), through the weight gradient's lowerings: zeros. Before folding, ONNX Runtime 1.31 killed
+    the process (SIGFPE) running the optimised graph of a strided, dilated depthwise one."""
+    kw = dict(pad=4, stride=2, dilation=2, groups=16)
+    x, w = np.zeros((0, 16, 2), np.float32), rand(16, 1, 5)
+    g = np.zeros((0, 16, 1), np.float32)
+    for batch in (0, "n"):
+        cf = gc.compile(lambda x, g, w: gc.grad(F.sum(F.conv(x, w, **kw) * g), [x, w]),
+                        gc.spec((batch, 16, 2)), gc.spec((batch, 16, 1)), w, provider="cpu")
+        gx, gw = cf(x, g, w)
+        assert gx.shape == x.shape and np.array_equal(gw, np.zeros_like(w))
 
 
 def test_empty_batches_on_the_reference_evaluator():

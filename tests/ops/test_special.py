@@ -185,6 +185,16 @@ def test_i0_matches_numpy():
     check_forward(F.i0, [x[:20].astype(np.float32) / 4], np.i0(x[:20] / 4).astype(np.float32), rtol=1e-5)
 
 
+def test_log_ndtr_in_float32_on_both_sides_of_its_tail_switch():
+    """float32's erfc(-x/√2) underflows below about -13 (float64's below -37): the float32 model
+    switches to the asymptotic series earlier, and is finite and accurate on both sides of it."""
+    x = np.array([-30.0, -13.0, -10.5, -10.0, -9.5, -5.0, 0.0, 3.0])
+    want = evaluate(trace(F.log_ndtr, [x]).graph, [x])[0]
+    got = gc.compile(F.log_ndtr, x.astype(np.float32), provider="cpu")(x.astype(np.float32))
+    np.testing.assert_allclose(got, want, rtol=2e-6)
+    check_grads(F.log_ndtr, [x[1:-1]])
+
+
 def test_normal_and_bessel_gradients():
     """Orders 1 and 2 away from the branch points, and at them: x = 0 (i0 is even), -20 and 0
     (log_ndtr's switches), p = 1/2."""
