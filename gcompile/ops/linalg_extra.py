@@ -401,8 +401,17 @@ def solve(a, b) -> Tensor:
 
 
 # det and slogdet
+def _filled(ctx, node, value) -> str:
+    """`value` in the batch shape: for 0 x 0 matrices, whose determinant is the empty product, 1
+    (without an elimination, which would have no pivot to start from)."""
+    t = node.outputs[0]
+    return ctx.emit("Expand", [ctx.const(np.asarray(value, t.dtype)), ctx.shape_tensor(t.shape)])
+
+
 def _lower_det(ctx, names, node):
     t = ctx.graph.type_of(node.inputs[0])
+    if t.shape[-1] == 0:
+        return _filled(ctx, node, 1)
     pivots, sign = _pivots(ctx, names[0], t.shape[-1], t.ndim, t.dtype)
     return _batch(ctx, ctx.emit("Mul", [sign, _product(ctx, pivots)]), t.ndim)
 
@@ -418,6 +427,8 @@ defop("det", infer=lambda types: [tensor_type(_square(types, "det").dtype, types
 
 def _lower_slogdet(ctx, names, node):
     t = ctx.graph.type_of(node.inputs[0])
+    if t.shape[-1] == 0:
+        return [_filled(ctx, node, 1), _filled(ctx, node, 0)]
     pivots, sign = _pivots(ctx, names[0], t.shape[-1], t.ndim, t.dtype)
     signs = [ctx.emit("Sign", [p]) for p in pivots]
     logs = [ctx.emit("Log", [ctx.emit("Abs", [p])]) for p in pivots]

@@ -153,6 +153,32 @@ def test_batched_solver_gradients():
     check_grads(lambda a, b: (F.solve(a, b), F.det(a)), [rand(2, 3, 3) + 3 * np.eye(3), rand(2, 3, 1)])
 
 
+@pytest.mark.parametrize("shape", [(0, 0), (3, 0, 0), (0, 2, 2)])
+def test_solvers_of_empty_matrices(shape):
+    """A 0 x 0 matrix has det 1 (the empty product), slogdet (1, 0) and logdet 0, as numpy and torch
+    give (the elimination had no first pivot: IndexError); its inverse, solve, Cholesky factor, QR
+    and powers are empty, and so is every gradient. An empty batch gives empty results."""
+    a, b = np.zeros(shape), np.zeros(shape[:-1] + (2,))
+    sign, logabs = np.linalg.slogdet(a)
+    solvers = lambda a, b: (F.det(a), *F.slogdet(a), F.logdet(a), F.inv(a), F.solve(a, b), F.cholesky(a),  # noqa: E731
+                            *F.qr(a), F.matrix_power(a, -2))
+    expected = [np.linalg.det(a), sign, logabs, logabs, a, b, a, a, a, a]
+    check_forward(solvers, [a, b], expected)
+    grads = lambda a: gc.grad(F.sum(F.det(a)) + F.sum(F.slogdet(a)[1]) + F.sum(F.logdet(a)) + F.sum(F.inv(a))  # noqa: E731
+                              + F.sum(F.cholesky(a)) + F.sum(F.matrix_power(a, -2)), [a])
+    check_forward(grads, [a], [a])
+    check_grads(lambda a: (F.det(a), F.slogdet(a)[1], F.inv(a)), [a])
+
+
+def test_determinants_of_empty_matrices_on_a_symbolic_batch():
+    cf = gc.compile(lambda a: (F.det(a), *F.slogdet(a)), gc.spec(("batch", 0, 0)))
+    for n in (0, 3):
+        det, sign, logabs = cf(np.zeros((n, 0, 0), np.float32))
+        np.testing.assert_array_equal(det, np.ones(n))
+        np.testing.assert_array_equal(sign, np.ones(n))
+        np.testing.assert_array_equal(logabs, np.zeros(n))
+
+
 def test_solver_limits_and_refusals():
     big = MAX_SOLVE_SIZE + 1
     with pytest.raises(gc.UnsupportedError, match=f"inv: matrices of size {big} are beyond"):
