@@ -246,6 +246,17 @@ def test_solve_triangular_gradient_stays_in_the_triangle():
     assert np.all(np.tril(g, -1) == 0) and np.all(g[np.triu_indices(3)] != 0)
 
 
+@pytest.mark.parametrize("left", [True, False])
+def test_solve_triangular_with_an_empty_right_hand_side(left):
+    """torch's OpInfo samples: an empty b (batch 2, n = 3, k = 0; or n = 0 with left=False) gives
+    an empty x, and a's gradient is 0 (ONNX Runtime's FusedMatMul left it unwritten: -1)."""
+    a = rand(2, 3, 3) + 3 * np.eye(3) if left else rand(2, 1, 1) + 3
+    b = np.zeros((2, 3, 0)) if left else np.zeros((2, 0, 1))
+    fn = lambda a, b: F.solve_triangular(a, b, upper=True, left=left)        # noqa: E731
+    check_forward(lambda a, b: (fn(a, b), *gc.grad(F.sum(fn(a, b)), [a, b])), [a, b], [b, np.zeros_like(a), b])
+    check_grads(fn, [a, b])
+
+
 @pytest.mark.parametrize("upper", [False, True])
 def test_cholesky_solve(upper):
     s = spd(2, 4, 4)
