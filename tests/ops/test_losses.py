@@ -319,6 +319,16 @@ def test_embedding_bag(mode):
     np.testing.assert_allclose(cf(TABLE, square[:2]), bags(IDS[:6], [0, 3], mode), rtol=1e-12)
 
 
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_negative_padding_idx_counts_from_the_end(mode):
+    """torch reads padding_idx=-1 as the last row (V - 1 = 9 here), and refuses one outside [-V, V)."""
+    check_forward(lambda w, i: F.embedding_bag(i, w, OFFSETS, mode, padding_idx=-1), [TABLE, IDS],
+                  bags(IDS, OFFSETS, mode, padding_idx=9), rtol=1e-12)
+    check_grads(lambda w: F.embedding_bag(IDS, w, OFFSETS, mode, padding_idx=-7), [TABLE])
+    with pytest.raises(gc.ShapeError, match=r"padding_idx -11 must lie in \[-V, V\)"):
+        gc.compile(lambda w: F.embedding_bag(IDS, w, OFFSETS, mode, padding_idx=-11), TABLE)
+
+
 def test_embedding_bag_weights_and_last_offset():
     psw = rand(9)
     check_forward(lambda w, i, p: (F.embedding_bag(i, w, OFFSETS, "sum", per_sample_weights=p),
