@@ -35,7 +35,7 @@ from .nn import label_index, picked
 from .reduce import max as reduce_max
 from .reduce import mean
 from .reduce import sum as reduce_sum
-from .shape import broadcast_to, expand_dims
+from .shape import broadcast_to, expand_dims, reshape
 from .shape_rules import broadcast_shapes
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cosine_similarity", "hinge_embedding_loss",
@@ -82,11 +82,13 @@ def _norm(x: Tensor, p: float, axis: int, keepdims: bool = False) -> Tensor:
 def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
     """torch's nll_loss on log-probabilities `input` (N, C, *d) or (C,) and integer class `target`
     (N, *d) or (): -weight[t] * input[t]; targets equal to ignore_index count for nothing, and
-    "mean" divides by the summed weights of the others (NaN if every target is ignored, as torch)."""
+    "mean" divides by the summed weights of the others (NaN if every target is ignored, as torch).
+    reduction "none" gives the target's shape (0-d for a (C,) input, as torch)."""
     input, target = _floats(input)[0], as_tensor(target)
     if target.dtype.kind not in "iu":
         raise ShapeError(f"nll_loss: target must hold integer classes, got {target.dtype.name} (at {user_location()})")
-    if input.ndim == 1:
+    unbatched = input.ndim == 1
+    if unbatched:            # one sample: a batch of one, whose per-sample loss is the 0-d result
         input, target = expand_dims(input, 0), expand_dims(target, 0)
     c = input.shape[1]
     if input.ndim < 2 or target.shape != input.shape[:1] + input.shape[2:] or not isinstance(c, int):
@@ -100,7 +102,8 @@ def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: st
     loss = where(counted, -picked(input, target, 1) * kept, np.zeros((), input.dtype))
     if reduction == "mean":
         return reduce_sum(loss) / reduce_sum(kept)
-    return _reduction(loss, reduction, "nll_loss")
+    loss = _reduction(loss, reduction, "nll_loss")
+    return reshape(loss, ()) if unbatched else loss
 
 
 def binary_cross_entropy(input, target, weight=None, reduction: str = "mean") -> Tensor:

@@ -40,6 +40,16 @@ def test_nll_loss():
     assert np.isnan(got)                                   # every target ignored: 0 / 0, as torch
 
 
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_nll_loss_of_one_unbatched_sample_is_0_d(reduction):
+    """A (C,) input with a 0-d target is one sample: torch's loss is 0-d for every reduction."""
+    w = np.array([0.5, 1.0, 2.0, 1.5, 3.0])
+    expected = -LOG_PROBS[0, 3] * (w[3] if reduction != "mean" else 1.0)
+    check_forward(lambda a, w: F.nll_loss(a[0], np.array(3), w, reduction=reduction), [LOG_PROBS, w],
+                  np.asarray(expected))
+    check_grads(lambda a, w: F.nll_loss(a[0], np.array(3), w, reduction=reduction), [LOG_PROBS, w])
+
+
 def test_binary_cross_entropy_clamps_its_logs_at_minus_100():
     p = np.array([0.0, 1.0, 0.3, 0.999])
     t = np.array([1.0, 0.0, 0.4, 1.0])
