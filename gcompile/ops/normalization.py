@@ -20,12 +20,12 @@ from ..ir.graph import tensor_type
 from ..ir.registry import defop
 from .basic import cast
 from .elementwise import _promote, maximum, rsqrt
-from .losses import _norm
 from .nn import _plus
 from .reduce import count, mean
 from .reduce import sum as reduce_sum
 from .shape import broadcast_to, reshape
 from .shape_rules import normalize_axis, require_float, same_dtype
+from .statistics import vector_norm
 
 __all__ = ["group_norm", "instance_norm", "normalize", "rms_norm"]
 
@@ -185,8 +185,8 @@ def rms_norm(x, normalized_shape, weight=None, eps: float | None = None) -> Tens
 
 
 def normalize(x, p: float = 2.0, axis: int = 1, eps: float = 1e-12) -> Tensor:
-    """torch's normalize: x / max(||x||_p, eps) along `axis` (torch's dim); the norm's gradient is
-    0 at a zero vector, as torch's."""
+    """torch's normalize: x / max(||x||_p, eps) along `axis` (torch's dim), with vector_norm's p: any
+    p != 0, inf, -inf, or 0 (the count of nonzeros, which has no gradient, as torch's). The
+    norm's gradient is 0 at a zero vector, as torch's."""
     x = _float(x)
-    a = normalize_axis(axis, x.ndim)
-    return x / maximum(_norm(x, p, a, keepdims=True), eps)
+    return x / maximum(vector_norm(x, p, normalize_axis(axis, x.ndim), keepdims=True), eps)

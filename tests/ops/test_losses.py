@@ -247,6 +247,34 @@ def test_rms_norm_and_normalize():
     assert np.isfinite(got).all()                          # the norm's gradient at a zero vector is 0, as torch
 
 
+def torch_norm(x, p, axis):
+    """torch.linalg.vector_norm over `axis`, kept: p = 0 counts the nonzeros, +-inf is max/min |x|, a
+    negative p is 0 where an entry is 0."""
+    a = np.abs(x)
+    if p == 0:
+        return (x != 0).sum(axis, keepdims=True).astype(x.dtype)
+    if np.isinf(p):
+        return (a.max if p > 0 else a.min)(axis, keepdims=True)
+    with np.errstate(divide="ignore"):
+        return (a ** p).sum(axis, keepdims=True) ** (1 / p)
+
+
+@pytest.mark.parametrize("p", [0, -np.inf, -1.0, 0.5])
+def test_normalize_and_pairwise_distance_take_every_p_of_vector_norm(p):
+    """p = 0 (torch's count of nonzeros: no gradient), -inf and negative p, which normalize and
+    pairwise_distance mistook (p = 0 divided by zero while tracing; -inf took max |x|); a zero row
+    and a zero entry included."""
+    x = X.copy()
+    x[2], x[1, 3] = 0, 0
+    check_forward(lambda x: F.normalize(x, p=p), [x], x / np.maximum(torch_norm(x, p, 1), 1e-12), rtol=1e-12)
+    check_forward(lambda a, b: F.pairwise_distance(a, b, p=p), [x, Y], torch_norm(x - Y + 1e-6, p, -1)[:, 0],
+                  rtol=1e-12)
+    check_grads(lambda x: (F.normalize(x, p=p), F.pairwise_distance(x, Y, p=p)), [X])
+    if p == 0:
+        got = gc.compile(lambda x: gc.grad(F.sum(F.normalize(x, p=0) * Y), [x])[0], x, provider="cpu")(x)
+        np.testing.assert_allclose(got, Y / np.maximum(torch_norm(x, 0, 1), 1e-12), rtol=1e-12)
+
+
 # -- attention and bags -----------------------------------------------------------------------------------
 def attention(q, k, v, mask=None, causal=False, scale=None):
     s = q @ np.swapaxes(k, -1, -2) * (1 / np.sqrt(q.shape[-1]) if scale is None else scale)
