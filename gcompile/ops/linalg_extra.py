@@ -22,7 +22,7 @@ from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
 from .basic import cast, stop_gradient
-from .elementwise import _promote, abs, greater, greater_equal, not_equal, power, sqrt, where
+from .elementwise import _promote, abs, greater, greater_equal, maximum, not_equal, power, sqrt, where
 from .indexing import concat, slice_axes, take
 from .linalg import einsum, matmul
 from .reduce import max as reduce_max
@@ -208,8 +208,9 @@ def cdist(x1, x2, p: float = 2.0) -> Tensor:
     diff = abs(expand_dims(x1, -2) - expand_dims(x2, -3))                # (..., P, R, M)
     if p == 0:
         return reduce_sum(cast(not_equal(diff, 0), x1.dtype), -1)
-    if p == np.inf:
-        return reduce_max(diff, -1)
+    if p == np.inf:                              # with no coordinates the distance is 0, as torch
+        return reduce_max(diff, -1) if isinstance(x1.shape[-1], int) and x1.shape[-1] else \
+            maximum(reduce_max(diff, -1), 0)
     if p == 1:
         return reduce_sum(diff, -1)
     total = reduce_sum(power(diff, float(p)), -1)

@@ -86,6 +86,15 @@ def test_cdist(p):
         check_grads(lambda a, b: F.cdist(a, b, p), [a, b])
 
 
+@pytest.mark.parametrize("p", [np.inf, 2.0, 1.0, 0.0])
+def test_cdist_without_coordinates_is_zero(p):
+    """Points with no coordinates are at distance 0 for every p, inf's max included (it was -inf)."""
+    a, b = np.zeros((3, 0)), np.zeros((2, 0))
+    check_forward(lambda a, b: F.cdist(a, b, p), [a, b], np.zeros((3, 2)))
+    cf = gc.compile(lambda a, b: F.cdist(a, b, p), gc.spec((3, "m")), gc.spec((2, "m")), provider="cpu")
+    np.testing.assert_array_equal(cf(a.astype(np.float32), b.astype(np.float32)), np.zeros((3, 2)))
+
+
 def test_cdist_gradient_is_zero_at_zero_distance():
     a = rand(3, 2)
     got = gc.compile(lambda a: gc.grad(F.sum(F.cdist(a, a)), [a])[0], a, provider="cpu")(a)
