@@ -86,8 +86,12 @@ def _group_norm_infer(types, groups, eps):
 
 def _group_norm_reference(x, weight, bias, groups, eps):
     n, c = x.shape[:2]
-    grouped = x.reshape(n, groups, -1)
-    mu, var = grouped.mean(2), grouped.var(2)
+    size = c // groups * int(np.prod(x.shape[2:]))
+    grouped = x.reshape(n, groups, size)                   # not -1, which is ambiguous at n = 0
+    # an empty group's statistics are 0 (its mean and variance divide a sum of nothing by 1), as
+    # the lowering's ReduceMean gives them: its y is empty and its parameters' gradients 0
+    mu = grouped.sum(2) / max(size, 1)
+    var = ((grouped - mu[:, :, None]) ** 2).sum(2) / max(size, 1)
     rstd = 1 / np.sqrt(var + eps)
     y = ((grouped - mu[:, :, None]) * rstd[:, :, None]).reshape(x.shape)
     per_channel = (c,) + (1,) * (x.ndim - 2)
