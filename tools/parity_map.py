@@ -921,6 +921,14 @@ def _embedding(w, ids, padding_idx=None, max_norm=None, norm_type=2.0, scale_gra
     return F.embedding(ids, w)
 
 
+@op("nn.functional.embedding_bag", "embedding_bag")
+def _embedding_bag(w, ids, offsets=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, mode="mean",
+                   sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    if max_norm is not None or scale_grad_by_freq:
+        raise TypeError("max_norm / scale_grad_by_freq")
+    return F.embedding_bag(ids, w, offsets, mode, per_sample_weights, include_last_offset, padding_idx)
+
+
 @op("nn.functional.one_hot", "one_hot")
 def _one_hot(x, num_classes=-1):
     if num_classes == -1:              # from the (constant) indices, as torch does
@@ -1105,6 +1113,7 @@ def _pad_mode(mode):
 MAP["nn.functional.pad.constant"] = [Entry(("pad",), _pad_mode("constant"))]
 MAP["nn.functional.pad.reflect"] = [Entry(("pad",), _pad_mode("reflect"))]
 MAP["nn.functional.pad.replicate"] = [Entry(("pad",), _pad_mode("edge"))]
+MAP["nn.functional.pad.circular"] = [Entry(("pad",), _pad_mode("wrap"))]
 MAP["constant_pad_nd"] = [Entry(("pad",), lambda x, pad, value=0: _pad_mode("constant")(x, pad, value=value))]
 
 
