@@ -233,11 +233,11 @@ def _lower_einsum(ctx, names, node):
     def zeros(c):
         return c.emit("Expand", [c.const(np.zeros((), out.dtype)), c.shape_tensor(out.shape)])
 
-    if any(0 in shape for shape in shapes):
-        return zeros(ctx)
     def product(c):
         return c.emit("Einsum", names, equation=node.attrs["equation"])
 
+    if any(0 in shape for shape in shapes):
+        return zeros(ctx)
     if all(dims.is_static(shape) for shape in shapes):
         return product(ctx)
     sizes = [ctx.emit("Size", [name]) for name, shape in zip(names, shapes) if not dims.is_static(shape)]
