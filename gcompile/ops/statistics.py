@@ -61,7 +61,8 @@ def std(x, axis=None, correction: float = 1, keepdims: bool = False) -> Tensor:
 def vector_norm(x, ord: float = 2, axis=None, keepdims: bool = False) -> Tensor:
     """(Σ|x|^ord)^(1/ord) over `axis` (all axes by default), as torch.linalg.vector_norm: ord may be
     any p != 0 (a negative p too: 0 if an entry is 0), inf (max |x|), -inf (min |x|) or 0 (the number
-    of nonzeros). NaN propagates."""
+    of nonzeros). NaN propagates. Over nothing every norm is 0 (inf's too: the largest of no |x|,
+    where torch refuses), but -inf's and a negative p's are +inf."""
     x = _float(x)
     ord = float(ord)
     axes = axes_for(axis, x.ndim, "vector_norm")
