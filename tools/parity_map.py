@@ -332,6 +332,11 @@ def _glu(x, dim=-1):
     return a * F.sigmoid(b)
 
 
+@op("nn.functional.prelu", "prelu")
+def _prelu_direct(x, w=None, weight=None):
+    return F.prelu(x, weight if w is None else w)
+
+
 @op("nn.functional.prelu", "where", composed=True)
 def _prelu(x, w=None, weight=None):
     w = weight if w is None else w
@@ -921,6 +926,14 @@ def _embedding(w, ids, padding_idx=None, max_norm=None, norm_type=2.0, scale_gra
     return F.embedding(ids, w)
 
 
+@op("nn.functional.embedding_bag", "embedding_bag")
+def _embedding_bag(w, ids, offsets=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, mode="mean",
+                   sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    if max_norm is not None or scale_grad_by_freq:
+        raise TypeError("max_norm / scale_grad_by_freq")
+    return F.embedding_bag(ids, w, offsets, mode, per_sample_weights, include_last_offset, padding_idx)
+
+
 @op("nn.functional.one_hot", "one_hot")
 def _one_hot(x, num_classes=-1):
     if num_classes == -1:              # from the (constant) indices, as torch does
@@ -1056,9 +1069,23 @@ def _rms_norm(x, shape, weight=None, eps=None):
     return F.rms_norm(x, shape, weight, eps=eps)
 
 
+@op("nn.functional.normalize", "normalize")
+def _normalize_direct(x, p=2.0, dim=1, eps=1e-12):
+    if not x.ndim:               # torch normalises a 0-d x as a 1-element vector
+        return F.reshape(F.normalize(F.reshape(x, (1,)), p, 0, eps), ())
+    return F.normalize(x, p, dim, eps)
+
+
 @op("nn.functional.normalize", "sum power maximum", composed=True)
 def _normalize(x, p=2.0, dim=1, eps=1e-12):
     return x / F.maximum(_vector_norm(x, p, dim if x.ndim else None, keepdim=True), eps)
+
+
+@op("nn.functional.cosine_similarity", "cosine_similarity")
+def _cosine_similarity_direct(a, b, dim=1, eps=1e-8):
+    if not max(a.ndim, b.ndim):
+        return F.cosine_similarity(F.reshape(a, (1,)), F.reshape(b, (1,)), 0, eps)
+    return F.cosine_similarity(a, b, dim, eps)
 
 
 @op("nn.functional.cosine_similarity", "sum sqrt maximum", composed=True)
@@ -1105,6 +1132,7 @@ def _pad_mode(mode):
 MAP["nn.functional.pad.constant"] = [Entry(("pad",), _pad_mode("constant"))]
 MAP["nn.functional.pad.reflect"] = [Entry(("pad",), _pad_mode("reflect"))]
 MAP["nn.functional.pad.replicate"] = [Entry(("pad",), _pad_mode("edge"))]
+MAP["nn.functional.pad.circular"] = [Entry(("pad",), _pad_mode("wrap"))]
 MAP["constant_pad_nd"] = [Entry(("pad",), lambda x, pad, value=0: _pad_mode("constant")(x, pad, value=value))]
 
 
@@ -1201,6 +1229,13 @@ def _cross_entropy(x, t, weight=None, size_average=None, ignore_index=-100, redu
     if reduction == "mean":
         return F.sum(loss) / F.sum(per) if weight is not None else F.sum(loss) / float(valid.sum())
     return _reduce(loss, reduction)
+
+
+@op("nn.functional.nll_loss", "nll_loss")
+def _nll_direct(x, t, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    if size_average is not None or reduce is not None:
+        raise TypeError("size_average / reduce")
+    return F.nll_loss(x, t, weight, ignore_index, reduction)
 
 
 @op("nn.functional.nll_loss", "take_along_axis", composed=True)
@@ -1599,6 +1634,13 @@ def _xlog1py(x, y):
 @op("linalg.vecdot", "sum")
 def _vecdot(a, b, dim=-1):
     return F.sum(a * b, dim)
+
+
+@op("nn.functional.pairwise_distance", "pairwise_distance")
+def _pairwise_distance_direct(a, b, p=2.0, eps=1e-6, keepdim=False):
+    if not max(a.ndim, b.ndim):
+        return F.reshape(F.pairwise_distance(F.reshape(a, (1,)), F.reshape(b, (1,)), p, eps), ())
+    return F.pairwise_distance(a, b, p, eps, keepdim)
 
 
 @op("nn.functional.pairwise_distance", "sum power", composed=True)

@@ -120,7 +120,9 @@ def prelu(x, weight) -> Tensor:
     """x where x > 0, else weight·x, with one weight per channel (axis 1; a single weight for all),
     as torch.nn.functional.prelu. The weight gets the gradient Σ g·x over the entries x <= 0."""
     x, weight = _promote(_float(x), weight)
-    if weight.shape not in ((), (1,)):
+    if weight.shape == (1,):         # one weight for every entry: x keeps its shape (a 0-d x too, as torch)
+        weight = reshape(weight, ())
+    elif weight.shape != ():
         channels = x.shape[1] if x.ndim >= 2 else 1
         if weight.ndim != 1 or x.ndim < 2 or weight.shape[0] != channels:
             raise ShapeError(f"prelu: weight of shape {format_shape(weight.shape)} must have 1 or {channels!r} "

@@ -95,8 +95,8 @@ def embedding_bag(input, weight, offsets=None, mode: str = "mean", per_sample_we
     per bag by "sum", "mean" or "max" (the first maximum gets the gradient, as torch). Bags are the
     rows of a 2-d input (B, n), or, for a 1-d input, the runs starting at `offsets`, which must be
     known when tracing (so every bag's length is static). Empty bags give zeros; ids equal to
-    padding_idx are left out (and not counted by "mean"); per_sample_weights (input's shape)
-    scale the rows, with mode "sum" only."""
+    padding_idx (a negative one counts from the end, as torch) are left out (and not counted by
+    "mean"); per_sample_weights (input's shape) scale the rows, with mode "sum" only."""
     weight = as_tensor(weight)
     ids = as_tensor(input)
     if ids.dtype.kind not in "iu" or weight.ndim != 2:
@@ -110,6 +110,12 @@ def embedding_bag(input, weight, offsets=None, mode: str = "mean", per_sample_we
     gathered = take(weight, ids, axis=0)                                           # (*ids.shape, D)
     if per_sample_weights is not None:
         gathered = gathered * expand_dims(_promote(weight, per_sample_weights)[1], -1)
+    if padding_idx is not None:
+        rows = weight.shape[0]
+        if not isinstance(rows, int) or not -rows <= padding_idx < rows:
+            raise ShapeError(f"embedding_bag: padding_idx {padding_idx} must lie in [-V, V) for a static V, the rows "
+                             f"of weight {format_shape(weight.shape)} (at {user_location()})")
+        padding_idx %= rows
     present = None if padding_idx is None else not_equal(ids, padding_idx)
     if ids.ndim == 2:
         if offsets is not None:

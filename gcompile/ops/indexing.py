@@ -110,7 +110,7 @@ def _lower_slice_scatter(ctx, names, node):
         if step > 1:
             spread = pad(ctx.emit("Unsqueeze", [out, ctx.int64s([axis + 1])]), len(shape) + 1, axis + 1, 0, step - 1)
             shape[axis] = n = n * step
-            out = ctx.emit("Reshape", [spread, ctx.shape_tensor(shape)])
+            out = ctx.emit("Reshape", [spread, ctx.shape_tensor(shape)], allowzero=1)
             if n > size - start:
                 out = ctx.emit("Slice", [out, ctx.int64s([0]), ctx.int64s([size - start]), ctx.int64s([axis])])
                 n = size - start
@@ -215,7 +215,7 @@ def _lower_scatter_add(ctx, names, node):
     rows = tuple(base_t.shape[i] for i in base_perm[1:])                  # an update row's shape
     count = dims.product(idx_t.shape)
     if k != 1:
-        updates = ctx.emit("Reshape", [updates, ctx.shape_tensor((count, *rows))])
+        updates = ctx.emit("Reshape", [updates, ctx.shape_tensor((count, *rows))], allowzero=1)
     idx = onnx_indices(ctx, idx, idx_t.dtype, wide=True)
     idx = ctx.emit("Mod", [ctx.emit("Reshape", [idx, ctx.int64s([-1])]), ctx.dim_scalar(base_t.shape[axis])])
     size = dims.product((count, *rows))
@@ -252,7 +252,7 @@ def _added_in_order(ctx, base: str, idx: str, updates: str, rows) -> str:
         idx = ctx.emit("Add", [start, ctx.index_range(row)])
     out = ctx.emit("ScatterElements", [ctx.emit("Reshape", [base, flat]), ctx.emit("Reshape", [idx, flat]),
                                        ctx.emit("Reshape", [updates, flat])], axis=0, reduction="add")
-    return ctx.emit("Reshape", [out, ctx.emit("Shape", [base])])
+    return ctx.emit("Reshape", [out, ctx.emit("Shape", [base])], allowzero=1)
 
 
 def _placed_in_zeros(ctx, where: str, sums: str, size) -> str:

@@ -54,8 +54,51 @@ def _matmul_vjp(g, ins, outs):
     return [matmul(g[0], swapaxes(b, -1, -2)), gb]
 
 
-defop("matmul", infer=_matmul_infer, reference=np.matmul,
-      lower=lambda ctx, names, node: ctx.emit("MatMul", names), vjp=_matmul_vjp)
+def _swaps_last_two(graph, ref) -> bool:
+    """Whether `ref` is a transpose of the last two axes, which ONNX Runtime's MatmulTransposeFusion
+    folds into the product that reads it (a FusedMatMul)."""
+    node = graph.nodes[ref.node]
+    r = graph.type_of(ref).ndim
+    return node.op == "transpose" and tuple(node.attrs["perm"]) == (*range(r - 2), r - 1, r - 2)
+
+
+def _lower_matmul(ctx, names, node):
+    """ONNX MatMul, written around ONNX Runtime's (1.31) failures at empty tensors, all of which
+    take a product with an empty batch or contraction:
+    - a FusedMatMul (a product reading a transpose of the last two axes) leaves its output
+      unwritten past the first matrix of a batch when the contraction is empty, and refuses an
+      empty batch against an operand without it ("cannot broadcast on dim 0");
+    - a MatMul of a matrix by an empty batch of matrices is refused the same way.
+    A statically empty output or contraction is zeros, computed without a product; a symbolic
+    contraction of such a FusedMatMul selects zeros where it is empty. Where a symbolic batch
+    could be empty and one operand is shared by the batch, the batch is folded into the rows of
+    one 2-D product: the batched operand's reshape keeps a transpose out of the product, and a
+    shared left operand is applied from the right to the transposed batch ((x^T w^T)^T)."""
+    (a, b), out = (ctx.graph.type_of(r) for r in node.inputs), node.outputs[0]
+    k, batch = a.shape[-1], out.shape[:-2]
+    if 0 in out.shape or k == 0:
+        return ctx.emit("Expand", [ctx.const(np.zeros((), out.dtype)), ctx.shape_tensor(out.shape)])
+    last_two = [*range(out.ndim - 2), out.ndim - 1, out.ndim - 2]
+    if not dims.is_static(batch) and all(d == 1 for d in b.shape[:-2]) and _swaps_last_two(ctx.graph, node.inputs[0]):
+        rows = ctx.emit("Reshape", [names[0], ctx.shape_tensor((dims.product(a.shape[:-1]), k))], allowzero=1)
+        y = ctx.emit("MatMul", [rows, ctx.emit("Reshape", [names[1], ctx.shape_tensor(b.shape[-2:])])])
+        return ctx.emit("Reshape", [y, ctx.shape_tensor(out.shape)], allowzero=1)
+    if not dims.is_static(batch) and all(d == 1 for d in a.shape[:-2]):
+        xt = ctx.emit("Transpose", [names[1]], perm=last_two)                    # (..., n, k)
+        rows = ctx.emit("Reshape", [xt, ctx.shape_tensor((dims.product(b.shape[:-2] + b.shape[-1:]), k))],
+                        allowzero=1)
+        wt = ctx.emit("Transpose", [ctx.emit("Reshape", [names[0], ctx.shape_tensor(a.shape[-2:])])], perm=[1, 0])
+        y = ctx.emit("Reshape", [ctx.emit("MatMul", [rows, wt]), ctx.shape_tensor(
+            batch + (out.shape[-1], out.shape[-2]))], allowzero=1)             # (..., n, m)
+        return ctx.emit("Transpose", [y], perm=last_two)
+    product = ctx.emit("MatMul", names)
+    if isinstance(k, int) or dims.product(batch) == 1 or not any(_swaps_last_two(ctx.graph, r) for r in node.inputs):
+        return product
+    has_terms = ctx.emit("Greater", [ctx.dim_scalar(k), ctx.const(np.asarray(0, np.int64))])
+    return ctx.emit("Where", [has_terms, product, ctx.const(np.zeros((), out.dtype))])
+
+
+defop("matmul", infer=_matmul_infer, reference=np.matmul, lower=_lower_matmul, vjp=_matmul_vjp)
 
 
 def dot(a, b) -> Tensor:
@@ -178,9 +221,33 @@ def _einsum_vjp(g, ins, outs, equation):
     return grads
 
 
+def _lower_einsum(ctx, names, node):
+    """ONNX Einsum, but zeros (the sum over an empty index, or an empty result) where an operand
+    is empty: ONNX Runtime's (1.31, 1.32) Einsum reads a dim of 0 as a broadcast 1 and ends the
+    process with a floating-point exception ("mk,nk->mn" with k = 0, "bmk,bnk->bmn" with b = 0).
+    Statically empty operands make the zeros alone; where a symbolic dim could be 0, an If picks
+    them at run time."""
+    out = node.outputs[0]
+    shapes = [ctx.graph.type_of(r).shape for r in node.inputs]
+
+    def zeros(c):
+        return c.emit("Expand", [c.const(np.zeros((), out.dtype)), c.shape_tensor(out.shape)])
+
+    def product(c):
+        return c.emit("Einsum", names, equation=node.attrs["equation"])
+
+    if any(0 in shape for shape in shapes):
+        return zeros(ctx)
+    if all(dims.is_static(shape) for shape in shapes):
+        return product(ctx)
+    sizes = [ctx.emit("Size", [name]) for name, shape in zip(names, shapes) if not dims.is_static(shape)]
+    empty = ctx.emit("Equal", [ctx.emit("Min", sizes) if len(sizes) > 1 else sizes[0], ctx.const(np.asarray(0))])
+    return ctx.emit("If", [empty], then_branch=ctx.branch(lambda c: [zeros(c)], [out]),
+                    else_branch=ctx.branch(lambda c: [product(c)], [out]))
+
+
 defop("einsum", infer=_einsum_infer, reference=lambda *xs, equation: np.einsum(equation, *xs),
-      lower=lambda ctx, names, node: ctx.emit("Einsum", names, equation=node.attrs["equation"]),
-      vjp=_einsum_vjp)
+      lower=_lower_einsum, vjp=_einsum_vjp)
 
 
 # -- gemm: a 2-D matmul with optional transposes and bias, made by the fuse_gemm pass ---------------

@@ -22,7 +22,7 @@ from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
 from .basic import cast, stop_gradient
-from .elementwise import _promote, abs, greater, greater_equal, not_equal, power, sqrt, where
+from .elementwise import _promote, abs, greater, greater_equal, maximum, not_equal, power, sqrt, where
 from .indexing import concat, slice_axes, take
 from .linalg import einsum, matmul
 from .reduce import max as reduce_max
@@ -208,8 +208,9 @@ def cdist(x1, x2, p: float = 2.0) -> Tensor:
     diff = abs(expand_dims(x1, -2) - expand_dims(x2, -3))                # (..., P, R, M)
     if p == 0:
         return reduce_sum(cast(not_equal(diff, 0), x1.dtype), -1)
-    if p == np.inf:
-        return reduce_max(diff, -1)
+    if p == np.inf:                              # with no coordinates the distance is 0, as torch
+        return reduce_max(diff, -1) if isinstance(x1.shape[-1], int) and x1.shape[-1] else \
+            maximum(reduce_max(diff, -1), 0)
     if p == 1:
         return reduce_sum(diff, -1)
     total = reduce_sum(power(diff, float(p)), -1)
@@ -401,8 +402,17 @@ def solve(a, b) -> Tensor:
 
 
 # det and slogdet
+def _filled(ctx, node, value) -> str:
+    """`value` in the batch shape: for 0 x 0 matrices, whose determinant is the empty product, 1
+    (without an elimination, which would have no pivot to start from)."""
+    t = node.outputs[0]
+    return ctx.emit("Expand", [ctx.const(np.asarray(value, t.dtype)), ctx.shape_tensor(t.shape)])
+
+
 def _lower_det(ctx, names, node):
     t = ctx.graph.type_of(node.inputs[0])
+    if t.shape[-1] == 0:
+        return _filled(ctx, node, 1)
     pivots, sign = _pivots(ctx, names[0], t.shape[-1], t.ndim, t.dtype)
     return _batch(ctx, ctx.emit("Mul", [sign, _product(ctx, pivots)]), t.ndim)
 
@@ -418,6 +428,8 @@ defop("det", infer=lambda types: [tensor_type(_square(types, "det").dtype, types
 
 def _lower_slogdet(ctx, names, node):
     t = ctx.graph.type_of(node.inputs[0])
+    if t.shape[-1] == 0:
+        return [_filled(ctx, node, 1), _filled(ctx, node, 0)]
     pivots, sign = _pivots(ctx, names[0], t.shape[-1], t.ndim, t.dtype)
     signs = [ctx.emit("Sign", [p]) for p in pivots]
     logs = [ctx.emit("Log", [ctx.emit("Abs", [p])]) for p in pivots]

@@ -25,18 +25,16 @@ from .elementwise import (
     maximum,
     minimum,
     not_equal,
-    power,
     relu,
-    sqrt,
     where,
 )
 from .indexing import take
 from .nn import label_index, picked
-from .reduce import max as reduce_max
 from .reduce import mean
 from .reduce import sum as reduce_sum
-from .shape import broadcast_to, expand_dims
+from .shape import broadcast_to, expand_dims, reshape
 from .shape_rules import broadcast_shapes
+from .statistics import vector_norm
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cosine_similarity", "hinge_embedding_loss",
            "huber_loss", "kl_div", "l1_loss", "margin_ranking_loss", "nll_loss", "pairwise_distance",
@@ -63,30 +61,17 @@ def _zero(x: Tensor) -> np.ndarray:
     return np.zeros((), x.dtype)
 
 
-def _safe_root(total: Tensor, p: float) -> Tensor:
-    """total ** (1/p) with a zero gradient where total is 0 (the root's slope is infinite there)."""
-    positive = greater(total, 0)
-    safe = where(positive, total, np.ones((), total.dtype))
-    return where(positive, sqrt(safe) if p == 2 else power(safe, 1 / p), _zero(total))
-
-
-def _norm(x: Tensor, p: float, axis: int, keepdims: bool = False) -> Tensor:
-    if p == np.inf:
-        return reduce_max(abs(x), axis, keepdims=keepdims)
-    if p == 1:
-        return reduce_sum(abs(x), axis, keepdims=keepdims)
-    return _safe_root(reduce_sum(power(abs(x), float(p)) if p != 2 else x * x, axis, keepdims=keepdims), p)
-
-
 # -- classification -------------------------------------------------------------------------------------
 def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
     """torch's nll_loss on log-probabilities `input` (N, C, *d) or (C,) and integer class `target`
     (N, *d) or (): -weight[t] * input[t]; targets equal to ignore_index count for nothing, and
-    "mean" divides by the summed weights of the others (NaN if every target is ignored, as torch)."""
+    "mean" divides by the summed weights of the others (NaN if every target is ignored, as torch).
+    reduction "none" gives the target's shape (0-d for a (C,) input, as torch)."""
     input, target = _floats(input)[0], as_tensor(target)
     if target.dtype.kind not in "iu":
         raise ShapeError(f"nll_loss: target must hold integer classes, got {target.dtype.name} (at {user_location()})")
-    if input.ndim == 1:
+    unbatched = input.ndim == 1
+    if unbatched:            # one sample: a batch of one, whose per-sample loss is the 0-d result
         input, target = expand_dims(input, 0), expand_dims(target, 0)
     c = input.shape[1]
     if input.ndim < 2 or target.shape != input.shape[:1] + input.shape[2:] or not isinstance(c, int):
@@ -100,7 +85,8 @@ def nll_loss(input, target, weight=None, ignore_index: int = -100, reduction: st
     loss = where(counted, -picked(input, target, 1) * kept, np.zeros((), input.dtype))
     if reduction == "mean":
         return reduce_sum(loss) / reduce_sum(kept)
-    return _reduction(loss, reduction, "nll_loss")
+    loss = _reduction(loss, reduction, "nll_loss")
+    return reshape(loss, ()) if unbatched else loss
 
 
 def binary_cross_entropy(input, target, weight=None, reduction: str = "mean") -> Tensor:
@@ -169,15 +155,15 @@ def cosine_similarity(x1, x2, axis: int = 1, eps: float = 1e-8) -> Tensor:
     a, b = _floats(x1, x2)
     shape = broadcast_shapes(a.shape, b.shape)                     # torch takes the norms after broadcasting
     a, b = broadcast_to(a, shape), broadcast_to(b, shape)
-    na = maximum(_norm(a, 2, axis, keepdims=True), eps)
-    nb = maximum(_norm(b, 2, axis, keepdims=True), eps)
+    na = maximum(vector_norm(a, 2, axis, keepdims=True), eps)
+    nb = maximum(vector_norm(b, 2, axis, keepdims=True), eps)
     return reduce_sum((a / na) * (b / nb), axis)
 
 
 def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Tensor:
     """torch's pairwise_distance: ||x1 - x2 + eps||_p over the last axis."""
     a, b = _floats(x1, x2)
-    return _norm(a - b + eps, p, -1, keepdims=keepdim)
+    return vector_norm(a - b + eps, p, -1, keepdims=keepdim)
 
 
 def margin_ranking_loss(input1, input2, target, margin: float = 0.0, reduction: str = "mean") -> Tensor:

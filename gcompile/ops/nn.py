@@ -275,9 +275,15 @@ def _layer_norm_vjp(g, ins, outs, axis, eps):
     return [gx, g[0] * xhat, g[0]]
 
 
-defop("layer_norm", infer=_layer_norm_infer, reference=_layer_norm_reference,
-      lower=lambda ctx, names, node: ctx.emit("LayerNormalization", names, axis=node.attrs["axis"],
-                                              epsilon=node.attrs["eps"]),
+def _lower_layer_norm(ctx, names, node):
+    """ONNX LayerNormalization; an empty x is its own result (ONNX Runtime refuses an empty
+    normalised shape)."""
+    if 0 in node.outputs[0].shape:
+        return ctx.emit("Identity", [names[0]])
+    return ctx.emit("LayerNormalization", names, axis=node.attrs["axis"], epsilon=node.attrs["eps"])
+
+
+defop("layer_norm", infer=_layer_norm_infer, reference=_layer_norm_reference, lower=_lower_layer_norm,
       vjp=_layer_norm_vjp)
 
 

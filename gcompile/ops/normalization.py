@@ -20,12 +20,12 @@ from ..ir.graph import tensor_type
 from ..ir.registry import defop
 from .basic import cast
 from .elementwise import _promote, maximum, rsqrt
-from .losses import _norm
 from .nn import _plus
 from .reduce import count, mean
 from .reduce import sum as reduce_sum
 from .shape import broadcast_to, reshape
 from .shape_rules import normalize_axis, require_float, same_dtype
+from .statistics import vector_norm
 
 __all__ = ["group_norm", "instance_norm", "normalize", "rms_norm"]
 
@@ -86,8 +86,12 @@ def _group_norm_infer(types, groups, eps):
 
 def _group_norm_reference(x, weight, bias, groups, eps):
     n, c = x.shape[:2]
-    grouped = x.reshape(n, groups, -1)
-    mu, var = grouped.mean(2), grouped.var(2)
+    size = c // groups * int(np.prod(x.shape[2:]))
+    grouped = x.reshape(n, groups, size)                   # not -1, which is ambiguous at n = 0
+    # an empty group's statistics are 0 (its mean and variance divide a sum of nothing by 1), as
+    # the lowering's ReduceMean gives them: its y is empty and its parameters' gradients 0
+    mu = grouped.sum(2) / max(size, 1)
+    var = ((grouped - mu[:, :, None]) ** 2).sum(2) / max(size, 1)
     rstd = 1 / np.sqrt(var + eps)
     y = ((grouped - mu[:, :, None]) * rstd[:, :, None]).reshape(x.shape)
     per_channel = (c,) + (1,) * (x.ndim - 2)
@@ -185,8 +189,8 @@ def rms_norm(x, normalized_shape, weight=None, eps: float | None = None) -> Tens
 
 
 def normalize(x, p: float = 2.0, axis: int = 1, eps: float = 1e-12) -> Tensor:
-    """torch's normalize: x / max(||x||_p, eps) along `axis` (torch's dim); the norm's gradient is
-    0 at a zero vector, as torch's."""
+    """torch's normalize: x / max(||x||_p, eps) along `axis` (torch's dim), with vector_norm's p: any
+    p != 0, inf, -inf, or 0 (the count of nonzeros, which has no gradient, as torch's). The
+    norm's gradient is 0 at a zero vector, as torch's."""
     x = _float(x)
-    a = normalize_axis(axis, x.ndim)
-    return x / maximum(_norm(x, p, a, keepdims=True), eps)
+    return x / maximum(vector_norm(x, p, normalize_axis(axis, x.ndim), keepdims=True), eps)

@@ -26,10 +26,25 @@ def _reduce_infer(types, axes, keepdims):
 def _lower_reduce(onnx_op):
     def lower(ctx, names, node):
         a = node.attrs
-        if onnx_op in ("ReduceSum", "ReduceMean"):
-            return ctx.reduce(onnx_op, names[0], ctx.graph.type_of(node.inputs[0]), a["axes"], a["keepdims"])
+        t = ctx.graph.type_of(node.inputs[0])
+        if onnx_op == "ReduceMean":
+            return _lower_mean(ctx, names[0], t, node.outputs[0], a["axes"], a["keepdims"])
+        if onnx_op == "ReduceSum":
+            return ctx.reduce(onnx_op, names[0], t, a["axes"], a["keepdims"])
         return ctx.emit(onnx_op, [names[0], ctx.int64s(a["axes"])], keepdims=int(a["keepdims"]))
     return lower
+
+
+def _lower_mean(ctx, x: str, t, out, axes, keepdims: bool) -> str:
+    """The mean of nothing is NaN (numpy, torch), where ONNX Runtime's ReduceMean gives 0: over
+    an empty axis it is NaN, and over a symbolic count (which may be 0) the sum divided by it."""
+    n = dims.product(t.shape[a] for a in axes)
+    if n == 0:
+        return ctx.emit("Expand", [ctx.const(np.asarray(np.nan, out.dtype)), ctx.shape_tensor(out.shape)])
+    if isinstance(n, int):
+        return ctx.reduce("ReduceMean", x, t, axes, keepdims)
+    count = ctx.emit("Cast", [ctx.dim_scalar(n)], to=helper.np_dtype_to_tensor_dtype(np.dtype(out.dtype)))
+    return ctx.emit("Div", [ctx.reduce("ReduceSum", x, t, axes, keepdims), count])
 
 
 def _reduction(op):
@@ -91,19 +106,20 @@ def _np_reduce(fn):
     return lambda x, axes, keepdims: fn(x, axis=axes, keepdims=keepdims)
 
 
-def _extreme_of_empty(fn, lowest: bool):
-    """np.max or np.min, and over an empty set the dtype's lowest or highest value, as ONNX's
-    ReduceMax and ReduceMin define it (numpy raises): any(x) of an empty axis is then False and
-    all(x) True."""
+def _np_extremum(fn, largest: bool):
+    """numpy's max or min, with ONNX's value for an empty slice, the identity of the reduction:
+    -inf for a max (+inf for a min), or the dtype's lowest (highest) integer, False (True) for a
+    bool; numpy raises there, while ONNX Runtime gives it (so any() of nothing is False, all()
+    True, and logsumexp of nothing -inf)."""
     def reference(x, axes, keepdims):
-        info = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype) if x.dtype.kind in "iu" else None
-        if info is None:
-            initial = not lowest                                    # bool
-        elif x.dtype.kind == "f":
-            initial = -np.inf if lowest else np.inf
+        if x.dtype.kind == "f":
+            identity = -np.inf if largest else np.inf
+        elif x.dtype.kind == "b":
+            identity = not largest
         else:
-            initial = info.min if lowest else info.max
-        return fn(x, axis=axes, keepdims=keepdims, initial=initial)
+            info = np.iinfo(x.dtype)
+            identity = info.min if largest else info.max
+        return fn(x, axis=axes, keepdims=keepdims, initial=identity)
     return reference
 
 
@@ -111,10 +127,10 @@ defop("reduce_sum", infer=_reduce_infer, reference=_np_reduce(np.sum), lower=_lo
       vjp=_sum_vjp)
 defop("reduce_mean", infer=_reduce_infer, reference=_np_reduce(np.mean), lower=_lower_reduce("ReduceMean"),
       vjp=_mean_vjp)
-defop("reduce_max", infer=_reduce_infer, reference=_extreme_of_empty(np.max, lowest=True),
-      lower=_lower_reduce("ReduceMax"), vjp=_extremum_vjp)
-defop("reduce_min", infer=_reduce_infer, reference=_extreme_of_empty(np.min, lowest=False),
-      lower=_lower_reduce("ReduceMin"), vjp=_extremum_vjp)
+defop("reduce_max", infer=_reduce_infer, reference=_np_extremum(np.max, True), lower=_lower_reduce("ReduceMax"),
+      vjp=_extremum_vjp)
+defop("reduce_min", infer=_reduce_infer, reference=_np_extremum(np.min, False), lower=_lower_reduce("ReduceMin"),
+      vjp=_extremum_vjp)
 defop("reduce_prod", infer=_reduce_infer, reference=_np_reduce(np.prod), lower=_lower_reduce("ReduceProd"),
       vjp=_prod_vjp)
 

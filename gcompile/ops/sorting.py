@@ -147,12 +147,15 @@ def _arg(op: str):
         x = as_tensor(x)
         rank = x.ndim
         x, ax = _operand(x, axis, op)
+        if x.shape[ax] == 0:
+            raise ShapeError(f"{op}: axis {ax} of x {format_shape(x.shape)} is empty: there is no index to give "
+                             f"(at {user_location()})")
         out = apply(op, [x], axis=ax, keepdims=bool(keepdims and axis is not None))
         return reshape(out, (1,) * rank) if keepdims and axis is None else out
     fn.__name__ = op
     fn.__doc__ = (f"The int64 index of the {'largest' if op == 'argmax' else 'smallest'} entry along `axis` "
                   f"(None: of the flattened x), numpy.{op}: the first one of equal values, and the first NaN "
-                  "where there is one. No gradient.")
+                  "where there is one; an empty axis is refused, as torch. No gradient.")
     return fn
 
 

@@ -61,7 +61,8 @@ def std(x, axis=None, correction: float = 1, keepdims: bool = False) -> Tensor:
 def vector_norm(x, ord: float = 2, axis=None, keepdims: bool = False) -> Tensor:
     """(Σ|x|^ord)^(1/ord) over `axis` (all axes by default), as torch.linalg.vector_norm: ord may be
     any p != 0 (a negative p too: 0 if an entry is 0), inf (max |x|), -inf (min |x|) or 0 (the number
-    of nonzeros). NaN propagates."""
+    of nonzeros). NaN propagates. Over nothing every norm is 0 (inf's too: the largest of no |x|,
+    where torch refuses), but -inf's and a negative p's are +inf."""
     x = _float(x)
     ord = float(ord)
     axes = axes_for(axis, x.ndim, "vector_norm")
@@ -111,21 +112,28 @@ def matrix_norm(x, ord="fro", axis=(-2, -1), keepdims: bool = False) -> Tensor:
     summed, kept = (rows, cols) if abs(ord) == 1 else (cols, rows)       # ord 1: sum down each column
     sums = reduce_sum(absolute(x), summed, keepdims=True)
     y = (reduce_max if ord > 0 else reduce_min)(sums, kept, keepdims=True)
+    if ord > 0 and _may_be_empty(x.shape, (kept,)):
+        y = maximum(y, 0)                   # the largest of no sums is 0, as torch (a max's own is -inf)
     return y if keepdims else squeeze(y, (rows, cols))
 
 
 def _norm_reference(x, ord, axes, keepdims):
     a = np.abs(x)
     with np.errstate(all="ignore"):
-        if ord == math.inf:
-            y = np.max(a, axis=axes, keepdims=keepdims)
+        if ord == math.inf:          # over nothing: 0, as every p-norm (and -inf's min: +inf)
+            y = np.max(a, axis=axes, keepdims=keepdims, initial=0)
         elif ord == -math.inf:
-            y = np.min(a, axis=axes, keepdims=keepdims)
+            y = np.min(a, axis=axes, keepdims=keepdims, initial=np.inf)
         elif ord == 0:
             y = np.sum(x != 0, axis=axes, keepdims=keepdims)
         else:
             y = np.sum(a ** ord, axis=axes, keepdims=keepdims) ** (1 / ord)
     return np.asarray(y, x.dtype)
+
+
+def _may_be_empty(shape, axes) -> bool:
+    """Whether the slices over `axes` may hold nothing: a dim there is 0 or symbolic."""
+    return any(not isinstance(shape[a], int) or shape[a] == 0 for a in axes)
 
 
 def _lower_norm(ctx, names, node):
@@ -142,6 +150,8 @@ def _lower_norm(ctx, names, node):
         return ctx.emit("ReduceSum", [nonzero, axes], keepdims=keep)
     if math.isinf(ord):          # onnxruntime's ReduceMax/ReduceMin skip NaN: put it back
         y = ctx.emit("ReduceMax" if ord > 0 else "ReduceMin", [ctx.emit("Abs", [x]), axes], keepdims=keep)
+        if ord > 0 and _may_be_empty(ctx.graph.type_of(node.inputs[0]).shape, a["axes"]):
+            y = ctx.emit("Max", [y, ctx.const(np.zeros((), dtype))])            # not ReduceMax's -inf
         nan = ctx.emit("Cast", [ctx.emit("IsNaN", [x])], to=helper.np_dtype_to_tensor_dtype(dtype))
         any_nan = ctx.emit("ReduceMax", [nan, axes], keepdims=keep)
         has_nan = ctx.emit("Greater", [any_nan, ctx.const(np.zeros((), dtype))])

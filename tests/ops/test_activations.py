@@ -84,11 +84,13 @@ def test_glu_needs_an_even_axis():
 
 
 @pytest.mark.parametrize("shape, w_shape", [((2, 3, 4, 5), (3,)), ((2, 3), (3,)), ((2, 3, 4), (1,)), ((5,), (1,)),
-                                            ((2, 3), ())])
+                                            ((2, 3), ()), ((), (1,)), ((), ())])
 def test_prelu_per_channel_weights(shape, w_shape):
+    """One weight per channel (axis 1), or a single one (shape (1,) or ()) for every entry, which
+    keeps x's shape: a 0-d x gives a 0-d result, as torch's."""
     rng = np.random.default_rng(4)
     x, w = rng.standard_normal(shape), rng.uniform(0.1, 0.5, w_shape)
-    wb = w.reshape(w.shape + (1,) * (len(shape) - 2)) if w.size > 1 else w
+    wb = w.reshape(w.shape + (1,) * (len(shape) - 2)) if w.size > 1 else w.reshape(())
     check_forward(F.prelu, [x, w], np.where(x > 0, x, wb * x), rtol=1e-12)
     check_grads(F.prelu, [x, w])
 

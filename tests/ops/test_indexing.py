@@ -7,6 +7,7 @@ import pytest
 import gcompile as gc
 import gcompile.functions as F
 from gcompile.frontend.trace import trace
+from gcompile.ir.evaluate import evaluate
 from gcompile.ops.indexing import slice_scatter
 
 from ..opcheck import check_forward, check_grads
@@ -309,6 +310,37 @@ def test_take_gradient_on_an_empty_axis_emits_no_modulo_by_zero():
     for idx in (np.zeros((0,), np.int64), np.zeros((2, 0), np.int64)):
         check_forward(lambda e, i: gc.grad(F.sum(F.take(e, i, axis=1)), [e])[0], [e, idx], np.zeros_like(e))
     check_grads(lambda e: F.take(e, np.zeros((0,), np.int64), axis=1), [e])
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_pad_and_take_at_an_empty_batch(mode):
+    """The gradients of reflect/edge/wrap padding and of take are scatter_adds, whose update rows
+    were reshaped to a target holding a 0 (an empty batch), which ONNX's Reshape reads as "copy
+    that dim of the input" unless told otherwise: refused at a static batch of 0. Values and
+    gradients at a static batch of 0, and at a symbolic batch given 0 and 2."""
+    pads = ((0, 0), (0, 0), (1, 2), (2, 1))
+    idx = np.array([3, 0, 3])
+
+    def fn(x):
+        y = F.pad(x, pads, mode)
+        return y, gc.grad(F.sum(y ** 2), [x])[0], gc.grad(F.sum(F.take(x, idx, axis=-1) ** 2), [x])[0]
+
+    for n in (0, 2):
+        x = RNG.standard_normal((n, 2, 3, 4))
+        counts = np.zeros(4)
+        np.add.at(counts, idx, 1)
+        grad_pad = evaluate(trace(lambda x: gc.grad(F.sum(F.pad(x, pads, mode) ** 2), [x])[0], [x]).graph, [x])[0]
+        expected = [np.pad(x, pads, mode), grad_pad, 2 * x * counts]
+        if not n:
+            check_forward(fn, [x], expected)
+        check_forward(fn, [x], expected, specs=[gc.spec(("batch", 2, 3, 4), np.float64)])
+
+
+def test_strided_slice_gradient_with_an_empty_axis():
+    """A strided slice's gradient spreads it with a Reshape whose target holds the empty axis's 0."""
+    x = np.zeros((5, 0, 3))
+    check_forward(lambda x: gc.grad(F.sum(x[::2, :, 1:] ** 2), [x])[0], [x], x)
+    check_grads(lambda x: x[::2, :, 1:] ** 2, [x])
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.int32])

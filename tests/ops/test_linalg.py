@@ -4,6 +4,8 @@ import pytest
 
 import gcompile as gc
 import gcompile.functions as F
+from gcompile.frontend.trace import trace
+from gcompile.ir.evaluate import evaluate
 
 from ..opcheck import check_forward, check_grads
 
@@ -177,6 +179,45 @@ def test_matmul_gradient_with_an_empty_contraction_and_a_batched_left_operand():
     a, b = rand(2, 3, 0, seed=1), rand(0, 4, seed=2)
     check_forward(lambda a, b: gc.grad(F.sum(F.matmul(a, b)), [a, b]), [a, b], [np.zeros_like(a), np.zeros_like(b)])
     check_forward(lambda a, b: F.matmul(a, b), [a, b], np.zeros((2, 3, 4), np.float32))
+
+
+def test_products_with_an_empty_contraction_are_zeros():
+    """ONNX Runtime's FusedMatMul (a product reading a transposed operand) left all but the first
+    matrix of a batch unwritten for an empty contraction, and its Einsum ended the process on
+    "mk,nk->mn" with k = 0, statically empty or at a symbolic k given 0: both are zeros of the
+    result's shape."""
+    a, c = rand(3, 2, 0, seed=1, dtype=np.float64), rand(3, 4, 0, seed=2, dtype=np.float64)
+    products = lambda a, c: (F.matmul(a, F.swapaxes(c, -1, -2)) + 1, F.einsum("bmk,bnk->bmn", a, c) + 1,  # noqa: E731
+                             F.einsum("mk,nk->mn", a[0], c[0]) + 1)
+    expected = [np.ones((3, 2, 4)), np.ones((3, 2, 4)), np.ones((2, 4))]
+    check_forward(products, [a, c], expected)
+    check_forward(products, [a, c], expected,
+                  specs=[gc.spec((3, 2, "k"), np.float64), gc.spec((3, 4, "k"), np.float64)])
+    check_grads(lambda a, c: F.matmul(a, F.swapaxes(c, -1, -2)), [a, c])
+
+
+@pytest.mark.parametrize("fn, expected", [
+    (lambda x, w: F.matmul(F.swapaxes(x, -1, -2), w), lambda x, w: np.swapaxes(x, -1, -2) @ w),
+    (lambda x, w: F.matmul(w, x), lambda x, w: w @ x),
+    (lambda x, w: F.matmul(w, F.swapaxes(F.swapaxes(x, -1, -2) * 2, -1, -2)), lambda x, w: w @ (2 * x)),
+    (lambda x, w: F.einsum("bkm,kn->bmn", x, w), lambda x, w: np.einsum("bkm,kn->bmn", x, w)),
+], ids=["transposed_batch_times_matrix", "matrix_times_batch", "matrix_times_transposed_batch", "einsum"])
+def test_products_of_an_empty_batch_and_a_shared_matrix(fn, expected):
+    """ONNX Runtime (1.31) refused a matrix shared by an empty batch of matrices ("cannot broadcast
+    on dim 0"), and a product reading a transposed batch: at a static batch of 0 and at a
+    symbolic batch given 0, the value and both gradients are the empty results numpy gives."""
+    w = rand(3, 3, seed=5, dtype=np.float64)
+    both = lambda x, w: (fn(x, w), *gc.grad(F.sum(fn(x, w) ** 2), [x, w]))   # noqa: E731
+    symbolic = gc.compile(both, gc.spec(("batch", 3, 4), np.float64), w, provider="cpu")
+    for n in (0, 2):
+        x = rand(n, 3, 4, seed=6, dtype=np.float64)
+        y = expected(x, w)
+        want = [y, *evaluate(trace(lambda x, w: gc.grad(F.sum(fn(x, w) ** 2), [x, w]), [x, w]).graph, [x, w])]
+        assert want[2].shape == w.shape and (n or not want[2].any())
+        got = check_forward(both, [x, w], want, rtol=1e-12, atol=1e-12)
+        for g, e in zip(symbolic.run_flat(x, w), got):
+            np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+    check_grads(fn, [rand(2, 3, 4, seed=7, dtype=np.float64), w])
 
 
 @pytest.mark.parametrize("equation, shapes", [

@@ -86,6 +86,15 @@ def test_cdist(p):
         check_grads(lambda a, b: F.cdist(a, b, p), [a, b])
 
 
+@pytest.mark.parametrize("p", [np.inf, 2.0, 1.0, 0.0])
+def test_cdist_without_coordinates_is_zero(p):
+    """Points with no coordinates are at distance 0 for every p, inf's max included (it was -inf)."""
+    a, b = np.zeros((3, 0)), np.zeros((2, 0))
+    check_forward(lambda a, b: F.cdist(a, b, p), [a, b], np.zeros((3, 2)))
+    cf = gc.compile(lambda a, b: F.cdist(a, b, p), gc.spec((3, "m")), gc.spec((2, "m")), provider="cpu")
+    np.testing.assert_array_equal(cf(a.astype(np.float32), b.astype(np.float32)), np.zeros((3, 2)))
+
+
 def test_cdist_gradient_is_zero_at_zero_distance():
     a = rand(3, 2)
     got = gc.compile(lambda a: gc.grad(F.sum(F.cdist(a, a)), [a])[0], a, provider="cpu")(a)
@@ -153,6 +162,32 @@ def test_batched_solver_gradients():
     check_grads(lambda a, b: (F.solve(a, b), F.det(a)), [rand(2, 3, 3) + 3 * np.eye(3), rand(2, 3, 1)])
 
 
+@pytest.mark.parametrize("shape", [(0, 0), (3, 0, 0), (0, 2, 2)])
+def test_solvers_of_empty_matrices(shape):
+    """A 0 x 0 matrix has det 1 (the empty product), slogdet (1, 0) and logdet 0, as numpy and torch
+    give (the elimination had no first pivot: IndexError); its inverse, solve, Cholesky factor, QR
+    and powers are empty, and so is every gradient. An empty batch gives empty results."""
+    a, b = np.zeros(shape), np.zeros(shape[:-1] + (2,))
+    sign, logabs = np.linalg.slogdet(a)
+    solvers = lambda a, b: (F.det(a), *F.slogdet(a), F.logdet(a), F.inv(a), F.solve(a, b), F.cholesky(a),  # noqa: E731
+                            *F.qr(a), F.matrix_power(a, -2))
+    expected = [np.linalg.det(a), sign, logabs, logabs, a, b, a, a, a, a]
+    check_forward(solvers, [a, b], expected)
+    grads = lambda a: gc.grad(F.sum(F.det(a)) + F.sum(F.slogdet(a)[1]) + F.sum(F.logdet(a)) + F.sum(F.inv(a))  # noqa: E731
+                              + F.sum(F.cholesky(a)) + F.sum(F.matrix_power(a, -2)), [a])
+    check_forward(grads, [a], [a])
+    check_grads(lambda a: (F.det(a), F.slogdet(a)[1], F.inv(a)), [a])
+
+
+def test_determinants_of_empty_matrices_on_a_symbolic_batch():
+    cf = gc.compile(lambda a: (F.det(a), *F.slogdet(a)), gc.spec(("batch", 0, 0)))
+    for n in (0, 3):
+        det, sign, logabs = cf(np.zeros((n, 0, 0), np.float32))
+        np.testing.assert_array_equal(det, np.ones(n))
+        np.testing.assert_array_equal(sign, np.ones(n))
+        np.testing.assert_array_equal(logabs, np.zeros(n))
+
+
 def test_solver_limits_and_refusals():
     big = MAX_SOLVE_SIZE + 1
     with pytest.raises(gc.UnsupportedError, match=f"inv: matrices of size {big} are beyond"):
@@ -218,6 +253,17 @@ def test_solve_triangular_gradient_stays_in_the_triangle():
     g = gc.compile(lambda a, b: gc.grad(F.sum(F.solve_triangular(a, b, upper=True)), [a])[0], a, b,
                    provider="cpu")(a, b)
     assert np.all(np.tril(g, -1) == 0) and np.all(g[np.triu_indices(3)] != 0)
+
+
+@pytest.mark.parametrize("left", [True, False])
+def test_solve_triangular_with_an_empty_right_hand_side(left):
+    """torch's OpInfo samples: an empty b (batch 2, n = 3, k = 0; or n = 0 with left=False) gives
+    an empty x, and a's gradient is 0 (ONNX Runtime's FusedMatMul left it unwritten: -1)."""
+    a = rand(2, 3, 3) + 3 * np.eye(3) if left else rand(2, 1, 1) + 3
+    b = np.zeros((2, 3, 0)) if left else np.zeros((2, 0, 1))
+    fn = lambda a, b: F.solve_triangular(a, b, upper=True, left=left)        # noqa: E731
+    check_forward(lambda a, b: (fn(a, b), *gc.grad(F.sum(fn(a, b)), [a, b])), [a, b], [b, np.zeros_like(a), b])
+    check_grads(fn, [a, b])
 
 
 @pytest.mark.parametrize("upper", [False, True])

@@ -11,7 +11,7 @@ import gcompile.functions as F
 from gcompile.frontend.tensor import apply_n
 from gcompile.testing import check_lowering
 
-from ..opcheck import check_forward, check_grads
+from ..opcheck import check_forward, check_grads, check_values
 
 RNG = np.random.default_rng(0)
 
@@ -38,6 +38,16 @@ def test_nll_loss():
     got = gc.compile(lambda a, t: F.nll_loss(a, t, ignore_index=1), LOG_PROBS, np.ones(4, np.int64),
                      provider="cpu")(LOG_PROBS, np.ones(4, np.int64))
     assert np.isnan(got)                                   # every target ignored: 0 / 0, as torch
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_nll_loss_of_one_unbatched_sample_is_0_d(reduction):
+    """A (C,) input with a 0-d target is one sample: torch's loss is 0-d for every reduction."""
+    w = np.array([0.5, 1.0, 2.0, 1.5, 3.0])
+    expected = -LOG_PROBS[0, 3] * (w[3] if reduction != "mean" else 1.0)
+    check_forward(lambda a, w: F.nll_loss(a[0], np.array(3), w, reduction=reduction), [LOG_PROBS, w],
+                  np.asarray(expected))
+    check_grads(lambda a, w: F.nll_loss(a[0], np.array(3), w, reduction=reduction), [LOG_PROBS, w])
 
 
 def test_binary_cross_entropy_clamps_its_logs_at_minus_100():
@@ -211,6 +221,9 @@ def test_group_norm_edges():
                                  x, w, provider="cpu")(x, w)
         assert y.shape == gx.shape == shape
         np.testing.assert_array_equal(gw, 0)
+        # the reference evaluator too (its reshape to groups of -1 failed at an empty batch)
+        check_values(lambda x, w: (F.group_norm(x, 2, w), *gc.grad(F.sum(F.group_norm(x, 2, w)), [x, w])), [x, w],
+                     [x, x, np.zeros(4)])
 
 
 def test_group_norm_with_symbolic_batch_and_positions():
@@ -235,6 +248,34 @@ def test_rms_norm_and_normalize():
     check_grads(lambda x: (F.normalize(x), F.normalize(x, p=1.5, axis=0)), [X])
     got = gc.compile(lambda x: gc.grad(F.sum(F.normalize(x) * Y), [x])[0], zero, provider="cpu")(zero)
     assert np.isfinite(got).all()                          # the norm's gradient at a zero vector is 0, as torch
+
+
+def torch_norm(x, p, axis):
+    """torch.linalg.vector_norm over `axis`, kept: p = 0 counts the nonzeros, +-inf is max/min |x|, a
+    negative p is 0 where an entry is 0."""
+    a = np.abs(x)
+    if p == 0:
+        return (x != 0).sum(axis, keepdims=True).astype(x.dtype)
+    if np.isinf(p):
+        return (a.max if p > 0 else a.min)(axis, keepdims=True)
+    with np.errstate(divide="ignore"):
+        return (a ** p).sum(axis, keepdims=True) ** (1 / p)
+
+
+@pytest.mark.parametrize("p", [0, -np.inf, -1.0, 0.5])
+def test_normalize_and_pairwise_distance_take_every_p_of_vector_norm(p):
+    """p = 0 (torch's count of nonzeros: no gradient), -inf and negative p, which normalize and
+    pairwise_distance mistook (p = 0 divided by zero while tracing; -inf took max |x|); a zero row
+    and a zero entry included."""
+    x = X.copy()
+    x[2], x[1, 3] = 0, 0
+    check_forward(lambda x: F.normalize(x, p=p), [x], x / np.maximum(torch_norm(x, p, 1), 1e-12), rtol=1e-12)
+    check_forward(lambda a, b: F.pairwise_distance(a, b, p=p), [x, Y], torch_norm(x - Y + 1e-6, p, -1)[:, 0],
+                  rtol=1e-12)
+    check_grads(lambda x: (F.normalize(x, p=p), F.pairwise_distance(x, Y, p=p)), [X])
+    if p == 0:
+        got = gc.compile(lambda x: gc.grad(F.sum(F.normalize(x, p=0) * Y), [x])[0], x, provider="cpu")(x)
+        np.testing.assert_allclose(got, Y / np.maximum(torch_norm(x, 0, 1), 1e-12), rtol=1e-12)
 
 
 # -- attention and bags -----------------------------------------------------------------------------------
@@ -317,6 +358,16 @@ def test_embedding_bag(mode):
     check_grads(lambda w: F.embedding_bag(IDS, w, OFFSETS, mode, padding_idx=9), [TABLE])
     cf = gc.compile(lambda w, i: F.embedding_bag(i, w, mode=mode), TABLE, gc.spec(("bags", 3), np.int64))
     np.testing.assert_allclose(cf(TABLE, square[:2]), bags(IDS[:6], [0, 3], mode), rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_negative_padding_idx_counts_from_the_end(mode):
+    """torch reads padding_idx=-1 as the last row (V - 1 = 9 here), and refuses one outside [-V, V)."""
+    check_forward(lambda w, i: F.embedding_bag(i, w, OFFSETS, mode, padding_idx=-1), [TABLE, IDS],
+                  bags(IDS, OFFSETS, mode, padding_idx=9), rtol=1e-12)
+    check_grads(lambda w: F.embedding_bag(IDS, w, OFFSETS, mode, padding_idx=-7), [TABLE])
+    with pytest.raises(gc.ShapeError, match=r"padding_idx -11 must lie in \[-V, V\)"):
+        gc.compile(lambda w: F.embedding_bag(IDS, w, OFFSETS, mode, padding_idx=-11), TABLE)
 
 
 def test_embedding_bag_weights_and_last_offset():

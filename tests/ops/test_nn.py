@@ -266,6 +266,17 @@ def test_layer_norm_forward(dtype, axis, eps):
     assert got[0].dtype == dtype
 
 
+
+@pytest.mark.parametrize("shape, axis", [((3, 0), -1), ((0, 4), -1), ((2, 0, 3), 1)])
+def test_layer_norm_of_nothing(shape, axis):
+    """An empty normalised shape (or batch) gives an empty result and gradients (zeros for gamma and
+    beta), as torch; ONNX Runtime's LayerNormalization refused an empty normalised shape."""
+    x = np.zeros(shape, np.float32)
+    g = np.ones(shape[axis:], np.float32)
+    check_forward(lambda x, g: (F.layer_norm(x, g, g, axis=axis), *gc.grad(F.sum(F.layer_norm(x, g, g, axis=axis)),
+                                                                            [x, g])), [x, g], [x, x, np.zeros_like(g)])
+
+
 def test_layer_norm_lowers_to_fused_op_with_symbolic_batch():
     x, gamma, beta = rand(5, 4, dtype=np.float32), rand(4, dtype=np.float32, seed=6), rand(4, dtype=np.float32, seed=7)
     fn = lambda x, g, b: F.layer_norm(x, g, b)  # noqa: E731

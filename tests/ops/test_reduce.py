@@ -8,7 +8,7 @@ import pytest
 import gcompile as gc
 import gcompile.functions as F
 
-from ..opcheck import check_forward, check_grads
+from ..opcheck import check_forward, check_grads, check_values
 
 
 def rand(*shape, seed=0, dtype=np.float32):
@@ -126,6 +126,27 @@ def test_sum_to_shape_undoes_broadcasting():
     check_forward(lambda g: (F.sum_to_shape(g, (3, 1)), F.sum_to_shape(g, (1, 4)), F.sum_to_shape(g, (2, 3, 4)),
                              F.sum_to_shape(g, ())),
                   [g], [g.sum(axis=(0, 2)).reshape(3, 1), g.sum(axis=(0, 1)).reshape(1, 4), g, g.sum()], rtol=1e-5)
+
+
+def test_reductions_over_an_empty_axis():
+    """Over nothing: sum 0, prod 1, mean NaN (numpy and torch; ONNX Runtime's ReduceMean gave 0, so
+    mse and l1_loss of nothing were 0), max -inf and min +inf (ONNX's identities; the reference
+    evaluator raised), so any is False, all True and logsumexp -inf, as torch. Reference evaluator
+    and ONNX Runtime alike, an empty axis or a symbolic one given 0; the gradients are empty."""
+    def reductions(x):
+        return (F.sum(x, 0), F.prod(x, 0), F.mean(x, 0), F.max(x, 0), F.min(x, 0), F.logsumexp(x, 0), F.mean(x),
+                F.cast(F.any(x, 0), x.dtype), F.cast(F.all(x, 0), x.dtype), F.mse(x, x * 2), F.l1_loss(x, x * 2))
+    empty = np.zeros((0, 3))
+    nothing = [np.zeros(3), np.ones(3), np.full(3, np.nan), np.full(3, -np.inf), np.full(3, np.inf),
+               np.full(3, -np.inf), np.nan, np.zeros(3), np.ones(3), np.nan, np.nan]
+    check_values(reductions, [empty], nothing)
+    check_values(lambda x: gc.grad(F.sum(F.max(x, 0)) + F.sum(F.mean(x, 0)) + F.sum(F.logsumexp(x, 0)), [x]),
+                 [empty], [empty])
+    cf = gc.compile(reductions, gc.spec(("n", 3), np.float64), provider="cpu")
+    for got, want in zip(cf.run_flat(empty), nothing):
+        np.testing.assert_array_equal(got, want)
+    x = rand(2, 3, dtype=np.float64)
+    np.testing.assert_allclose(cf.run_flat(x)[2], x.mean(0), rtol=1e-12)
 
 
 def test_reduction_over_a_bad_axis_is_a_shape_error():

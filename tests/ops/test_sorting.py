@@ -116,6 +116,15 @@ def test_argmax_argmin_first_occurrence_and_nan(axis, keepdims, dtype):
     assert out[0].dtype == np.int64
 
 
+def test_argmax_of_an_empty_axis_is_refused():
+    """There is no index to give: torch refuses, and ONNX Runtime failed at run time."""
+    with pytest.raises(gc.ShapeError, match=r"argmax: axis 0 of x \(0, 3\) is empty"):
+        gc.compile(lambda x: F.argmax(x, 0), np.zeros((0, 3)))
+    with pytest.raises(gc.ShapeError, match=r"argmin: axis 0 of x \(0, 3\) is empty"):
+        gc.compile(lambda x: F.argmin(x, 0), np.zeros((0, 3)))
+    check_forward(lambda x: F.argmax(x, 1), [np.zeros((0, 3))], np.zeros(0, np.int64))
+
+
 def test_argmax_has_no_gradient():
     x = np.array([1.0, 3.0, 2.0])
     check_values(lambda x: gc.grad(F.sum(x * F.cast(F.argmax(x), x.dtype)), [x]), [x], [[1.0, 1.0, 1.0]])

@@ -12,6 +12,8 @@ import pytest
 
 import gcompile as gc
 import gcompile.functions as F
+from gcompile.frontend.trace import trace
+from gcompile.ir.evaluate import evaluate
 from gcompile.ops.spatial import resample_matrix
 
 from ..opcheck import check_forward, check_grads
@@ -154,6 +156,33 @@ def test_adaptive_pools(shape, out):
     check_forward(lambda x: (F.adaptive_avg_pool(x, size), F.adaptive_max_pool(x, size)), [x],
                   [naive_adaptive(x, full, np.mean), naive_adaptive(x, full, np.max)], atol=1e-6)
     check_grads(lambda x: (F.adaptive_avg_pool(x, size), F.adaptive_max_pool(x, size)), [x.astype(np.float64)])
+
+
+@pytest.mark.parametrize("spatial, out", [((7,), (3,)), ((7, 5), (3, 2)), ((5, 4, 6), (2, 3, 4))],
+                         ids=["1d", "2d", "3d"])
+@pytest.mark.parametrize("mode", ["adaptive", "linear", "nearest"])
+def test_pools_and_interpolation_at_an_empty_batch(spatial, out, mode):
+    """Adaptive pooling (and interpolate's "area") and the linear resamplings apply a matrix along
+    each spatial axis, a product that ONNX Runtime (1.31) refused at an empty batch ("cannot
+    broadcast on dim 0"); adaptive max pooling's and nearest's gradients are scatter_adds, refused
+    there too. Values and gradients at a static batch of 0, and at a symbolic batch given 0 and 2."""
+    nsp = len(spatial)
+    if mode == "adaptive":
+        fn = lambda x: (F.adaptive_avg_pool(x, out), F.adaptive_max_pool(x, out))             # noqa: E731
+    else:
+        kind = "nearest" if mode == "nearest" else {1: "linear", 2: "bilinear", 3: "trilinear"}[nsp]
+        fn = lambda x: (F.interpolate(x, size=out, mode=kind), F.interpolate(x, size=out, mode="area"))  # noqa: E731
+    both = lambda x: (*fn(x), gc.grad(F.sum(fn(x)[0] ** 2) + F.sum(fn(x)[1] ** 2), [x])[0])      # noqa: E731
+    symbolic = gc.compile(both, gc.spec(("batch", 2) + spatial), provider="cpu")
+    for n in (0, 2):
+        x = rand(n, 2, *spatial)
+        want = [np.asarray(v) for v in evaluate(trace(both, [x.astype(np.float64)]).graph, [x.astype(np.float64)])]
+        assert [w.shape for w in want] == [(n, 2) + out] * 2 + [x.shape]
+        if not n:
+            check_forward(both, [x], want)
+        for got, w in zip(symbolic.run_flat(x), want):
+            np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-5)
+    check_grads(fn, [rand(2, 2, *spatial).astype(np.float64)])
 
 
 def test_adaptive_max_pool_ties_nan_and_indices():

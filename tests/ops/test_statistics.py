@@ -8,7 +8,7 @@ import pytest
 import gcompile as gc
 import gcompile.functions as F
 
-from ..opcheck import check_forward, check_grads
+from ..opcheck import check_forward, check_grads, check_values
 
 inf, nan = np.inf, np.nan
 AXES = [None, 0, -1, (0, 2)]
@@ -150,6 +150,24 @@ def test_all_any(axis, keepdims):
 def test_all_any_of_empty_axes():
     empty = np.zeros((0, 2), np.float32)
     check_forward(lambda x: (F.all(x, 0), F.any(x, 0)), [empty], [np.ones(2, bool), np.zeros(2, bool)])
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (0, 3), (3, 0)])
+def test_norms_of_nothing(shape):
+    """Every p-norm of nothing is 0, inf's too (max |x| of no entry; ONNX's ReduceMax gave -inf, and
+    the reference evaluator raised), and so are the largest row or column sums of matrix_norm (ord
+    1 and inf), as torch's; -inf's is the smallest of nothing, +inf."""
+    x = np.zeros(shape)
+    check_values(lambda x: (F.vector_norm(x, inf), F.vector_norm(x, -inf), F.vector_norm(x, 2),
+                            F.vector_norm(x, inf, 1), F.matrix_norm(x, 1), F.matrix_norm(x, inf)),
+                 [x], [0.0, inf, 0.0, np.zeros(shape[0]), 0.0, 0.0])
+    cf = gc.compile(lambda x: (F.vector_norm(x, inf, 1), F.matrix_norm(x, 1), F.matrix_norm(x, inf)),
+                    gc.spec(("m", "n"), np.float64), provider="cpu")
+    for got, want in zip(cf.run_flat(x), [np.zeros(shape[0]), 0.0, 0.0]):
+        np.testing.assert_array_equal(got, want)
+    y = np.array([[1.0, -4.0], [2.0, 3.0]])
+    for got, want in zip(cf.run_flat(y), [[4.0, 3.0], 7.0, 5.0]):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_norm_gradient_at_zero_is_zero_to_second_order():
