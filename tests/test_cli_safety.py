@@ -199,3 +199,58 @@ def test_run_refuses_hostile_npy_inputs_before_allocating(tmp_path, content, fra
     finally:
         tracemalloc.stop()
     user_error(result, "--input x", fragment)
+
+
+# -- external data: a location read from a file is a path only inside the model's folder --------------------------
+def external_model(path, location: str, attribute: bool = False):
+    """A model adding a 4-value float32 weight whose data is external, at `location`: an initializer,
+    or (`attribute`) a Constant node's value."""
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [4], np.ones(4, np.float32).tobytes(), raw=True)
+    weight.ClearField("raw_data")
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", "16")):
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"])]
+    if attribute:
+        nodes.insert(0, helper.make_node("Constant", [], ["w"], value=weight))
+    graph = helper.make_graph(nodes, "external", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                              [] if attribute else [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize("location, reason", [
+    ("w\0.bin", "a control character (a NUL byte)"), ("w\n.bin", "a control character"), ("", "an empty location"),
+    ("/etc/passwd", "an absolute path"), ("C:\\w.bin", "an absolute path"), ("\\\\server\\w.bin", "an absolute path"),
+    ("../w.bin", "'..'"), ("a\\..\\..\\w.bin", "'..'"), ("link/w.bin", "a link leading out of the folder"),
+])
+@pytest.mark.parametrize("command", ["run", "inspect", "viz", "grad"])
+def test_hostile_external_data_locations_are_refused_by_every_command(tmp_path, command, location, reason):
+    """A NUL byte in a location used to escape as 'internal error: ValueError: embedded null byte'."""
+    folder, outside = tmp_path / "model", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    (outside / "w.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    (folder / "link").symlink_to(outside)
+    model = external_model(folder / "m.onnx", location)
+    args = {"run": ["-i", "x=x.npy"], "inspect": [], "viz": ["-o", tmp_path / "m.svg"],
+            "grad": ["--wrt", "params", "-o", tmp_path / "g.onnx"]}[command]
+    user_error(invoke(command, model, *args), "m.onnx", repr(location), reason, "inside the model's folder")
+
+
+def test_external_data_of_a_node_attribute_is_refused_not_read_from_the_working_directory(tmp_path, monkeypatch):
+    """onnxruntime reads a Constant's external data relative to the working directory, which the
+    manifest does not cover: a file there would have been the model's weight."""
+    (tmp_path / "model").mkdir()
+    model = external_model(tmp_path / "model" / "m.onnx", "w.bin", attribute=True)
+    for folder in (tmp_path, tmp_path / "model"):
+        (folder / "w.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    np.save(tmp_path / "x.npy", np.zeros(4, np.float32))
+    monkeypatch.chdir(tmp_path)
+    user_error(invoke("run", model, "-i", "x=x.npy"), "m.onnx", "graph.node[0].attribute[0].t",
+               "external data for the graph's initializers only")
+    user_error(invoke("inspect", model), "graph.node[0].attribute[0].t")

@@ -63,6 +63,7 @@ def opened(path) -> Iterator[ModelFile]:
     except Exception as err:
         raise GcompileError(f"{path} is not a valid ONNX model ({first_line(err)})") from None
     folder = os.path.dirname(os.path.abspath(path))
+    _refuse_stray_external_data(model, path)
     with contextlib.ExitStack() as stack:
         external = {loc: stack.enter_context(_mapped(path, folder, loc)) for loc in sorted(set(external_files(model)))}
         check_manifest(path, data, external)
@@ -73,22 +74,73 @@ def opened(path) -> Iterator[ModelFile]:
 @contextlib.contextmanager
 def _mapped(path: str, folder: str, location: str) -> Iterator[Any]:
     """The external data file `location` of the model at `path`, memory-mapped read-only; it must
-    be a relative path to a file inside the model's folder."""
-    parts = location.replace("\\", "/").split("/")
-    target = os.path.realpath(os.path.join(folder, location))
-    if not location or os.path.isabs(location) or ".." in parts or \
-            os.path.commonpath([os.path.realpath(folder), target]) != os.path.realpath(folder):
-        raise GcompileError(f"{path} keeps weights in {location!r}, outside its folder {folder}: refused (external "
-                            "data must be a relative path inside the model's folder)")
+    be a relative path to a file inside the model's folder (external_data_file)."""
+    target = external_data_file(folder, location, path)
     if not os.path.isfile(target):
         raise GcompileError(f"{path} keeps its weights in {location}, which is not beside it in {folder}: copy the "
                             "data file(s) along with the .onnx")
-    with open(target, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            yield b""
-            return
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            yield mapped
+    with contextlib.ExitStack() as stack:
+        try:
+            fh = stack.enter_context(open(target, "rb"))
+            size = os.fstat(fh.fileno()).st_size
+            mapped = stack.enter_context(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)) if size else b""
+        except OSError as err:
+            raise GcompileError(f"{path} keeps its weights in {location}, which cannot be read "
+                                f"({err.strerror or err})") from None
+        yield mapped
+
+
+def external_data_file(folder: str, location: str, what: str) -> str:
+    """The real path of the file that an external data `location`, read from a model in `folder`,
+    names. Model files may be hostile, so the location must be a relative path to a file inside
+    the folder: a GcompileError naming `what` (the model or the tensor) for one that is empty,
+    holds a control character (a NUL byte ends the name the system sees), is absolute (POSIX,
+    Windows drive or UNC), climbs out with '..' or leads out through a link. Whether the file
+    exists is the caller's to check."""
+    root = os.path.realpath(folder)
+    if not location:
+        reason = "an empty location"
+    elif any(ord(c) < 32 or ord(c) == 127 for c in location):
+        reason = "a location holding a control character" + (" (a NUL byte)" if "\0" in location else "")
+    elif location.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", location):
+        reason = "an absolute path"
+    elif ".." in location.replace("\\", "/").split("/"):
+        reason = "a path climbing out of the folder with '..'"
+    else:
+        target = os.path.realpath(os.path.join(root, location))
+        if os.path.commonpath([root, target]) == root:
+            return target
+        reason = "a link leading out of the folder"
+    raise GcompileError(f"{what} keeps data in {location!r}, {reason}: refused (external data must be a relative "
+                        f"path to a file inside the model's folder {folder})")
+
+
+def _refuse_stray_external_data(model, path: str) -> None:
+    """External data is read for the main graph's initializers only. A tensor anywhere else (a node
+    attribute such as a Constant's value, a subgraph, a sparse tensor) keeping its data in a file
+    would be read by onnxruntime relative to the working directory, not the model's folder, and
+    unverified by the manifest: refused, naming where it sits."""
+    import onnx
+    for where, tensor in _tensor_protos(model.graph, "graph"):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL and not where.startswith("graph.initializer["):
+            raise GcompileError(f"{path}: the tensor at {where} keeps its data in an external file; gcompile reads "
+                                "external data for the graph's initializers only (save the model with that tensor "
+                                "inline, or make it an initializer)")
+
+
+def _tensor_protos(message, where: str) -> Iterator[tuple[str, Any]]:
+    """Every TensorProto inside a protobuf message, at any depth, with its field path from `where`
+    ('graph.node[3].attribute[0].t')."""
+    for field, value in message.ListFields():
+        if field.type != field.TYPE_MESSAGE:
+            continue
+        items = [(None, value)] if hasattr(value, "ListFields") else enumerate(value)   # else a repeated field
+        for i, item in items:
+            at = f"{where}.{field.name}" + ("" if i is None else f"[{i}]")
+            if field.message_type.full_name == "onnx.TensorProto":
+                yield at, item
+            else:
+                yield from _tensor_protos(item, at)
 
 
 def _check_structure(model, path: str) -> None:
