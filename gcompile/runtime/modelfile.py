@@ -252,16 +252,35 @@ def _read_manifest(path: str) -> dict | None:
         raise ValueError(err.strerror or str(err)) from None
     if len(raw) > MANIFEST_LIMIT:
         raise ValueError(f"larger than {MANIFEST_LIMIT} bytes")
-    try:
-        manifest = json.loads(raw)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-    except ValueError as err:
-        raise ValueError(f"not valid JSON: {first_line(err)}") from None
+    manifest = _parse_json(raw)
     artifacts = manifest.get("artifacts") if isinstance(manifest, dict) else None
     if not isinstance(artifacts, list) or not all(isinstance(e, dict) for e in artifacts):
         raise ValueError('not a gcompile manifest: expected an object whose "artifacts" is a list of objects')
     return manifest
+
+
+def _parse_json(raw: str | bytes) -> Any:
+    """JSON text read from a file (a manifest, a model's metadata), which may be hand-edited or
+    hostile; a ValueError saying what is wrong with it."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except ValueError as err:
+        raise ValueError(f"not valid JSON: {first_line(err)}") from None
+
+
+def metadata_json(model, key: str, where: str) -> Any:
+    """The JSON value a model keeps in its metadata_props under `key`, None where it has none; a
+    GcompileError naming `where` (the model) and the key for text that is not JSON. The caller
+    checks the value's structure."""
+    raw = {p.key: p.value for p in model.metadata_props}.get(key)
+    if raw is None:
+        return None
+    try:
+        return _parse_json(raw)
+    except ValueError as err:
+        raise GcompileError(f"{where}: its {key!r} metadata cannot be read ({err}); was the file edited?") from None
 
 
 def first_line(err: BaseException) -> str:

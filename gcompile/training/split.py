@@ -117,20 +117,19 @@ def _read_metadata(gradient: onnx.ModelProto, update: onnx.ModelProto, source: s
     for role, model in (("gradient", gradient), ("update", update)):
         if not isinstance(model, onnx.ModelProto):
             raise GcompileError(f"{source}: the {role} model must be an onnx.ModelProto, got {type(model).__name__}")
-        props = {p.key: p.value for p in model.metadata_props}
-        raw = props.get(SPLIT_KEY)
-        if raw is None:
+        entry = modelfile.metadata_json(model, SPLIT_KEY, f"{source}: the {role} model")
+        if entry is None:
             fused = " (it is a fused training step; export the split form with export_split_step)" \
-                if METADATA_KEY in props else ""
+                if any(p.key == METADATA_KEY for p in model.metadata_props) else ""
             raise GcompileError(f"{source}: the {role} model {model.graph.name!r} is not part of a split training "
                                 f"step (no {SPLIT_KEY!r} metadata){fused}")
         try:
-            entry = json.loads(raw)
-            layout = StepLayout(tuple(entry["params"]), tuple(tuple(s) for s in entry["state"]),
-                                tuple(entry["batch"]))
-            found[role] = (entry["role"], layout, str(entry["pair"]))
-        except (ValueError, KeyError, TypeError) as err:
+            layout = StepLayout.from_dict(entry)
+            if entry.get("role") not in FILES or not isinstance(entry.get("pair"), str):
+                raise ValueError('"role" is not "gradient" or "update", or "pair" is not a string')
+        except ValueError as err:
             raise GcompileError(f"{source}: the {role} model's {SPLIT_KEY!r} metadata cannot be read ({err})") from None
+        found[role] = (entry["role"], layout, entry["pair"])
         if entry["role"] != role:
             raise GcompileError(f"{source}: the model given as the {role} model is the {entry['role']} model")
         inputs, outputs = gradient_io(layout) if role == "gradient" else update_io(layout)

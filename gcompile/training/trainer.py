@@ -70,7 +70,8 @@ class Trainer:
         import onnxruntime as ort
 
         with _opened(step) as (model, default_params, default_provider, make):
-            self.layout = StepLayout.from_model(model)
+            path = os.fspath(step) if isinstance(step, (str, os.PathLike)) else None
+            self.layout = StepLayout.from_model(model, path)
             params = default_params if params is None else params
             if params is None:
                 raise GcompileError("Trainer(path): give the initial parameters, Trainer(path, params={name: "
