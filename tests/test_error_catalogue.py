@@ -257,6 +257,35 @@ def build_syntax_error(tmp_path):
 
 
 @case
+def build_binary_model_file(tmp_path):
+    """Python names no line for a NUL byte: the message said 'model.py:None'."""
+    path = tmp_path / "model.py"
+    path.write_bytes(b"import gcompile as gc\n\x7fELF\x02\x01\x00\xff\n")
+    message = raised(build(tmp_path, path))
+    assert "None" not in message, message
+    return message, ["model.py:2", "syntax error", "null bytes", "a binary file"]
+
+
+@case
+def build_syntax_error_of_code_the_model_evaluates(tmp_path):
+    """A SyntaxError from eval() in the model is raised at the model's line, not '<string>:1'."""
+    path = write(tmp_path, "import gcompile as gc\n\nrule = eval('1 +')\n")
+    message = raised(build(tmp_path, path))
+    assert "<string>:" not in message, message
+    return message, ["importing", "model.py:3", "SyntaxError"]
+
+
+@case
+def build_infinite_recursion_in_the_model(tmp_path):
+    """The innermost frame outside gcompile was a dataclass's generated __init__: '<string>:3'."""
+    path = write(tmp_path, "import gcompile as gc\n\ndef g(x):\n    return g(x + 1)\n\n"
+                           "@gc.export(x=gc.spec((2,)))\ndef h(x):\n    return g(x)\n")
+    message = raised(build(tmp_path, path))
+    assert "<string>" not in message, message
+    return message, ["cannot build 'h'", "RecursionError", "model.py:4)"]
+
+
+@case
 def build_model_raises(tmp_path):
     path = write(tmp_path, "import gcompile as gc\n\n\nopen('no-such-weights.npy')\n")
     return raised(build(tmp_path, path)), ["importing", "model.py:4", "FileNotFoundError", "no-such-weights.npy"]
