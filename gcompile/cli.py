@@ -185,7 +185,7 @@ def _summary(value) -> str:
 @_guarded
 def run(artifact, inputs, out_dir, provider):
     """Run ARTIFACT (.onnx) on .npy inputs with onnxruntime and print its outputs."""
-    from .ir.dims import format_shape
+    from .ir.dims import format_type
     from .runtime import modelfile
     from .runtime.providers import resolve_provider
     with modelfile.opened(artifact) as opened:
@@ -208,7 +208,7 @@ def run(artifact, inputs, out_dir, provider):
         raise GcompileError(f"onnxruntime failed running {artifact}{failure}") from None
     say(f"ran {artifact} on {result['provider']} in {result['run_ms']:.1f} ms")
     for name, value in result["outputs"].items():
-        say(f"  {_printable(name)}: {value.dtype.name}{format_shape(value.shape)}  {_summary(value)}")
+        say(f"  {_printable(name)}: {format_type(value.dtype, value.shape)}  {_summary(value)}")
     if out_dir:
         _write_outputs(out_dir, result["outputs"])
 

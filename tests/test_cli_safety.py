@@ -254,3 +254,43 @@ def test_external_data_of_a_node_attribute_is_refused_not_read_from_the_working_
     user_error(invoke("run", model, "-i", "x=x.npy"), "m.onnx", "graph.node[0].attribute[0].t",
                "external data for the graph's initializers only")
     user_error(invoke("inspect", model), "graph.node[0].attribute[0].t")
+
+
+# -- types as people read them ------------------------------------------------------------------------------------
+def test_string_tensors_are_described_as_string(tmp_path):
+    """inspect said 'x: object(2,)'; run refused text with 'expected object(2,), got str32(2,)' and, given
+    object arrays back by onnxruntime, could not write them with --out."""
+    io = [helper.make_tensor_value_info(n, TensorProto.STRING, [2]) for n in "xy"]
+    model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "text", io[:1], io[1:]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    np.save(tmp_path / "words.npy", np.array(["a", "bc"]))
+    np.save(tmp_path / "numbers.npy", np.ones(2))
+    described = invoke("inspect", tmp_path / "m.onnx")
+    assert described.exit_code == 0 and "x: string(2,)" in described.stdout and "y: string(2,)" in described.stdout
+    ran = invoke("run", tmp_path / "m.onnx", "-i", f"x={tmp_path / 'words.npy'}", "-o", tmp_path / "out")
+    assert ran.exit_code == 0, ran.output
+    assert "y: string(2,)" in ran.stdout
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), ["a", "bc"])
+    user_error(invoke("run", tmp_path / "m.onnx", "-i", f"x={tmp_path / 'numbers.npy'}"),
+               "input 'x': expected string(2,), got float64(2,)")
+
+
+def test_a_float64_file_for_a_float32_model_says_how_to_convert(tmp_path):
+    model = identity_model(tmp_path / "m.onnx", ["y"])
+    np.save(tmp_path / "x.npy", np.ones(2))
+    user_error(invoke("run", model, "-i", f"x={tmp_path / 'x.npy'}"),
+               "input 'x': expected float32(2,), got float64(2,) (convert it with .astype(np.float32))")
+
+
+@pytest.mark.parametrize("command", ["inspect", "run"])
+def test_a_model_whose_input_is_not_a_tensor_is_refused(tmp_path, command):
+    """A sequence input escaped as 'internal error: KeyError: 0'."""
+    graph = helper.make_graph([helper.make_node("SequenceLength", ["s"], ["n"])], "sequence",
+                              [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("n", TensorProto.INT64, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    user_error(invoke(command, tmp_path / "m.onnx"), "'s' is a sequence, not a tensor")

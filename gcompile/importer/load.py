@@ -34,7 +34,7 @@ from onnx.external_data_helper import load_external_data_for_model, uses_externa
 from ..errors import GcompileError, InputError, UnsupportedError
 from ..frontend.spec import Spec, spec
 from ..frontend.tensor import Tensor, current_frame
-from ..ir.dims import format_shape
+from ..ir.dims import astype_hint, dtype_name, format_shape
 from ..runtime.modelfile import check_manifest, external_data_file
 from .inline import Inliner
 from .table import np_dtype
@@ -229,7 +229,8 @@ class OnnxModel:
         if not isinstance(value, Tensor):
             value = np.asarray(value, dtype=dtype if not isinstance(value, np.ndarray) else None)
         if np.dtype(value.dtype) != dtype:
-            raise InputError(f"{what}: expected dtype {dtype.name}, got {np.dtype(value.dtype).name}")
+            got = np.dtype(value.dtype)
+            raise InputError(f"{what}: expected dtype {dtype.name}, got {dtype_name(got)}{astype_hint(dtype, got)}")
         if shape is None:
             return value
         fits = len(value.shape) == len(shape) and all(

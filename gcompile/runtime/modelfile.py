@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import GcompileError, InputError, name_mismatch
-from ..ir.dims import bind, format_shape
+from ..errors import GcompileError, InputError, UnsupportedError, name_mismatch
+from ..ir.dims import astype_hint, bind, format_type
 from .providers import PROVIDERS, external_data_from_memory, make_session
 
 MANIFEST = "manifest.json"
@@ -331,18 +331,32 @@ def _dims(value_info) -> tuple:
 
 
 def _dtype(value_info) -> np.dtype:
-    from onnx import helper
-    return np.dtype(helper.tensor_dtype_to_np_dtype(value_info.type.tensor_type.elem_type))
+    """The numpy dtype of a graph input or output: str for ONNX's strings (numpy's text, which
+    onnxruntime takes; it hands strings back as object arrays). A GcompileError for a value that
+    is no tensor of a known element type (a sequence or map, or a hand-made file's typeless value)."""
+    from onnx import TensorProto, helper
+    kind = value_info.type.WhichOneof("value")
+    elem = value_info.type.tensor_type.elem_type if kind == "tensor_type" else TensorProto.UNDEFINED
+    if elem == TensorProto.STRING:
+        return np.dtype(str)
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem))
+    except (KeyError, TypeError):
+        what = f"a {kind.removesuffix('_type')}" if kind and kind != "tensor_type" else \
+            "of no tensor element type gcompile knows"
+        raise UnsupportedError(f"{value_info.name!r} is {what}, not a tensor: gcompile describes and runs models "
+                               "whose inputs and outputs are tensors") from None
 
 
 def signature(values) -> list[dict]:
-    """[{name, shape, dtype}] for ONNX graph inputs or outputs (symbolic dims as strings)."""
+    """[{name, shape, dtype}] for ONNX graph inputs or outputs (symbolic dims as strings; the
+    dtype's numpy name, which np.dtype reads back)."""
     return [{"name": v.name, "shape": list(_dims(v)), "dtype": _dtype(v).name} for v in values]
 
 
 def format_sig(entry: dict) -> str:
     """'name: dtype[shape]' for one signature() entry."""
-    return f"{entry['name']}: {entry['dtype']}{format_shape(tuple(entry['shape']))}"
+    return f"{entry['name']}: {format_type(np.dtype(entry['dtype']), tuple(entry['shape']))}"
 
 
 def graph_inputs(model) -> list:
@@ -374,7 +388,7 @@ def random_feeds(model, seed: int = 0) -> dict[str, np.ndarray]:
         largest = sorted(planned, key=lambda p: -nbytes[p[0]])[:3]
         raise GcompileError(f"random inputs would take {format_size(sum(nbytes.values()))}, more than the "
                             f"{format_size(RANDOM_FEED_LIMIT)} allowed: " + ", ".join(
-                                f"input {name!r}: {dtype.name}{format_shape(shape)}, {format_size(nbytes[name])}"
+                                f"input {name!r}: {format_type(dtype, shape)}, {format_size(nbytes[name])}"
                                 for name, shape, dtype in largest) + "; give smaller specs to check")
     feeds = {}
     for name, shape, dtype in planned:
@@ -413,11 +427,11 @@ def check_feeds(model, feeds: dict) -> dict[str, np.ndarray]:
     checked = {}
     for v in inputs + [v for v in optional if v.name in feeds]:
         arr, want, dtype = np.asarray(feeds[v.name]), _dims(v), _dtype(v)
-        expected = f"{dtype.name}{format_shape(want)}"
-        got = f"{arr.dtype.name}{format_shape(arr.shape)}"
-        if arr.dtype != dtype or arr.ndim != len(want) or any(
+        expected, got = format_type(dtype, want), format_type(arr.dtype, arr.shape)
+        text = dtype.kind == "U" and arr.dtype.kind in "UO"   # onnxruntime takes text of any width, or str objects
+        if (arr.dtype != dtype and not text) or arr.ndim != len(want) or any(
                 isinstance(d, int) and d != n for d, n in zip(want, arr.shape)):
-            raise InputError(f"input {v.name!r}: expected {expected}, got {got}")
+            raise InputError(f"input {v.name!r}: expected {expected}, got {got}{astype_hint(dtype, arr.dtype)}")
         conflict = bind(bound, want, arr.shape, v.name)
         if conflict:
             symbol, n, first_n, first_name = conflict
@@ -435,5 +449,6 @@ def run(session, model, feeds: dict) -> dict:
     start = time.perf_counter()
     values = session.run(names, checked)
     elapsed = time.perf_counter() - start
+    values = [v.astype(str) if v.dtype == object else v for v in values]   # onnxruntime's strings, as numpy text
     used = {v: k for k, v in PROVIDERS.items()}.get(session.get_providers()[0], session.get_providers()[0])
     return {"outputs": dict(zip(names, values)), "provider": used, "run_ms": 1e3 * elapsed}

@@ -20,7 +20,7 @@ import onnx
 from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError, name_mismatch
-from ..ir.dims import format_shape
+from ..ir.dims import astype_hint, format_type
 from ..runtime import modelfile, npz
 from ..runtime.modelfile import signature
 from ..runtime.providers import PROVIDERS, make_session, resolve_provider
@@ -105,8 +105,8 @@ class Trainer:
             arr = np.array(values[name], order="C")
             dtype, shape = self._types[name]
             if arr.dtype != dtype or arr.shape != shape:
-                raise InputError(f"{name!r}: the training step expects {dtype.name}{format_shape(shape)}, "
-                                 f"got {arr.dtype.name}{format_shape(arr.shape)}")
+                raise InputError(f"{name!r}: the training step expects {format_type(dtype, shape)}, "
+                                 f"got {format_type(arr.dtype, arr.shape)}{astype_hint(dtype, arr.dtype)}")
             live[name] = ort.OrtValue.ortvalue_from_numpy(arr, self._device, 0)
             spare[name] = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, self._device, 0)
         self._live, self._spare = live, spare
@@ -158,8 +158,8 @@ class Trainer:
             dtype, shape = self._types[name]
             if arr.dtype != dtype or arr.ndim != len(shape) or any(
                     isinstance(d, int) and d != n for d, n in zip(shape, arr.shape)):
-                raise InputError(f"batch input {name!r}: expected {dtype.name}{format_shape(shape)}, "
-                                 f"got {arr.dtype.name}{format_shape(arr.shape)}")
+                raise InputError(f"batch input {name!r}: expected {format_type(dtype, shape)}, "
+                                 f"got {format_type(arr.dtype, arr.shape)}{astype_hint(dtype, arr.dtype)}")
             feeds[name] = arr
         return feeds
 
