@@ -106,6 +106,14 @@ def test_tensor_from_another_trace():
     ((2, 3), "float7", "unknown dtype 'float7'"),
     ((2, 3), "complex64", "dtype complex64 is not supported"),
     (3.5, "float32", "shape must be a tuple"),
+    # what is not a shape is refused, with the right form: a dict gave its keys as dims (784 dropped), a set too
+    ({"batch": None, "features": 784}, "float32",
+     r"got dict \{'batch': None, 'features': 784\}; write gc.spec\(\('batch', 784\)\)"),
+    ({"batch", "x"}, "float32", r"must be a tuple of ints and symbol names, in order, got set"),
+    ((784.0, "batch"), "float32", r"dim 784.0 .*; write gc.spec\(\(784, 'batch'\)\)"),
+    (("batch", None), "float32", r"dim None .*; write it as gc.spec\(\(\"batch\", 784\)\)"),
+    ("batch,784", "float32", "dim 'batch,784'"),
+    ((2,), np.str_, "dtype string is not supported"),
 ])
 def test_bad_specs(shape, dtype, match):
     with pytest.raises(gc.GcompileError, match=match):
