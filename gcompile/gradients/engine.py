@@ -69,7 +69,8 @@ def _forward_set(graph: Graph, inputs: list[ValueRef], within: set[ValueRef]) ->
 
 
 def grad(outputs: Tensor | Sequence[Tensor], inputs: Sequence[Tensor], grad_outputs: Any = None) -> list[Tensor]:
-    """Gradients of `outputs` (weighted by `grad_outputs`, default ones) w.r.t. each of `inputs`.
+    """Gradients of `outputs` (weighted by `grad_outputs`, default ones: gcompile's own callers
+    rely on that; the public gc.grad refuses a non-scalar output without one) w.r.t. each of `inputs`.
 
     Each result has its input's shape and dtype. An input the outputs do not depend on
     gets zeros (as JAX does), not an error. Integer inputs are an error. A grad_outputs

@@ -130,7 +130,7 @@ def gradient_model(model, wrt: str, of: str | None = None, loss: str | None = No
             scalar = F.mse(y, by_name[target])
         elif loss == "cross_entropy":
             scalar = F.softmax_cross_entropy(y, by_name[target])
-        elif loss == "sum":
+        elif loss == "sum" or y.shape:   # without --loss an output is summed (a scalar one is itself)
             scalar = F.sum(y)
         else:
             scalar = y
