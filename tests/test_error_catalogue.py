@@ -133,6 +133,36 @@ def trace_data_dependent_control_flow(tmp_path):
 
 
 @case
+def trace_data_dependent_while_loop(tmp_path):
+    """A while on a Tensor was pointed at F.where only."""
+    def f(x):
+        while x.sum() > 0:
+            x = x - 1
+        return x
+    return raised(lambda: gc.compile(f, X23), gc.TraceError), \
+        ["data-dependent control flow", line_of(f), "F.where(cond, a, b)", "gc.while_loop(cond_fn, body_fn, init)"]
+
+
+@case
+def trace_gradient_with_respect_to_a_closed_over_array(tmp_path):
+    """The message printed the whole array over 13 lines, and did not say how to differentiate it."""
+    w = np.ones((784, 10), np.float32)
+
+    def f(x):
+        return gc.grad(F.sum(x @ w), [w])
+    message = raised(lambda: gc.compile(f, gc.spec(("batch", 784))))
+    assert "\n" not in message and "1." not in message, message
+    return message, ["a numpy array float32(784, 10)", line_of(f), "make it an argument of the traced function"]
+
+
+@case
+def trace_gradient_outside_a_traced_function(tmp_path):
+    """It failed with a bare TypeError ('float' object is not iterable) from the engine."""
+    return raised(lambda: gc.grad(1.0, [2.0]), gc.TraceError), \
+        ["inside the function given to gc.compile", "gc.grad(fn) is the gradient function"]
+
+
+@case
 def trace_bad_reshape(tmp_path):
     def f(x):
         return F.reshape(x, (5,))
