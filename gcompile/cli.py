@@ -176,7 +176,25 @@ def _summary(value) -> str:
     return ""
 
 
-@main.command()
+class _NamedFiles(click.Command):
+    """A command whose -i/--input takes NAME=FILE.npy in one word: `-i x x.npy` (the file as a word
+    of its own) is answered with the form to write, not click's 'unexpected extra argument'."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)   # click's parser consumes the list it is given
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as err:
+            split = next((i for i, a in enumerate(given[:-2]) if a in ("-i", "--input") and "=" not in given[i + 1]
+                          and not given[i + 2].startswith("-")), None)
+            if split is None:
+                raise
+            option, name, path = given[split:split + 3]
+            raise click.UsageError(f"{option} takes NAME=FILE.npy as one word: write {option} {name}={path} "
+                                   f"({err.format_message()})", ctx) from None
+
+
+@main.command(cls=_NamedFiles)
 @click.argument("artifact", type=click.Path(dir_okay=False))
 @click.option("-i", "--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="one per model input")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default=None,

@@ -294,3 +294,13 @@ def test_a_model_whose_input_is_not_a_tensor_is_refused(tmp_path, command):
     model.ir_version = 8
     (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
     user_error(invoke(command, tmp_path / "m.onnx"), "'s' is a sequence, not a tensor")
+
+
+@pytest.mark.parametrize("option", ["-i", "--input"])
+def test_an_input_given_as_two_words_gets_the_form_to_write(tmp_path, option):
+    """`-i x x.npy` got click's 'Got unexpected extra argument (x.npy)' and nothing more."""
+    model = identity_model(tmp_path / "m.onnx", ["y"])
+    result = invoke("run", model, option, "x", "x.npy")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{option} takes NAME=FILE.npy as one word: write {option} x=x.npy" in result.output, result.output
+    assert "unexpected extra argument (extra)" in invoke("run", model, "extra").output   # other mistakes as before
