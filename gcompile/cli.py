@@ -134,7 +134,8 @@ def build(model, out_dir, opset, optimize, check, recompute, external_data_thres
         rows = [("inputs", ", ".join(map(modelfile.format_sig, entry["inputs"]))),
                 ("outputs", ", ".join(map(modelfile.format_sig, entry["outputs"]))),
                 ("nodes", _orders(entry)),
-                ("params", f"{entry['parameters']:,}"),
+                # what the model holds (weights it closes over, constants), not the parameters it takes as inputs
+                ("consts", f"{entry['parameters']:,} values in {entry['initializers']} initializer(s)"),
                 ("size", f"{size}, opset {entry['opset']}, ir_version {entry['ir_version']}"),
                 ("time", f"{1e3 * timed.total():.1f} ms: {timed.format()}")]
         if entry["name"] in result.checks:

@@ -181,7 +181,7 @@ def test_verbose_logs_phase_timings_and_the_table_has_params_and_time(tmp_path):
     (tmp_path / "model.py").write_text(MODEL)
     plain = invoke("build", tmp_path / "model.py", "-o", tmp_path / "out")
     assert plain.exit_code == 0 and "gcompile:" not in plain.stderr
-    assert re.search(r"  params   \d+", plain.stdout)
+    assert re.search(r"  consts   [\d,]+ values in \d+ initializer\(s\)", plain.stdout)
     assert re.search(r"  time     [\d.]+ ms: trace [\d.]+ ms \(grad [\d.]+ ms\), passes [\d.]+ ms, lower", plain.stdout)
     verbose = invoke("build", tmp_path / "model.py", "-o", tmp_path / "out", "-v", "--check", "--provider", "cpu")
     assert verbose.exit_code == 0, verbose.output

@@ -29,6 +29,7 @@ import onnx
 from ..errors import GcompileError
 from ..frontend import pytree
 from ..frontend.spec import spec
+from ..frontend.tensor import recording_order
 from ..frontend.trace import argument_names, trace
 from ..gradients.transforms import value_and_grad
 from ..runtime import modelfile
@@ -180,7 +181,8 @@ def export_split_step(loss_fn: Callable, params: Any, optimizer: Optimizer, *bat
         ps, grads = dict(zip(layout.params, flat[:n_params])), dict(zip(layout.params, flat[-n_params:]))
         state = dict(zip(layout.state_names, flat[n_params:n_params + n_state]))
         t = flat[n_params + n_state] + 1
-        new_params, new_state = optimizer.update(ps, grads, state, t)
+        with recording_order(1):   # computed from first derivatives, as in the fused step: not forward
+            new_params, new_state = optimizer.update(ps, grads, state, t)
         return {**{layout.new(n): new_params[n] for n in layout.params},
                 **{layout.new(n): new_state[n] for n in layout.state_names}, layout.new("step"): t}
 
