@@ -8,19 +8,31 @@ other commands that need none of it start at once. Importing a submodule directl
 """
 import importlib
 import importlib.util
+import threading
 
 from .version import __version__  # noqa: F401
 from .errors import GcompileError, InputError, LoweringError, ShapeError, TraceError, UnsupportedError  # noqa: F401
 
 _loading = False
+# Held while the library loads: a thread asking for gc.compile while another loads it waits for
+# the load to finish instead of finding the package half bound. Reentrant, because the loading
+# thread's own imports may ask the package for a name again (`_loading` answers those).
+_load_lock = threading.RLock()
 
 
 def _load() -> None:
+    """Load the library once, whichever thread asks first; the others wait for it."""
+    if "compile" in globals():
+        return
+    with _load_lock:
+        if "compile" not in globals() and not _loading:
+            _bind_public_names()
+
+
+def _bind_public_names() -> None:
     """Import the whole library and bind its public names onto the package (what `import gcompile`
     did eagerly before); the op library registers every op and Tensor's operators on import."""
     global _loading
-    if "compile" in globals() or _loading:
-        return
     _loading = True
     try:
         from . import functions, nn, optim, runtime

@@ -134,7 +134,8 @@ def build(model, out_dir, opset, optimize, check, recompute, external_data_thres
         rows = [("inputs", ", ".join(map(modelfile.format_sig, entry["inputs"]))),
                 ("outputs", ", ".join(map(modelfile.format_sig, entry["outputs"]))),
                 ("nodes", _orders(entry)),
-                ("params", f"{entry['parameters']:,}"),
+                # what the model holds (weights it closes over, constants), not the parameters it takes as inputs
+                ("consts", f"{entry['parameters']:,} values in {entry['initializers']} initializer(s)"),
                 ("size", f"{size}, opset {entry['opset']}, ir_version {entry['ir_version']}"),
                 ("time", f"{1e3 * timed.total():.1f} ms: {timed.format()}")]
         if entry["name"] in result.checks:
@@ -176,7 +177,25 @@ def _summary(value) -> str:
     return ""
 
 
-@main.command()
+class _NamedFiles(click.Command):
+    """A command whose -i/--input takes NAME=FILE.npy in one word: `-i x x.npy` (the file as a word
+    of its own) is answered with the form to write, not click's 'unexpected extra argument'."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)   # click's parser consumes the list it is given
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as err:
+            split = next((i for i, a in enumerate(given[:-2]) if a in ("-i", "--input") and "=" not in given[i + 1]
+                          and not given[i + 2].startswith("-")), None)
+            if split is None:
+                raise
+            option, name, path = given[split:split + 3]
+            raise click.UsageError(f"{option} takes NAME=FILE.npy as one word: write {option} {name}={path} "
+                                   f"({err.format_message()})", ctx) from None
+
+
+@main.command(cls=_NamedFiles)
 @click.argument("artifact", type=click.Path(dir_okay=False))
 @click.option("-i", "--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="one per model input")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default=None,
@@ -185,7 +204,7 @@ def _summary(value) -> str:
 @_guarded
 def run(artifact, inputs, out_dir, provider):
     """Run ARTIFACT (.onnx) on .npy inputs with onnxruntime and print its outputs."""
-    from .ir.dims import format_shape
+    from .ir.dims import format_type
     from .runtime import modelfile
     from .runtime.providers import resolve_provider
     with modelfile.opened(artifact) as opened:
@@ -208,7 +227,7 @@ def run(artifact, inputs, out_dir, provider):
         raise GcompileError(f"onnxruntime failed running {artifact}{failure}") from None
     say(f"ran {artifact} on {result['provider']} in {result['run_ms']:.1f} ms")
     for name, value in result["outputs"].items():
-        say(f"  {_printable(name)}: {value.dtype.name}{format_shape(value.shape)}  {_summary(value)}")
+        say(f"  {_printable(name)}: {format_type(value.dtype, value.shape)}  {_summary(value)}")
     if out_dir:
         _write_outputs(out_dir, result["outputs"])
 

@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 logger = logging.getLogger("gcompile")
@@ -53,12 +54,14 @@ def quiet() -> bool:
 class Timings(dict):
     """Phase name -> seconds, in the order phases first started. Phases may nest (grad runs
     inside trace) and are then shown inside their parent; a phase running inside itself
-    (gc.hvp calls gc.grad within gc.grad) is counted once."""
+    (gc.hvp calls gc.grad within gc.grad) is counted once. `clock` gives seconds (a test's fake
+    clock makes the timings exact)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         super().__init__()
         self._open: list[str] = []
         self.parent: dict[str, str] = {}
+        self._clock = clock
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -69,12 +72,12 @@ class Timings(dict):
             self.parent.setdefault(name, self._open[-1])
         self.setdefault(name, 0.0)
         self._open.append(name)
-        start = time.perf_counter()
+        start = self._clock()
         try:
             yield
         finally:
             self._open.remove(name)
-            self[name] += time.perf_counter() - start
+            self[name] += self._clock() - start
 
     def total(self) -> float:
         """Seconds in the outermost phases."""
@@ -92,9 +95,9 @@ _current: contextvars.ContextVar[Timings | None] = contextvars.ContextVar("gcomp
 
 
 @contextlib.contextmanager
-def timings():
-    """Collect the phase() timings of everything run inside the block."""
-    collected = Timings()
+def timings(clock: Callable[[], float] = time.perf_counter):
+    """Collect the phase() timings of everything run inside the block (see Timings)."""
+    collected = Timings(clock)
     token = _current.set(collected)
     try:
         yield collected
@@ -124,14 +127,16 @@ class Progress:
     None); `step(label)` names the item now running, and the phases run inside it (logs.phase)
     follow its label; with `count_phases`, each outermost phase that ends is one unit done. Draws
     only on an interactive terminal when the logger is not quieted (-q); otherwise every method
-    does nothing, so callers need no checks of their own.
+    does nothing, so callers need no checks of their own. The elapsed seconds shown come from
+    `clock` (a test's fake clock shows what it sets).
     """
 
-    def __init__(self, total: int | None, desc: str, stream=None, count_phases: bool = False):
+    def __init__(self, total: int | None, desc: str, stream=None, count_phases: bool = False,
+                 clock: Callable[[], float] = time.monotonic):
         self.stream = stream if stream is not None else sys.stderr
         self.total, self.desc, self.done, self.label = total, desc, 0, ""
         self.count_phases = count_phases
-        self.start = time.perf_counter()
+        self.clock = clock
         self._phases: list[str] = []
         self._rich: Any = None
         self._task: Any = None
@@ -144,7 +149,7 @@ class Progress:
         if not self.enabled:
             return
         if self._rich is None:
-            self._rich, self._task = _live_display(self.stream, self.desc, self.total)
+            self._rich, self._task = _live_display(self.stream, self.desc, self.total, self.clock)
             self._rich.update(self._task, **self._fields())
             self._rich.start()   # draws now, then redraws 4 times a second from its own thread
         else:
@@ -192,7 +197,7 @@ class Progress:
             self._rich = None
 
 
-def _live_display(stream, desc: str, total: int | None):
+def _live_display(stream, desc: str, total: int | None, clock: Callable[[], float]):
     """A rich progress display on `stream`: description, bar, done/total, phase, item, elapsed seconds.
     The bar and the item's name share the width that is left; a name that does not fit ends in an
     ellipsis, and the line never wraps.
@@ -214,7 +219,8 @@ def _live_display(stream, desc: str, total: int | None):
         MofNCompleteColumn(), TextColumn("{task.fields[phase]}", table_column=Column(no_wrap=True)),
         TextColumn("{task.fields[label]}", table_column=Column(ratio=2, no_wrap=True, overflow="ellipsis")),
         Seconds(), console=Console(file=stream, highlight=False), transient=True, expand=True,
-        refresh_per_second=4, redirect_stdout=bool(stdout_isatty and stdout_isatty()), redirect_stderr=True)
+        refresh_per_second=4, redirect_stdout=bool(stdout_isatty and stdout_isatty()), redirect_stderr=True,
+        get_time=clock)
     return display, display.add_task(desc, total=total, phase="", label="")
 
 
@@ -222,7 +228,8 @@ _active: contextvars.ContextVar[Progress | None] = contextvars.ContextVar("gcomp
 
 
 @contextlib.contextmanager
-def progress(total: int | None, desc: str, stream=None, count_phases: bool = False):
+def progress(total: int | None, desc: str, stream=None, count_phases: bool = False,
+             clock: Callable[[], float] = time.monotonic):
     """A Progress display that logs.phase() reports to, erased when the block ends, however it ends.
     Inside a block that already shows one, the inner call joins it (one display per command)."""
     outer = _active.get()
@@ -231,7 +238,7 @@ def progress(total: int | None, desc: str, stream=None, count_phases: bool = Fal
             outer.add_total(total)
         yield outer
         return
-    bar = Progress(total, desc, stream, count_phases)
+    bar = Progress(total, desc, stream, count_phases, clock)
     token = _active.set(bar)
     try:
         yield bar

@@ -199,3 +199,108 @@ def test_run_refuses_hostile_npy_inputs_before_allocating(tmp_path, content, fra
     finally:
         tracemalloc.stop()
     user_error(result, "--input x", fragment)
+
+
+# -- external data: a location read from a file is a path only inside the model's folder --------------------------
+def external_model(path, location: str, attribute: bool = False):
+    """A model adding a 4-value float32 weight whose data is external, at `location`: an initializer,
+    or (`attribute`) a Constant node's value."""
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [4], np.ones(4, np.float32).tobytes(), raw=True)
+    weight.ClearField("raw_data")
+    weight.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", "16")):
+        entry = weight.external_data.add()
+        entry.key, entry.value = key, value
+    nodes = [helper.make_node("Add", ["x", "w"], ["y"])]
+    if attribute:
+        nodes.insert(0, helper.make_node("Constant", [], ["w"], value=weight))
+    graph = helper.make_graph(nodes, "external", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                              [] if attribute else [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize("location, reason", [
+    ("w\0.bin", "a control character (a NUL byte)"), ("w\n.bin", "a control character"), ("", "an empty location"),
+    ("/etc/passwd", "an absolute path"), ("C:\\w.bin", "an absolute path"), ("\\\\server\\w.bin", "an absolute path"),
+    ("../w.bin", "'..'"), ("a\\..\\..\\w.bin", "'..'"), ("link/w.bin", "a link leading out of the folder"),
+])
+@pytest.mark.parametrize("command", ["run", "inspect", "viz", "grad"])
+def test_hostile_external_data_locations_are_refused_by_every_command(tmp_path, command, location, reason):
+    """A NUL byte in a location used to escape as 'internal error: ValueError: embedded null byte'."""
+    folder, outside = tmp_path / "model", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    (outside / "w.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    (folder / "link").symlink_to(outside)
+    model = external_model(folder / "m.onnx", location)
+    args = {"run": ["-i", "x=x.npy"], "inspect": [], "viz": ["-o", tmp_path / "m.svg"],
+            "grad": ["--wrt", "params", "-o", tmp_path / "g.onnx"]}[command]
+    user_error(invoke(command, model, *args), "m.onnx", repr(location), reason, "inside the model's folder")
+
+
+def test_external_data_of_a_node_attribute_is_refused_not_read_from_the_working_directory(tmp_path, monkeypatch):
+    """onnxruntime reads a Constant's external data relative to the working directory, which the
+    manifest does not cover: a file there would have been the model's weight."""
+    (tmp_path / "model").mkdir()
+    model = external_model(tmp_path / "model" / "m.onnx", "w.bin", attribute=True)
+    for folder in (tmp_path, tmp_path / "model"):
+        (folder / "w.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    np.save(tmp_path / "x.npy", np.zeros(4, np.float32))
+    monkeypatch.chdir(tmp_path)
+    user_error(invoke("run", model, "-i", "x=x.npy"), "m.onnx", "graph.node[0].attribute[0].t",
+               "external data for the graph's initializers only")
+    user_error(invoke("inspect", model), "graph.node[0].attribute[0].t")
+
+
+# -- types as people read them ------------------------------------------------------------------------------------
+def test_string_tensors_are_described_as_string(tmp_path):
+    """inspect said 'x: object(2,)'; run refused text with 'expected object(2,), got str32(2,)' and, given
+    object arrays back by onnxruntime, could not write them with --out."""
+    io = [helper.make_tensor_value_info(n, TensorProto.STRING, [2]) for n in "xy"]
+    model = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "text", io[:1], io[1:]),
+                              opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    np.save(tmp_path / "words.npy", np.array(["a", "bc"]))
+    np.save(tmp_path / "numbers.npy", np.ones(2))
+    described = invoke("inspect", tmp_path / "m.onnx")
+    assert described.exit_code == 0 and "x: string(2,)" in described.stdout and "y: string(2,)" in described.stdout
+    ran = invoke("run", tmp_path / "m.onnx", "-i", f"x={tmp_path / 'words.npy'}", "-o", tmp_path / "out")
+    assert ran.exit_code == 0, ran.output
+    assert "y: string(2,)" in ran.stdout
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), ["a", "bc"])
+    user_error(invoke("run", tmp_path / "m.onnx", "-i", f"x={tmp_path / 'numbers.npy'}"),
+               "input 'x': expected string(2,), got float64(2,)")
+
+
+def test_a_float64_file_for_a_float32_model_says_how_to_convert(tmp_path):
+    model = identity_model(tmp_path / "m.onnx", ["y"])
+    np.save(tmp_path / "x.npy", np.ones(2))
+    user_error(invoke("run", model, "-i", f"x={tmp_path / 'x.npy'}"),
+               "input 'x': expected float32(2,), got float64(2,) (convert it with .astype(np.float32))")
+
+
+@pytest.mark.parametrize("command", ["inspect", "run"])
+def test_a_model_whose_input_is_not_a_tensor_is_refused(tmp_path, command):
+    """A sequence input escaped as 'internal error: KeyError: 0'."""
+    graph = helper.make_graph([helper.make_node("SequenceLength", ["s"], ["n"])], "sequence",
+                              [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("n", TensorProto.INT64, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    user_error(invoke(command, tmp_path / "m.onnx"), "'s' is a sequence, not a tensor")
+
+
+@pytest.mark.parametrize("option", ["-i", "--input"])
+def test_an_input_given_as_two_words_gets_the_form_to_write(tmp_path, option):
+    """`-i x x.npy` got click's 'Got unexpected extra argument (x.npy)' and nothing more."""
+    model = identity_model(tmp_path / "m.onnx", ["y"])
+    result = invoke("run", model, option, "x", "x.npy")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{option} takes NAME=FILE.npy as one word: write {option} x=x.npy" in result.output, result.output
+    assert "unexpected extra argument (extra)" in invoke("run", model, "extra").output   # other mistakes as before

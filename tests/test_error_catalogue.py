@@ -133,6 +133,36 @@ def trace_data_dependent_control_flow(tmp_path):
 
 
 @case
+def trace_data_dependent_while_loop(tmp_path):
+    """A while on a Tensor was pointed at F.where only."""
+    def f(x):
+        while x.sum() > 0:
+            x = x - 1
+        return x
+    return raised(lambda: gc.compile(f, X23), gc.TraceError), \
+        ["data-dependent control flow", line_of(f), "F.where(cond, a, b)", "gc.while_loop(cond_fn, body_fn, init)"]
+
+
+@case
+def trace_gradient_with_respect_to_a_closed_over_array(tmp_path):
+    """The message printed the whole array over 13 lines, and did not say how to differentiate it."""
+    w = np.ones((784, 10), np.float32)
+
+    def f(x):
+        return gc.grad(F.sum(x @ w), [w])
+    message = raised(lambda: gc.compile(f, gc.spec(("batch", 784))))
+    assert "\n" not in message and "1." not in message, message
+    return message, ["a numpy array float32(784, 10)", line_of(f), "make it an argument of the traced function"]
+
+
+@case
+def trace_gradient_outside_a_traced_function(tmp_path):
+    """It failed with a bare TypeError ('float' object is not iterable) from the engine."""
+    return raised(lambda: gc.grad(1.0, [2.0]), gc.TraceError), \
+        ["inside the function given to gc.compile", "gc.grad(fn) is the gradient function"]
+
+
+@case
 def trace_bad_reshape(tmp_path):
     def f(x):
         return F.reshape(x, (5,))
@@ -254,6 +284,35 @@ def build_model_file_not_python(tmp_path):
 def build_syntax_error(tmp_path):
     path = write(tmp_path, "import gcompile as gc\nx = [1,\ny = 2\n")
     return raised(build(tmp_path, path)), ["model.py:2", "syntax error"]
+
+
+@case
+def build_binary_model_file(tmp_path):
+    """Python names no line for a NUL byte: the message said 'model.py:None'."""
+    path = tmp_path / "model.py"
+    path.write_bytes(b"import gcompile as gc\n\x7fELF\x02\x01\x00\xff\n")
+    message = raised(build(tmp_path, path))
+    assert "None" not in message, message
+    return message, ["model.py:2", "syntax error", "null bytes", "a binary file"]
+
+
+@case
+def build_syntax_error_of_code_the_model_evaluates(tmp_path):
+    """A SyntaxError from eval() in the model is raised at the model's line, not '<string>:1'."""
+    path = write(tmp_path, "import gcompile as gc\n\nrule = eval('1 +')\n")
+    message = raised(build(tmp_path, path))
+    assert "<string>:" not in message, message
+    return message, ["importing", "model.py:3", "SyntaxError"]
+
+
+@case
+def build_infinite_recursion_in_the_model(tmp_path):
+    """The innermost frame outside gcompile was a dataclass's generated __init__: '<string>:3'."""
+    path = write(tmp_path, "import gcompile as gc\n\ndef g(x):\n    return g(x + 1)\n\n"
+                           "@gc.export(x=gc.spec((2,)))\ndef h(x):\n    return g(x)\n")
+    message = raised(build(tmp_path, path))
+    assert "<string>" not in message, message
+    return message, ["cannot build 'h'", "RecursionError", "model.py:4)"]
 
 
 @case

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import gcompile as gc
+from gcompile.artifacts.build import lower_all
 from gcompile.artifacts.marks import export_info, exported_functions
 
 
@@ -17,6 +18,24 @@ def test_export_records_specs_in_parameter_order_and_returns_the_function():
     info = export_info(f)
     assert info.name == "f" and info.input_names == ("a", "b")
     assert info.specs == (gc.spec(("batch", 3), "float32"), gc.spec((2,), "int64"))
+
+
+def test_a_pytree_of_specs_is_taken_as_gc_compile_takes_it(tmp_path):
+    """@gc.export refused the dict of specs gc.compile accepts for one parameter; now both build the
+    same model, an input per leaf named by its path, and a bad leaf is named at the decorator."""
+    specs = {"w": gc.spec((3, 2)), "b": gc.spec((2,))}
+
+    def predict(params, x):
+        return gc.functions.tanh(x @ params["w"] + params["b"])
+    gc.export(params=specs, x=gc.spec(("batch", 3)))(predict)
+    module = types.ModuleType("pytree_model")
+    module.predict, predict.__module__ = predict, "pytree_model"
+    (_, model, *_), = lower_all(module)[1]
+    compiled = gc.compile(predict, specs, gc.spec(("batch", 3)), provider="cpu")
+    assert [i.name for i in model.graph.input] == ["params.w", "params.b", "x"]
+    assert model.graph.SerializeToString() == compiled.model.graph.SerializeToString()
+    with pytest.raises(gc.GcompileError, match="parameter 'params': bad spec: expected gc.spec"):
+        gc.export(params={"w": "float32"}, x=gc.spec((3,)))(predict)
 
 
 def test_unknown_parameter_is_named():

@@ -167,4 +167,4 @@ def test_external_data_outside_the_model_folder_is_refused(tmp_path):
                 e.value = "../outside.data"
     (tmp_path / "a" / "m.onnx").write_bytes(model.SerializeToString())
     result = invoke("inspect", tmp_path / "a" / "m.onnx")
-    assert result.exit_code == 2 and "outside its folder" in result.stderr, result.output
+    assert result.exit_code == 2 and "inside the model's folder" in result.stderr, result.output

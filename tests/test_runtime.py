@@ -156,11 +156,15 @@ def test_wrong_number_of_inputs(two_inputs):
         two_inputs(np.ones((2, 3), np.float32))
 
 
-def test_wrong_dtype_names_the_input_and_both_dtypes(two_inputs):
-    with pytest.raises(gc.InputError, match="input 'x': expected dtype float32, got float64"):
+def test_wrong_dtype_names_the_input_and_both_dtypes_and_how_to_convert(two_inputs):
+    with pytest.raises(gc.InputError, match=r"input 'x': expected dtype float32, got float64 \(convert it with "
+                                            r"\.astype\(np\.float32\)\)"):
         two_inputs(np.ones((2, 3)), np.ones((2, 2), np.int64))
-    with pytest.raises(gc.InputError, match="input 'y': expected dtype int64, got int32"):
+    with pytest.raises(gc.InputError, match=r"input 'y': expected dtype int64, got int32 \(convert it with "
+                                            r"\.astype\(np\.int64\)\)"):
         two_inputs(np.ones((2, 3), np.float32), np.ones((2, 2), np.int32))
+    with pytest.raises(gc.InputError, match=r"input 'x': expected dtype float32, got string$"):   # not 'str32'
+        two_inputs(np.array([["a", "b", "c"]]), np.ones((1, 2), np.int64))
 
 
 def test_wrong_shape_names_the_input_and_both_shapes(two_inputs):
@@ -273,6 +277,16 @@ def test_device_values_skip_the_copy_and_give_the_same_result():
         cf(x, cf.to_device(np.ones((4, 3), np.float32)))
     with pytest.raises(gc.InputError, match="expected dtype float32, got float64"):
         cf(x, cf.to_device(w.astype(np.float64)))
+
+
+def test_check_numerics_reads_device_values_too():
+    """A NaN in an OrtValue input was not checked, and the NaN output was reported 'although every
+    input is finite'."""
+    cf = gc.compile(lambda x, w: x @ w, gc.spec((2, 3)), gc.spec((3, 4)), provider="cpu", check_numerics=True)
+    w = np.ones((3, 4), np.float32)
+    w[2, 1] = np.nan
+    with pytest.raises(gc.InputError, match=r"input 'w' of .* has 1 NaN value\(s\), the first at index \(2, 1\)"):
+        cf(np.ones((2, 3), np.float32), cf.to_device(w))
 
 
 def test_saved_artifacts_follow_the_umask(tmp_path):

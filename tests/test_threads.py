@@ -1,6 +1,7 @@
 """Tracing, differentiating, optimising and lowering from several threads at once: each thread has
 its own trace frames, and the results are the models a sequential build gives, byte for byte."""
 import gc
+import subprocess
 import sys
 import threading
 
@@ -87,3 +88,39 @@ def test_a_tensor_of_another_threads_trace_is_refused():
     finally:
         finish.set()
         thread.join()
+
+
+_FIRST_USE_FROM_THREADS = """
+import sys, threading
+import numpy as np
+import gcompile as gc
+sys.setswitchinterval(1e-5)
+barrier, errors, done = threading.Barrier(16), [], []
+
+def work(k):
+    try:
+        barrier.wait()
+        cf = gc.compile(lambda x: x * (k + 1), gc.spec((2,), "float32"), provider="cpu")
+        assert float(cf(np.ones(2, np.float32))[0]) == k + 1
+        done.append(k)
+    except Exception as err:
+        errors.append(f"{type(err).__name__}: {err}")
+
+threads = [threading.Thread(target=work, args=(k,)) for k in range(16)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(len(done), errors[:3])
+"""
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_the_first_use_of_the_package_from_many_threads_waits_for_one_load(attempt):
+    """`import gcompile` loads the library on the first attribute asked: sixteen threads asking for
+    gc.compile at once in a fresh interpreter all get it (they used to find it unbound while one
+    thread was still loading it, and raise AttributeError)."""
+    result = subprocess.run([sys.executable, "-c", _FIRST_USE_FROM_THREADS], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "16 []", result.stdout

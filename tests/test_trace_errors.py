@@ -106,6 +106,14 @@ def test_tensor_from_another_trace():
     ((2, 3), "float7", "unknown dtype 'float7'"),
     ((2, 3), "complex64", "dtype complex64 is not supported"),
     (3.5, "float32", "shape must be a tuple"),
+    # what is not a shape is refused, with the right form: a dict gave its keys as dims (784 dropped), a set too
+    ({"batch": None, "features": 784}, "float32",
+     r"got dict \{'batch': None, 'features': 784\}; write gc.spec\(\('batch', 784\)\)"),
+    ({"batch", "x"}, "float32", r"must be a tuple of ints and symbol names, in order, got set"),
+    ((784.0, "batch"), "float32", r"dim 784.0 .*; write gc.spec\(\(784, 'batch'\)\)"),
+    (("batch", None), "float32", r"dim None .*; write it as gc.spec\(\(\"batch\", 784\)\)"),
+    ("batch,784", "float32", "dim 'batch,784'"),
+    ((2,), np.str_, "dtype string is not supported"),
 ])
 def test_bad_specs(shape, dtype, match):
     with pytest.raises(gc.GcompileError, match=match):
@@ -143,3 +151,17 @@ def test_numpy_functions_gcompile_refuses_say_what_to_use_instead():
     """np.linalg.svd reaches F.svd, which exists to refuse with the nearest alternative."""
     with pytest.raises(gc.UnsupportedError, match="svd is not supported: it needs singular values.*F.qr"):
         gc.compile(lambda x: np.linalg.svd(x), np.ones((2, 2), np.float32))
+
+
+def test_the_users_frame_is_one_with_a_line_the_user_wrote():
+    """Generated code ('<string>', a dataclass's __init__) and library files (collections) hold no
+    line of the user's: a RecursionError in a model was reported at '<string>:3'."""
+    import collections
+
+    from gcompile.frontend.source import user_frame
+    internal, library = gc.functions.__file__, collections.__file__
+    frames = [(internal, 10), ("<string>", 3), (library, 598), ("<frozen importlib._bootstrap>", 1), ("model.py", 4),
+              ("main.py", 9)]
+    assert user_frame(frames) == ("model.py", 4)
+    assert user_frame([(internal, 10), ("<stdin>", 2), (library, 598)]) == ("<stdin>", 2)   # typed at a REPL
+    assert user_frame([(internal, 10), ("<frozen importlib._bootstrap>", 1)]) is None

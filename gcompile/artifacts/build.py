@@ -41,6 +41,7 @@ import numpy as np
 import onnx
 
 from ..errors import GcompileError
+from ..frontend import source
 from ..logs import logger, phase, progress, timings
 from ..lowering import to_onnx
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, serialize
@@ -68,11 +69,9 @@ class BuildResult:
 
 
 def user_frame(err: BaseException) -> str:
-    """'file:line' of the innermost traceback frame outside gcompile and importlib, or ''."""
-    frames = [f for f in traceback.extract_tb(err.__traceback__)
-              if not os.path.abspath(f.filename).startswith(_PACKAGE_DIR + os.sep)
-              and not f.filename.startswith("<frozen")]
-    return f"{display_path(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    """'file:line' of the innermost traceback frame of the user's (frontend.source.user_frame), or ''."""
+    found = source.user_frame((f.filename, f.lineno or 0) for f in reversed(traceback.extract_tb(err.__traceback__)))
+    return f"{display_path(found[0])}:{found[1]}" if found else ""
 
 
 def display_path(path: str) -> str:
@@ -121,15 +120,31 @@ def load_module(path) -> types.ModuleType:
         spec.loader.exec_module(module)
     except SyntaxError as err:
         sys.modules.pop(name, None)
-        line = f"\n    {err.text.strip()}" if err.text and err.text.strip() else ""
-        where = f"{display_path(err.filename or path)}:{err.lineno}"
-        raise GcompileError(f"{where}: syntax error: {err.msg}{line}") from None
+        if user_frame(err):   # raised in a line of the model's (eval, compile), not by compiling its text
+            raise _user_error(f"importing {path} failed", err) from None
+        raise _syntax_error(path, err) from None
     except (Exception, SystemExit) as err:
         sys.modules.pop(name, None)
         if is_internal(err) and not isinstance(err, GcompileError):
             raise
         raise _user_error(f"importing {path} failed", err) from None
     return module
+
+
+def _syntax_error(path: str, err: SyntaxError) -> GcompileError:
+    """A model file that does not compile, named at its line, with the line where it is printable
+    text. Python names no line for a NUL byte: a binary file is named at the line of its first."""
+    line, hint = err.lineno, ""
+    if line is None:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        nul = data.find(b"\0")
+        if nul >= 0:
+            line, hint = data.count(b"\n", 0, nul) + 1, " (a binary file, not Python source?)"
+    text = (err.text or "").strip()
+    shown = f"\n    {text}" if text and text.isprintable() and "\ufffd" not in text else ""   # not undecodable bytes
+    where = display_path(path) + (f":{line}" if line else "")
+    return GcompileError(f"{where}: syntax error: {err.msg}{hint}{shown}")
 
 
 def _trace_one(fn: Callable, info: Export, opset: int | None, passes: Callable,

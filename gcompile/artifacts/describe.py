@@ -58,7 +58,8 @@ def describe(model) -> dict:
         "outputs": signature(model.graph.output),
         "opset": opset_of(model),
         "ir_version": model.ir_version,
-        "parameters": sum(int(np.prod(t.dims)) for t in model.graph.initializer),
+        "parameters": sum(int(np.prod(t.dims)) for t in model.graph.initializer),   # values held, not inputs
+        "initializers": len(model.graph.initializer),
         "nodes": len(model.graph.node),
         "nodes_by_order": {str(k): v for k, v in by_order.items()},
         "untagged_nodes": untagged,

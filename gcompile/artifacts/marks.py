@@ -19,7 +19,8 @@ import numpy as np
 import onnx
 
 from ..errors import GcompileError
-from ..frontend.spec import Spec, as_spec
+from ..frontend import pytree
+from ..frontend.spec import as_spec
 from ..frontend.trace import Traced, trace
 from ..runtime.modelfile import random_feeds
 from ..training.layout import StepLayout
@@ -35,10 +36,11 @@ _F = TypeVar("_F", bound=Callable)
 
 @dataclass(frozen=True)
 class Export:
-    """What `gcompile build` needs to trace one function: artifact name, input names and specs."""
+    """What `gcompile build` needs to trace one function: artifact name, input names and specs
+    (one per parameter: a Spec or, for @gc.export, a pytree of them, as gc.compile takes)."""
     name: str
     input_names: tuple[str, ...]
-    specs: tuple[Spec, ...]
+    specs: tuple[Any, ...]
 
     def trace(self, fn: Callable) -> Traced:
         """The graph `gcompile build` optimises, lowers and writes: `fn` on the specs."""
@@ -70,7 +72,9 @@ def export(fn: _F | None = None, /, *, name: Any = None, **specs: Any) -> _F | C
         @gc.export(x=gc.spec(("batch", 784), "float32"))
         def predict(x): ...
 
-    Each value is a gc.spec or an example array. Parameters that have a default may be left
+    Each value is a gc.spec or an example array, or a pytree of them (a dict, list or tuple; one
+    graph input per leaf, named by its path, "params.fc1.weight"), as gc.compile takes them.
+    Parameters that have a default may be left
     out (they keep it) as long as every parameter before them has a spec. A string `name`
     renames the artifact (default: the function's name); any other value under `name` is
     the spec of a parameter called `name`. The function is returned unchanged.
@@ -115,7 +119,7 @@ def _make_export(fn: Any, name: str | None, specs: dict[str, Any]) -> Export:
             raise GcompileError(f"@gc.export on {label}: parameter {p.name!r} has a spec but the earlier "
                                 f"parameter {skipped[0]!r} has none; give it one too")
         try:
-            resolved.append(as_spec(specs[p.name]))
+            resolved.append(_spec_tree(specs[p.name]))
         except GcompileError as err:
             raise GcompileError(f"@gc.export on {label}, parameter {p.name!r}: {err}") from None
         input_names.append(p.name)
@@ -124,6 +128,12 @@ def _make_export(fn: Any, name: str | None, specs: dict[str, Any]) -> Export:
         raise GcompileError(f"@gc.export on {label}: missing spec for parameter {', '.join(map(repr, missing))}; "
                             f"write e.g. @gc.export({missing[0]}=gc.spec((\"batch\", 16), \"float32\"))")
     return Export(_artifact_name("@gc.export", label, fn, name), tuple(input_names), tuple(resolved))
+
+
+def _spec_tree(value: Any) -> Any:
+    """A parameter's spec, or pytree of specs, with every leaf a checked Spec."""
+    leaves, tree = pytree.flatten(value)
+    return pytree.unflatten(tree, [as_spec(leaf) for leaf in leaves])
 
 
 def _artifact_name(decorator: str, label: str, fn: Any, name: str | None) -> str:

@@ -28,7 +28,7 @@ import onnx
 from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError
-from ..ir.dims import format_shape
+from ..ir.dims import astype_hint, format_shape, format_type
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD
 from ..runtime import npz
 from ..runtime.modelfile import signature
@@ -126,8 +126,8 @@ class DistributedTrainer:
             arr = np.asarray(values[name])
             dtype, shape = self._types[name]
             if arr.dtype != dtype or arr.shape != shape:
-                raise InputError(f"{name!r}: the training step expects {dtype.name}{format_shape(shape)}, "
-                                 f"got {arr.dtype.name}{format_shape(arr.shape)}")
+                raise InputError(f"{name!r}: the training step expects {format_type(dtype, shape)}, "
+                                 f"got {format_type(arr.dtype, arr.shape)}{astype_hint(dtype, arr.dtype)}")
             out[name] = arr
         return out
 
@@ -256,8 +256,8 @@ class DistributedTrainer:
             dtype, shape = self._types[name]
             if arr.dtype != dtype or arr.ndim != len(shape) or any(
                     isinstance(d, int) and d != n for d, n in zip(shape, arr.shape)):
-                raise InputError(f"batch input {name!r}: expected {dtype.name}{format_shape(shape)}, "
-                                 f"got {arr.dtype.name}{format_shape(arr.shape)}")
+                raise InputError(f"batch input {name!r}: expected {format_type(dtype, shape)}, "
+                                 f"got {format_type(arr.dtype, arr.shape)}{astype_hint(dtype, arr.dtype)}")
             feeds.append(arr)
         lengths = {name: arr.shape[0] for name, arr in zip(names, feeds) if arr.ndim}
         if len(set(lengths.values())) > 1:

@@ -180,8 +180,9 @@ class Tensor:
 
     def __bool__(self):
         raise TraceError(f"data-dependent control flow is not traceable: the truth value of {self!r} "
-                         f"is only known at run time (at {user_location()}); use F.where(cond, a, b) "
-                         "instead of if/else on a Tensor")
+                         f"is only known at run time (at {user_location()}): for if/else, compute both and "
+                         "pick with F.where(cond, a, b); for a while loop, gc.while_loop(cond_fn, body_fn, init) "
+                         "(gc.fori_loop or gc.scan where the count is known)")
 
     def __len__(self) -> int:
         if not self.shape:

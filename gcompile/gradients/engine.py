@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import GcompileError
+from ..errors import GcompileError, TraceError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, as_tensor, current_frame, recording_order
+from ..ir.dims import format_type
 from ..ir.graph import Graph, ValueRef
 from ..ir.registry import get_op
 from ..logs import phase
@@ -69,20 +70,33 @@ def _forward_set(graph: Graph, inputs: list[ValueRef], within: set[ValueRef]) ->
 
 
 def grad(outputs: Tensor | Sequence[Tensor], inputs: Sequence[Tensor], grad_outputs: Any = None) -> list[Tensor]:
-    """Gradients of `outputs` (weighted by `grad_outputs`, default ones) w.r.t. each of `inputs`.
+    """Gradients of `outputs` (weighted by `grad_outputs`, default ones: gcompile's own callers
+    rely on that; the public gc.grad refuses a non-scalar output without one) w.r.t. each of `inputs`.
 
     Each result has its input's shape and dtype. An input the outputs do not depend on
     gets zeros (as JAX does), not an error. Integer inputs are an error. A grad_outputs
     entry (None for ones) must have its output's shape; it is cast to the output's dtype.
     """
+    try:
+        graph = current_frame().graph
+    except TraceError:
+        raise TraceError("gc.grad(outputs, inputs) adds the gradient to a function being traced: call it inside "
+                         "the function given to gc.compile, gc.jit or @gc.export; outside one, gc.grad(fn) is the "
+                         "gradient function (JAX's form), which gc.compile compiles") from None
     if isinstance(inputs, Tensor):
         raise GcompileError("gc.grad(outputs, inputs): `inputs` must be a list of Tensors, e.g. [x]")
+    if not isinstance(outputs, (Tensor, list, tuple)):
+        raise GcompileError(f"gc.grad(outputs, inputs): `outputs` must be a Tensor or a list of them, got "
+                            f"{_described(outputs)} (at {user_location()})")
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     inputs = list(inputs)
-    graph = current_frame().graph
     for x in inputs + outputs:
         if not isinstance(x, Tensor):
-            raise GcompileError(f"gc.grad takes Tensors of the function being traced, got {x!r}")
+            hint = (": an array the function closes over is a constant; to differentiate with respect to it, "
+                    "make it an argument of the traced function (gc.compile(fn, x, W))"
+                    if isinstance(x, (np.ndarray, np.generic, int, float)) else "")
+            raise GcompileError(f"gc.grad takes Tensors of the function being traced, got {_described(x)} "
+                                f"(at {user_location()}){hint}")
     # Inside a loop body, Tensors of the enclosing function are captured (the gradient is then the
     # body's, through the captured value); Tensors of unrelated traces are refused.
     inputs, outputs = [as_tensor(x) for x in inputs], [as_tensor(y) for y in outputs]
@@ -134,6 +148,14 @@ def grad(outputs: Tensor | Sequence[Tensor], inputs: Sequence[Tensor], grad_outp
                 cotangents[x.ref] = [total]
             results.append(zeros_like(x) if total is None else total)
     return results
+
+
+def _described(value: Any) -> str:
+    """A value as an error names it: its type and, for an array, its dtype and shape, never its
+    contents (a closed-over weight printed over a screen)."""
+    if isinstance(value, np.ndarray):
+        return f"a numpy array {format_type(value.dtype, value.shape)}"
+    return f"a {type(value).__name__}" + (f" {value!r}" if isinstance(value, (int, float, str)) else "")
 
 
 def _total(terms):

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import GcompileError
 from ..frontend import pytree
+from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, as_tensor, current_frame
 from ..ir import dims
 from ..ops.basic import add_n, cast, zeros_like
@@ -117,6 +118,7 @@ def grad(fn_or_outputs: Any, *args: Any, **kwargs: Any) -> Any:
     """Two forms. gc.grad(outputs, inputs, grad_outputs=None), inside a traced function: the
     gradients of `outputs` w.r.t. `inputs` (see gradients/engine.py); `inputs` is a list of
     Tensors (giving a list) or another pytree of them, such as a dict (giving that structure).
+    An output that is not a scalar needs its cotangent in `grad_outputs` (_check_seeded).
 
     gc.grad(fn, argnums=0, has_aux=False), JAX's transform: a function returning the gradient
     of the scalar fn w.r.t. args[argnums] (with has_aux, the pair (gradient, aux))."""
@@ -136,12 +138,32 @@ def _grad_transform(fn: Callable[..., Any], argnums: Argnums = 0, has_aux: bool 
 
 
 def _grad_tensors(outputs: Any, inputs: Any, grad_outputs: Any = None) -> Any:
+    _check_seeded(outputs, grad_outputs)
     if isinstance(inputs, (list, tuple)) and all(isinstance(x, Tensor) for x in inputs):
         return grad_of(outputs, inputs, grad_outputs)
     if isinstance(inputs, Tensor) or pytree.children_of(inputs) is None:
         return grad_of(outputs, inputs, grad_outputs)   # the engine's error names the mistake
     leaves, tree = pytree.flatten(inputs)
     return pytree.unflatten(tree, grad_of(outputs, leaves, grad_outputs))
+
+
+def _check_seeded(outputs: Any, grad_outputs: Any) -> None:
+    """Refuse a non-scalar output given no cotangent (grad_outputs None, or None in its entry), as
+    PyTorch and JAX do: seeding it with ones silently differentiated its sum, which is rarely what
+    was meant (a batch of losses, a vector field). Internal callers that mean ones pass them."""
+    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs) if isinstance(outputs, (list, tuple)) else []
+    if grad_outputs is None:
+        seeds = [None] * len(outs)
+    elif isinstance(grad_outputs, (list, tuple)):
+        seeds = list(grad_outputs)
+    else:
+        seeds = [grad_outputs]
+    for y, seed in zip(outs, seeds):
+        if seed is None and isinstance(y, Tensor) and y.shape != ():
+            raise GcompileError(
+                f"gc.grad of a non-scalar output ({y.type}, at {user_location()}) needs its cotangent: reduce it "
+                "to a scalar first, e.g. gc.grad(F.sum(y), ...) or F.mean(y), or pass grad_outputs=[a cotangent "
+                "of the output's shape] (PyTorch's backward and JAX's grad refuse it too)")
 
 
 def vjp(fn: Callable, *primals: Any) -> tuple[Any, Callable[[Any], tuple[Tensor, ...]]]:

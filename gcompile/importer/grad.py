@@ -9,11 +9,10 @@ tensor. Its outputs: the model's outputs, `loss` (with --loss), `grad_<name>` fo
 differentiated tensor, and for --order 2 `hvp_<name>`, the Hessian-vector product H·v of the
 differentiated scalar w.r.t. all of them jointly.
 
-A generated name never replaces one the model already uses: when `target` (the default
---target), `v_<name>`, `loss`, `grad_<name>` or `hvp_<name>` is already a model input or output,
-it gets the first free suffix `_1`, `_2`, ... (`grad_x_1` beside a model output `grad_x`), in
-the order listed above, so the same model always gives the same names; the CLI prints them.
-A --target given explicitly that clashes is refused instead.
+A generated name never replaces or hides one the model already uses: when the target (`target`
+or --target), `v_<name>`, `loss`, `grad_<name>` or `hvp_<name>` is already a model input or
+output, or two generated names are one, the model is refused with an error naming both (a
+suffixed `grad_x_1` beside the model's own output `grad_x` reads as the gradient it is not).
 
 The model is read with gc.load_onnx, so a hostile or broken file is refused as load.py says,
 with a GcompileError naming the file and the offending piece.
@@ -54,14 +53,19 @@ def _wrt_names(f, wrt: str) -> list[str]:
     return names
 
 
-def _fresh(name: str, taken: set[str]) -> str:
-    """`name`, or the first of name_1, name_2, ... not in `taken`; the result is added to `taken`."""
-    candidate, suffix = name, 0
-    while candidate in taken:
-        suffix += 1
-        candidate = f"{name}_{suffix}"
-    taken.add(candidate)
-    return candidate
+def _check_names(model_names: dict[str, str], generated: list[tuple[str | None, str]]) -> None:
+    """Refuse a generated input or output name (with what it holds) that the model already uses
+    (`model_names`: name -> what it is in the model) or that another generated name took."""
+    seen = dict(model_names)
+    for name, role in generated:
+        if name is None:
+            continue
+        if name in seen:
+            fix = ("choose another name with --target" if "--target" in role + seen[name] else
+                   f"rename {seen[name]} in the model (gcompile grad names what it adds target, v_<name>, loss, "
+                   "grad_<name> and hvp_<name>)")
+            raise GcompileError(f"{role} would be named {name!r}, a name already used for {seen[name]}; {fix}")
+        seen[name] = role
 
 
 def _output_types(f, specs) -> dict:
@@ -100,20 +104,21 @@ def gradient_model(model, wrt: str, of: str | None = None, loss: str | None = No
             raise GcompileError(f"--wrt {n!r}: it is {s.dtype.name}; only float tensors can be differentiated")
         specs.setdefault(n, s)
     diff_params = [n for n in names if n in f.params]
-    taken = set(f.input_names) | set(f.output_names) | set(diff_params)
-    if target in taken:
-        raise GcompileError(f"--target {target!r} is already used by the model (inputs: {', '.join(f.input_names)}; "
-                            f"outputs: {', '.join(f.output_names)}); choose another name")
     extra = {n: specs[n] for n in diff_params}
     if needs_target:
-        target = target or _fresh("target", taken)
-        taken.add(target)
+        target = target or "target"
         extra[target] = (spec(y_type.shape, y_type.dtype) if loss == "mse" else spec(y_type.shape[:-1], np.int64))
-    v_names = {n: _fresh(f"v_{n}", taken) for n in names} if order == 2 else {}
+    v_names = {n: f"v_{n}" for n in names} if order == 2 else {}
     extra.update({v_names[n]: specs[n] for n in v_names})
-    loss_name = _fresh("loss", taken) if loss else None
-    grad_names = {n: _fresh(f"grad_{n}", taken) for n in names}
-    hvp_names = {n: _fresh(f"hvp_{n}", taken) for n in v_names}
+    loss_name = "loss" if loss else None
+    grad_names = {n: f"grad_{n}" for n in names}
+    hvp_names = {n: f"hvp_{n}" for n in v_names}
+    _check_names({**{n: f"output {n!r}" for n in f.output_names}, **{n: f"input {n!r}" for n in f.input_names},
+                  **{n: f"initializer {n!r} (an input once differentiated)" for n in diff_params}},
+                 [(target, "the loss target (--target)"),
+                  *((v_names[n], f"the direction input for {n!r} (v_<name>)") for n in v_names),
+                  (loss_name, "the loss output"), *((grad_names[n], f"the gradient of {n!r}") for n in names),
+                  *((hvp_names[n], f"the Hessian-vector product for {n!r} (hvp_<name>)") for n in hvp_names)])
     input_names = f.input_names + list(extra)
 
     def fn(*args):
@@ -125,7 +130,7 @@ def gradient_model(model, wrt: str, of: str | None = None, loss: str | None = No
             scalar = F.mse(y, by_name[target])
         elif loss == "cross_entropy":
             scalar = F.softmax_cross_entropy(y, by_name[target])
-        elif loss == "sum":
+        elif loss == "sum" or y.shape:   # without --loss an output is summed (a scalar one is itself)
             scalar = F.sum(y)
         else:
             scalar = y

@@ -34,8 +34,8 @@ from onnx.external_data_helper import load_external_data_for_model, uses_externa
 from ..errors import GcompileError, InputError, UnsupportedError
 from ..frontend.spec import Spec, spec
 from ..frontend.tensor import Tensor, current_frame
-from ..ir.dims import format_shape
-from ..runtime.modelfile import check_manifest
+from ..ir.dims import astype_hint, dtype_name, format_shape
+from ..runtime.modelfile import check_manifest, external_data_file
 from .inline import Inliner
 from .table import np_dtype
 from .validate import check_model, declared_bytes, size_mismatch, tensor_array
@@ -115,23 +115,15 @@ def _tensors(graph):
 
 
 def _load_external_data(proto, folder: str) -> None:
-    """Read external initializers, refusing a location that escapes the model's folder or holds a NUL
-    byte, and, before reading it, a file part whose size differs from what its initializer declares."""
+    """Read external initializers, refusing a location that is not a relative path inside the
+    model's folder (external_data_file) and, before reading it, a file part whose size differs
+    from what its initializer declares."""
     external = [t for t in _tensors(proto.graph) if uses_external_data(t)]
-    root = os.path.realpath(folder)
     for tensor in external:
         what = f"initializer {tensor.name!r}"
         info = {e.key: e.value for e in tensor.external_data}
         location = info.get("location", "")
-        if "\0" in location:
-            raise GcompileError(f"{what} points to external data at {location!r}, a location with a NUL byte "
-                                "(refused)")
-        parts = location.replace("\\", "/").split("/")
-        target = os.path.realpath(os.path.join(root, location))
-        if (not location or os.path.isabs(location) or re.match(r"^[A-Za-z]:", location) or ".." in parts
-                or os.path.commonpath([root, target]) != root):
-            raise GcompileError(f"{what} points to external data at {location!r}, outside the model's folder; "
-                                f"external data must be a relative path inside {folder} (refused for safety)")
+        target = external_data_file(folder, location, what)
         if not os.path.isfile(target):
             raise GcompileError(f"the external data file {location!r} of {what} is missing from {folder}")
         nbytes, dtype = declared_bytes(tensor, what)
@@ -237,7 +229,8 @@ class OnnxModel:
         if not isinstance(value, Tensor):
             value = np.asarray(value, dtype=dtype if not isinstance(value, np.ndarray) else None)
         if np.dtype(value.dtype) != dtype:
-            raise InputError(f"{what}: expected dtype {dtype.name}, got {np.dtype(value.dtype).name}")
+            got = np.dtype(value.dtype)
+            raise InputError(f"{what}: expected dtype {dtype.name}, got {dtype_name(got)}{astype_hint(dtype, got)}")
         if shape is None:
             return value
         fits = len(value.shape) == len(shape) and all(

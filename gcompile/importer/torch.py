@@ -43,6 +43,7 @@ from ..frontend.tensor import Tensor
 from ..nn.module import Module
 from ..ops.reduce import count
 from ..runtime.files import atomic_write
+from ..runtime.modelfile import metadata_json
 from .load import OnnxModel, load_onnx
 from .table import TRANSLATORS, Translator
 
@@ -118,16 +119,44 @@ def _annotate(proto: onnx.ModelProto, module: Any, training: bool) -> onnx.Model
     return proto
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_names(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(n, str) for n in value)
+
+
+# What TorchModule reads of the metadata from_torch writes, each field's check.
+_METADATA_FIELDS = {
+    "state": _is_names, "params": _is_names, "training": lambda v: isinstance(v, bool),
+    "module": lambda v: isinstance(v, str),
+    "batchnorm": lambda v: isinstance(v, dict) and all(
+        isinstance(layer, dict) and isinstance(layer.get("track"), bool)
+        and (layer.get("momentum") is None or _is_number(layer["momentum"])) for layer in v.values()),
+}
+
+
+def _metadata(model: OnnxModel) -> dict:
+    """The metadata from_torch recorded in a model, its structure checked: a saved file may be
+    hand-edited or hostile, and a GcompileError naming the field beats a KeyError later."""
+    meta = metadata_json(model.proto, METADATA_KEY, model.source)
+    if meta is None:
+        raise GcompileError(f"{model.source}: not exported by gc.from_torch (no {METADATA_KEY!r} metadata); "
+                            "use gc.load_onnx for other ONNX models")
+    bad = [k for k, fits in _METADATA_FIELDS.items() if not isinstance(meta, dict) or not fits(meta.get(k))]
+    if bad:
+        raise GcompileError(f"{model.source}: its {METADATA_KEY!r} metadata is not what gc.from_torch writes (its "
+                            f"{bad[0]!r} field); was the file edited?")
+    return meta
+
+
 class TorchModule(Module):
     """A PyTorch module imported through ONNX (gc.from_torch): a gc.nn Module whose parameters and
     buffers are the torch module's state_dict entries, by their names ("conv.weight")."""
 
     def __init__(self, model: OnnxModel) -> None:
-        raw = {p.key: p.value for p in model.proto.metadata_props}.get(METADATA_KEY)
-        if raw is None:
-            raise GcompileError(f"{model.source}: not exported by gc.from_torch (no {METADATA_KEY!r} metadata); "
-                                "use gc.load_onnx for other ONNX models")
-        meta = json.loads(raw)
+        meta = _metadata(model)
         values = model.params
         missing = [n for n in meta["state"] if n not in values]
         if missing:

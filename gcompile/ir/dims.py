@@ -78,6 +78,25 @@ def format_shape(shape: Shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def dtype_name(dtype) -> str:
+    """A numpy dtype as messages name it: its name, except text, which numpy names by width
+    ('str32', 'bytes16'): "string" (what an ONNX string tensor holds) and "bytes"."""
+    return {"U": "string", "S": "bytes"}.get(dtype.kind, dtype.name)
+
+
+def format_type(dtype, shape: Shape) -> str:
+    """'float32(2, 3)', 'string(2,)'."""
+    return dtype_name(dtype) + format_shape(shape)
+
+
+def astype_hint(expected, got) -> str:
+    """For an array of dtype `got` given where `expected` is wanted: how to convert it, when
+    numpy can (between numbers and booleans), else ''."""
+    if expected.kind in "biuf" and got.kind in "biuf":
+        return f" (convert it with .astype(np.{expected.name}))"
+    return ""
+
+
 def bind(bindings: dict, declared: Shape, actual, source: str) -> tuple | None:
     """Record the size each plain symbol of `declared` takes in `actual` (as (size, source) in
     `bindings`); return (symbol, size, first size, first source) for the first symbol already

@@ -65,10 +65,12 @@ class Variant(NamedTuple):
 class AdaptiveSession:
     """Duck-types onnxruntime.InferenceSession for what gcompile calls: run, io_binding,
     run_with_iobinding, get_inputs, get_outputs, get_providers (anything else is the first
-    variant's). `make(threads, spin)` makes one variant's session."""
+    variant's). `make(threads, spin)` makes one variant's session; `clock` times the calls, in
+    seconds (a test's stand-in sessions advance a fake one)."""
 
-    def __init__(self, make: Callable[[int, bool], Any], threads: int) -> None:
-        self._make = make
+    def __init__(self, make: Callable[[int, bool], Any], threads: int,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self._make, self._clock = make, clock
         # the first choice, then the challengers in turn
         self._variants = [Variant(threads, False), Variant(1, False), Variant(threads, True)]
         first = self._variants[0]
@@ -123,9 +125,9 @@ class AdaptiveSession:
             options = ort.RunOptions()
             options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
             args.append(options)
-        start = time.perf_counter()
+        start = self._clock()
         result = run(self._sessions[variant], *args)
-        elapsed = time.perf_counter() - start
+        elapsed = self._clock() - start
         with self._lock:
             self._calls += 1
             if variant in self._cold:

@@ -13,7 +13,7 @@ from numpy.typing import ArrayLike
 from ..errors import GcompileError, InputError
 from ..frontend import pytree
 from ..frontend.trace import Traced
-from ..ir.dims import bind, format_shape
+from ..ir.dims import astype_hint, bind, dtype_name, format_shape
 from ..ir.graph import Graph
 from ..lowering import to_onnx
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, external_data_versions, serialize
@@ -22,7 +22,8 @@ from .providers import make_session, resolve_provider
 
 _ORT_TYPES = {f"tensor({name})": np.dtype(dt) for name, dt in [
     ("float", "float32"), ("double", "float64"), ("float16", "float16"), ("int64", "int64"), ("int32", "int32"),
-    ("int16", "int16"), ("int8", "int8"), ("uint8", "uint8"), ("bool", "bool")]}
+    ("int16", "int16"), ("int8", "int8"), ("uint8", "uint8"), ("uint16", "uint16"), ("uint32", "uint32"),
+    ("uint64", "uint64"), ("bool", "bool"), ("string", "str")]}
 
 
 def _ort_value_type():
@@ -61,8 +62,9 @@ class CompiledFunction:
     """A traced function lowered to ONNX. Call it with numpy arrays (or OrtValues from `to_device`);
     `.model` is the ModelProto, `.provider` the execution provider that runs it.
 
-    check_numerics=True checks every call's float numpy inputs and its outputs for NaN and
-    Inf and names the first offender, at the cost of a pass over the data.
+    check_numerics=True checks every call's float inputs (numpy arrays and OrtValues, copied from
+    the device to be read) and its outputs for NaN and Inf and names the first offender, at the
+    cost of a pass over the data.
     """
 
     def __init__(self, traced: Traced, model: onnx.ModelProto, provider: str, float64_ops: list[str],
@@ -118,7 +120,9 @@ class CompiledFunction:
                 value = np.require(np.asarray(value), requirements="C")  # keeps 0-d inputs 0-d
                 shape, dtype = value.shape, value.dtype
             if dtype != s.dtype:
-                raise InputError(f"input {name!r}: expected dtype {s.dtype.name}, got {np.dtype(dtype).name}")
+                got = "an unknown dtype" if dtype is None else dtype_name(dtype)
+                raise InputError(f"input {name!r}: expected dtype {s.dtype.name}, got {got}"
+                                 f"{astype_hint(s.dtype, dtype) if dtype is not None else ''}")
             if len(shape) != len(s.shape) or any(isinstance(d, int) and d != n for d, n in zip(s.shape, shape)):
                 raise InputError(f"input {name!r}: expected shape {format_shape(s.shape)}, got {format_shape(shape)}")
             conflict = bind(bindings, s.shape, shape, name)
@@ -140,8 +144,9 @@ class CompiledFunction:
         feeds = self.check_inputs(args)
         if not self.check_numerics:
             return self._run(feeds)
-        for name, value in feeds.items():
-            if isinstance(value, np.ndarray) and (problem := non_finite(value)) is not None:
+        for name, value in feeds.items():   # OrtValues too: the outputs' message says so
+            host = value if isinstance(value, np.ndarray) else value.numpy()
+            if (problem := non_finite(host)) is not None:
                 raise InputError(f"input {name!r} of {self.traced.name} has {problem} (check_numerics=True)")
         outputs = self._run(feeds)
         for name, value in zip(self._output_names, outputs):

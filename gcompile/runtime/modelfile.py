@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import GcompileError, InputError, name_mismatch
-from ..ir.dims import bind, format_shape
+from ..errors import GcompileError, InputError, UnsupportedError, name_mismatch
+from ..ir.dims import astype_hint, bind, format_type
 from .providers import PROVIDERS, external_data_from_memory, make_session
 
 MANIFEST = "manifest.json"
@@ -63,6 +63,7 @@ def opened(path) -> Iterator[ModelFile]:
     except Exception as err:
         raise GcompileError(f"{path} is not a valid ONNX model ({first_line(err)})") from None
     folder = os.path.dirname(os.path.abspath(path))
+    _refuse_stray_external_data(model, path)
     with contextlib.ExitStack() as stack:
         external = {loc: stack.enter_context(_mapped(path, folder, loc)) for loc in sorted(set(external_files(model)))}
         check_manifest(path, data, external)
@@ -73,22 +74,73 @@ def opened(path) -> Iterator[ModelFile]:
 @contextlib.contextmanager
 def _mapped(path: str, folder: str, location: str) -> Iterator[Any]:
     """The external data file `location` of the model at `path`, memory-mapped read-only; it must
-    be a relative path to a file inside the model's folder."""
-    parts = location.replace("\\", "/").split("/")
-    target = os.path.realpath(os.path.join(folder, location))
-    if not location or os.path.isabs(location) or ".." in parts or \
-            os.path.commonpath([os.path.realpath(folder), target]) != os.path.realpath(folder):
-        raise GcompileError(f"{path} keeps weights in {location!r}, outside its folder {folder}: refused (external "
-                            "data must be a relative path inside the model's folder)")
+    be a relative path to a file inside the model's folder (external_data_file)."""
+    target = external_data_file(folder, location, path)
     if not os.path.isfile(target):
         raise GcompileError(f"{path} keeps its weights in {location}, which is not beside it in {folder}: copy the "
                             "data file(s) along with the .onnx")
-    with open(target, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            yield b""
-            return
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            yield mapped
+    with contextlib.ExitStack() as stack:
+        try:
+            fh = stack.enter_context(open(target, "rb"))
+            size = os.fstat(fh.fileno()).st_size
+            mapped = stack.enter_context(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)) if size else b""
+        except OSError as err:
+            raise GcompileError(f"{path} keeps its weights in {location}, which cannot be read "
+                                f"({err.strerror or err})") from None
+        yield mapped
+
+
+def external_data_file(folder: str, location: str, what: str) -> str:
+    """The real path of the file that an external data `location`, read from a model in `folder`,
+    names. Model files may be hostile, so the location must be a relative path to a file inside
+    the folder: a GcompileError naming `what` (the model or the tensor) for one that is empty,
+    holds a control character (a NUL byte ends the name the system sees), is absolute (POSIX,
+    Windows drive or UNC), climbs out with '..' or leads out through a link. Whether the file
+    exists is the caller's to check."""
+    root = os.path.realpath(folder)
+    if not location:
+        reason = "an empty location"
+    elif any(ord(c) < 32 or ord(c) == 127 for c in location):
+        reason = "a location holding a control character" + (" (a NUL byte)" if "\0" in location else "")
+    elif location.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", location):
+        reason = "an absolute path"
+    elif ".." in location.replace("\\", "/").split("/"):
+        reason = "a path climbing out of the folder with '..'"
+    else:
+        target = os.path.realpath(os.path.join(root, location))
+        if os.path.commonpath([root, target]) == root:
+            return target
+        reason = "a link leading out of the folder"
+    raise GcompileError(f"{what} keeps data in {location!r}, {reason}: refused (external data must be a relative "
+                        f"path to a file inside the model's folder {folder})")
+
+
+def _refuse_stray_external_data(model, path: str) -> None:
+    """External data is read for the main graph's initializers only. A tensor anywhere else (a node
+    attribute such as a Constant's value, a subgraph, a sparse tensor) keeping its data in a file
+    would be read by onnxruntime relative to the working directory, not the model's folder, and
+    unverified by the manifest: refused, naming where it sits."""
+    import onnx
+    for where, tensor in _tensor_protos(model.graph, "graph"):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL and not where.startswith("graph.initializer["):
+            raise GcompileError(f"{path}: the tensor at {where} keeps its data in an external file; gcompile reads "
+                                "external data for the graph's initializers only (save the model with that tensor "
+                                "inline, or make it an initializer)")
+
+
+def _tensor_protos(message, where: str) -> Iterator[tuple[str, Any]]:
+    """Every TensorProto inside a protobuf message, at any depth, with its field path from `where`
+    ('graph.node[3].attribute[0].t')."""
+    for field, value in message.ListFields():
+        if field.type != field.TYPE_MESSAGE:
+            continue
+        items = [(None, value)] if hasattr(value, "ListFields") else enumerate(value)   # else a repeated field
+        for i, item in items:
+            at = f"{where}.{field.name}" + ("" if i is None else f"[{i}]")
+            if field.message_type.full_name == "onnx.TensorProto":
+                yield at, item
+            else:
+                yield from _tensor_protos(item, at)
 
 
 def _check_structure(model, path: str) -> None:
@@ -200,16 +252,35 @@ def _read_manifest(path: str) -> dict | None:
         raise ValueError(err.strerror or str(err)) from None
     if len(raw) > MANIFEST_LIMIT:
         raise ValueError(f"larger than {MANIFEST_LIMIT} bytes")
-    try:
-        manifest = json.loads(raw)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-    except ValueError as err:
-        raise ValueError(f"not valid JSON: {first_line(err)}") from None
+    manifest = _parse_json(raw)
     artifacts = manifest.get("artifacts") if isinstance(manifest, dict) else None
     if not isinstance(artifacts, list) or not all(isinstance(e, dict) for e in artifacts):
         raise ValueError('not a gcompile manifest: expected an object whose "artifacts" is a list of objects')
     return manifest
+
+
+def _parse_json(raw: str | bytes) -> Any:
+    """JSON text read from a file (a manifest, a model's metadata), which may be hand-edited or
+    hostile; a ValueError saying what is wrong with it."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except ValueError as err:
+        raise ValueError(f"not valid JSON: {first_line(err)}") from None
+
+
+def metadata_json(model, key: str, where: str) -> Any:
+    """The JSON value a model keeps in its metadata_props under `key`, None where it has none; a
+    GcompileError naming `where` (the model) and the key for text that is not JSON. The caller
+    checks the value's structure."""
+    raw = {p.key: p.value for p in model.metadata_props}.get(key)
+    if raw is None:
+        return None
+    try:
+        return _parse_json(raw)
+    except ValueError as err:
+        raise GcompileError(f"{where}: its {key!r} metadata cannot be read ({err}); was the file edited?") from None
 
 
 def first_line(err: BaseException) -> str:
@@ -260,18 +331,32 @@ def _dims(value_info) -> tuple:
 
 
 def _dtype(value_info) -> np.dtype:
-    from onnx import helper
-    return np.dtype(helper.tensor_dtype_to_np_dtype(value_info.type.tensor_type.elem_type))
+    """The numpy dtype of a graph input or output: str for ONNX's strings (numpy's text, which
+    onnxruntime takes; it hands strings back as object arrays). A GcompileError for a value that
+    is no tensor of a known element type (a sequence or map, or a hand-made file's typeless value)."""
+    from onnx import TensorProto, helper
+    kind = value_info.type.WhichOneof("value")
+    elem = value_info.type.tensor_type.elem_type if kind == "tensor_type" else TensorProto.UNDEFINED
+    if elem == TensorProto.STRING:
+        return np.dtype(str)
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem))
+    except (KeyError, TypeError):
+        what = f"a {kind.removesuffix('_type')}" if kind and kind != "tensor_type" else \
+            "of no tensor element type gcompile knows"
+        raise UnsupportedError(f"{value_info.name!r} is {what}, not a tensor: gcompile describes and runs models "
+                               "whose inputs and outputs are tensors") from None
 
 
 def signature(values) -> list[dict]:
-    """[{name, shape, dtype}] for ONNX graph inputs or outputs (symbolic dims as strings)."""
+    """[{name, shape, dtype}] for ONNX graph inputs or outputs (symbolic dims as strings; the
+    dtype's numpy name, which np.dtype reads back)."""
     return [{"name": v.name, "shape": list(_dims(v)), "dtype": _dtype(v).name} for v in values]
 
 
 def format_sig(entry: dict) -> str:
     """'name: dtype[shape]' for one signature() entry."""
-    return f"{entry['name']}: {entry['dtype']}{format_shape(tuple(entry['shape']))}"
+    return f"{entry['name']}: {format_type(np.dtype(entry['dtype']), tuple(entry['shape']))}"
 
 
 def graph_inputs(model) -> list:
@@ -303,7 +388,7 @@ def random_feeds(model, seed: int = 0) -> dict[str, np.ndarray]:
         largest = sorted(planned, key=lambda p: -nbytes[p[0]])[:3]
         raise GcompileError(f"random inputs would take {format_size(sum(nbytes.values()))}, more than the "
                             f"{format_size(RANDOM_FEED_LIMIT)} allowed: " + ", ".join(
-                                f"input {name!r}: {dtype.name}{format_shape(shape)}, {format_size(nbytes[name])}"
+                                f"input {name!r}: {format_type(dtype, shape)}, {format_size(nbytes[name])}"
                                 for name, shape, dtype in largest) + "; give smaller specs to check")
     feeds = {}
     for name, shape, dtype in planned:
@@ -342,11 +427,11 @@ def check_feeds(model, feeds: dict) -> dict[str, np.ndarray]:
     checked = {}
     for v in inputs + [v for v in optional if v.name in feeds]:
         arr, want, dtype = np.asarray(feeds[v.name]), _dims(v), _dtype(v)
-        expected = f"{dtype.name}{format_shape(want)}"
-        got = f"{arr.dtype.name}{format_shape(arr.shape)}"
-        if arr.dtype != dtype or arr.ndim != len(want) or any(
+        expected, got = format_type(dtype, want), format_type(arr.dtype, arr.shape)
+        text = dtype.kind == "U" and arr.dtype.kind in "UO"   # onnxruntime takes text of any width, or str objects
+        if (arr.dtype != dtype and not text) or arr.ndim != len(want) or any(
                 isinstance(d, int) and d != n for d, n in zip(want, arr.shape)):
-            raise InputError(f"input {v.name!r}: expected {expected}, got {got}")
+            raise InputError(f"input {v.name!r}: expected {expected}, got {got}{astype_hint(dtype, arr.dtype)}")
         conflict = bind(bound, want, arr.shape, v.name)
         if conflict:
             symbol, n, first_n, first_name = conflict
@@ -364,5 +449,6 @@ def run(session, model, feeds: dict) -> dict:
     start = time.perf_counter()
     values = session.run(names, checked)
     elapsed = time.perf_counter() - start
+    values = [v.astype(str) if v.dtype == object else v for v in values]   # onnxruntime's strings, as numpy text
     used = {v: k for k, v in PROVIDERS.items()}.get(session.get_providers()[0], session.get_providers()[0])
     return {"outputs": dict(zip(names, values)), "provider": used, "run_ms": 1e3 * elapsed}

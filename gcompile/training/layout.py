@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
 from numpy.typing import ArrayLike
 
 from ..errors import GcompileError
+from ..runtime.modelfile import metadata_json
 
 __all__ = ["METADATA_KEY", "StepLayout"]
 
@@ -91,18 +93,65 @@ class StepLayout:
                 "step": "step", "loss": "loss", "outputs": list(self.outputs)}
 
     @classmethod
-    def from_model(cls, model: onnx.ModelProto) -> StepLayout:
-        raw = {p.key: p.value for p in model.metadata_props}.get(METADATA_KEY)
-        if raw is None:
+    def from_dict(cls, d: Any) -> StepLayout:
+        """A layout from its to_dict() form read back from a file, which may be hand-edited or
+        hostile: a ValueError naming the first field that is not as to_dict writes it."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a JSON {type(d).__name__}, not an object")
+        state = _rows(d, "state", (str, str, _NUMBER), "[slot name, parameter, initial value] rows")
+        hyper = _rows(d, "hyperparams", (str, _NUMBER, str), "[name, default, dtype] rows", required=False)
+        params = _rows(d, "params", None, "names")
+        unknown = [param for _, param, _ in state if param not in params]
+        if unknown:
+            raise ValueError(f'"state" names {unknown[0]!r}, which is not a parameter')
+        for name, _, dtype in hyper:
+            try:
+                np.dtype(dtype)
+            except TypeError:
+                raise ValueError(f'"hyperparams" gives {name!r} the dtype {dtype!r}, which numpy does not know') \
+                    from None
+        return cls(params, state, _rows(d, "batch", None, "names"), _rows(d, "buffers", None, "names", required=False),
+                   hyper, _rows(d, "aux", None, "names", required=False))
+
+    @classmethod
+    def from_model(cls, model: onnx.ModelProto, source: str | None = None) -> StepLayout:
+        """The layout a training-step model records; `source` (its path) names it in errors."""
+        where = f"training-step model {source or repr(model.graph.name)}"
+        d = metadata_json(model, METADATA_KEY, where)
+        if d is None:
             raise GcompileError(f"model {model.graph.name!r} is not a training step (no {METADATA_KEY!r} metadata); "
                                 "export one with gc.export_train_step or @gc.export_train")
-        d = json.loads(raw)
-        layout = cls(tuple(d["params"]), tuple(tuple(s) for s in d["state"]), tuple(d["batch"]),
-                     tuple(d.get("buffers", ())), tuple(tuple(h) for h in d.get("hyperparams", ())),
-                     tuple(d.get("aux", ())))
+        try:
+            layout = cls.from_dict(d)
+        except ValueError as err:
+            raise GcompileError(f"{where}: its {METADATA_KEY!r} metadata is not a training-step layout ({err}); was "
+                                "the file edited?") from None
         graph_inputs = tuple(v.name for v in model.graph.input)
         graph_outputs = tuple(v.name for v in model.graph.output)
         if graph_inputs != layout.inputs or graph_outputs != layout.outputs:
-            raise GcompileError(f"training-step model {model.graph.name!r}: its inputs/outputs do not match its "
-                                f"{METADATA_KEY!r} metadata (was the file edited?)")
+            raise GcompileError(f"{where}: its inputs/outputs do not match its {METADATA_KEY!r} metadata (was the "
+                                "file edited?)")
         return layout
+
+
+_NUMBER = (int, float)
+
+
+def _rows(d: dict, key: str, columns: tuple | None, form: str, required: bool = True) -> tuple:
+    """Field `key` of a layout's dict form: a list of strings (`columns` None) or of rows whose
+    entries have the types in `columns` (_NUMBER for a number: JSON's true is no number); () for
+    an absent field that is not `required`. A ValueError naming the field otherwise."""
+    if key not in d:
+        if required:
+            raise ValueError(f'no "{key}" field')
+        return ()
+
+    def fits(item: Any) -> bool:
+        if columns is None:
+            return isinstance(item, str)
+        return isinstance(item, list) and len(item) == len(columns) and all(
+            isinstance(v, t) and not isinstance(v, bool) for v, t in zip(item, columns))
+    value = d[key]
+    if not isinstance(value, list) or not all(map(fits, value)):
+        raise ValueError(f'"{key}" is not a list of {form}')
+    return tuple(value) if columns is None else tuple(map(tuple, value))

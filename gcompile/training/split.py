@@ -29,6 +29,7 @@ import onnx
 from ..errors import GcompileError
 from ..frontend import pytree
 from ..frontend.spec import spec
+from ..frontend.tensor import recording_order
 from ..frontend.trace import argument_names, trace
 from ..gradients.transforms import value_and_grad
 from ..runtime import modelfile
@@ -117,20 +118,19 @@ def _read_metadata(gradient: onnx.ModelProto, update: onnx.ModelProto, source: s
     for role, model in (("gradient", gradient), ("update", update)):
         if not isinstance(model, onnx.ModelProto):
             raise GcompileError(f"{source}: the {role} model must be an onnx.ModelProto, got {type(model).__name__}")
-        props = {p.key: p.value for p in model.metadata_props}
-        raw = props.get(SPLIT_KEY)
-        if raw is None:
+        entry = modelfile.metadata_json(model, SPLIT_KEY, f"{source}: the {role} model")
+        if entry is None:
             fused = " (it is a fused training step; export the split form with export_split_step)" \
-                if METADATA_KEY in props else ""
+                if any(p.key == METADATA_KEY for p in model.metadata_props) else ""
             raise GcompileError(f"{source}: the {role} model {model.graph.name!r} is not part of a split training "
                                 f"step (no {SPLIT_KEY!r} metadata){fused}")
         try:
-            entry = json.loads(raw)
-            layout = StepLayout(tuple(entry["params"]), tuple(tuple(s) for s in entry["state"]),
-                                tuple(entry["batch"]))
-            found[role] = (entry["role"], layout, str(entry["pair"]))
-        except (ValueError, KeyError, TypeError) as err:
+            layout = StepLayout.from_dict(entry)
+            if entry.get("role") not in FILES or not isinstance(entry.get("pair"), str):
+                raise ValueError('"role" is not "gradient" or "update", or "pair" is not a string')
+        except ValueError as err:
             raise GcompileError(f"{source}: the {role} model's {SPLIT_KEY!r} metadata cannot be read ({err})") from None
+        found[role] = (entry["role"], layout, entry["pair"])
         if entry["role"] != role:
             raise GcompileError(f"{source}: the model given as the {role} model is the {entry['role']} model")
         inputs, outputs = gradient_io(layout) if role == "gradient" else update_io(layout)
@@ -181,7 +181,8 @@ def export_split_step(loss_fn: Callable, params: Any, optimizer: Optimizer, *bat
         ps, grads = dict(zip(layout.params, flat[:n_params])), dict(zip(layout.params, flat[-n_params:]))
         state = dict(zip(layout.state_names, flat[n_params:n_params + n_state]))
         t = flat[n_params + n_state] + 1
-        new_params, new_state = optimizer.update(ps, grads, state, t)
+        with recording_order(1):   # computed from first derivatives, as in the fused step: not forward
+            new_params, new_state = optimizer.update(ps, grads, state, t)
         return {**{layout.new(n): new_params[n] for n in layout.params},
                 **{layout.new(n): new_state[n] for n in layout.state_names}, layout.new("step"): t}
 

@@ -29,6 +29,7 @@ from .. import functions as F
 from ..errors import GcompileError
 from ..frontend import pytree
 from ..frontend.spec import spec
+from ..frontend.tensor import recording_order
 from ..frontend.trace import Traced, argument_names, trace
 from ..gradients.engine import grad
 from ..runtime.compiled import CompiledFunction, compile_traced
@@ -132,8 +133,10 @@ def trace_step(loss_fn: Callable, params: Params, optimizer: Optimizer, batch_sp
         after = dict(zip(names, pytree.flatten_like(params.tree, tree, "params")))
         t = count + 1
         opt = _optimizer_with(optimizer, {h: hyper[h] for h in for_optimizer})
-        new_params, new_state = opt.update(dict(zip(layout.params, trained)), dict(zip(layout.params, grads)),
-                                           state, t)
+        # The update is computed from the gradients: tagged with their order, it is not counted as forward.
+        with recording_order(max(g.graph.nodes[g.ref.node].order for g in grads)):
+            new_params, new_state = opt.update(dict(zip(layout.params, trained)), dict(zip(layout.params, grads)),
+                                               state, t)
         aux_leaves, aux_tree = pytree.flatten(aux)
         aux_names.extend(_aux_names(aux_tree) if has_aux else [])
         return {"loss": loss, **dict(zip(aux_names, aux_leaves)),

@@ -6,6 +6,11 @@ step counter). The Trainer keeps everything the step carries over in onnxruntime
 on the session's device, in two buffer sets bound through IO binding: each step reads one
 set and writes the other, then they swap. Only the batch goes in and the loss comes out;
 parameters are copied to numpy only when `.params` is read.
+
+Parameters go in and come back in one structure: whatever pytree export_train_step was given
+(a flat or nested dict, a gc.nn Module) or Trainer(path, params=...) is given, whose leaves are
+matched to the step's inputs by dotted path ("layer1.w": a flat dict of such names is the same
+parameters as the nested dict), and `.params` is that structure with the current values.
 """
 from __future__ import annotations
 
@@ -20,7 +25,8 @@ import onnx
 from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError, name_mismatch
-from ..ir.dims import format_shape
+from ..frontend import pytree
+from ..ir.dims import astype_hint, format_type
 from ..runtime import modelfile, npz
 from ..runtime.modelfile import signature
 from ..runtime.providers import PROVIDERS, make_session, resolve_provider
@@ -33,10 +39,10 @@ __all__ = ["Trainer"]
 
 
 @contextlib.contextmanager
-def _opened(step: Any) -> Iterator[tuple[onnx.ModelProto, dict | None, str | None, Callable[[str], Any]]]:
-    """(ModelProto, default params, default provider, session maker) from a compiled step, a
-    ModelProto or a path; a path is read once and verified (modelfile.opened), and the session
-    is made from those bytes."""
+def _opened(step: Any) -> Iterator[tuple[onnx.ModelProto, Any, str | None, Callable[[str], Any]]]:
+    """(ModelProto, default params (a pytree, as the step was exported with), default provider,
+    session maker) from a compiled step, a ModelProto or a path; a path is read once and verified
+    (modelfile.opened), and the session is made from those bytes."""
     if isinstance(step, (str, os.PathLike)):
         with modelfile.opened(step) as f:
             yield f.model, None, None, functools.partial(modelfile.session, f)
@@ -45,7 +51,7 @@ def _opened(step: Any) -> Iterator[tuple[onnx.ModelProto, dict | None, str | Non
         model, params, provider = step, None, None
     elif hasattr(step, "model") and hasattr(step, "params"):
         model, provider = step.model, getattr(step, "provider", None)
-        params = {**step.params, **getattr(step, "buffers", {})}
+        params = step.tree({**step.params, **getattr(step, "buffers", {})})
     else:
         raise GcompileError(f"Trainer takes a compiled training step (gc.export_train_step), an onnx.ModelProto "
                             f"or the path of a saved training-step model, got {type(step).__name__}")
@@ -57,27 +63,32 @@ class Trainer:
     """Runs a training-step model step after step; parameters and state stay on the device.
 
     Trainer(step) with a compiled step starts from its parameters and buffers; Trainer(path_or_model,
-    params={name: array}) starts a saved step model from `params` (parameters and buffers by name: a
-    module's state_dict() fits). The optimizer state and step counter start from the layout's
-    initial values. provider: 'auto', 'cpu' or 'cuda' (default: the compiled step's provider, else
-    'auto'). hyperparams: {name: value or schedule} for the step's hyper-parameter inputs, a
-    schedule being called with the number of steps taken (default: the values exported).
+    params=...) starts a saved step model from `params`: parameters and buffers in the structure the
+    step was exported with (a nested dict, a gc.nn Module) or flat by dotted name (a module's
+    state_dict() fits). `.params` gives them back in the structure they came in. The optimizer state
+    and step counter start from the layout's initial values. provider: 'auto', 'cpu' or 'cuda'
+    (default: the compiled step's provider, else 'auto'). hyperparams: {name: value or schedule}
+    for the step's hyper-parameter inputs, a schedule being called with the number of steps taken
+    (default: the values exported).
     """
 
-    def __init__(self, step: TrainStep | onnx.ModelProto | str | os.PathLike,
-                 params: Mapping[str, ArrayLike] | None = None, provider: str | None = None,
+    def __init__(self, step: TrainStep | onnx.ModelProto | str | os.PathLike, params: Any = None,
+                 provider: str | None = None,
                  hyperparams: Mapping[str, float | Callable[[int], float]] | None = None) -> None:
         import onnxruntime as ort
 
         with _opened(step) as (model, default_params, default_provider, make):
-            self.layout = StepLayout.from_model(model)
+            path = os.fspath(step) if isinstance(step, (str, os.PathLike)) else None
+            self.layout = StepLayout.from_model(model, path)
             params = default_params if params is None else params
             if params is None:
                 raise GcompileError("Trainer(path): give the initial parameters, Trainer(path, params={name: "
-                                    f"array}}) with names {', '.join(self.layout.params + self.layout.buffers)}")
+                                    f"array}}) with names {', '.join(self.layout.params + self.layout.buffers)}, "
+                                    "or the nested dict or gc.nn Module the step was exported with")
             self.provider = resolve_provider(provider or default_provider or "auto")
             self._session = make(self.provider)
-        self._tree = step if hasattr(step, "tree") else None
+        leaves, self._tree = pytree.flatten(params)
+        self._tree_names = pytree.paths(self._tree)
         self._device = "cuda" if self._session.get_providers()[0] == PROVIDERS["cuda"] else "cpu"
         self._types = {e["name"]: (np.dtype(e["dtype"]), tuple(e["shape"]))
                        for e in signature(list(model.graph.input) + list(model.graph.output))}
@@ -88,7 +99,11 @@ class Trainer:
             raise InputError(f"the training step has no hyper-parameter {unknown[0]!r} (it has: "
                              f"{', '.join(self.hyperparams) or 'none'})")
         self.hyperparams.update(hyperparams or {})
-        given = {k: np.asarray(v) for k, v in params.items()}
+        given = {name: np.asarray(leaf) for name, leaf in zip(self._tree_names, leaves)}
+        if self._tree.is_leaf or len(given) != len(leaves):
+            raise GcompileError(f"Trainer: params must be a pytree of arrays (a dict by dotted name, a nested dict, "
+                                f"a gc.nn Module), got {type(params).__name__}"
+                                + ("" if self._tree.is_leaf else " whose paths name a leaf twice"))
         check_names("parameters", given, self.layout.params + self.layout.buffers)
         state, step_count = self.layout.initial_state(given)
         self._set({**given, **state, "step": step_count})
@@ -104,8 +119,8 @@ class Trainer:
             arr = np.array(values[name], order="C")
             dtype, shape = self._types[name]
             if arr.dtype != dtype or arr.shape != shape:
-                raise InputError(f"{name!r}: the training step expects {dtype.name}{format_shape(shape)}, "
-                                 f"got {arr.dtype.name}{format_shape(arr.shape)}")
+                raise InputError(f"{name!r}: the training step expects {format_type(dtype, shape)}, "
+                                 f"got {format_type(arr.dtype, arr.shape)}{astype_hint(dtype, arr.dtype)}")
             live[name] = ort.OrtValue.ortvalue_from_numpy(arr, self._device, 0)
             spare[name] = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, self._device, 0)
         self._live, self._spare = live, spare
@@ -114,9 +129,10 @@ class Trainer:
         return {n: np.array(self._live[n].numpy()) for n in names}
 
     @property
-    def params(self) -> dict[str, np.ndarray]:
-        """The current parameters, copied to numpy."""
-        return self._numpy(self.layout.params)
+    def params(self) -> Any:
+        """The current parameters, copied to numpy, in the structure they were given in (a dict by
+        name, a nested dict, a gc.nn Module, which holds its current buffers too)."""
+        return pytree.unflatten(self._tree, self._numpy(tuple(self._tree_names)).values())
 
     @property
     def buffers(self) -> dict[str, np.ndarray]:
@@ -126,14 +142,6 @@ class Trainer:
     def state_dict(self) -> dict[str, np.ndarray]:
         """Parameters and buffers by name, as a module's state_dict (model.load_state_dict takes it)."""
         return self._numpy(self.layout.params + self.layout.buffers)
-
-    def params_tree(self) -> Any:
-        """Parameters and buffers in the structure export_train_step was given (a gc.nn Module, a nested
-        dict), for a Trainer made from a compiled step."""
-        if self._tree is None:
-            raise GcompileError("params_tree() needs the structure of the parameters, which a saved step model "
-                                "does not keep; use state_dict(), or make the Trainer from the compiled step")
-        return self._tree.tree(self.state_dict())
 
     @property
     def state(self) -> dict[str, np.ndarray]:
@@ -157,8 +165,8 @@ class Trainer:
             dtype, shape = self._types[name]
             if arr.dtype != dtype or arr.ndim != len(shape) or any(
                     isinstance(d, int) and d != n for d, n in zip(shape, arr.shape)):
-                raise InputError(f"batch input {name!r}: expected {dtype.name}{format_shape(shape)}, "
-                                 f"got {arr.dtype.name}{format_shape(arr.shape)}")
+                raise InputError(f"batch input {name!r}: expected {format_type(dtype, shape)}, "
+                                 f"got {format_type(arr.dtype, arr.shape)}{astype_hint(dtype, arr.dtype)}")
             feeds[name] = arr
         return feeds
 
@@ -204,7 +212,7 @@ class Trainer:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write parameters, buffers, optimizer state and step counter to an .npz file, atomically."""
-        values = {**self.params, **self.buffers, **self.state, "step": self._live["step"].numpy()}
+        values = {**self.state_dict(), **self.state, "step": self._live["step"].numpy()}
         npz.write(path, {entry: values[name] for entry, name in self._entries().items()})
 
     def load(self, path: str | os.PathLike) -> None:

@@ -1,6 +1,8 @@
 """export_split_step and the allreduce arithmetic, without Ray: the gradient model gives the loss
 and the hand-written gradient of tests/train/mlp.py, gradient then update equals the fused step,
 saved pairs load back, and pairs that do not belong together are refused."""
+import json
+
 import numpy as np
 import pytest
 
@@ -73,6 +75,20 @@ def test_models_of_two_exports_are_refused():
     _, fused, *_ = mlp_split(gc.optim.SGD(0.1))
     with pytest.raises(GcompileError, match="fused training step; export the split form"):
         SplitStep(fused.model, a.update)
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda e: "{" + e, "not valid JSON"), (lambda e: json.dumps({**json.loads(e), "role": 3}), '"role" is not'),
+    (lambda e: json.dumps({**json.loads(e), "state": 3}), '"state" is not a list'),
+    (lambda e: json.dumps(json.loads(e)["params"]), "a JSON list, not an object"),
+], ids=["not JSON", "role", "state", "a list"])
+def test_malformed_split_metadata_is_refused_naming_the_field(edit, fragment):
+    split, *_ = mlp_split(gc.optim.SGD(0.1))
+    entry = next(p for p in split.gradient.metadata_props if p.key == "gcompile.split_step")
+    entry.value = edit(entry.value)
+    with pytest.raises(GcompileError, match="the gradient model.*'gcompile.split_step' metadata") as err:
+        SplitStep(split.gradient, split.update)
+    assert fragment in str(err.value)
 
 
 def test_a_gradient_name_that_clashes_is_refused():

@@ -70,6 +70,22 @@ def test_grad_outputs_must_match_output_shape():
         trace(lambda x: gc.grad(F.sin(x), [x], [np.ones(4)]), [X])
 
 
+def test_a_non_scalar_output_needs_its_cotangent():
+    """gc.grad used to seed a non-scalar output with ones, silently differentiating its sum; PyTorch's
+    backward and JAX's grad refuse, and so does gc.grad, with both ways out in the message. A scalar
+    needs none, and the transforms that seed outputs themselves (vjp, jacobian) are unaffected."""
+    fix = r"reduce it to a scalar first, e.g. gc.grad\(F.sum\(y\), ...\) .* or pass grad_outputs="
+    line = f"test_engine.py:{test_a_non_scalar_output_needs_its_cotangent.__code__.co_firstlineno + 7}"
+    with pytest.raises(gc.GcompileError, match=rf"non-scalar output \(float64\(3, 4\), at {line}\) .*{fix}"):
+        trace(lambda x: gc.grad(F.sin(x), [x]), [X])
+    with pytest.raises(gc.GcompileError, match="non-scalar output"):   # None in grad_outputs means no cotangent
+        trace(lambda x: gc.grad([F.sum(x), F.sin(x)], [x], [None, None]), [X])
+    _, (g,) = _traced(lambda x: gc.grad([F.sum(x), F.sin(x)], [x], [None, np.ones((3, 4))]), [X])
+    np.testing.assert_allclose(g, 1 + np.cos(X), rtol=1e-12)
+    _, (g,) = _traced(lambda x: gc.vjp(F.sin, x)[1](np.ones((3, 4))), [X])
+    np.testing.assert_allclose(g, np.cos(X), rtol=1e-12)
+
+
 def test_multiple_outputs_weighted_by_grad_outputs():
     v, c1, c2 = RNG.standard_normal(4), RNG.standard_normal((3, 4)), RNG.standard_normal(4)
 

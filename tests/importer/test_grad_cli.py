@@ -96,7 +96,7 @@ def test_mse_loss_of_a_named_output(model_path, tmp_path):
     (["--wrt", "nope"], "neither 'params' nor a model input"),
     (["--wrt", "W", "--target", "t"], "use it with --loss mse or cross_entropy"),
     (["--wrt", "W", "--of", "z"], "'z' is not an output"),
-    (["--wrt", "W", "--loss", "mse", "--target", "x"], "already used by the model"),
+    (["--wrt", "W", "--loss", "mse", "--target", "x"], "already used for input 'x'"),
 ])
 def test_user_errors_exit_2_with_one_paragraph(model_path, tmp_path, args, message):
     out = tmp_path / "never.onnx"

@@ -2,7 +2,12 @@
 PyTorch modules (tools/make_bridge_fixtures.py, torch's dynamo exporter) load without torch, have
 exactly the module's state_dict as parameters and buffers, and match PyTorch's outputs (eval and
 training mode), gradients, running statistics and an SGD step. Where torch is installed, the
-export itself is run and compared with torch directly."""
+export itself is run and compared with torch directly; without torch (and onnxscript, which its
+exporter needs) that test fails when GCOMPILE_REQUIRE_TORCH is set, as in CI's environment that
+installs them (.ci/run), and is skipped with the reason otherwise."""
+import importlib
+import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -79,9 +84,37 @@ def test_saved_model_round_trips_and_refuses_other_models(tmp_path):
         gc.from_torch(DATA / "torch_mlp.onnx")
 
 
+@pytest.mark.parametrize("edit, field", [
+    (lambda m: "[" + json.dumps(m), None), (lambda m: json.dumps({**m, "state": "conv.weight"}), "state"),
+    (lambda m: json.dumps({k: v for k, v in m.items() if k != "training"}), "training"),
+    (lambda m: json.dumps({**m, "batchnorm": {"bn": {"momentum": "0.1", "track": True}}}), "batchnorm"),
+], ids=["not JSON", "state", "no training", "momentum"])
+def test_malformed_torch_metadata_is_refused_naming_the_field(tmp_path, edit, field):
+    """It used to raise json's JSONDecodeError, or a KeyError or TypeError from the module's setup."""
+    import onnx
+    model = onnx.load(DATA / "bridge_cnn.onnx")
+    entry = next(p for p in model.metadata_props if p.key == "gcompile.torch")
+    entry.value = edit(json.loads(entry.value))
+    onnx.save(model, tmp_path / "m.onnx")
+    fragment = "not valid JSON" if field is None else f"not what gc.from_torch writes (its {field!r} field)"
+    with pytest.raises(gc.GcompileError, match="m.onnx: its 'gcompile.torch' metadata") as err:
+        gc.from_torch(tmp_path / "m.onnx")
+    assert fragment in str(err.value)
+
+
+def _require(module: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ImportError as err:
+        reason = f"{module} cannot be imported ({err})"
+        if os.environ.get("GCOMPILE_REQUIRE_TORCH"):
+            pytest.fail(f"{reason}, and GCOMPILE_REQUIRE_TORCH is set")
+        pytest.skip(f"{reason}; set GCOMPILE_REQUIRE_TORCH=1 to make this a failure")
+
+
 def test_export_from_a_torch_module_matches_torch():
-    pytest.importorskip("torch")
-    pytest.importorskip("onnxscript")              # torch.onnx's dynamo exporter needs it
+    _require("torch")
+    _require("onnxscript")                         # torch.onnx's dynamo exporter needs it
     import sys
     sys.path.insert(0, str(DATA.parent.parent / "tools"))
     try:

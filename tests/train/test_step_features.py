@@ -31,9 +31,27 @@ def test_nested_params_are_named_by_path_and_rebuilt():
     trainer = gc.runtime.Trainer(step)
     trainer.step(X, Y)
     gw, gb = _grads(PARAMS["layer"]["w"], PARAMS["layer"]["b"])
-    tree = trainer.params_tree()
+    tree = trainer.params                                          # in the structure exported with
     np.testing.assert_allclose(tree["layer"]["w"], PARAMS["layer"]["w"] - 0.1 * gw, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(tree["layer"]["b"], -0.1 * gb, rtol=1e-5, atol=1e-7)
+
+
+def test_a_saved_step_takes_params_in_any_structure_and_gives_them_back_in_it(tmp_path):
+    """Trainer(path, params=nested) used to refuse the nested dict export_train_step took and want
+    dotted names, and .params came back flat. The flat dotted form still works, and comes back flat."""
+    step = gc.export_train_step(mse_loss, PARAMS, gc.optim.SGD(0.1), X, Y, provider="cpu")
+    step.save(tmp_path / "step.onnx")
+    nested = gc.runtime.Trainer(tmp_path / "step.onnx", params=PARAMS, provider="cpu")
+    flat = gc.runtime.Trainer(tmp_path / "step.onnx", provider="cpu",
+                              params={"layer.w": PARAMS["layer"]["w"], "layer.b": PARAMS["layer"]["b"]})
+    assert nested.step(X, Y) == flat.step(X, Y)
+    assert list(nested.params) == ["layer"] and list(nested.params["layer"]) == ["w", "b"]
+    assert list(flat.params) == ["layer.w", "layer.b"]
+    np.testing.assert_array_equal(nested.params["layer"]["w"], flat.params["layer.w"])
+    with pytest.raises(InputError, match="missing 'layer.b'; unexpected 'layer.bias'"):
+        gc.runtime.Trainer(tmp_path / "step.onnx", params={"layer": {"w": PARAMS["layer"]["w"], "bias": 0}})
+    with pytest.raises(GcompileError, match="params must be a pytree of arrays"):
+        gc.runtime.Trainer(tmp_path / "step.onnx", params=PARAMS["layer"]["w"])
 
 
 def test_hyperparameters_are_inputs_fed_each_step_with_schedules():
@@ -46,10 +64,10 @@ def test_hyperparameters_are_inputs_fed_each_step_with_schedules():
         trainer.step(X, Y)
         gw, gb = _grads(w, b)
         w, b = w - lrs[t] * gw, b - lrs[t] * gb
-    np.testing.assert_allclose(trainer.params["layer.w"], w, rtol=1e-5, atol=1e-6)
-    before = trainer.params["layer.w"]
+    np.testing.assert_allclose(trainer.params["layer"]["w"], w, rtol=1e-5, atol=1e-6)
+    before = trainer.params["layer"]["w"]
     trainer.step(X, Y, lr=0.0)                                   # a per-call value wins
-    np.testing.assert_array_equal(trainer.params["layer.w"], before)
+    np.testing.assert_array_equal(trainer.params["layer"]["w"], before)
     with pytest.raises(InputError, match="no hyper-parameter 'momentum'"):
         trainer.step(X, Y, momentum=0.5)
     loss, new, _, _ = step(step.params, {}, 0, X, Y, lr=0.0)     # the functional call takes them as keywords
@@ -95,7 +113,7 @@ def test_clip_grad_norm_scales_gradients_to_the_global_norm():
     norm = np.sqrt((gw ** 2).sum() + (gb ** 2).sum())
     assert norm > 0.1
     scale = 0.1 / (norm + 1e-6)
-    np.testing.assert_allclose(trainer.params["layer.w"], PARAMS["layer"]["w"] - scale * gw, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(trainer.params["layer"]["w"], PARAMS["layer"]["w"] - scale * gw, rtol=1e-5, atol=1e-6)
     with pytest.raises(GcompileError, match="clip_grad_norm must be a positive number"):
         gc.export_train_step(mse_loss, PARAMS, gc.optim.SGD(1.0), X, Y, clip_grad_norm=0)
 
@@ -135,5 +153,8 @@ def test_module_buffers_are_carried_updated_and_checkpointed(tmp_path):
     step.save(path)
     from_file = gc.runtime.Trainer(path, params=model.state_dict())         # a saved step takes a state_dict
     assert from_file.step(X, Y) == pytest.approx(gc.runtime.Trainer(step).step(X, Y), rel=1e-6)
-    with pytest.raises(GcompileError, match="does not keep"):
-        from_file.params_tree()
+    assert set(from_file.params) == set(model.state_dict())                 # and gives one back
+    as_module = gc.runtime.Trainer(path, params=Net(), provider="cpu")      # or a Module, given back as one
+    as_module.step(X, Y)
+    assert isinstance(as_module.params, Net) and isinstance(trainer.params, Net)
+    np.testing.assert_array_equal(as_module.params.bn.running_mean, as_module.buffers["bn.running_mean"])

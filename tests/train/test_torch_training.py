@@ -74,4 +74,4 @@ def test_training_matches_torch(run, build, optimizer, clip):
             assert np.abs(value[key] - state[name][key]).max() <= sum(lrs) * 1.01
             value, expected = np.delete(value, np.r_[key]), np.delete(expected, np.r_[key])
         np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5, err_msg=name)
-    assert isinstance(trainer.params_tree(), build)
+    assert isinstance(trainer.params, build)

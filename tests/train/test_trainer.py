@@ -1,5 +1,7 @@
 """gc.runtime.Trainer: device-resident steps, falling loss, numpy copies on demand, atomic
 checkpoints and bit-identical resume, saved step models, and its input errors."""
+import json
+
 import numpy as np
 import pytest
 
@@ -122,3 +124,47 @@ def test_errors(tmp_path):
     with pytest.raises(GcompileError, match="not a training step"):
         gc.runtime.Trainer(plain.model, params=params)
     assert trainer.step_count == 0                 # failed calls changed nothing
+
+
+def _edit_layout(layout: dict, edit: str):
+    """The layout JSON with one field broken as a hand edit or a hostile file might."""
+    broken = dict(layout)
+    if edit == "not an object":
+        return json.dumps([layout])
+    if edit == "missing params":
+        del broken["params"]
+    elif edit == "params not names":
+        broken["params"] = "w1"
+    elif edit == "state rows":
+        broken["state"] = [row[:2] for row in layout["state"]]
+    elif edit == "state of no parameter":
+        broken["state"] = [["w9.m", "w9", 0.0], *layout["state"]]
+    elif edit == "a true fill":
+        broken["state"] = [[name, param, True] for name, param, _ in layout["state"]]
+    elif edit == "unknown dtype":
+        broken["hyperparams"] = [["lr", 0.1, "float99"]]
+    return json.dumps(broken)
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    ("not JSON", "not valid JSON"), ("deep", "nested too deeply"), ("not an object", "a JSON list, not an object"),
+    ("missing params", 'no "params" field'), ("params not names", '"params" is not a list of names'),
+    ("state rows", '"state" is not a list of [slot name, parameter, initial value] rows'),
+    ("state of no parameter", "'w9', which is not a parameter"), ("a true fill", '"state" is not a list'),
+    ("unknown dtype", "'float99', which numpy does not know"),
+])
+def test_a_saved_step_with_malformed_metadata_is_refused_naming_the_field(tmp_path, edit, fragment):
+    """Trainer(path) used to raise json's JSONDecodeError or a KeyError from the layout's JSON."""
+    import onnx
+    params, x, y = problem(np.float32)
+    step = gc.export_train_step(loss_fn, params, gc.optim.Adam(0.01), x, y, provider="cpu")
+    model = onnx.ModelProto()
+    model.CopyFrom(step.model)
+    entry = next(p for p in model.metadata_props if p.key == "gcompile.train_step")
+    entry.value = {"not JSON": entry.value[:-1], "deep": "[" * 100_000 + "]" * 100_000}.get(edit) or \
+        _edit_layout(json.loads(entry.value), edit)
+    onnx.save(model, tmp_path / "step.onnx")
+    with pytest.raises(GcompileError, match=r"training-step model .*step\.onnx: its 'gcompile.train_step' metadata") \
+            as err:
+        gc.runtime.Trainer(tmp_path / "step.onnx", params=params, provider="cpu")
+    assert fragment in str(err.value), str(err.value)
