@@ -29,7 +29,7 @@ from ..ir.graph import Graph
 from ..ops.reduce import count
 from ..passes.fold import MAX_FOLD_ELEMENTS
 from . import sizes
-from .table import DOMAINS, TRANSLATORS, NotSymbolic, SymInts
+from .table import DOMAINS, TRANSLATORS, NotSymbolic, SymInts, TensorSequence
 from .validate import node_name, tensor_array
 
 _COUNTABLE = {np.dtype(t) for t in ("float32", "float64", "int32", "int64")}
@@ -157,6 +157,9 @@ class Inliner:
     def materialize(self, value) -> Tensor:
         if isinstance(value, Tensor):
             return value
+        if isinstance(value, TensorSequence):
+            raise UnsupportedError(f"a sequence of {len(value.items)} tensors is used where a tensor is expected "
+                                   "(a model output or an operand): gcompile's imported values are tensors")
         if not isinstance(value, SymInts):
             return as_tensor(value)
         parts = [self._entry_tensor(d) for d in value.values.reshape(-1).tolist()]

@@ -51,6 +51,15 @@ class SymInts:
         return f"SymInts({self.values.tolist()}, {self.dtype.name})"
 
 
+class TensorSequence:
+    """An ONNX sequence value (translators/sequence.py): its tensors in order (Tensors, or numpy arrays
+    known at import time). Not a list or tuple, which the importer reads as a node's several outputs."""
+    __slots__ = ("items",)
+
+    def __init__(self, items):
+        self.items = list(items)
+
+
 def sym_or_const(values, dtype=np.int64):
     """SymInts for object entries holding a symbol, else a plain numpy array of `dtype`."""
     values = np.asarray(values, dtype=object)
