@@ -5,13 +5,18 @@ Not part of the test suite (the models are far too large to keep as fixtures; th
 ones of tools/make_model_fixtures.py). Run where torch and torchvision are installed:
 
     .venv-tools/bin/python tools/check_model_zoo.py [--models resnet18,vit_b_16] [--size 64] [--seed 0]
-        [--exporters legacy,dynamo] [--max-params 200e6] [--json out.json]
+        [--exporters legacy,dynamo,dynamo_raw] [--batches 1,2] [--calibrate] [--every-param]
+        [--max-params 200e6] [--json out.json]
+    .venv-tools/bin/python tools/check_model_zoo.py --bar [--exporters legacy,dynamo,dynamo_raw]
 
-For each model and exporter (`legacy`: TorchScript, opset 17, no constant folding; `dynamo`), with its
-1-D parameters and BatchNorm statistics perturbed (see _randomise): export at
+For each model and exporter (`legacy`: TorchScript, opset 17, no constant folding; `dynamo`: its
+optimizer on, as by default; `dynamo_raw`: optimize=False, every size computation and BatchNorm left in
+the file, so every weight keeps its PyTorch value and gradient), with its 1-D parameters and BatchNorm
+statistics perturbed (see _randomise; --calibrate measures the statistics instead): export at
 batch 2 with the batch axis dynamic, gc.load_onnx it, compile one function returning the output and the
 gradients of L = sum(y * w) w.r.t. the input image and the first and last parameters that are still
-initializers with their PyTorch values, run it at batch 1 and 2 on ONNX Runtime (float32) and compare
+initializers with their PyTorch values (--every-param: all of them, each mismatch listed), run it at
+batch 1 and 2 (--batches) on ONNX Runtime (float32) and compare
 with torch.autograd in float64: gcompile's largest error must stay within 10 times PyTorch's own float32
 error (|torch32 - torch64|), or 1e-5 of the largest value (deep networks with random weights and
 BatchNorm statistics round visibly in float32, in either implementation). Where that fails, two
@@ -24,6 +29,9 @@ gradient with gcompile's decisions. --seed seeds the random weights, so a run re
 line per model and exporter (ok, or the first mismatch or error) and a summary. Models over --max-params
 (default 200M) are skipped and counted as such: their float32 export, session and gradient graph need
 more memory than a 2-core, 24 GB machine shared with other work should give.
+
+--bar runs the release bar: BAR's models at their sizes (the last stages of both reach 1x1 or 2x2
+inputs, where a kernel's taps lie in the zero padding), batch 8, calibrated, every parameter.
 """
 from __future__ import annotations
 
@@ -49,6 +57,10 @@ SIZES = {"alexnet": 224, "vgg11": 224, "vgg11_bn": 224, "vgg13": 224, "vgg13_bn"
          "vgg19": 224, "vgg19_bn": 224, "inception_v3": 96, "maxvit_t": 224, "swin_t": 64, "swin_s": 64,
          "swin_b": 64, "swin_v2_t": 64, "swin_v2_s": 64, "swin_v2_b": 64}
 VIT_SIZE = 32
+# the release bar (--bar): EfficientNet-B0 at 64x64 (its 5x5 depthwise layers reach 2x2 and 4x4 inputs) and
+# ResNet-18 at 32x32 (its last stage runs on 1x1 inputs, where most 3x3 taps lie in the zero padding)
+BAR = {"efficientnet_b0": 64, "resnet18": 32}
+BAR_BATCH = 8
 
 
 def build(name: str, size: int):
@@ -81,6 +93,23 @@ def _randomise(model) -> None:
                 b.copy_(torch.randn(b.shape, generator=gen) * 0.1)
 
 
+def calibrate(model, size: int, batch: int, steps: int = 4) -> None:
+    """BatchNorm statistics measured on random inputs (the average over `steps` training-mode passes of
+    `batch` images) instead of random ones: each BatchNorm then normalises its input as in a trained
+    network, so deep models keep activations of order 1 and their gradients meaningful."""
+    import torch
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    gen = torch.Generator().manual_seed(3)
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None                   # a cumulative average over the passes
+    model.train()
+    with torch.no_grad():
+        for _ in range(steps):
+            model(torch.randn(batch, 3, size, size, generator=gen))
+    model.eval()
+
+
 def export(model, x, exporter: str):
     import onnx
     import torch
@@ -96,16 +125,18 @@ def export(model, x, exporter: str):
                 return onnx.load(path)
         batch = torch.export.Dim("batch", min=1, max=64)
         return torch.onnx.export(model, (x,), dynamo=True, input_names=["x"], output_names=["y"],
-                                 dynamic_shapes=({0: batch},), verbose=False).model_proto
+                                 dynamic_shapes=({0: batch},), verbose=False,
+                                 optimize=exporter == "dynamo").model_proto
 
 
-def kept_params(model, proto):
-    """The first and last parameters stored unchanged as initializers (the dynamo exporter folds some)."""
+def kept_params(model, proto, every: bool = False):
+    """The first and last parameters stored unchanged as initializers (the dynamo exporter's optimizer folds
+    some), or all of them (`every`)."""
     from onnx import numpy_helper
     inits = {t.name: t for t in proto.graph.initializer}
     named = [(n, p) for n, p in model.named_parameters() if n in inits]
     kept = [n for n, p in named if np.array_equal(numpy_helper.to_array(inits[n]), p.detach().numpy())]
-    return [kept[0], kept[-1]] if len(kept) > 1 else kept
+    return kept if every or len(kept) < 2 else [kept[0], kept[-1]]
 
 
 def reference(model, x, params, w):
@@ -155,11 +186,12 @@ def float64_diagnosis(model, proto, x) -> str:
     return f"in float64 on the reference evaluator: y and grad x within {max(rel):.1e} of PyTorch's (relative)"
 
 
-def _kink_inputs(model, x, w, forced=None):
-    """PyTorch's float64 input gradient, and (pooling arguments or None, input) for every ReLU and 2-D
-    max-pool call in order (modules and functional calls alike: a TorchFunctionMode sees both); with
-    `forced` (one array per call), each ReLU's sign and each max-pool's winners are taken from those
-    arrays instead of from the float64 values, the gradient still flowing through the float64 ones."""
+def _kink_inputs(model, x, w, forced=None, params=()):
+    """PyTorch's float64 gradients w.r.t. the input and `params`, and (pooling arguments or None, input)
+    for every ReLU and 2-D max-pool call in order (modules and functional calls alike: a TorchFunctionMode
+    sees both); with `forced` (one array per call), each ReLU's sign and each max-pool's winners are taken
+    from those arrays instead of from the float64 values, the gradient still flowing through the float64
+    ones."""
     import torch
     from torch.nn import functional as tf
     from torch.overrides import TorchFunctionMode
@@ -180,11 +212,13 @@ def _kink_inputs(model, x, w, forced=None):
             winners = _winners(pool, decided)
             return args[0].flatten(2).gather(2, winners.flatten(2)).view(winners.shape)
     model = copy.deepcopy(model).double()
+    named = dict(model.named_parameters())
     xd = torch.from_numpy(np.asarray(x, np.float64)).requires_grad_(True)
     with Decisions():
         y = model(xd)
-    (gx,) = torch.autograd.grad((y * torch.from_numpy(np.asarray(w, np.float64))).sum(), xd)
-    return gx.numpy(), seen
+    gx, *grads = torch.autograd.grad((y * torch.from_numpy(np.asarray(w, np.float64))).sum(),
+                                     [xd] + [named[p] for p in params])
+    return gx.numpy(), [g.numpy() for g in grads], seen
 
 
 def _pool_arguments(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
@@ -198,13 +232,15 @@ def _winners(pool: dict, values):
     return tf.max_pool2d(values, **pool, return_indices=True)[1]
 
 
-def kink_diagnosis(model, proto, x, w, params, values, checked_gx, tolerance: float) -> tuple[str, bool]:
+def kink_diagnosis(model, proto, x, w, params, values, checked_gx, tolerance: float) -> tuple[str, bool, list]:
     """Where float32 rounding moves a gradient whole: a ReLU input within rounding of 0 (its gradient is 1
     on one side, 0 on the other) or two max-pool inputs within rounding of each other. Taps the input of
     every Relu and MaxPool node from gcompile's float32 run (extra graph outputs), counts the decisions
     that differ from PyTorch's float64 ones, and recomputes PyTorch's float64 input gradient with
     gcompile's decisions: if that matches gcompile's (within `tolerance`, check's), the difference is those
-    decisions and nothing else, and the second value returned is True.
+    decisions and nothing else, and the second value returned is True. The third is PyTorch's float64
+    gradients w.r.t. `params` with gcompile's decisions (empty where the decisions were not compared), which
+    check compares the parameters' gradients with after such a kink.
     The compiled function is check's step with the taps added (a step without the parameter gradients
     compiles to other float32 arithmetic, which rounds elsewhere). Needs PyTorch's relu and max_pool2d
     calls to come in the order of the exported nodes (else the decisions are not compared)."""
@@ -223,14 +259,15 @@ def kink_diagnosis(model, proto, x, w, params, values, checked_gx, tolerance: fl
     compiled = gc.compile(step, f.input_specs()[0], gc.spec(("batch",) + w.shape[1:]), *values, provider="cpu")
     out = compiled(x, w, *values)
     gx, inner = out[1], out[2 + len(params):]
-    gx64, seen = _kink_inputs(model, x, w)
+    gx64, _, seen = _kink_inputs(model, x, w)
     if len(seen) != len(inner) or any(a.shape != b.shape for (_, a), b in zip(seen, inner)):
-        return f"; decisions not compared ({len(taps)} Relu/MaxPool nodes, {len(seen)} ReLU/max-pool calls)", False
+        return (f"; decisions not compared ({len(taps)} Relu/MaxPool nodes, {len(seen)} ReLU/max-pool calls)", False,
+                [])
     relu = pools = 0
     closest = 0.0
     for node, ours, (pool, theirs) in zip(taps, inner, seen):
         if node.op_type != ("Relu" if pool is None else "MaxPool"):
-            return f"; decisions not compared ({node.name!r} is not the call made there)", False
+            return f"; decisions not compared ({node.name!r} is not the call made there)", False, []
         if node.op_type == "Relu":
             flipped = (ours > 0) != (theirs > 0)
             relu += int(flipped.sum())
@@ -239,7 +276,7 @@ def kink_diagnosis(model, proto, x, w, params, values, checked_gx, tolerance: fl
         else:
             pools += int((_winners(pool, torch.from_numpy(ours.astype(np.float64)))
                           != _winners(pool, torch.from_numpy(theirs))).sum())
-    forced, _ = _kink_inputs(model, x, w, forced=inner)
+    forced, forced_params, _ = _kink_inputs(model, x, w, forced=inner, params=params)
     err = np.abs(gx - forced).max()
     rel = err / np.abs(gx64).max()
     where = f" (ReLU inputs within {closest:.1e} of their layer's largest)" if relu else ""
@@ -247,20 +284,29 @@ def kink_diagnosis(model, proto, x, w, params, values, checked_gx, tolerance: fl
     text = (f"; {relu} ReLU sign(s) and {pools} max-pool winner(s) of gcompile's float32 run differ from "
             f"PyTorch's float64 ones{where}; with gcompile's decisions PyTorch's float64 grad x is within "
             f"{rel:.1e} of gcompile's" + ("" if same else " (this run's grad x is not bitwise the checked one)"))
-    return text, bool(same and relu + pools > 0 and err <= tolerance)
+    return text, bool(same and relu + pools > 0 and err <= tolerance), forced_params
 
 
-def check(name: str, exporter: str, size: int, max_params: float, seed: int = 0) -> str:
+def check(name: str, exporter: str, size: int, max_params: float, seed: int = 0, batches=(1, 2),
+          calibrated: bool = False, every: bool = False) -> str:
+    """One model through one exporter: `batches` to run (the export is at batch 2, the batch dynamic),
+    `calibrated` BatchNorm statistics (else random ones), the gradient of `every` parameter kept unchanged
+    (else the first and last), their mismatches all listed. A mismatch of y or grad x stops the check,
+    except, with `every`, a grad x that only float32 ReLU or max-pool decisions move (a kink): the
+    parameters' gradients are then compared with PyTorch's float64 ones under gcompile's decisions (the
+    tolerance still from PyTorch's own float32 error without them)."""
     import torch
     torch.manual_seed(seed)        # torchvision's initialisation draws from the global generator
     model, size = build(name, size)
     count = sum(p.numel() for p in model.parameters())
     if count > max_params:
         return f"skipped: {count / 1e6:.0f}M parameters (over --max-params)"
+    if calibrated:
+        calibrate(model, size, max(batches))
     gen = torch.Generator().manual_seed(0)
     x2 = torch.randn(2, 3, size, size, generator=gen)
     proto = export(model, x2, exporter)
-    params = kept_params(model, proto)
+    params = kept_params(model, proto, every)
     f = gc.load_onnx(proto)
     (spec,) = f.input_specs()
     if spec.shape[0] != "batch":
@@ -272,7 +318,9 @@ def check(name: str, exporter: str, size: int, max_params: float, seed: int = 0)
     values = [f.params[p] for p in params]
     wide = copy.deepcopy(model).double()
     compiled = None
-    for batch in (1, 2):
+    wrong: list = []
+    kinks: list = []
+    for batch in batches:
         x = torch.randn(batch, 3, size, size, generator=gen)
         with torch.no_grad():
             y_shape = model(x).shape
@@ -282,21 +330,37 @@ def check(name: str, exporter: str, size: int, max_params: float, seed: int = 0)
         if compiled is None:
             compiled = gc.compile(step, spec, gc.spec(("batch",) + tuple(y_shape[1:])), *values, provider="cpu")
         got = compiled(x.numpy(), w.numpy(), *values)
-        for what, g, e32, e64 in zip(["y", "grad x"] + [f"grad {p}" for p in params], got, want32, want64):
+        decided: list = []             # PyTorch's float64 parameter gradients with gcompile's kink decisions
+        for i, (what, g, e32, e64) in enumerate(zip(["y", "grad x"] + [f"grad {p}" for p in params], got, want32,
+                                                    want64)):
             if g.shape != e64.shape:
                 return f"{what} at batch {batch}: shape {g.shape}, PyTorch's {e64.shape}"
-            err, torch_err = np.abs(g - e64).max(), np.abs(e32 - e64).max()
-            tolerance = max(10 * torch_err, 1e-5 * np.abs(e64).max())
-            if err > tolerance:
-                text = (f"{what} at batch {batch} differs: max error {err:.3g} against PyTorch in float64, whose own "
-                        f"float32 error is {torch_err:.3g} (max |value| {np.abs(e64).max():.3g}); "
-                        + float64_diagnosis(model, proto, x))
-                kink = False
-                if what == "grad x":
-                    more, kink = kink_diagnosis(model, proto, x.numpy(), w.numpy(), params, values, g, tolerance)
-                    text += more
+            torch_err = np.abs(e32 - e64).max()
+            e64 = decided[i - 2] if decided else e64
+            err, largest = np.abs(g - e64).max(), np.abs(e64).max()
+            tolerance = max(10 * torch_err, 1e-5 * largest)
+            if err <= tolerance:
+                continue
+            if what not in ("y", "grad x"):
+                wrong.append(f"{what} at batch {batch}: max error {err:.3g} = {err / largest:.2g} of its largest "
+                             f"value {largest:.3g} (PyTorch's float32 error {torch_err:.3g})")
+                continue
+            text = (f"{what} at batch {batch} differs: max error {err:.3g} against PyTorch in float64, whose own "
+                    f"float32 error is {torch_err:.3g} (max |value| {largest:.3g}); "
+                    + float64_diagnosis(model, proto, x))
+            kink = False
+            if what == "grad x":
+                more, kink, decided = kink_diagnosis(model, proto, x.numpy(), w.numpy(), params, values, g, tolerance)
+                text += more
+            if not (kink and every):
                 return ("kink: " if kink else "") + text
-    return f"ok ({len(params)} params checked)"
+            kinks.append(text)
+    text = "; ".join(kinks + ([f"{len(wrong)} parameter gradient(s) differ: " + "; ".join(wrong)] if wrong else []))
+    if kinks and not wrong:
+        text += f"; all {len(params)} parameter gradients match PyTorch's float64 ones with gcompile's decisions"
+    if kinks or wrong:
+        return ("kink: " if not wrong else "") + text
+    return f"ok ({len(params)} params checked, batch {', '.join(map(str, batches))})"
 
 
 def main() -> None:
@@ -307,19 +371,30 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--max-params", type=float, default=200e6, help="skip larger models (memory and time)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the random weights (a run repeats exactly)")
+    parser.add_argument("--batches", default="1,2", help="comma-separated batch sizes to run (the export is at 2)")
+    parser.add_argument("--calibrate", action="store_true", help="BatchNorm statistics measured on random inputs")
+    parser.add_argument("--every-param", action="store_true", help="check the gradient of every kept parameter")
+    parser.add_argument("--bar", action="store_true", help="the release bar: " + ", ".join(
+        f"{n} at {s}x{s}" for n, s in BAR.items()) + f", batch {BAR_BATCH}, --calibrate --every-param")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
-    names = args.models.split(",") if args.models else sorted(torchvision.models.list_models(torchvision.models))
+    if args.bar:
+        sizes, batches, calibrated, every = dict(BAR), (BAR_BATCH,), True, True
+    else:
+        names = args.models.split(",") if args.models else sorted(torchvision.models.list_models(torchvision.models))
+        sizes = dict.fromkeys(names, args.size)
+        batches = tuple(int(b) for b in args.batches.split(","))
+        calibrated, every = args.calibrate, args.every_param
     results = {}
-    for name in names:
+    for name, size in sizes.items():
         for exporter in args.exporters.split(","):
             start = time.time()
             try:
-                outcome = check(name, exporter, args.size, args.max_params, args.seed)
+                outcome = check(name, exporter, size, args.max_params, args.seed, batches, calibrated, every)
             except Exception as err:  # noqa: BLE001 - every failure is reported, the others go on
                 outcome = f"error: {type(err).__name__}: {str(err).strip().splitlines()[0][:300] if str(err) else ''}"
             results[f"{name}/{exporter}"] = outcome
-            print(f"{name:24s} {exporter:7s} {time.time() - start:6.1f}s  {outcome}", flush=True)
+            print(f"{name:24s} {exporter:10s} {time.time() - start:6.1f}s  {outcome}", flush=True)
     ok = sum(v.startswith("ok") for v in results.values())
     kinks = sum(v.startswith("kink") for v in results.values())
     skipped = sum(v.startswith("skipped") for v in results.values())

@@ -1,10 +1,11 @@
 """Inlining an ONNX graph into the current trace, one node at a time.
 
 Each ONNX value becomes a Tensor (computed at run time), a numpy array (known at import time:
-initializers, Constants and everything computed from them alone) or a SymInts (a shape with
-symbolic dims). A node whose operands are all known is evaluated at import time, by tracing its
-translator into a scratch graph and running that on the numpy reference evaluator, so shape
-subgraphs never become run-time data and their results stay exact.
+initializers, Constants and everything computed from them alone) or a SymInts (sizes computed
+from symbolic dims, sizes.py; computed at run time where a translator needs them as data). A node
+whose operands are all known is evaluated at import time, by tracing its translator into a scratch
+graph and running that on the numpy reference evaluator, so shape subgraphs never become run-time
+data and their results stay exact.
 
 That evaluation is bounded like the graph passes' constant folding: a node that would compute a
 value of more than MAX_FOLD_ELEMENTS (4,096) elements is traced into the model instead, fed by its
@@ -21,13 +22,14 @@ from onnx import AttributeProto, helper
 
 from .. import functions as F
 from ..errors import GcompileError, ShapeError, TraceError, UnsupportedError
-from ..frontend.tensor import Tensor, as_tensor, tracing
+from ..frontend.tensor import Tensor, apply, as_tensor, tracing
 from ..ir import dims
 from ..ir.evaluate import evaluate
 from ..ir.graph import Graph
 from ..ops.reduce import count
 from ..passes.fold import MAX_FOLD_ELEMENTS
-from .table import DOMAINS, TRANSLATORS, NotSymbolic, SymInts
+from . import sizes
+from .table import DOMAINS, TRANSLATORS, NotSymbolic, SymInts, TensorSequence
 from .validate import node_name, tensor_array
 
 _COUNTABLE = {np.dtype(t) for t in ("float32", "float64", "int32", "int64")}
@@ -99,6 +101,9 @@ class NodeContext:
         """`value` as a numpy array; an error if it is only known at run time."""
         if isinstance(value, np.ndarray):
             return value
+        if isinstance(value, SymInts):
+            raise self.unsupported(f"its {what} must be known at import time, but it depends on the symbolic dims "
+                                   f"({', '.join(str(v) for v in value.values.reshape(-1))})")
         if isinstance(value, Tensor) and value.ref in self.inliner.deferred:
             raise self.unsupported(f"its {what} depends on a value larger than the import-time bound "
                                    f"({MAX_FOLD_ELEMENTS} elements), which is left to the runtime; it must be known "
@@ -110,9 +115,16 @@ class NodeContext:
         return [int(v) for v in self.known(value, what).reshape(-1)]
 
     def dims(self, value, what: str) -> tuple:
-        """A 1-D shape operand as dims: ints, and dim names where it is symbolic."""
+        """A 1-D shape operand as dims: ints, and dim names where it is symbolic. An entry that is an
+        expression over dims but no product of them (batch + 1) cannot be a gcompile shape: refused."""
         if isinstance(value, SymInts):
-            return tuple(value.values.reshape(-1).tolist())
+            target = tuple(value.values.reshape(-1).tolist())
+            odd = [str(d) for d in target if not sizes.is_dim(d)]
+            if odd:
+                raise self.unsupported(
+                    f"its {what} [{', '.join(map(str, target))}] has the entries {', '.join(odd)}, which are not "
+                    "products of the model's dims; gcompile's shapes are made of ints and products of dims (refused)")
+            return target
         return tuple(self.ints(value, what))
 
     def shape(self, value, what: str = "shape") -> tuple:
@@ -145,12 +157,47 @@ class Inliner:
     def materialize(self, value) -> Tensor:
         if isinstance(value, Tensor):
             return value
+        if isinstance(value, TensorSequence):
+            raise UnsupportedError(f"a sequence of {len(value.items)} tensors is used where a tensor is expected "
+                                   "(a model output or an operand): gcompile's imported values are tensors")
         if not isinstance(value, SymInts):
             return as_tensor(value)
-        parts = [self._dim_tensor(d) if isinstance(d, str) else as_tensor(np.asarray(d, np.int64))
-                 for d in value.values.reshape(-1).tolist()]
+        parts = [self._entry_tensor(d) for d in value.values.reshape(-1).tolist()]
         flat = F.stack(parts) if parts else as_tensor(np.zeros(0, np.int64))
         return F.cast(F.reshape(flat, value.shape), value.dtype)
+
+    def _entry_tensor(self, entry) -> Tensor:
+        """One entry of a SymInts (an int, a dim or a sizes.Size) computed at run time, as an int64 scalar."""
+        if isinstance(entry, str):
+            return self._dim_tensor(entry)
+        if not isinstance(entry, sizes.Size):
+            return as_tensor(np.asarray(entry, np.int64))
+        total = None
+        for monomial, coef in entry.terms:
+            term = as_tensor(np.asarray(coef, np.int64))
+            for atom in monomial:
+                term = term * (self._dim_tensor(atom) if isinstance(atom, str) else self._atom_tensor(atom))
+            total = term if total is None else total + term
+        return as_tensor(np.asarray(0, np.int64)) if total is None else total
+
+    def _atom_tensor(self, atom) -> Tensor:
+        """An opaque atom of a sizes.Size, with ONNX's meaning of the op it stands for."""
+        op, *args = atom
+        a, *others = [self._entry_tensor(arg) for arg in args]
+        if op == "abs":
+            return F.abs(a)
+        b = others[0]
+        if op in ("max", "min"):
+            return (F.maximum if op == "max" else F.minimum)(a, b)
+        quotient = apply("div", [a, b])             # truncates toward zero, as ONNX's integer Div
+        if op == "div":
+            return quotient
+        remainder = a - quotient * b                    # fmod: the sign of a
+        if op == "fmod":
+            return remainder
+        zero = np.int64(0)
+        wrong_sign = F.logical_and(F.not_equal(remainder, zero), F.not_equal(F.less(remainder, zero), F.less(b, zero)))
+        return F.where(wrong_sign, remainder + b, remainder)
 
     def _dim_tensor(self, dim: str) -> Tensor:
         if dim in self.dim_sources:

@@ -7,8 +7,9 @@ Operands are Tensors (run-time values), numpy arrays (values known at import tim
 when every operand of a node is known, the importer evaluates the node at import time.
 
 Shape arithmetic on symbolic dims (Shape -> Gather -> Concat -> Reshape with a symbolic batch)
-runs on SymInts, integer tensors whose entries are ints or dim names ("batch", "2*batch"), so a
-Reshape to [Shape(x)[0], -1] becomes a gcompile reshape to ("batch", 12).
+runs on SymInts, integer tensors whose entries are ints, dim names ("batch", "2*batch") or
+expressions over them (sizes.py), so a Reshape to [Shape(x)[0], -1] becomes a gcompile reshape to
+("batch", 12), and a Range to Max(Shape(x)[0], 0) an arange of length batch.
 
 Also here: the ONNX element types gcompile traces (np_dtype, check_dtype) and the operand helpers
 every translator module shares (require_float, scalar_like).
@@ -17,23 +18,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..ir import dims
+from . import sizes
+from .sizes import NotSymbolic
 
 DOMAINS = ("", "ai.onnx")
 
 
-class NotSymbolic(Exception):
-    """A SymInts computation whose result is not a product of dims (e.g. batch + 1): the
-    importer then computes it at run time instead."""
-
-
 class SymInts:
-    """An integer tensor known at import time up to symbolic dims (entries: ints or dim names). Its dtype
-    may also be a float one: a size cast to float (whole numbers, divided only exactly)."""
+    """An integer tensor known at import time up to symbolic dims: its entries are ints, dims ("batch",
+    "2*batch") or sizes.Size expressions over dims (batch + 1, max(batch, 1)). Its dtype may also be a
+    float one: a size cast to float (whole numbers, divided only exactly)."""
     __slots__ = ("dtype", "values")
 
     def __init__(self, values, dtype=np.int64):
@@ -52,8 +51,17 @@ class SymInts:
         return f"SymInts({self.values.tolist()}, {self.dtype.name})"
 
 
+class TensorSequence:
+    """An ONNX sequence value (translators/sequence.py): its tensors in order (Tensors, or numpy arrays
+    known at import time). Not a list or tuple, which the importer reads as a node's several outputs."""
+    __slots__ = ("items",)
+
+    def __init__(self, items):
+        self.items = list(items)
+
+
 def sym_or_const(values, dtype=np.int64):
-    """SymInts for object entries holding a symbol, else a plain numpy integer array."""
+    """SymInts for object entries holding a symbol, else a plain numpy array of `dtype`."""
     values = np.asarray(values, dtype=object)
     flat = [v.item() if isinstance(v, np.generic) else v for v in values.reshape(-1)]
     if all(isinstance(v, (int, bool)) for v in flat):
@@ -62,61 +70,30 @@ def sym_or_const(values, dtype=np.int64):
 
 
 def entries(value) -> np.ndarray:
-    """The object array of a SymInts or integer numpy array (Python ints and dim names)."""
+    """The object array of a SymInts or numpy array (Python ints, dims and Sizes); NotSymbolic for a
+    run-time Tensor, or a float array holding a value that is not a whole number (sizes are)."""
     if isinstance(value, SymInts):
         return value.values
     if not isinstance(value, (np.ndarray, np.generic)):
         raise NotSymbolic()                    # a run-time Tensor operand
     arr = np.asarray(value)
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
+        raise NotSymbolic()
     return np.asarray([int(v) for v in arr.reshape(-1)], dtype=object).reshape(arr.shape)
 
 
-def _mul(a, b):
-    return dims.product((a, b))
+def entrywise(fn, *operands, dtype=None):
+    """`fn` applied to the entries of SymInts and numpy operands (broadcast as ONNX does), in the dtype
+    of the first SymInts (or `dtype`); NotSymbolic where the sizes' algebra does not decide it."""
+    like = next(v for v in operands if isinstance(v, SymInts))
+    values = np.frompyfunc(fn, len(operands), 1)(*(entries(v) for v in operands))
+    return sym_or_const(values, like.dtype if dtype is None else dtype)
 
 
-def _div(a, b):
-    if isinstance(a, int) and isinstance(b, int):
-        if not b:
-            _raise()
-        q = abs(a) // abs(b)                   # ONNX integer Div truncates toward zero
-        return -q if (a < 0) != (b < 0) else q
-    q = dims.divide(a, b)
-    return _raise() if q is None else q
-
-
-def _exact_div(a, b):
-    """Division of whole numbers held as floats: symbolic only where it leaves no remainder."""
-    if isinstance(a, int) and isinstance(b, int) and (not b or a % b):
-        _raise()
-    return _div(a, b)
-
-
-def _add(a, b, sign=1):
-    if isinstance(a, int) and isinstance(b, int):
-        return a + sign * b
-    if b == 0:
-        return a
-    return _raise()
-
-
-def _equal(a, b):
-    if a == b:
-        return True
-    if isinstance(a, int) and isinstance(b, int):
-        return False
-    other = a if isinstance(a, int) else b
-    if isinstance(other, int) and other < 0:   # a dim is never negative
-        return False
-    return _raise()
-
-
-def _raise():
-    raise NotSymbolic()
-
-
-SYMBOLIC_BINARY = {"Mul": _mul, "Div": _div, "ExactDiv": _exact_div, "Add": _add, "Sub": lambda a, b: _add(a, b, -1),
-                   "Equal": _equal}
+COMPARISONS = ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual")
+SYMBOLIC_BINARY = {"Mul": sizes.mul, "Div": sizes.div, "ExactDiv": sizes.exact_div, "Add": sizes.add,
+                   "Sub": sizes.sub, "Min": sizes.minimum, "Max": sizes.maximum,
+                   **{op: partial(sizes.compare, op) for op in COMPARISONS}}
 
 
 # dtypes gcompile traces (ONNX's others: strings, bfloat16, float8, 4-bit, unsigned 16-64, complex)

@@ -2,20 +2,22 @@
 
 Each translator writes the ONNX op's semantics with gcompile ops (gcompile.functions), so the
 imported graph differentiates to any order through the existing VJP rules. The arithmetic and
-comparison ops that exporters apply to shapes (Add, Sub, Mul, Div, Equal, Where) also run on
-SymInts, so shape subgraphs stay symbolic. Where ONNX allows something gcompile does not express
-(a float-only activation on ints), the translator raises a clear
-UnsupportedError instead of guessing.
+comparison ops that exporters apply to shapes (Add, Sub, Mul, Div, Mod, Neg, Abs, Min, Max, the
+comparisons and Where) also run on SymInts (sizes.py), so shape subgraphs stay symbolic. Where ONNX
+allows something gcompile does not express (a float-only activation on ints), the translator raises
+a clear UnsupportedError instead of guessing.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
 from ... import functions as F
 from ...frontend.tensor import Tensor, apply
-from ..table import SYMBOLIC_BINARY, SymInts, entries, onnx_op, require_float, scalar_like, sym_or_const
+from .. import sizes
+from ..table import COMPARISONS, SYMBOLIC_BINARY, SymInts, entrywise, onnx_op, require_float, scalar_like
 
 # -- elementwise: unary ------------------------------------------------------------------------------
 _UNARY = {"Sigmoid": F.sigmoid, "Tanh": F.tanh, "Exp": F.exp, "Log": F.log, "Sqrt": F.sqrt, "Erf": F.erf,
@@ -31,14 +33,14 @@ for _op, _fn in _UNARY.items():
     onnx_op(_op)(_unary(_fn))
 
 
-@onnx_op("Neg")
+@onnx_op("Neg", symbolic=True)
 def _neg(n, x):
-    return F.negative(x)
+    return entrywise(sizes.neg, x) if isinstance(x, SymInts) else F.negative(x)
 
 
-@onnx_op("Abs")
+@onnx_op("Abs", symbolic=True)
 def _abs(n, x):
-    return F.abs(x)
+    return entrywise(sizes.absolute, x) if isinstance(x, SymInts) else F.abs(x)
 
 
 @onnx_op("Sign")
@@ -155,12 +157,10 @@ def _not(n, x):
 
 # -- elementwise: binary and variadic -------------------------------------------------------------------
 def _symbolic(op_type, a, b):
-    """Elementwise shape arithmetic on SymInts (raises NotSymbolic when it leaves the dims' algebra)."""
+    """Elementwise shape arithmetic on SymInts (sizes.py); a quotient of float sizes must be exact."""
     dtype = next(v.dtype for v in (a, b) if isinstance(v, SymInts))
     op = "ExactDiv" if op_type == "Div" and dtype.kind == "f" else op_type
-    fn = np.frompyfunc(SYMBOLIC_BINARY[op], 2, 1)
-    dtype = np.dtype(np.bool_) if op_type == "Equal" else dtype
-    return sym_or_const(fn(entries(a), entries(b)), dtype)
+    return entrywise(SYMBOLIC_BINARY[op], a, b, dtype=np.dtype(np.bool_) if op_type in COMPARISONS else None)
 
 
 def _binary(op_type, fn):
@@ -194,30 +194,33 @@ def _pow(n, x, y):
     return F.power(x, F.cast(y, x.dtype))
 
 
-def _variadic(fn):
+def _variadic(fn, op_type):
     def translate(n, *xs):
         out = xs[0]
         for x in xs[1:]:
-            out = fn(out, x)
-        return out if len(xs) > 1 else F.identity(out)
+            out = _symbolic(op_type, out, x) if isinstance(out, SymInts) or isinstance(x, SymInts) else fn(out, x)
+        return out if len(xs) > 1 else _identity(out)
     return translate
 
 
-onnx_op("Max")(_variadic(F.maximum))
-onnx_op("Min")(_variadic(F.minimum))
-onnx_op("Sum")(_variadic(F.add))
+def _identity(x):
+    return x if isinstance(x, SymInts) else F.identity(x)
+
+
+onnx_op("Max", symbolic=True)(_variadic(F.maximum, "Max"))
+onnx_op("Min", symbolic=True)(_variadic(F.minimum, "Min"))
+onnx_op("Sum")(_variadic(F.add, "Add"))
 
 
 @onnx_op("Mean")
 def _mean(n, *xs):
-    return _variadic(F.add)(n, *xs) / scalar_like(len(xs), require_float(n, xs[0]))
+    return _variadic(F.add, "Add")(n, *xs) / scalar_like(len(xs), require_float(n, xs[0]))
 
 
 @onnx_op("Where", symbolic=True)
 def _where(n, cond, a, b):
     if isinstance(a, SymInts) or isinstance(b, SymInts):
-        dtype = next(v.dtype for v in (a, b) if isinstance(v, SymInts))
-        return sym_or_const(np.where(entries(cond).astype(bool), entries(a), entries(b)), dtype)
+        return entrywise(lambda c, x, y: x if c else y, cond, a, b)
     return F.where(cond, a, b)
 
 
@@ -230,10 +233,13 @@ def _clip(n, x, lo=None, hi=None):
     return F.identity(x) if lo is None and hi is None else F.clip(x, lo, hi)
 
 
-@onnx_op("Mod")
+@onnx_op("Mod", symbolic=True)
 def _mod(n, a, b):
     """fmod = 1: a - trunc(a / b)·b (the sign of a); fmod = 0: the sign of b, as Python's %. Integer
-    quotients truncate exactly (gcompile's integer div); float ones are computed in float64."""
+    quotients truncate exactly (gcompile's integer div); float ones are computed in float64. On sizes,
+    the remainder is kept symbolic (sizes.mod)."""
+    if isinstance(a, SymInts) or isinstance(b, SymInts):
+        return entrywise(partial(sizes.mod, fmod=bool(n.attr("fmod", 0))), a, b)
     dtype = np.result_type(a.dtype, b.dtype)
     if dtype.kind == "f":                  # in float64, so that a float32 quotient rounds far less
         wide_a, wide_b = F.cast(a, np.float64), F.cast(b, np.float64)

@@ -22,7 +22,8 @@ from ...ir import dims
 from ...ops.indexing import slice_axes
 from ...ops.shape_rules import broadcast_shapes, normalize_axes, normalize_axis
 from ...passes.fold import MAX_FOLD_ELEMENTS
-from ..table import NotSymbolic, SymInts, check_dtype, entries, np_dtype, onnx_op, sym_or_const
+from .. import sizes
+from ..table import NotSymbolic, SymInts, check_dtype, entries, entrywise, np_dtype, onnx_op, sym_or_const
 
 
 def _on_entries(x: SymInts, fn):
@@ -62,9 +63,14 @@ def _identity(n, x):
 def _cast(n, x, like=None):
     dtype = np_dtype(n.attr("to"), f"{n.describe()} target") if like is None else np.dtype(like.dtype)
     if isinstance(x, SymInts):
+        if dtype.kind == "b":                # size != 0, where the dims decide it
+            return entrywise(lambda v: not sizes.compare("Equal", v, 0), x, dtype=dtype)
         if dtype.kind not in "iuf":
             raise NotSymbolic()
         return SymInts(x.values, dtype)      # sizes cast to float (arange(float(n))) stay whole numbers
+    if isinstance(x, np.ndarray):            # CastLike of a constant to a size's type: still a constant
+        with np.errstate(all="ignore"):      # as the reference evaluator casts (-inf to int is the runtime's)
+            return x.astype(dtype)
     return F.cast(x, dtype)
 
 
@@ -124,7 +130,7 @@ def _expand(n, x, shape):
 @onnx_op("Tile", symbolic=True)
 def _tile(n, x, repeats):
     if isinstance(x, SymInts):
-        raise NotSymbolic()
+        return _on_entries(x, lambda v: np.tile(v, n.ints(repeats, "repeats")))
     reps = n.dims(repeats, "repeats")
     if any(isinstance(r, int) and r < 0 for r in reps):
         raise n.unsupported(f"negative repeats {list(reps)}")
@@ -337,15 +343,27 @@ def _range(n, start, limit, delta):
 
 
 def _symbolic_range(n, start, limit, delta) -> Tensor:
-    """Range over a symbolic size (arange(x.shape[0]) as exporters write it): its length must be a dim,
-    so the start is 0 and a positive step divides the limit exactly (other spans are refused)."""
-    first, last, step = (entries(v).reshape(-1)[0] for v in (start, limit, delta))
-    length = dims.divide(last, step) if first == 0 and isinstance(step, int) and step > 0 else None
-    if length is None:
-        raise n.unsupported(f"Range from {first} to {last} by {step}: a length over symbolic dims is supported "
-                            "when it is a product of dims (start 0, a step dividing the limit)")
+    """Range over sizes (arange(x.shape[0]), arange(s, s + n) as exporters write them): its length
+    ceil((limit - start) / delta) must be a dim, so a constant step must divide the span exactly;
+    the values are start + step * arange(length), the start computed at run time where it is symbolic."""
     dtype = next(v.dtype for v in (start, limit, delta) if isinstance(v, (SymInts, np.ndarray)))
-    return F.arange(length, 0, step, dtype)
+    bounds = [v.values.reshape(-1)[0] if isinstance(v, SymInts) else v.reshape(-1)[0] for v in (start, limit, delta)]
+    length = None
+    try:
+        first, last, step = (entries(v).reshape(-1)[0] for v in (start, limit, delta))
+        span = sizes.sub(last, first)
+        if isinstance(step, int) and step and sizes.mod(span, step) == 0:
+            length = sizes.maximum(sizes.div(span, step), 0)   # empty where the span points against the step
+    except NotSymbolic:
+        pass
+    if length is None or not sizes.is_dim(length):
+        raise n.unsupported(f"Range from {bounds[0]} to {bounds[1]} by {bounds[2]}: its length over symbolic dims must "
+                            "be a product of dims (a constant step dividing the span)"
+                            + ("" if length is None else f", but it is {length}"))
+    values = F.arange(length, 0, step, dtype)
+    if isinstance(first, int):
+        return values + np.asarray(first, dtype) if first else values
+    return values + n.inliner.materialize(SymInts(np.asarray(first, dtype=object), dtype))
 
 
 @onnx_op("DepthToSpace", "SpaceToDepth")
