@@ -13,6 +13,7 @@ main graph can compute: the body reads them instead of recomputing them at every
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -23,6 +24,7 @@ from ..errors import LoweringError
 from ..ir import dims
 from ..ir.graph import Graph, Node, TensorType, ValueRef
 from ..ir.registry import get_op
+from .targets.base import DEFAULT_TARGET, TARGETS, Target
 
 # onnxruntime's CPU provider has no float64 kernel for these (ARCHITECTURE.md §10).
 NO_FLOAT64_CPU_KERNEL = frozenset({"Conv", "ConvTranspose", "AveragePool", "GlobalAveragePool", "Erf", "Tan", "Asin",
@@ -36,19 +38,22 @@ def value_info(name: str, t: TensorType):
 
 class LowerContext:
     def __init__(self, graph: Graph, opset: int, input_names: Sequence[str], reserved: Sequence[str] = (),
-                 parent: LowerContext | None = None):
+                 parent: LowerContext | None = None, target: Target | None = None):
         self.graph, self.opset, self.parent = graph, opset, parent
+        self.target: Target = parent.target if parent is not None else target or TARGETS[DEFAULT_TARGET]
         self.nodes: list = []
         self._shape_cache: dict = {}
         self._current: Node | None = None
         if parent is None:
             self.initializers: list = []
             self.float64_ops: list[str] = []      # "Conv in conv_3 (model.py:12)" where the CPU provider lacks a kernel
+            self.lowerings: Counter[tuple[str, str]] = Counter()   # (op, strategy or "plain"): nodes lowered so
             self._const_cache: dict = {}
             self._unnamed = [0]                   # unnamed initializers so far: const_0, const_1, ...
             self._used_names: set[str] = set(input_names) | set(reserved)
         else:                                     # a loop body: one namespace and one set of initializers
-            self.initializers, self.float64_ops = parent.initializers, parent.float64_ops
+            self.initializers, self.float64_ops, self.lowerings = parent.initializers, parent.float64_ops, \
+                parent.lowerings
             self._const_cache, self._used_names = parent._const_cache, parent._used_names
             self._unnamed = parent._unnamed
         self._symbol_sources: dict[str, tuple[str, int]] = {}
@@ -68,7 +73,10 @@ class LowerContext:
             if node.op == "constant":
                 names[node.out(0)] = self.const(node.attrs["value"], name=node.attrs.get("name"))
                 continue
-            outs = get_op(node.op).lower(self, [names[r] for r in node.inputs], node)
+            chosen = self.target.strategy_for(self, node)
+            self.lowerings[node.op, chosen.name if chosen else "plain"] += 1
+            rule = chosen.lower if chosen else get_op(node.op).lower
+            outs = rule(self, [names[r] for r in node.inputs], node)
             outs = [outs] if isinstance(outs, str) else list(outs)
             for i, out in enumerate(outs):
                 names[node.out(i)] = out

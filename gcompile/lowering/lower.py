@@ -10,13 +10,18 @@ from ..version import __version__
 from .context import LowerContext, value_info
 from .dedupe import dedupe_nodes
 from .order import schedule_order
+from .targets import DEFAULT_TARGET, get_target
 from .versions import choose_opset, runtime_limits
+
+TARGET_KEY = "gcompile.target"   # the model metadata naming the target it was lowered for
 
 
 @collector_paused
 def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
-            name: str = "gcompile", value_types: bool = False) -> tuple[onnx.ModelProto, list[str]]:
-    """Lower `graph` to a standard ai.onnx model.
+            name: str = "gcompile", value_types: bool = False,
+            target: str = DEFAULT_TARGET) -> tuple[onnx.ModelProto, list[str]]:
+    """Lower `graph` to a standard ai.onnx model for `target` (lowering/targets), which the
+    model's metadata records as gcompile.target.
 
     Returns the model and a list of ops that onnxruntime's CPU provider cannot run in
     float64 (empty for most models); the runtime refuses those before loading. With
@@ -24,7 +29,7 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
     "batch*3"), is recorded as value_info too (for `gcompile viz`; artifacts leave it out).
     """
     opset = choose_opset(opset)
-    ctx = LowerContext(graph, opset, input_names, reserved=graph.output_names)
+    ctx = LowerContext(graph, opset, input_names, reserved=graph.output_names, target=get_target(target))
     names: dict = dict(zip(graph.inputs, input_names))
     ctx.lower_nodes(names)
     outputs = []
@@ -49,5 +54,6 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
     model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="gcompile", producer_version=__version__)
     model.ir_version = runtime_limits()[0]
+    helper.set_model_props(model, {TARGET_KEY: target})
     return model, ctx.float64_ops
 

@@ -17,6 +17,7 @@ from ..ir.dims import astype_hint, bind, dtype_name, format_shape
 from ..ir.graph import Graph
 from ..lowering import to_onnx
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, external_data_versions, serialize
+from ..lowering.targets import target_for_provider
 from .files import folder_lock, write_files
 from .providers import make_session, resolve_provider
 
@@ -194,5 +195,6 @@ def compile_traced(traced: Traced, provider: str = "auto", opset: int | None = N
     from ..passes import optimize as run_passes
     resolved = resolve_provider(provider)
     run_passes(traced.graph, optimize, recompute=recompute)
-    model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=traced.name)
+    model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=traced.name,
+                                 target=target_for_provider(resolved))
     return CompiledFunction(traced, model, resolved, float64_ops, check_numerics)

@@ -334,6 +334,8 @@ def test_fori_loop_matches_python_and_differentiates():
         return h0
     check_forward(fn, f32(*ARGS[1:]), [np_fn(*ARGS[1:]).astype(np.float32)], rtol=1e-5, atol=1e-5)
     check_grads(fn, ARGS[1:], order=3)
+    w, h0 = ARGS[1:]
+    check_grads(fn, [w, np.stack([h0, -h0])], symbolic=[w, gc.spec(("n", *h0.shape))])   # a batch of carries
     check_forward(lambda h0: gc.fori_loop(3, 3, lambda i, h: h * 2, h0), [ARGS[2]], [ARGS[2]])
 
 

@@ -159,7 +159,9 @@ def test_solver_gradients(fn):
 
 
 def test_batched_solver_gradients():
-    check_grads(lambda a, b: (F.solve(a, b), F.det(a)), [rand(2, 3, 3) + 3 * np.eye(3), rand(2, 3, 1)])
+    # (with the batch symbolic too: check_grads)
+    check_grads(lambda a, b: (F.solve(a, b), F.det(a), F.inv(a), F.slogdet(a)[1]),
+                [rand(2, 3, 3) + 3 * np.eye(3), rand(2, 3, 1)])
 
 
 @pytest.mark.parametrize("shape", [(0, 0), (3, 0, 0), (0, 2, 2)])

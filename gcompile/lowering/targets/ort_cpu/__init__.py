@@ -1,0 +1,3 @@
+"""Strategies for ONNX Runtime's CPU provider (the `ort-cpu` target): one module per op family,
+each registering its lowerings with `targets.base.strategy`. What each buys is measured in
+docs/performance.md; tests/lowering/test_strategies.py compares each with the plain form."""
