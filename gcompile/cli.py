@@ -115,9 +115,12 @@ def _orders(entry: dict) -> str:
 @click.option("--external-data-threshold", type=click.IntRange(min=0), default=None,
               show_default="2 GiB, the protobuf limit", metavar="BYTES",
               help="an artifact this large keeps its weights in <name>.onnx.<hash>.data beside it")
+@click.option("--target", type=click.Choice(["portable", "ort-cpu", "cuda"]), default="portable", show_default=True,
+              help="the runtime to lower for: portable runs on any ONNX runtime, ort-cpu and cuda are tuned for "
+                   "ONNX Runtime's providers")
 @_PROVIDER
 @_guarded
-def build(model, out_dir, opset, optimize, check, recompute, external_data_threshold, provider):
+def build(model, out_dir, opset, optimize, check, recompute, external_data_threshold, target, provider):
     """Build every @gc.export function of MODEL (a .py file) into OUT/<name>.onnx and OUT/manifest.json."""
     from .artifacts.build import build as build_artifacts
     from .lowering.serialize import EXTERNAL_DATA_THRESHOLD
@@ -125,7 +128,7 @@ def build(model, out_dir, opset, optimize, check, recompute, external_data_thres
     if external_data_threshold is None:
         external_data_threshold = EXTERNAL_DATA_THRESHOLD
     result = build_artifacts(model, out_dir, opset=opset, check=check, provider=provider, optimize=optimize,
-                             external_data_threshold=external_data_threshold, recompute=recompute)
+                             external_data_threshold=external_data_threshold, recompute=recompute, target=target)
     for entry in result.manifest["artifacts"]:
         size = modelfile.format_size(entry["bytes"])
         if "external_data" in entry:
@@ -136,7 +139,7 @@ def build(model, out_dir, opset, optimize, check, recompute, external_data_thres
                 ("nodes", _orders(entry)),
                 # what the model holds (weights it closes over, constants), not the parameters it takes as inputs
                 ("consts", f"{entry['parameters']:,} values in {entry['initializers']} initializer(s)"),
-                ("size", f"{size}, opset {entry['opset']}, ir_version {entry['ir_version']}"),
+                ("size", f"{size}, opset {entry['opset']}, ir_version {entry['ir_version']}, for {entry['target']}"),
                 ("time", f"{1e3 * timed.total():.1f} ms: {timed.format()}")]
         if entry["name"] in result.checks:
             c = result.checks[entry["name"]]

@@ -26,7 +26,7 @@ from .frontend.trace import is_output_leaf, trace
 from .gradients import grad
 from .ir.evaluate import evaluate
 from .ir.registry import is_random
-from .ops.basic import add_n
+from .ops.basic import add_n, cast
 from .ops.reduce import sum as reduce_sum
 
 # Relative error allowed between ONNX Runtime's float32 derivative and the float64 difference,
@@ -55,7 +55,7 @@ def _program(fn, n: int, positions: list[int], n_out: int, order: int, *, value_
         xs, ws = args[:n], args[n:n + n_out]
         rest = args[n + n_out:]
         wrt = [xs[i] for i in positions]
-        s = add_n([reduce_sum(y * w) for y, w in zip(_float_leaves(fn(*xs)), ws)])
+        s = add_n([cast(reduce_sum(y * cast(w, y.dtype)), w.dtype) for y, w in zip(_float_leaves(fn(*xs)), ws)])
         for j in range(order - 1):
             s = add_n([reduce_sum(g * v) for g, v in zip(grad(s, wrt), rest[j * k:(j + 1) * k])])
         if value_only:
@@ -132,20 +132,22 @@ class _Case:
         return [spec(w.shape, dtype) for w in self.ws] + float_specs * self.order
 
 
-def symbolic_specs(fn: Callable, inputs: Sequence[ArrayLike], symbolic: Any = "auto") -> list[Spec] | None:
-    """The specs check_grad's symbolic check traces `fn` at (None for none): `symbolic` as
-    check_grad takes it. With "auto" a function none of whose axes can be symbolic gets none;
-    with True that is an error."""
+def symbolic_specs(fn: Callable, inputs: Sequence[ArrayLike], symbolic: Any = "auto",
+                   dtype: Any = None) -> list[Spec] | None:
+    """The specs check_grad's symbolic check traces `fn` at (None for none), float inputs in
+    `dtype` (by default what check_grad runs them in): `symbolic` as check_grad takes it. With
+    "auto" a function none of whose axes can be symbolic gets none; with True that is an error."""
     if symbolic is False:
         return None
     arrays = [np.asarray(a) for a in inputs]
+    dtype = dtype or _lowered_dtype(fn, arrays)
     if symbolic not in (True, "auto"):
-        return [s if isinstance(s, Spec) else spec(np.shape(s), np.float32) for s in symbolic]
+        return [s if isinstance(s, Spec) else spec(np.shape(s), dtype) for s in symbolic]
     errors = []
-    for specs in _symbolic_candidates(arrays, np.float32):
+    for specs in _symbolic_candidates(arrays, dtype):
         try:
             _output_types(fn, specs)
-        except GcompileError as err:           # these axes cannot be symbolic for this function
+        except (GcompileError, TypeError, ValueError, IndexError) as err:   # (Python arithmetic on a symbolic size)
             errors.append(f"{specs}: {err}")
             continue
         return specs
@@ -188,26 +190,36 @@ def _reference_check(case: _Case, eps: float, rtol: float, atol: float, what: st
     return numeric, analytic, scale
 
 
-def _lowered_check(case: _Case, x_specs: list[Spec], numeric: float, scale: float, rtol: float, atol: float,
-                   what: str, where: str) -> None:
-    """⟨∇S, r⟩ from the float32 ONNX model ONNX Runtime runs, traced at x_specs."""
+def _lowered_check(case: _Case, x_specs: list[Spec], dtype, target: str, numeric: float, scale: float,
+                   rtol: float, atol: float, what: str, where: str) -> None:
+    """⟨∇S, r⟩ from the ONNX model ONNX Runtime runs (in `dtype`, lowered for `target`), traced at x_specs."""
     from .runtime import compile
     program = case.program()
 
     def derivative(*args):
         return program(*args)[1]
-    args = case.args(case.arrays, np.float32)
-    cf = compile(derivative, *x_specs, *case.vector_specs(x_specs, np.float32), provider="cpu")
+    args = case.args(case.arrays, dtype)
+    cf = compile(derivative, *x_specs, *case.vector_specs(x_specs, dtype), provider="cpu", target=target)
     got = float(cf.run_flat(*args)[0])
     allowed = atol + rtol * (scale + abs(numeric))
     if not abs(numeric - got) <= allowed:
-        raise _report(what, f"ONNX Runtime's float32 model {where}", numeric, got, allowed,
-                      f"terms of size {scale:.3g}")
+        raise _report(what, f"ONNX Runtime's {np.dtype(dtype).name} model for the {target} target {where}",
+                      numeric, got, allowed, f"terms of size {scale:.3g}")
+
+
+def _lowered_dtype(fn, arrays) -> Any:
+    """float32, what models run in, unless the function takes float64 only (an imported float64
+    model): then float64."""
+    try:
+        _output_types(fn, [spec(a.shape, np.float32 if a.dtype.kind == "f" else a.dtype) for a in arrays])
+    except GcompileError:
+        return np.float64
+    return np.float32
 
 
 def check_grad(fn: Callable, inputs: Sequence[ArrayLike], *, order: int = 1, eps: float = 1e-5,
                rtol: float = 1e-5, atol: float = 1e-7, seed: int = 0, lowered: bool = True,
-               symbolic: Any = "auto") -> tuple[float, float]:
+               symbolic: Any = "auto", targets: Sequence[str] = ("ort-cpu", "portable")) -> tuple[float, float]:
     """Check the order-th derivative of `fn` (any outputs) at `inputs` (arrays; float ones are
     promoted to float64 for the reference) against a float64 central difference.
 
@@ -217,21 +229,26 @@ def check_grad(fn: Callable, inputs: Sequence[ArrayLike], *, order: int = 1, eps
     first input's axis 0, with the other inputs' axes of that length, or the next axis where
     that does not trace (symbolic="auto": none where no axis traces; True: then an error).
     symbolic may instead be a list of specs (one per input, e.g. gc.spec(("n", 3))), or False.
+    Each model is lowered for every one of `targets` (lowering/targets: the portable plain forms
+    and ONNX Runtime's CPU strategies); a function that takes float64 only runs in float64.
     Returns the reference's (numeric, analytic) directional derivatives; raises AssertionError
     naming the evaluator or model that disagrees, with both numbers.
     """
     arrays = [np.asarray(a, np.float64) if np.asarray(a).dtype.kind == "f" else np.asarray(a) for a in inputs]
-    sym_specs = symbolic_specs(fn, arrays, symbolic if lowered else False)
+    dtype = _lowered_dtype(fn, arrays) if lowered else np.float32
+    sym_specs = symbolic_specs(fn, arrays, symbolic if lowered else False, dtype)
     case = _Case(fn, arrays, order, seed, sym_specs)
     what = {1: "gradient", 2: "double-gradient"}.get(order, f"order-{order} gradient")
     numeric, analytic, scale = _reference_check(case, eps, rtol, atol, what, lowered)
     if lowered:
-        static = [spec(a.shape, np.float32 if a.dtype.kind == "f" else a.dtype) for a in arrays]
-        lowered_atol = max(atol, 1e-6)
-        _lowered_check(case, static, numeric, scale, LOWERED_RTOL, lowered_atol, what, "at static shapes")
+        static = [spec(a.shape, dtype if a.dtype.kind == "f" else a.dtype) for a in arrays]
+        rtol_lowered, atol_lowered = (LOWERED_RTOL, max(atol, 1e-6)) if dtype == np.float32 else (rtol, atol)
+        checks = [(static, "at static shapes")]
         if sym_specs is not None and [t.shape for t in sym_specs] != [t.shape for t in static]:
-            _lowered_check(case, sym_specs, numeric, scale, LOWERED_RTOL, lowered_atol, what,
-                           "with symbolic sizes " + ", ".join(map(repr, sym_specs)))
+            checks.append((sym_specs, "with symbolic sizes " + ", ".join(map(repr, sym_specs))))
+        for target in targets:
+            for specs, where in checks:
+                _lowered_check(case, specs, dtype, target, numeric, scale, rtol_lowered, atol_lowered, what, where)
     return numeric, analytic
 
 

@@ -2,20 +2,26 @@
 and float64 numeric gradient checks (first and second order) of the reference evaluator and
 of the ONNX models ONNX Runtime runs, at static and symbolic sizes.
 
-Every op that appears in a graph checked by `check_grads` is recorded; tests/ops/conftest.py
-fails the run if a differentiable registry op was never gradient-checked.
+Every op that appears in a graph checked by `check_grads` is recorded, with the lowerings (an
+op's plain form or a target's strategy) its ONNX models ran; tests/ops/conftest.py fails the
+run if a differentiable registry op was never gradient-checked, at a symbolic size too, or a
+lowering never ran in a gradient check.
 """
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 
 import gcompile as gc
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
+from gcompile.lowering.lower import recorded_lowerings
 from gcompile.testing import check_grad, symbolic_specs
 
 GRAD_CHECKED_OPS: set[str] = set()
 SYMBOLIC_CHECKED_OPS: set[str] = set()   # of those, checked with a symbolic size too
+LOWERINGS_CHECKED: Counter = Counter()   # (op, strategy or "plain"): the lowerings those checks ran
 
 
 def check_forward(fn, inputs, expected, *, rtol=1e-5, atol=1e-6, specs=None):
@@ -46,8 +52,10 @@ def check_grads(fn, inputs, *, order=2, **kwargs):
     specs = symbolic_specs(fn, arrays, kwargs.pop("symbolic", "auto"))
     if specs is not None:
         SYMBOLIC_CHECKED_OPS.update(ops)
-    for k in range(1, order + 1):
-        check_grad(fn, arrays, order=k, symbolic=specs or False, **kwargs)
+    with recorded_lowerings() as seen:
+        for k in range(1, order + 1):
+            check_grad(fn, arrays, order=k, symbolic=specs or False, **kwargs)
+    LOWERINGS_CHECKED.update(seen)
 
 
 def check_values(fn, inputs, expected, *, rtol=1e-6, atol=1e-12):

@@ -45,6 +45,7 @@ from ..frontend import source
 from ..logs import logger, phase, progress, timings
 from ..lowering import to_onnx
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, serialize
+from ..lowering.targets import DEFAULT_TARGET
 from ..passes import optimize as run_passes
 from ..runtime import modelfile
 from ..runtime.compiled import load_session
@@ -148,7 +149,7 @@ def _syntax_error(path: str, err: SyntaxError) -> GcompileError:
 
 
 def _trace_one(fn: Callable, info: Export, opset: int | None, passes: Callable,
-               model_path: str, value_types: bool) -> tuple[Export, onnx.ModelProto, list[str]]:
+               model_path: str, value_types: bool, target: str) -> tuple[Export, onnx.ModelProto, list[str]]:
     code = getattr(fn, "__code__", None)
     where = f"{model_path}:{code.co_firstlineno}" if code else model_path
     try:
@@ -160,7 +161,7 @@ def _trace_one(fn: Callable, info: Export, opset: int | None, passes: Callable,
         logger.debug("%s: %d nodes after the graph passes", info.name, len(traced.graph))
         with phase("lower"):
             model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=info.name,
-                                         value_types=value_types)
+                                         value_types=value_types, target=target)
         info.finish(model)
     except GcompileError as err:
         raise GcompileError(f"cannot build {info.name!r} ({where}): {err}") from None
@@ -171,7 +172,8 @@ def _trace_one(fn: Callable, info: Export, opset: int | None, passes: Callable,
     return info, model, float64_ops
 
 
-def _trace_all(module, model_path: str, opset, passes: Callable, later: int, value_types: bool) -> list:
+def _trace_all(module, model_path: str, opset, passes: Callable, later: int, value_types: bool,
+               target: str) -> list:
     functions = [(fn, info) for fn in exported_functions(module) if (info := export_info(fn)) is not None]
     if not functions:
         raise GcompileError(f"{model_path} has no exported function: mark the functions to build with "
@@ -188,7 +190,7 @@ def _trace_all(module, model_path: str, opset, passes: Callable, later: int, val
         for fn, info in functions:
             bar.step(info.name)
             with timings() as times:
-                built.append((*_trace_one(fn, info, opset, passes, model_path, value_types), times))
+                built.append((*_trace_one(fn, info, opset, passes, model_path, value_types, target), times))
             logger.info("%s: %s", info.name, times.format())
     return built
 
@@ -197,21 +199,22 @@ TRACE_PHASES = ("trace", "passes", "lower")   # per function, in lower_all (grad
 
 
 def lower_all(model, opset: int | None = None, optimize: int = 2, recompute: bool = False,
-              later: int = 0, value_types: bool = False) -> tuple[str, list]:
+              later: int = 0, value_types: bool = False, target: str = DEFAULT_TARGET) -> tuple[str, list]:
     """(model path, [(export info, ONNX model, float64-only ops, timings)]) for every @gc.export
     function of `model` (a path or an imported module), in source order. Each phase shows on the
     active progress display; `later` is how many phases per function the caller runs afterwards
     (so the display's total is right from the start). `value_types` records every value's type in
-    the models (to_onnx), for drawing them."""
+    the models (to_onnx), for drawing them; `target` is the runtime they are lowered for
+    (lowering/targets)."""
     passes = functools.partial(run_passes, level=optimize, recompute=recompute)
     if isinstance(model, types.ModuleType):
         model_path = getattr(model, "__file__", None) or model.__name__
-        return model_path, _trace_all(model, model_path, opset, passes, later, value_types)
+        return model_path, _trace_all(model, model_path, opset, passes, later, value_types, target)
     model_path = os.fspath(model)
     with _on_path(os.path.dirname(os.path.abspath(model_path))), progress(1, "build", count_phases=True):
         with phase("import"):
             module = load_module(model_path)
-        return model_path, _trace_all(module, model_path, opset, passes, later, value_types)
+        return model_path, _trace_all(module, model_path, opset, passes, later, value_types, target)
 
 
 def _check(name: str, serialized: Serialized, model, float64_ops, provider: str, feeds: dict) -> dict:
@@ -230,17 +233,19 @@ def _check(name: str, serialized: Serialized, model, float64_ops, provider: str,
 
 def build(model, out_dir, opset: int | None = None, check: bool = False, provider: str = "auto",
           optimize: int = 2, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD,
-          recompute: bool = False) -> BuildResult:
+          recompute: bool = False, target: str = DEFAULT_TARGET) -> BuildResult:
     """Build every @gc.export function of `model` (a path or an imported module) into `out_dir`.
 
-    opset, optimize and recompute mean what they mean for gc.compile; check runs every artifact on
+    opset, optimize and recompute mean what they mean for gc.compile; `target` is the runtime the
+    artifacts are lowered for (default: portable, any ONNX runtime; docs/targets.md), recorded in
+    each model's metadata and the manifest; check runs every artifact on
     random inputs of its specs (on `provider`) before anything is written. An artifact of
     `external_data_threshold` bytes or more keeps its weights in <name>.onnx.<hash>.data beside it.
     The folder is locked for the whole build and changes as one set (see the module docstring).
     """
     out_dir = os.fspath(out_dir)
     with _output_folder(out_dir), progress(1, "build", count_phases=True) as bar:   # 1: the write
-        model_path, built = lower_all(model, opset, optimize, recompute, later=2 if check else 1)
+        model_path, built = lower_all(model, opset, optimize, recompute, later=2 if check else 1, target=target)
         entries, weights_files, model_files, checks, times = [], [], [], {}, {}
         resolved = resolve_provider(provider) if check else None
         for info, onnx_model, float64_ops, timed in built:

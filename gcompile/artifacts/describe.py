@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 
+from ..lowering.lower import TARGET_KEY
 from ..lowering.reads import subgraphs
 from ..runtime.modelfile import graph_inputs, opset_of, optional_inputs, signature
 
@@ -58,6 +59,7 @@ def describe(model) -> dict:
         "outputs": signature(model.graph.output),
         "opset": opset_of(model),
         "ir_version": model.ir_version,
+        "target": {p.key: p.value for p in model.metadata_props}.get(TARGET_KEY, "unknown"),
         "parameters": sum(int(np.prod(t.dims)) for t in model.graph.initializer),   # values held, not inputs
         "initializers": len(model.graph.initializer),
         "nodes": len(model.graph.node),

@@ -12,7 +12,6 @@ main graph can compute: the body reads them instead of recomputing them at every
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -173,26 +172,6 @@ class LowerContext:
         n = len(axes)
         return self.emit("Slice", [x, self.int64s([-1] * n), self.int64s([self.INT64_MIN] * n), self.int64s(axes),
                                    self.int64s([-1] * n)])
-
-    def reduce(self, op_type: str, x: str, t: TensorType, axes: Sequence[int], keepdims: bool) -> str:
-        """ReduceSum or ReduceMean of x (of type t) over `axes`. A float sum over the leading axes
-        (every reduced axis before every kept one, size-1 axes aside) is a product with a row of
-        ones: onnxruntime reduces few long rows on one core, or slower on two (32 rows of 65,536:
-        0.22 ms with one thread, 2.0 ms with two; the product 0.13 and 0.07; docs/performance.md)."""
-        shape, axes = t.shape, sorted(axes)
-        reduced = [a for a in axes if shape[a] != 1]
-        kept = [a for a in range(len(shape)) if a not in axes and shape[a] != 1]
-        rows = math.prod(shape[a] for a in reduced) if all(isinstance(shape[a], int) for a in reduced) else 0
-        if np.dtype(t.dtype) not in (np.float32, np.float64) or rows < 2 or not kept or max(reduced) > min(kept):
-            return self.emit(op_type, [x, self.int64s(axes)], keepdims=int(keepdims))
-        out_shape = [1 if a in axes else d for a, d in enumerate(shape) if keepdims or a not in axes]
-        flat = self.emit("Reshape", [x, self.int64s([rows, -1])])
-        one = helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), [1], [1])
-        ones = self.emit("ConstantOfShape", [self.int64s([1, rows])], value=one)    # made at load, not stored
-        y = self.emit("MatMul", [ones, flat])
-        if op_type == "ReduceMean":
-            y = self.emit("Div", [y, self.const(np.asarray(rows, t.dtype))])
-        return self.emit("Reshape", [y, self.shape_tensor(out_shape)], allowzero=1)   # a 0 is an empty dim
 
     def is_read(self, node: Node, index: int) -> bool:
         """Whether output `index` of `node` is a graph output or another node's operand (ops with

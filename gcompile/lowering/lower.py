@@ -1,6 +1,10 @@
 """Graph -> onnx.ModelProto, walking nodes in a deterministic topological order."""
 from __future__ import annotations
 
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
+
 import onnx
 from onnx import helper
 
@@ -14,6 +18,21 @@ from .targets import DEFAULT_TARGET, get_target
 from .versions import choose_opset, runtime_limits
 
 TARGET_KEY = "gcompile.target"   # the model metadata naming the target it was lowered for
+
+_recorders: list[Counter] = []
+
+
+@contextlib.contextmanager
+def recorded_lowerings() -> Iterator[Counter]:
+    """Within the block, counts how many nodes each (op, strategy) lowered ("plain" for an op's own
+    form), over every model lowered: the test suite's coverage gate asks which strategies the
+    gradient checks reached."""
+    seen: Counter = Counter()
+    _recorders.append(seen)
+    try:
+        yield seen
+    finally:
+        _recorders.remove(seen)
 
 
 @collector_paused
@@ -55,5 +74,7 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
                               producer_name="gcompile", producer_version=__version__)
     model.ir_version = runtime_limits()[0]
     helper.set_model_props(model, {TARGET_KEY: target})
+    for seen in _recorders:
+        seen.update(ctx.lowerings)
     return model, ctx.float64_ops
 

@@ -83,7 +83,7 @@ def _pool_attrs(x, kernel, stride, pad) -> dict:
 
 
 # -- shape rules ----------------------------------------------------------------------------------
-def _out_sizes(in_size, kernel, stride, pad, dilation) -> tuple:
+def out_sizes(in_size, kernel, stride, pad, dilation) -> tuple:
     """Output spatial size of a sliding window: floor((in + pads - dilation*(k-1) - 1) / stride) + 1."""
     out = tuple((i + p0 + p1 - d * (k - 1) - 1) // s + 1
                 for i, k, s, (p0, p1), d in zip(in_size, kernel, stride, pad, dilation))
@@ -140,7 +140,7 @@ def _conv_infer(types, stride, pad, dilation, groups):
     if co % groups:
         raise ShapeError(f"w {format_shape(w.shape)} has {co} output channels, not divisible by groups={groups}")
     _check_bias(types, co)
-    out = _out_sizes(x.shape[2:], w.shape[2:], stride, pad, dilation)
+    out = out_sizes(x.shape[2:], w.shape[2:], stride, pad, dilation)
     return [tensor_type(same_dtype(types), (x.shape[0], co) + out)]
 
 
@@ -174,7 +174,7 @@ def _conv_weight_grad_infer(types, kernel, stride, pad, dilation, groups):
     if x.shape[1] % groups or g.shape[1] % groups:
         raise ShapeError(f"channels of x {format_shape(x.shape)} and of the output cotangent "
                          f"{format_shape(g.shape)} must be divisible by groups={groups}")
-    out = _out_sizes(x.shape[2:], kernel, stride, pad, dilation)
+    out = out_sizes(x.shape[2:], kernel, stride, pad, dilation)
     if out != g.shape[2:]:
         raise ShapeError(f"the output cotangent {format_shape(g.shape)} does not have the convolution's output "
                          f"size {out}")
@@ -204,7 +204,7 @@ def _with_bias(y, b):
 
 def _conv_reference(x, w, *b, stride, pad, dilation, groups):
     n, ci, co, kernel = x.shape[0], x.shape[1], w.shape[0], w.shape[2:]
-    out = _out_sizes(x.shape[2:], kernel, stride, pad, dilation)
+    out = out_sizes(x.shape[2:], kernel, stride, pad, dilation)
     xp = _zero_pad(x, pad)
     xg = xp.reshape((n, groups, ci // groups) + xp.shape[2:])        # not -1: an empty batch is allowed
     wg = w.reshape((groups, co // groups) + w.shape[1:])
@@ -241,63 +241,30 @@ def _conv_weight_grad_reference(x, g, *, kernel, stride, pad, dilation, groups):
     return gw.reshape((co,) + gw.shape[2:])
 
 
-# -- ONNX lowerings -------------------------------------------------------------------------------------
-def _onnx_pads(pad) -> list:
+# -- ONNX lowerings: the plain forms (strategies for a runtime: lowering/targets) ---------------------
+def onnx_pads(pad) -> list:
     return [p[0] for p in pad] + [p[1] for p in pad]
 
 
-def _window_attrs(kernel, stride, pad, dilation=None) -> dict:
-    return dict(kernel_shape=list(kernel), strides=list(stride), pads=_onnx_pads(pad),
+def window_attrs(kernel, stride, pad, dilation=None) -> dict:
+    return dict(kernel_shape=list(kernel), strides=list(stride), pads=onnx_pads(pad),
                 dilations=None if dilation is None else list(dilation))
-
-
-# The fewest images for which a Conv with more filters than output positions is split in two (see
-# _conv_in_halves): with one or two images the halves' per-image threads have nothing to share.
-HALVES_MIN_BATCH = 8
-
-
-def _conv_in_halves(node, groups: int, kernel, stride, pad) -> bool:
-    """Whether a float32 Conv runs faster as two Convs of half the filters each, joined by a Concat.
-    MLAS (ONNX Runtime's CPU kernels, 1.31) convolves an image with more filters than output
-    positions by expanding it whole and multiplying it with a GEMM that two threads do not
-    speed up: 32 images of 8 x 8, 128 -> 128 channels, 3x3, took 4.6 ms on two threads and 4.5
-    on one. With at most as many filters as positions it gives each thread whole images: the two
-    halves took 3.3 ms (0.62-0.79 of the time from 7 x 7 to 14 x 14, 3x3 and 5x5, stride 1 and
-    2; docs/performance.md), and on one thread 6.2. Beyond twice as many filters as positions
-    the halves still take the slow path, and more pieces expand each image once per piece:
-    four took 1.03 of the time. A pointwise Conv (1x1, stride 1, no padding) is a GEMM as it is."""
-    out = node.outputs[0].shape
-    if groups != 1 or node.outputs[0].dtype != np.float32 or not all(isinstance(d, int) for d in out):
-        return False
-    if all(k == 1 for k in kernel) and all(s == 1 for s in stride) and not any(map(any, pad)):
-        return False
-    positions = math.prod(out[2:])
-    return out[0] >= HALVES_MIN_BATCH and positions < out[1] <= 2 * positions
-
-
-def _emit_conv(ctx, names, node, groups: int, kernel, stride, pad, dilation) -> str:
-    """A Conv of names = [x, w(, b)], in two halves of the filters where that is faster."""
-    attrs = dict(group=groups, **_window_attrs(kernel, stride, pad, dilation))
-    if not _conv_in_halves(node, groups, kernel, stride, pad):
-        return ctx.emit("Conv", names, **attrs)
-    filters = node.outputs[0].shape[1]
-    sizes = ctx.int64s([(filters + 1) // 2, filters // 2])
-    halves = [ctx.emit("Split", [name, sizes], n_out=2, axis=0) for name in names[1:]]
-    return ctx.emit("Concat", [ctx.emit("Conv", [names[0], *part], **attrs) for part in zip(*halves)], axis=1)
 
 
 def _lower_conv(ctx, names, node):
     a = node.attrs
     kernel = ctx.graph.type_of(node.inputs[1]).shape[2:]
-    return _emit_conv(ctx, names, node, a["groups"], kernel, a["stride"], a["pad"], a["dilation"])
+    return ctx.emit("Conv", names, group=a["groups"], **window_attrs(kernel, a["stride"], a["pad"], a["dilation"]))
 
 
-def _lower_conv_transpose(ctx, names, node):
-    """ONNX Runtime refuses output_padding >= stride, which PyTorch allows below the dilation. The
+def transpose_geometry(ctx, node) -> tuple[list, list, list, list]:
+    """A ConvTranspose's (pad, extra, output_padding, crops) for conv_transpose's node. ONNX
+    Runtime refuses output_padding >= stride, which PyTorch allows below the dilation: the
     output_padding rows first take back rows the end padding crops; past the uncropped result the
-    rows are zeros (plus the bias), so those are padded on after a ConvTranspose without them.
-    Where the begin padding crops into those rows (ONNX Runtime refuses a ConvTranspose whose own
-    output would be empty), the axis is convolved uncropped, padded, then sliced."""
+    rows are zeros (plus the bias), `extra` of them per axis, padded on after the ConvTranspose.
+    Where the begin padding crops into those rows (a ConvTranspose whose own output would be
+    empty, which ONNX Runtime refuses), the axis is convolved uncropped (pad (0, 0)), padded, and
+    `crops` holds (axis, start, end) of the slice that gives the result."""
     a = node.attrs
     x_type, kernel = (ctx.graph.type_of(r).shape[2:] for r in node.inputs[:2])
     out = node.outputs[0].shape[2:]
@@ -315,13 +282,19 @@ def _lower_conv_transpose(ctx, names, node):
             continue
         extra.append(op if op >= s else 0)
         output_padding.append(0 if op >= s else op)
+    return pad, extra, output_padding, crops
+
+
+def _lower_conv_transpose(ctx, names, node):
+    """A ConvTranspose, with the rows transpose_geometry says it cannot give padded on or sliced."""
+    a = node.attrs
+    kernel = ctx.graph.type_of(node.inputs[1]).shape[2:]
+    pad, extra, output_padding, crops = transpose_geometry(ctx, node)
+    attrs = dict(group=a["groups"], output_padding=output_padding, **window_attrs(kernel, a["stride"], pad,
+                                                                                   a["dilation"]))
     if not any(extra) and not crops:
-        if _as_conv(kernel, a["stride"], pad, a["dilation"], output_padding):
-            return _conv_transpose_as_conv(ctx, names, node, pad, a["dilation"], a["groups"])
-        return ctx.emit("ConvTranspose", names, group=a["groups"], output_padding=output_padding,
-                        **_window_attrs(kernel, a["stride"], pad, a["dilation"]))
-    y = ctx.emit("ConvTranspose", names[:2], group=a["groups"], output_padding=output_padding,
-                 **_window_attrs(kernel, a["stride"], pad, a["dilation"]))
+        return ctx.emit("ConvTranspose", names, **attrs)
+    y = ctx.emit("ConvTranspose", names[:2], **attrs)
     if any(extra):
         y = ctx.pad(y, [0] * (2 + len(extra)), [0, 0, *extra])
     if len(names) == 3:
@@ -332,488 +305,32 @@ def _lower_conv_transpose(ctx, names, node):
     return y
 
 
-def _as_conv(kernel, stride, pad, dilation, output_padding) -> bool:
-    """Whether a conv_transpose is a Conv of the flipped kernel: at stride 1, when no side is
-    padded more than the kernel's reach (the Conv's own padding is what is left of it)."""
-    return all(s == 1 and op == 0 and max(p) <= d * (k - 1)
-               for k, s, p, d, op in zip(kernel, stride, pad, dilation, output_padding))
-
-
-def _conv_transpose_as_conv(ctx, names, node, pad, dilation, groups):
-    """A stride-1 ConvTranspose as the Conv it equals: the kernel flipped in every spatial axis,
-    input and output channels swapped within each group, padded by the kernel's reach less the
-    transpose's padding. ONNX Runtime's ConvTranspose scatters each image's columns back into
-    the image on one thread; its Conv gathers them on all: a ResNet block's input gradient took
-    5.8 ms as ConvTranspose and 4.0 ms as Conv with two threads (7.8 and 8.1 ms with one;
-    docs/performance.md). The flip and the swap touch only the kernel."""
-    w_shape = ctx.graph.type_of(node.inputs[1]).shape
-    ci, co_g, kernel = w_shape[0], w_shape[1], tuple(w_shape[2:])
-    nsp = len(kernel)
-    spatial = list(range(2, 2 + nsp))
-    w = ctx.reverse(names[1], spatial)
-    if groups == 1:
-        w = ctx.emit("Transpose", [w], perm=[1, 0, *spatial])
-    else:
-        w = ctx.emit("Reshape", [w, ctx.int64s([groups, ci // groups, co_g, *kernel])])
-        w = ctx.emit("Transpose", [w], perm=[0, 2, 1, *(a + 1 for a in spatial)])
-        w = ctx.emit("Reshape", [w, ctx.int64s([groups * co_g, ci // groups, *kernel])])
-    reach = [d * (k - 1) for k, d in zip(kernel, dilation)]
-    conv_pad = [(r - p0, r - p1) for r, (p0, p1) in zip(reach, pad)]
-    return _emit_conv(ctx, [names[0], w, *names[2:]], node, groups, kernel, [1] * nsp, conv_pad, dilation)
-
-
-# Input channels (per group) below which the weight gradient's taps share one product: per tap,
-# products with so few columns run MLAS far below its speed (a 7x7 stem over RGB at 224x224,
-# batch 32: 49 products of 3 columns took 218 of its 274 ms, PyTorch 74 ms in all).
-FEW_CHANNELS = 8
-
-# Output positions per chunk of the weight gradient's contraction below which whole images are
-# grouped into chunks (see _weight_grad_chunks).
-WEIGHT_GRAD_MIN_CONTRACTION = 512
-
-
-def _weight_grad_chunks(batch, positions: int) -> int | None:
-    """How many chunks the weight gradient's contraction over batch x output positions is split
-    into, None for one per image: ONNX Runtime splits a product among threads by its rows and
-    columns only, never along the contraction, and here those are two channel counts, so one
-    long product ran on one core (11.5 ms with one thread, 12.0 with two, for a 32-channel 3x3
-    layer at 32x32, batch 32). Products per image, summed after, run on every core (11.0 and
-    7.7 ms) and need no transposes; but short ones (8x8 outputs, 128 channels: 14.2 ms against
-    9.3 in one product) spend their time starting up, so there images are grouped until a chunk
-    contracts at least WEIGHT_GRAD_MIN_CONTRACTION positions (6.5 ms), where the batch is static."""
-    if positions >= WEIGHT_GRAD_MIN_CONTRACTION // 2:
-        return None
-    if not isinstance(batch, int) or batch < 1:
-        return 1
-    images = -(-WEIGHT_GRAD_MIN_CONTRACTION // positions)           # per chunk, at least
-    return max(c for c in range(1, batch + 1) if batch % c == 0 and (batch // c >= images or c == 1))
-
-
-# Kernel taps from which a depthwise weight gradient is one grouped Conv (_depthwise_weight_grad):
-# from DEPTHWISE_CONV_MIN_TAPS at every stride, from DEPTHWISE_STRIDED_CONV_MIN_TAPS when strided.
-DEPTHWISE_CONV_MIN_TAPS = 25
-DEPTHWISE_STRIDED_CONV_MIN_TAPS = 9
-
-# The flat window length (output rows x padded row width) from which a stride-1 depthwise weight
-# gradient takes _depthwise_flat_weight_grad: below it, its N x C dot products per tap are too
-# short (7x7 outputs, 16 x 960 channels: 19 ms against the taps' slices' 13).
-DEPTHWISE_FLAT_MIN_LENGTH = 128
-
-
-def _depthwise_weight_grad(ctx, names, node, batch: int):
-    """The weight gradient of a convolution with one input channel per group (depthwise) as one
-    Conv with a group per image and channel: x as one image of N*C channels, g as N*Co kernels of
-    the output's size; the forward's stride is its dilation, the forward's dilation its stride;
-    the images' results are summed. Per kernel tap, a depthwise gradient is one multiply-and-sum
-    per channel, which as products is N*C one-by-one GEMMs per tap: a 7x7 depthwise layer (32 x
-    64 channels at 28x28) took 90 ms with one thread and 75 with two that way, 45 and 22 as one
-    Conv. At 3x3 and stride 1 the Conv is slower on one thread (32 x 64 channels at 28x28: 32
-    against 21 ms), hence DEPTHWISE_CONV_MIN_TAPS; strided, it is faster on one thread and two
-    (stride 2, 32 x 64 x 28 x 28: 7.4 against 13.5 ms, 3.9 against 9.1; 32 x 32 x 112 x 112:
-    27 against 67 on two threads), hence DEPTHWISE_STRIDED_CONV_MIN_TAPS."""
-    a = node.attrs
-    kernel, nsp = a["kernel"], len(a["kernel"])
-    x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
-    channels, co, out = x_type.shape[1], g_type.shape[1], g_type.shape[2:]
-    x = ctx.emit("Reshape", [names[0], ctx.int64s([1, batch * channels, *x_type.shape[2:]])])
-    g = ctx.emit("Reshape", [names[1], ctx.int64s([batch * co, 1, *out])])
-    gw = ctx.emit("Conv", [x, g], group=batch * channels,
-                  **_window_attrs(out, a["dilation"], a["pad"], a["stride"]))        # (1, N*Co, >= kernel)
-    reach = _out_sizes(x_type.shape[2:], out, a["dilation"], a["pad"], a["stride"])
-    if tuple(reach) != tuple(kernel):    # the positions past the kernel (a strided forward's leftover)
-        gw = ctx.emit("Slice", [gw, ctx.int64s([0] * nsp), ctx.int64s(kernel), ctx.int64s(range(2, 2 + nsp))])
-    gw = ctx.reduce("ReduceSum", ctx.emit("Reshape", [gw, ctx.int64s([batch, co, *kernel])]),
-                    tensor_type(x_type.dtype, (batch, co, *kernel)), [0], False)
-    return ctx.emit("Reshape", [gw, ctx.int64s([co, 1, *kernel])])
-
-
-def _flat_window_length(x_type, out, pad) -> int:
-    """The length of _depthwise_flat_weight_grad's windows (the output's rows times the padded
-    frame's row length), 0 where a size is not static or the output is empty."""
-    if not (dims.is_static(x_type.shape[1:]) and dims.is_static(out)) or math.prod(out) == 0:
-        return 0
-    return out[0] * math.prod(n + sum(p) for n, p in zip(x_type.shape[3:], pad[1:]))
-
-
-def _depthwise_flat_weight_grad(ctx, names, node, length: int):
-    """The weight gradient of a stride-1 depthwise convolution (one input and one output channel
-    per group) from flat windows. The padded x of each image and channel is one flat row (the
-    padded frame, plus a spare row of zeros at the end for the last taps' reach); g, padded at
-    the end of every spatial axis but the first to the frame's sizes, is a flat row with the
-    same strides; so each kernel tap's window is one contiguous range of x's row (`length` long:
-    _flat_window_length), offset by the tap's position in the frame, and the tap's weights are
-    that range's dot products with g, one batched MatMul per tap. The per-tap windows cut on
-    every spatial axis are copied one image row at a time and joined in a Concat; against them,
-    3x3 on two threads: 32 x 64 channels at 28x28 9.9 ms instead of 15.5, 32 x 96 at 32x32 20
-    instead of 29, 32 x 32 at 112x112 104 instead of 123 (on one thread: equal).
-    g's zero columns meet the x columns past each output row's reach (the next frame row's first
-    ones among them): zero products for a finite x; an infinite or NaN x there, whose forward
-    outputs and so g are non-finite already, also reaches taps that never read it."""
-    a = node.attrs
-    kernel, nsp = a["kernel"], len(a["kernel"])
-    x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
-    channels, out = x_type.shape[1], g_type.shape[2:]
-    padded = [n + sum(p) for n, p in zip(x_type.shape[2:], a["pad"])]
-    frame = [math.prod(padded[d + 1:]) for d in range(nsp)]            # each axis's stride in a row
-    pad = [list(p) for p in a["pad"]]
-    pad[0][1] += 1                                                     # the spare row
-    x = _zero_padded(ctx, names[0], pad, 2)
-    x = ctx.emit("Reshape", [x, ctx.int64s([0, channels, 1, (padded[0] + 1) * frame[0]])])
-    g = names[1]
-    if list(out[1:]) != padded[1:]:
-        g = ctx.pad(g, [0] * (2 + nsp), [0, 0, 0, *(p - o for p, o in zip(padded[1:], out[1:]))])
-    g = ctx.emit("Reshape", [g, ctx.int64s([0, channels, 1, length])])
-    last, parts = ctx.int64s([3]), []
-    for tap in kernel_taps(kernel):
-        start = sum(t * d * f for t, d, f in zip(tap, a["dilation"], frame))
-        window = ctx.emit("Slice", [x, ctx.int64s([start]), ctx.int64s([start + length]), last])
-        parts.append(ctx.emit("MatMul", [g, ctx.emit("Transpose", [window], perm=[0, 1, 3, 2])]))   # (N, C, 1, 1)
-    gw = ctx.emit("Concat", parts, axis=3) if len(parts) > 1 else parts[0]          # (N, C, 1, T)
-    gw = ctx.reduce("ReduceSum", gw, tensor_type(x_type.dtype, (x_type.shape[0], channels, 1, len(parts))),
-                    [0], False)
-    return ctx.emit("Reshape", [gw, ctx.int64s([channels, 1, *kernel])])
-
-
-# The patch width (last axis) from which tiling windows take _patch_weight_grad: its Transpose
-# moves runs of that many elements, and onnxruntime moves short runs slowly (8x64x64x64, two
-# threads, against the taps' slices and products: 2x2 patches 1.9x the time, 4x4 0.45x, 16x16 0.28x).
-PATCH_MIN_WIDTH = 4
-
-
-def _zero_padded(ctx, x: str, pad, lead: int) -> str:
-    """x with a convolution's zero padding `pad` ((before, after) per spatial axis) on its last
-    axes, after `lead` others; x itself when there is none."""
-    if not any(any(p) for p in pad):
-        return x
-    return ctx.pad(x, [0] * lead + [p[0] for p in pad], [0] * lead + [p[1] for p in pad])
-
-
-def _patch_weight_grad(ctx, names, node, batch: int):
-    """The weight gradient of a convolution whose windows tile the input (kernel = stride, no
-    padding or dilation, one group: a vision transformer's patch embedding): the columns are x's
-    patches rearranged (one Transpose), so the gradient is one product, g as (images x positions,
-    Co) against the patches as (images x positions, C x taps). Per tap, a 16x16 patch embedding
-    was 256 strided slices and products: 120 ms against PyTorch's 27 for batch 32 at 224x224."""
-    kernel, nsp = node.attrs["kernel"], len(node.attrs["kernel"])
-    x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
-    channels, co, out = x_type.shape[1], g_type.shape[1], g_type.shape[2:]
-    x = names[0]
-    if any(o * k != size for o, k, size in zip(out, kernel, x_type.shape[2:])):     # rows no window reads
-        x = ctx.emit("Slice", [x, ctx.int64s([0] * nsp), ctx.int64s([o * k for o, k in zip(out, kernel)]),
-                               ctx.int64s(range(2, 2 + nsp))])
-    split = [batch, channels] + [d for o, k in zip(out, kernel) for d in (o, k)]
-    x = ctx.emit("Transpose", [ctx.emit("Reshape", [x, ctx.int64s(split)])],
-                 perm=[0, *(2 + 2 * i for i in range(nsp)), 1, *(3 + 2 * i for i in range(nsp))])
-    patches = ctx.emit("Reshape", [x, ctx.int64s([-1, channels * math.prod(kernel)])])
-    g = ctx.emit("Transpose", [names[1]], perm=[0, *range(2, 2 + nsp), 1])
-    g = ctx.emit("Reshape", [g, ctx.int64s([-1, co])])
-    gw = ctx.emit("Gemm", [g, patches], transA=1)                                    # (Co, C x taps)
-    return ctx.emit("Reshape", [gw, ctx.int64s([co, channels, *kernel])])
-
-
-def _tap_shifts(attrs, size, out) -> list[tuple]:
-    """Per kernel tap, per spatial axis: (phase, offset, phase length, g's size). For output index
-    i the tap reads x at i·stride + dilation·tap - (padding before), which is element i + offset
-    of x's phase `phase` (its elements phase, phase + stride, ...: the whole axis at stride 1),
-    a sequence `phase length` long."""
-    taps = []
-    for tap in kernel_taps(attrs["kernel"]):
-        axes = []
-        for d, t, p, s, n, o in zip(attrs["dilation"], tap, attrs["pad"], attrs["stride"], size, out):
-            phase, offset = (d * t - p[0]) % s, (d * t - p[0]) // s
-            axes.append((phase, offset, -(-(n - phase) // s), o))
-        taps.append(tuple(axes))
-    return taps
-
-
-def _moves(shifts, x_axes) -> tuple[list, list]:
-    """Per tap, the Pad amounts (begins, ends per axis) that bring x's phase and g into one frame:
-    on the axes in x_axes the phase moves (cropped and zero-filled to g's size), on the others g
-    moves (to the phase's)."""
-    xs, gs = [], []
-    for tap in shifts:
-        xs.append(tuple((-f, f + o - n) if a in x_axes else (0, 0) for a, (_, f, n, o) in enumerate(tap)))
-        gs.append(tuple((0, 0) if a in x_axes else (f, n - o - f) for a, (_, f, n, o) in enumerate(tap)))
-    return xs, gs
-
-
-def _frame(tap, x_axes) -> int:
-    """The positions of one tap's common frame: g's size along x_axes, the phase's along the others."""
-    return math.prod(o if a in x_axes else n for a, (_, _, n, o) in enumerate(tap))
-
-
-def _shift_axes(shifts, ci: int, co: int) -> frozenset:
-    """The spatial axes along which the weight gradient moves x's phases (g moves along the others)
-    that copy the fewest elements: each distinct move of a phase copies that phase, of g copies g
-    (an empty move is free). A 3x3 layer of equal channels moves x along rows and g along
-    columns: two copies of each, where moving x alone copied x eight times. Ties keep x still
-    (fewer axes in x_axes). `shifts`: _tap_shifts'; ci, co: x's and g's channels."""
-    nsp = len(shifts[0])
-    best: frozenset = frozenset()
-    best_cost = None
-    for count in range(nsp + 1):
-        for x_axes in map(frozenset, itertools.combinations(range(nsp), count)):
-            copies: dict = {}
-            for tap, xm, gm in zip(shifts, *_moves(shifts, x_axes)):
-                phase = tuple(t[0] for t in tap)
-                if any(any(m) for m in xm):
-                    copies["x", phase, xm] = ci * _frame(tap, x_axes)
-                if any(any(m) for m in gm):
-                    copies["g", gm] = co * _frame(tap, x_axes)
-            cost = sum(copies.values())
-            if best_cost is None or cost < best_cost:
-                best, best_cost = x_axes, cost
-    return best
-
-
-# Row length (a convolution's last spatial axis) up to which _flat_move moves an inner axis by a
-# Pad of the joined positions and a mask rather than by a Pad of the rows themselves.
-FLAT_MOVE_MAX_ROW = 48
-
-
-def _flat_move(ctx, name: str, lead: int, move: tuple, extents: tuple, dtype, crop: tuple = (0, 0)) -> str:
-    """name (`lead` axes, then spatial ones of `extents`) moved by `move` (a Pad's (begin, end) per
-    spatial axis: zeros in, or elements out where negative) and with `crop` elements cut from
-    each end of its last lead axis, its spatial axes joined into one. ONNX Runtime pads row by
-    row, and a convolution's rows are short: a column move of 32 x 64 x 16 x 16 took 0.68 ms as
-    a 4-D Pad, 0.13 as a Pad of the joined positions (8 x 8: 0.25 and 0.05). So every move is one
-    Pad of the joined positions (exact along the first spatial axis), and an inner axis's move,
-    which then runs into the neighbouring row, is followed by a multiply by a 0/1 mask of the
-    elements that came over the edge (0.26 ms in all at 16 x 16, 0.09 at 8 x 8, 0.35 against
-    0.53 at 32 x 32; an infinite value there gives NaN rather than 0). An inner axis that
-    changes length, or moves in rows of FLAT_MOVE_MAX_ROW or more (even at 56 x 56), pads as
-    it is."""
-    keep = [0] * lead
-    frame = math.prod(n + b + e for n, (b, e) in zip(extents, move))
-    inner = any(b for b, _ in move[1:])                  # a move along an inner axis: masked below
-    if any(b + e for b, e in move[1:]) or (inner and extents[-1] >= FLAT_MOVE_MAX_ROW):
-        v = ctx.pad(name, [0] * (lead - 1) + [-crop[0], *(m[0] for m in move)],
-                    [0] * (lead - 1) + [-crop[1], *(m[1] for m in move)])
-        return ctx.emit("Reshape", [v, ctx.int64s([*keep, frame])])
-    flat = ctx.emit("Reshape", [name, ctx.int64s([*keep, math.prod(extents)])])
-    strides = [math.prod(extents[a + 1:]) for a in range(len(extents))]
-    begin, end = (sum(m[i] * r for m, r in zip(move, strides)) for i in (0, 1))
-    if not (any(crop) or begin or end or inner):
-        return flat
-    # moves that cancel in joined positions (a row down and a whole row left: a tap whose window
-    # lies wholly in the padding) are no Pad at all, but the mask still zeroes what crossed an edge
-    v = ctx.pad(flat, [0] * (lead - 1) + [-crop[0], begin], [0] * (lead - 1) + [-crop[1], end]) \
-        if any(crop) or begin or end else flat
-    if not inner:
-        return v
-    mask = np.ones((extents[0] + move[0][0] + move[0][1], *extents[1:]), dtype)
-    for a, ((b, _), n) in enumerate(zip(move[1:], extents[1:]), start=1):
-        index = np.arange(n)
-        mask *= ((index >= b) & (index < n + b)).astype(dtype).reshape([-1] + [1] * (len(extents) - 1 - a))
-    return ctx.emit("Mul", [v, ctx.const(mask.reshape(-1))])
-
-
-def _shifted_weight_grad(ctx, names, node, shifts, x_axes: frozenset):
-    """The weight gradient with x's phases and g moved into one frame per tap (_shift_axes says
-    along which axes each moves), each distinct move one Pad that crops and zero-fills
-    (_flat_move: of the joined positions), shared by the taps that need it: gw[:, :, t] = Σ over
-    images and frame positions of moved phase times moved g, one product per tap per image (on
-    every core). At stride 1 the phase is x itself;
-    strided, each phase a tap reads is one strided Slice of x, and the taps of one phase are a
-    stride-1 problem on it: a 3x3 stride-2 layer copies x once into its four phases and moves
-    some of them, where slicing each tap's window from a zero-padded x copied it 4.4 times. Where
-    g has fewer channels than x (and x has one phase), g moves along every axis and x is read as
-    it is: with few outputs (a head that maps many channels to an image's RGB or a mask) one
-    product per image takes every tap's g (T x Co columns); per tap, slicing x's windows (80
-    channels at 64x64, batch 8) took 8 of the layer's 11 ms, this form 0.24 of the time. A
-    non-finite value within the kernel's reach of the border meets zeros moved in around the
-    other operand for taps that never pair them (NaN there, 0·inf); in a training step such an x
-    has made the loss and g non-finite already."""
-    a = node.attrs
-    x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
-    ci, co, size, out, nsp = x_type.shape[1], g_type.shape[1], x_type.shape[2:], g_type.shape[2:], len(a["kernel"])
-    moved: dict = {}
-    stride = a["stride"]
-    # onnxruntime copies a strided Slice element by element; SpaceToDepth moves x into its phases
-    # (each a block of channels) at 0.4-0.5 of that time, where it applies
-    blocks = ctx.emit("SpaceToDepth", [names[0]], blocksize=stride[0]) \
-        if nsp == 2 and stride[0] == stride[1] > 1 and all(n % stride[0] == 0 for n in size) else None
-
-    def phase_of(tap) -> tuple[str, tuple]:
-        """The tensor holding the tap's phase of x, and the channels around it to crop."""
-        phase = tuple(t[0] for t in tap)
-        if all(s == 1 for s in stride):
-            return names[0], (0, 0)
-        if blocks is not None:
-            before = (phase[0] * stride[0] + phase[1]) * ci
-            return blocks, (before, (stride[0] * stride[1] - 1) * ci - before)
-        if ("phase", phase) not in moved:
-            moved["phase", phase] = ctx.emit("Slice", [names[0], ctx.int64s(phase), ctx.int64s(size),
-                                                       ctx.int64s(range(2, 2 + nsp)), ctx.int64s(stride)])
-        return moved["phase", phase], (0, 0)
-
-    def variant(name, crop, move, extents):
-        if (name, crop, move) not in moved:
-            moved[name, crop, move] = _flat_move(ctx, name, 2, move, extents, x_type.dtype, crop)   # (N, C, P)
-        return moved[name, crop, move]
-
-    xs, gs = [], []
-    for tap, xm, gm in zip(shifts, *_moves(shifts, x_axes)):
-        xs.append(variant(*phase_of(tap), xm, tuple(t[2] for t in tap)))
-        gs.append(variant(names[1], (0, 0), gm, tuple(out)))
-    taps = len(xs)
-    if co < FEW_CHANNELS and not x_axes and len(set(xs)) == 1:
-        g = ctx.emit("Transpose", [ctx.emit("Concat", gs, axis=1)], perm=[0, 2, 1])
-        gw = ctx.emit("MatMul", [xs[0], g])                                           # (N, Ci, T x Co)
-    else:
-        gw = ctx.emit("Concat", [ctx.emit("MatMul", [x, ctx.emit("Transpose", [g], perm=[0, 2, 1])])
-                                 for x, g in zip(xs, gs)], axis=2)                    # (N, Ci, T x Co)
-    gw = ctx.reduce("ReduceSum", gw, tensor_type(x_type.dtype, (x_type.shape[0], ci, taps * co)), [0], False)
-    gw = ctx.emit("Transpose", [ctx.emit("Reshape", [gw, ctx.int64s([ci, taps, co])])], perm=[2, 0, 1])
-    return ctx.emit("Reshape", [gw, ctx.int64s([co, ci, *a["kernel"]])])
-
-
-def _phase_blocks(ctx, x: str, outer: tuple, block: int, pad, stride: int, size) -> str:
-    """x (2-D, `outer` axes and then one of `block` elements before its spatial axes: (N, C), (C, N)
-    or (chunks, C, images)) zero-padded by the convolution's padding and on to a multiple of the
-    stride, then moved into its phases by one SpaceToDepth: the axis before the spatial ones
-    becomes stride² blocks of it, block φh·stride + φw holding phase (φh, φw) of the padded
-    frame, so a tap's window is a plain slice of one block. (SpaceToDepth takes 4-D tensors:
-    two outer axes are joined around it.)"""
-    ends = [p[1] + -(n + p[0] + p[1]) % stride for n, p in zip(size, pad)]
-    lead = len(outer) + 1
-    if any(p[0] for p in pad) or any(ends):     # (none: the same SpaceToDepth as another layer's of x, merged)
-        x = ctx.pad(x, [0] * lead + [p[0] for p in pad], [0] * lead + ends)
-    if lead == 2:
-        return ctx.emit("SpaceToDepth", [x], blocksize=stride)
-    frame = [(n + p[0] + e) // stride for n, p, e in zip(size, pad, ends)]
-    x = ctx.emit("Reshape", [x, ctx.int64s([-1, block, *(f * stride for f in frame)])])
-    x = ctx.emit("SpaceToDepth", [x], blocksize=stride)
-    return ctx.emit("Reshape", [x, ctx.int64s([*outer, stride * stride * block, *frame])])
-
-
 def _lower_conv_weight_grad(ctx, names, node):
-    """gw[o, c, k] = sum over n, i of xpad[n, c, i*stride + k*dilation] * g[n, o, i]: copy each
-    kernel tap's window of the padded x (at stride 1 one Pad of x that crops and zero-fills,
-    _flat_move's, so the padded x is never made: 13 MB at 8 x 96 x 66 x 66, a tenth of that
-    layer's gradient) and contract it with g in one batched MatMul per tap, over the output
-    positions of a chunk of images at once (per group; _weight_grad_chunks says how many); the
-    chunks' products are summed and the taps' (Co, Ci) results joined last. Chunks of one image read x and g as they
-    are; larger chunks first move the chunk's images next to the positions (a Transpose of
-    each). Joining the windows first (im2col) and running one long product copied the input
-    once more in the Concat, 9 times its size for a 3x3 kernel: the per-tap products took 0.7x
-    its time single-threaded and 0.9x with two threads (docs/performance.md). (A Conv with g as
-    its kernel computes the same, but onnxruntime runs such huge-kernel, tiny-output
-    convolutions several times slower.)
-
-    Strided: each tap's window is a plain slice of one of x's phases (the positions p, p + s,
-    p + 2s, ... on each axis, one strided copy per phase a tap reads): ONNX Runtime copies a
-    strided slice element by element, so nine of them, one per tap of a stride-2 3x3 layer,
-    took 35 of its 62 ms (32 x 64 x 56 x 56, two threads); with four phases the layer took 0.78
-    of the time; with equal strides in 2-D, one SpaceToDepth makes every phase (_phase_blocks:
-    0.9 of the time again at 16 x 16 and 8 x 8). Below FEW_CHANNELS input channels the taps'
-    windows are joined and contracted in one product (a 7x7 stride-2 RGB stem: 0.23 of the
-    time, 101 ms against PyTorch's 74). With enough outputs per image, the stride-1 and strided
-    forms alike take _shifted_weight_grad instead."""
+    """gw[o, c, k] = sum over n, i of xpad[n, c, i*stride + k*dilation] * g[n, o, i] is itself a
+    convolution, with the images as what it contracts: x with channels and images swapped (per
+    group: (C/groups, groups x N, *S)) convolved with g as its kernels ((Co, N, *out), one group of
+    images per group of channels), the forward's dilation its stride and the forward's stride its
+    dilation, under the forward's padding; its output, (C/groups, Co, *reach), reaches at least the
+    kernel's size (past it: the positions a strided forward never read), and is cropped to it and
+    moved to (Co, C/groups, *kernel). A symbolic batch is a symbolic channel count of its kernels.
+    Taps whose windows lie wholly in the padding read only zeros, as the forward did."""
     a = node.attrs
     groups, kernel = a["groups"], a["kernel"]
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
-    batch, out, nsp = x_type.shape[0], g_type.shape[2:], len(kernel)
-    ci, co = x_type.shape[1] // groups, g_type.shape[1]
-    nonempty = isinstance(batch, int) and batch > 0          # known when lowering
-    strided = any(s > 1 for s in a["stride"])
-    if ci == 1 and nonempty and x_type.dtype != np.float64 \
-            and math.prod(kernel) >= (DEPTHWISE_STRIDED_CONV_MIN_TAPS if strided else DEPTHWISE_CONV_MIN_TAPS):
-        return _depthwise_weight_grad(ctx, names, node, batch)   # (not float64: onnxruntime has no such CPU Conv)
-    flat_length = _flat_window_length(x_type, out, a["pad"])
-    if ci == 1 and co == groups > 1 and not strided and flat_length >= DEPTHWISE_FLAT_MIN_LENGTH:
-        return _depthwise_flat_weight_grad(ctx, names, node, flat_length)
-    if tuple(a["stride"]) == tuple(kernel) and not any(any(p) for p in a["pad"]) and groups == 1 \
-            and all(d == 1 for d in a["dilation"]) and nonempty and dims.is_static(x_type.shape) \
-            and kernel[-1] >= PATCH_MIN_WIDTH:
-        return _patch_weight_grad(ctx, names, node, batch)
-    shifts = _tap_shifts(a, x_type.shape[2:], out) if groups == 1 and math.prod(kernel) > 1 \
-        and dims.is_static(x_type.shape[1:]) and dims.is_static(out) and math.prod(out) > 0 else None
-    if shifts is not None and all(t[2] > 0 for tap in shifts for t in tap):
-        x_axes = _shift_axes(shifts, ci, co)
-        per_image = min(ci, co) >= FEW_CHANNELS and _weight_grad_chunks(batch, math.prod(out)) is None
-        if strided and per_image or not strided and (co < FEW_CHANNELS <= ci and not x_axes
-                                                     or per_image and len(x_axes) < nsp):
-            return _shifted_weight_grad(ctx, names, node, shifts, x_axes)
-    chunks = _weight_grad_chunks(batch, math.prod(out))
-    x, g = names
-    # outer, block: x's axes before the spatial ones, the last (`block` long) where a SpaceToDepth
-    # puts x's phases
-    if chunks is None:                       # x as it is: (N, C, *S); a Reshape's 0 keeps N
-        lead, k, stack = 2, math.prod(out), [0]
-        outer, block = (batch,), x_type.shape[1]
-    elif chunks == 1:                        # (C, N, *S)
-        lead, k, stack = 2, -1, []
-        outer, block = (x_type.shape[1],), batch
-        x, g = (ctx.emit("Transpose", [v], perm=[1, 0, *range(2, 2 + nsp)]) for v in names)
-    else:                                    # (chunks, C, images per chunk, *S)
-        lead, k, stack = 3, -1, [chunks]
-        outer, block = (chunks, x_type.shape[1]), batch // chunks
-        x, g = (ctx.emit("Transpose", [ctx.emit("Reshape", [v, ctx.int64s([chunks, -1, c, *sizes])])],
-                         perm=[0, 2, 1, *range(3, 3 + nsp)])
-                for v, c, sizes in ((x, x_type.shape[1], x_type.shape[2:]), (g, co, out)))
-    in_blocks = strided and nsp == 2 and a["stride"][0] == a["stride"][1] and isinstance(block, int) and block > 0 \
-        and dims.is_static(x_type.shape[1:])
-    if in_blocks:
-        x = _phase_blocks(ctx, x, outer, block, a["pad"], a["stride"][0], x_type.shape[2:])
-    elif strided:
-        x = _zero_padded(ctx, x, a["pad"], lead)
-    axes, per_group = ctx.int64s(range(lead, lead + nsp)), ctx.int64s([*stack, groups, ci, k])
-    g = ctx.emit("Reshape", [g, ctx.int64s([*stack, groups, co // groups, k])])
-    rank = len(stack) + 3
-    parts, phases = [], {}
-    padded = [i + sum(p) for i, p in zip(x_type.shape[2:], a["pad"])]
-    for tap in kernel_taps(kernel):
-        window = tap_window(tap, a["stride"], a["dilation"], out)[1:]
-        if not strided:                      # the window straight from x: a Pad that crops and zero-fills
-            begins = [p[0] - w.start for w, p in zip(window, a["pad"])]
-            ends = [w.stop - p[0] - n for w, p, n in zip(window, a["pad"], x_type.shape[2:])]
-            if not any(begins + ends):
-                cols = x
-            elif dims.is_static(x_type.shape[2:]):
-                cols = _flat_move(ctx, x, lead, tuple(zip(begins, ends)), x_type.shape[2:], x_type.dtype)
-            else:
-                cols = ctx.pad(x, [0] * lead + begins, [0] * lead + ends)
-        elif in_blocks:                      # a window of a phase: a block of x's axis lead - 1, shifted
-            s = a["stride"][0]
-            b, starts = (window[0].start % s) * s + window[1].start % s, [w.start // s for w in window]
-            cols = ctx.emit("Slice", [x, ctx.int64s([b * block, *starts]),
-                                      ctx.int64s([(b + 1) * block, *(f + o for f, o in zip(starts, out))]),
-                                      ctx.int64s(range(lead - 1, lead + nsp))])
-        else:                                # a window of one of x's phases (below), a copy of whole rows
-            phase = tuple(w.start % s for w, s in zip(window, a["stride"]))
-            if phase not in phases:
-                phases[phase] = ctx.emit("Slice", [x, ctx.int64s(phase), ctx.int64s(padded), axes,
-                                                   ctx.int64s(a["stride"])])
-            starts = [w.start // s for w, s in zip(window, a["stride"])]
-            lengths = [-(-(n - f) // s) for n, f, s in zip(padded, phase, a["stride"])]
-            cols = phases[phase]
-            if any(b or o != n for b, o, n in zip(starts, out, lengths)):
-                cols = ctx.emit("Slice", [cols, ctx.int64s(starts), ctx.int64s([b + o for b, o in zip(starts, out)]),
-                                          axes])
-        parts.append(ctx.emit("Reshape", [cols, per_group]))                         # (chunks, G, Ci, K)
-    taps = len(parts)
-    if ci < FEW_CHANNELS and taps > 1:       # one product of all taps' windows (T x Ci of them)
-        cols = ctx.emit("Concat", parts, axis=rank - 2)
-        cols = ctx.emit("Transpose", [cols], perm=[*range(rank - 2), rank - 1, rank - 2])
-        gw = ctx.emit("MatMul", [g, cols])                                            # (chunks, G, Co/G, T x Ci)
-        gw = ctx.emit("Reshape", [gw, ctx.int64s([-1] * len(stack) + [co, taps, ci])])
-        gw = ctx.emit("Transpose", [gw], perm=[2, 0, 1, 3] if stack else [1, 0, 2])   # as below: T first
-    else:                                    # one product per tap
-        for t, cols in enumerate(parts):
-            cols = ctx.emit("Transpose", [cols], perm=[*range(rank - 2), rank - 1, rank - 2])
-            gw = ctx.emit("MatMul", [g, cols])                                        # (chunks, G, Co/G, Ci)
-            parts[t] = ctx.emit("Reshape", [gw, ctx.int64s([1] + [-1] * len(stack) + [co, ci])])
-        gw = ctx.emit("Concat", parts, axis=0) if taps > 1 else parts[0]              # (T, chunks, Co, Ci)
-    if stack:
-        gw = ctx.reduce("ReduceSum", gw, tensor_type(x_type.dtype, (taps, chunks or batch, co, ci)), [1], False)
-    elif not nonempty:
-        # onnxruntime's FusedMatMul leaves its output unwritten for an empty contraction (an empty
-        # batch gave the arena's leftovers, 1e19), where the sum is zeros
-        has_images = ctx.emit("Greater", [ctx.shape_tensor((batch,)), ctx.int64s([0])])
-        gw = ctx.emit("Where", [has_images, gw, ctx.const(np.zeros((), x_type.dtype))])
-    gw = ctx.emit("Transpose", [gw], perm=[1, 2, 0])                                 # (Co, Ci, T)
-    return ctx.emit("Reshape", [gw, ctx.int64s([co, ci, *kernel])])
+    nsp, channels, size, out = len(kernel), x_type.shape[1], x_type.shape[2:], g_type.shape[2:]
+    spatial = list(range(2, 2 + nsp))
+    if groups == 1:
+        x = ctx.emit("Transpose", [names[0]], perm=[1, 0, *spatial])                    # (C, N, *S)
+    else:
+        x = ctx.emit("Reshape", [names[0], ctx.int64s([0, groups, channels // groups, *size])])
+        x = ctx.emit("Transpose", [x], perm=[2, 1, 0, *(k + 1 for k in spatial)])         # (C/G, G, N, *S)
+        x = ctx.emit("Reshape", [x, ctx.int64s([channels // groups, -1, *size])])
+    g = ctx.emit("Transpose", [names[1]], perm=[1, 0, *spatial])                        # (Co, N, *out)
+    gw = ctx.emit("Conv", [x, g], group=groups, **window_attrs(out, a["dilation"], a["pad"], a["stride"]))
+    reach = out_sizes(size, out, a["dilation"], a["pad"], a["stride"])
+    if tuple(reach) != tuple(kernel):
+        gw = ctx.emit("Slice", [gw, ctx.int64s([0] * nsp), ctx.int64s(kernel), ctx.int64s(spatial)])
+    return ctx.emit("Transpose", [gw], perm=[1, 0, *spatial])
 
 
 # -- VJPs: each op of the bilinear triple differentiates into the other two ---------------------------
@@ -896,11 +413,11 @@ def _pool_infer(x, kernel, stride, pad) -> tuple:
     _check_nchw(x, len(kernel), "x")
     if any(max(p) >= k for p, k in zip(pad, kernel)):
         raise ShapeError(f"pooling pad {pad} must be smaller than the kernel {kernel} on every axis")
-    return x.shape[:2] + _out_sizes(x.shape[2:], kernel, stride, pad, (1,) * len(kernel))
+    return x.shape[:2] + out_sizes(x.shape[2:], kernel, stride, pad, (1,) * len(kernel))
 
 
 def _max_pool_reference(x, *, kernel, stride, pad):
-    out = _out_sizes(x.shape[2:], kernel, stride, pad, (1,) * len(kernel))
+    out = out_sizes(x.shape[2:], kernel, stride, pad, (1,) * len(kernel))
     xp = np.pad(x, ((0, 0), (0, 0)) + pad, constant_values=-np.inf)
     flat = np.pad(np.arange(x.size).reshape(x.shape), ((0, 0), (0, 0)) + pad, constant_values=-1)
     best = np.full(x.shape[:2] + out, -np.inf, x.dtype)
@@ -915,7 +432,7 @@ def _max_pool_reference(x, *, kernel, stride, pad):
 
 def _lower_max_pool(ctx, names, node):
     a = node.attrs
-    attrs = _window_attrs(a["kernel"], a["stride"], a["pad"])
+    attrs = window_attrs(a["kernel"], a["stride"], a["pad"])
     if ctx.is_read(node, 1):
         return ctx.emit("MaxPool", names, n_out=2, storage_order=0, **attrs)
     return ctx.emit("MaxPool", names, **attrs)     # the single-output kernel is the faster one
@@ -936,23 +453,10 @@ def _pool_scatter_reference(g, idx, shape):
     return out.reshape(shape)
 
 
-def _unpool_accepts(window, pooled) -> bool:
-    """Whether onnxruntime's MaxUnpool runs for this pooling: it refuses a size it infers below 1
-    ((out - 1)·stride + kernel - pads, even with output_shape given), which happens where padding
-    covers a whole window, and symbolic pooled sizes cannot be checked here."""
-    kernel, stride, pad = window
-    return all(isinstance(o, int) and (o - 1) * s + k - sum(p) >= 1
-               for o, k, s, p in zip(pooled, kernel, stride, pad))
-
-
 def _lower_pool_scatter(ctx, names, node):
-    shape, window = node.attrs["shape"], node.attrs.get("window")
+    """The values added into zeros at their flat indices: a ScatterElements with reduction add."""
+    shape = node.attrs["shape"]
     dtype = node.outputs[0].dtype
-    pooled = ctx.graph.type_of(node.inputs[0]).shape[2:]
-    if window is not None and dtype != np.float64 and _unpool_accepts(window, pooled):   # no double kernel
-        # Indices of disjoint windows never repeat, so a plain write is the scatter-add; MaxUnpool
-        # is several times faster than ScatterElements with reduction="add".
-        return ctx.emit("MaxUnpool", [*names, ctx.shape_tensor(shape)], **_window_attrs(*window))
     zero = helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(dtype), [1], [0])
     zeros = ctx.emit("ConstantOfShape", [ctx.shape_tensor((dims.product(shape),))], value=zero)
     flat = [ctx.emit("Reshape", [n, ctx.int64s([-1])]) for n in names]
@@ -1041,7 +545,7 @@ def max_pool(x, kernel, stride=None, pad=0, dilation=1, ceil_mode: bool = False,
 def _pool_counts(in_size, kernel, stride, pad, count_include_pad):
     """How many values each window averages: the whole kernel, or only its positions inside the input."""
     if count_include_pad:
-        out = _out_sizes(in_size, kernel, stride, pad, (1,) * len(kernel))
+        out = out_sizes(in_size, kernel, stride, pad, (1,) * len(kernel))
         return np.full(out, float(math.prod(kernel)))
     ones = np.ones((1, 1) + tuple(kernel))
     return _conv_reference(np.ones((1, 1) + tuple(in_size)), ones, stride=stride, pad=pad,
@@ -1063,7 +567,7 @@ def _avg_pool_reference(x, *, kernel, stride, pad, count_include_pad):
 def _avg_pool_grad_infer(types, kernel, stride, pad, count_include_pad, in_size):
     g = types[0]
     _check_nchw(g, len(kernel), "the output cotangent")
-    out = _out_sizes(in_size, kernel, stride, pad, (1,) * len(kernel))
+    out = out_sizes(in_size, kernel, stride, pad, (1,) * len(kernel))
     if g.shape[2:] != out:
         raise ShapeError(f"the output cotangent {format_shape(g.shape)} does not have the pooling's output "
                          f"size {out}")
@@ -1071,7 +575,7 @@ def _avg_pool_grad_infer(types, kernel, stride, pad, count_include_pad, in_size)
 
 
 def _avg_pool_grad_padding(in_size, kernel, stride, pad) -> tuple:
-    out = _out_sizes(in_size, kernel, stride, pad, (1,) * len(kernel))
+    out = out_sizes(in_size, kernel, stride, pad, (1,) * len(kernel))
     return _output_padding(in_size, out, kernel, stride, pad, (1,) * len(kernel))
 
 
@@ -1096,7 +600,7 @@ def _lower_avg_pool_grad(ctx, names, node):
     g = ctx.emit("Reshape", [g, ctx.int64s([-1, 1, *g_type.shape[2:]])])
     x = ctx.emit("ConvTranspose", [g, ctx.const(_ones_kernel(kernel, dtype))],
                  output_padding=list(_avg_pool_grad_padding(in_size, kernel, a["stride"], a["pad"])),
-                 **_window_attrs(kernel, a["stride"], a["pad"]))
+                 **window_attrs(kernel, a["stride"], a["pad"]))
     return ctx.emit("Reshape", [x, ctx.shape_tensor(g_type.shape[:2] + tuple(in_size))])
 
 
@@ -1105,7 +609,7 @@ defop("avg_pool", infer=lambda types, kernel, stride, pad, count_include_pad: [
       reference=_avg_pool_reference,
       lower=lambda ctx, names, node: ctx.emit(
           "AveragePool", names, count_include_pad=int(node.attrs["count_include_pad"]),
-          **_window_attrs(node.attrs["kernel"], node.attrs["stride"], node.attrs["pad"])),
+          **window_attrs(node.attrs["kernel"], node.attrs["stride"], node.attrs["pad"])),
       vjp=lambda g, ins, outs, **a: [apply("avg_pool_grad", [g[0]], in_size=ins[0].shape[2:], **a)])
 defop("avg_pool_grad", infer=_avg_pool_grad_infer, reference=_avg_pool_grad_reference, lower=_lower_avg_pool_grad,
       vjp=lambda g, ins, outs, in_size, **a: [apply("avg_pool", [g[0]], **a)])

@@ -9,14 +9,11 @@ the ops they are built from, which keeps them stable and differentiable to any o
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..errors import GcompileError, ShapeError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
-from ..ir import dims
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
@@ -77,32 +74,29 @@ def _log_softmax_vjp(g, ins, outs, axis):
     return [g[0] - exp(outs[0]) * reduce_sum(g[0], axis, keepdims=True)]
 
 
-def _lower_softmax(op_type):
-    """ONNX's Softmax or LogSoftmax along the last axis; along another (the classes of a
-    segmentation map, N x C x H x W), the shift, exponential and sum as their own ops: ONNX Runtime
-    moves such an axis last and back around its kernel, on one core, and took 6.0 ms for a
-    8x4x128x128 LogSoftmax over axis 1 with two threads, the five or six ops 0.5 (the same
-    formula: x - max, then exp and sum, docs/performance.md)."""
-    def lower(ctx, names, node):
-        return _emit_softmax(ctx, op_type, names[0], node.attrs["axis"], node.outputs[0])
-    return lower
-
-
-def _emit_softmax(ctx, op_type: str, x: str, axis: int, t) -> str:
-    """Softmax or LogSoftmax of x (of type t) along `axis`, as _lower_softmax describes."""
-    size, inner = t.shape[axis], t.shape[axis + 1:]
-    if not inner or dims.is_static(inner) and math.prod(inner) == 1 or not isinstance(size, int) or size == 0:
-        return ctx.emit(op_type, [x], axis=axis)
+def softmax_formula(ctx, op_type: str, x: str, axis: int) -> str:
+    """Softmax or LogSoftmax of x along `axis` written out: the shift by the max, the exponential
+    and its sum, then a division, or x - max - log Σ exp(x - max)."""
     shifted = ctx.emit("Sub", [x, ctx.emit("ReduceMax", [x, ctx.int64s([axis])], keepdims=1)])
     e = ctx.emit("Exp", [shifted])
-    total = ctx.reduce("ReduceSum", e, t, [axis], True)
+    total = ctx.emit("ReduceSum", [e, ctx.int64s([axis])], keepdims=1)
     if op_type == "LogSoftmax":
         return ctx.emit("Sub", [shifted, ctx.emit("Log", [total])])
     return ctx.emit("Div", [e, total])
 
 
-defop("softmax", infer=unary_float, reference=_softmax_reference, lower=_lower_softmax("Softmax"), vjp=_softmax_vjp)
-defop("log_softmax", infer=unary_float, reference=_log_softmax_reference, lower=_lower_softmax("LogSoftmax"),
+def _lower_softmax(ctx, names, node):
+    return ctx.emit("Softmax", names, axis=node.attrs["axis"])
+
+
+def _lower_log_softmax(ctx, names, node):
+    """Written out (softmax_formula): onnx's reference evaluator (1.23) computes LogSoftmax as
+    log(Softmax), -inf once the logits spread further than float's exponent reaches."""
+    return softmax_formula(ctx, "LogSoftmax", names[0], node.attrs["axis"])
+
+
+defop("softmax", infer=unary_float, reference=_softmax_reference, lower=_lower_softmax, vjp=_softmax_vjp)
+defop("log_softmax", infer=unary_float, reference=_log_softmax_reference, lower=_lower_log_softmax,
       vjp=_log_softmax_vjp)
 
 
@@ -193,10 +187,13 @@ def _cross_entropy_reference(x, index, axis):
     return -np.squeeze(picked, axis)
 
 
-def _lower_cross_entropy(ctx, names, node):
+def lower_cross_entropy(ctx, names, node, log_softmax: str = "formula"):
+    """-log_softmax(x) at the labels: the log-probabilities (written out, or ONNX's LogSoftmax op
+    with log_softmax="op") gathered at each label."""
     x, index = names
-    axis, t = node.attrs["axis"], ctx.graph.type_of(node.inputs[0])
-    logp = _emit_softmax(ctx, "LogSoftmax", x, axis, t)
+    axis = node.attrs["axis"]
+    logp = ctx.emit("LogSoftmax", [x], axis=axis) if log_softmax == "op" else softmax_formula(ctx, "LogSoftmax", x,
+                                                                                               axis)
     picked = ctx.emit("GatherElements", [logp, ctx.emit("Unsqueeze", [index, ctx.int64s([axis])])], axis=axis)
     return ctx.emit("Neg", [ctx.emit("Squeeze", [picked, ctx.int64s([axis])])])
 
@@ -208,7 +205,7 @@ def _cross_entropy_vjp(g, ins, outs, axis):
 
 
 defop("softmax_cross_entropy", infer=_cross_entropy_infer, reference=_cross_entropy_reference,
-      lower=_lower_cross_entropy, vjp=_cross_entropy_vjp)
+      lower=lower_cross_entropy, vjp=_cross_entropy_vjp)
 
 
 def sigmoid_cross_entropy(x, t, reduce: str = "mean") -> Tensor:

@@ -29,8 +29,6 @@ def _lower_reduce(onnx_op):
         t = ctx.graph.type_of(node.inputs[0])
         if onnx_op == "ReduceMean":
             return _lower_mean(ctx, names[0], t, node.outputs[0], a["axes"], a["keepdims"])
-        if onnx_op == "ReduceSum":
-            return ctx.reduce(onnx_op, names[0], t, a["axes"], a["keepdims"])
         return ctx.emit(onnx_op, [names[0], ctx.int64s(a["axes"])], keepdims=int(a["keepdims"]))
     return lower
 
@@ -42,9 +40,9 @@ def _lower_mean(ctx, x: str, t, out, axes, keepdims: bool) -> str:
     if n == 0:
         return ctx.emit("Expand", [ctx.const(np.asarray(np.nan, out.dtype)), ctx.shape_tensor(out.shape)])
     if isinstance(n, int):
-        return ctx.reduce("ReduceMean", x, t, axes, keepdims)
+        return ctx.emit("ReduceMean", [x, ctx.int64s(axes)], keepdims=int(keepdims))
     count = ctx.emit("Cast", [ctx.dim_scalar(n)], to=helper.np_dtype_to_tensor_dtype(np.dtype(out.dtype)))
-    return ctx.emit("Div", [ctx.reduce("ReduceSum", x, t, axes, keepdims), count])
+    return ctx.emit("Div", [ctx.emit("ReduceSum", [x, ctx.int64s(axes)], keepdims=int(keepdims)), count])
 
 
 def _reduction(op):
@@ -71,7 +69,9 @@ def _sum_vjp(g, ins, outs, axes, keepdims):
 
 def _mean_vjp(g, ins, outs, axes, keepdims):
     x = ins[0]
-    return [broadcast_to(_kept(g[0], x, axes, keepdims) / count(x, axes), x.shape)]
+    # divided before the reshape: a ones seed stays a 0-d numerator (ONNX Runtime's DivMulFusion drops
+    # the axes of a [1, 1]-shaped one, which onnxruntime-web then refuses; docs/targets.md)
+    return [broadcast_to(_kept(g[0] / count(x, axes), x, axes, keepdims), x.shape)]
 
 
 def _extremum_vjp(g, ins, outs, axes, keepdims):

@@ -16,8 +16,9 @@ from ..frontend.trace import Traced
 from ..ir.dims import astype_hint, bind, dtype_name, format_shape
 from ..ir.graph import Graph
 from ..lowering import to_onnx
+from ..lowering.lower import TARGET_KEY
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, external_data_versions, serialize
-from ..lowering.targets import target_for_provider
+from ..lowering.targets import DEFAULT_TARGET, target_for_provider
 from .files import folder_lock, write_files
 from .providers import make_session, resolve_provider
 
@@ -90,8 +91,27 @@ class CompiledFunction:
     def input_names(self) -> list[str]:
         return list(self.traced.input_names)
 
-    def save(self, path: str | os.PathLike, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD) -> None:
-        """Write the ONNX model to `path` atomically. A model of `external_data_threshold`
+    @property
+    def target(self) -> str:
+        """The runtime `.model` was lowered for (lowering/targets): the provider's own."""
+        return {p.key: p.value for p in self.model.metadata_props}[TARGET_KEY]
+
+    def model_for(self, target: str) -> onnx.ModelProto:
+        """The model lowered for `target`: `.model` where it already is, else the same optimised
+        graph lowered again, with `.model`'s metadata (a training step's layout) kept."""
+        if target == self.target:
+            return self.model
+        opset = next(o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx"))
+        model, _ = to_onnx(self.traced.graph, self.traced.input_names, opset, name=self.traced.name, target=target)
+        for p in self.model.metadata_props:
+            if p.key != TARGET_KEY:
+                model.metadata_props.add(key=p.key, value=p.value)
+        return model
+
+    def save(self, path: str | os.PathLike, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD,
+             target: str = DEFAULT_TARGET) -> None:
+        """Write the ONNX model, lowered for `target` (default: portable, for any ONNX runtime;
+        docs/targets.md), to `path` atomically. A model of `external_data_threshold`
         bytes or more (default 2 GiB, the protobuf limit) keeps its weights beside it in
         PATH.<hash>.data, named by its content (see lowering.serialize.external_data_name).
 
@@ -101,7 +121,7 @@ class CompiledFunction:
         A failure or kill at any point leaves the old pair or the new pair. Saves into one
         folder take its lock (runtime.files.folder_lock) and wait for each other."""
         folder, name = os.path.split(os.path.abspath(os.fspath(path)))
-        data, weights, location = serialize(self.model, name, external_data_threshold)
+        data, weights, location = serialize(self.model_for(target), name, external_data_threshold)
         files = [(location, weights)] if weights is not None and location is not None else []
         with folder_lock(folder, wait=True):
             older = [n for n in external_data_versions(name, os.listdir(folder)) if n != location]
@@ -191,10 +211,12 @@ class CompiledFunction:
 
 
 def compile_traced(traced: Traced, provider: str = "auto", opset: int | None = None,
-                   optimize: int = 2, check_numerics: bool = False, recompute: bool = False) -> CompiledFunction:
+                   optimize: int = 2, check_numerics: bool = False, recompute: bool = False,
+                   target: str | None = None) -> CompiledFunction:
+    """Optimise, lower for `target` (by default the provider's: lowering/targets) and load."""
     from ..passes import optimize as run_passes
     resolved = resolve_provider(provider)
     run_passes(traced.graph, optimize, recompute=recompute)
     model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=traced.name,
-                                 target=target_for_provider(resolved))
+                                 target=target or target_for_provider(resolved))
     return CompiledFunction(traced, model, resolved, float64_ops, check_numerics)

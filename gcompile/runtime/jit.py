@@ -207,7 +207,7 @@ def _takes_arguments(fn: Callable) -> bool:
 
 def compile(fn: Callable | None = None, *args: Any, provider: str = "auto", opset: int | None = None,
             optimize: int = 2, name: str | None = None, check_numerics: bool = False,
-            recompute: bool = False) -> Any:
+            recompute: bool = False, target: str | None = None) -> Any:
     """Trace `fn` with one graph input per argument (gc.spec or example array, or a pytree of
     them, one input per leaf) and compile it.
 
@@ -215,6 +215,8 @@ def compile(fn: Callable | None = None, *args: Any, provider: str = "auto", opse
     constant folding and algebraic simplification. check_numerics: see CompiledFunction.
     recompute: also recompute cheap forward nodes in the backward instead of keeping them alive
     (regions marked with gc.checkpoint are recomputed either way); see passes/recompute.py.
+    target: the runtime the model is lowered for ("portable", "ort-cpu", "cuda"; by default the
+    provider's own: "ort-cpu" on the CPU), docs/targets.md.
 
     Without argument specs, as a bare decorator (@gc.compile, or @gc.compile(provider="cpu")),
     it is gc.jit: specs are taken from each call's arrays (runtime/jit.py). A function that takes
@@ -225,4 +227,4 @@ def compile(fn: Callable | None = None, *args: Any, provider: str = "auto", opse
                    check_numerics=check_numerics, recompute=recompute)
     traced = trace(fn, args, name=name)
     return compile_traced(traced, provider=provider, opset=opset, optimize=optimize,
-                          check_numerics=check_numerics, recompute=recompute)
+                          check_numerics=check_numerics, recompute=recompute, target=target)

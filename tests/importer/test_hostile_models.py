@@ -121,8 +121,8 @@ def _external_model(folder, location, stored=b"\0" * 12, dims=(3,)):
 
 def test_external_data_location_with_a_nul_byte_is_refused(tmp_path):
     path = _external_model(tmp_path, "w\0.bin")
-    with pytest.raises(gc.GcompileError, match=rf"{re.escape(path)}: initializer 'w' points to external data at "
-                                               r"'w\\x00.bin'"):
+    with pytest.raises(gc.GcompileError, match=rf"{re.escape(path)}: initializer 'w' keeps data in "
+                                               r"'w\\x00.bin', a location holding a control character"):
         gc.load_onnx(path)
 
 

@@ -67,8 +67,8 @@ def test_params_replacement_gradients_to_second_order():
         return F.sum(y * weights)
     p = f.params
     x = RNG.standard_normal((3, 4))
-    for order in (1, 2):
-        check_grad(fn, [x, p["W"], p["scale"], p["W2"]], order=order)
+    for order in (1, 2):   # (a float64 model with exact gelu: no float64 Erf kernel in ONNX Runtime's CPU provider)
+        check_grad(fn, [x, p["W"], p["scale"], p["W2"]], order=order, lowered=False)
 
 
 def test_params_replacement_changes_the_result_and_is_checked():

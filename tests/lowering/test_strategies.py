@@ -1,0 +1,161 @@
+"""Every target's strategy against the op's plain form (lowering/targets).
+
+Each case is a function whose model, lowered for ort-cpu, takes a strategy where the case says
+its guard holds, and the plain form where it says it does not; both models run on ONNX Runtime
+and must agree. For every number a guard (or the strategy itself) compares sizes with (the
+strategy's `thresholds`), cases lie on both sides of it. Gradient checks against central
+differences reach every strategy through tests/ops (its coverage gate counts lowerings).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile.frontend.tensor import apply
+from gcompile.frontend.trace import trace
+from gcompile.ir.evaluate import evaluate
+from gcompile.lowering.lower import recorded_lowerings
+from gcompile.lowering.targets import TARGETS
+from gcompile.lowering.targets.ort_cpu import conv as ort_conv
+
+
+def rand(*shape, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(dtype)
+
+
+def weight_grad(x_shape, co, kernel, stride=1, pad=0, dilation=1, groups=1, dtype=np.float32):
+    """The weight gradient of a convolution, as a function of (x, g), and example inputs."""
+    nsp = len(x_shape) - 2
+    per = lambda v: (v,) * nsp if isinstance(v, int) else tuple(v)            # noqa: E731
+    kw = dict(stride=per(stride), pad=tuple((p, p) for p in per(pad)), dilation=per(dilation), groups=groups)
+    out = [(x_shape[2 + a] + 2 * kw["pad"][a][0] - kw["dilation"][a] * (kernel[a] - 1) - 1) // kw["stride"][a] + 1
+           for a in range(nsp)]
+    fn = lambda x, g: apply("conv_weight_grad", [x, g], kernel=tuple(kernel), **kw)   # noqa: E731
+    return fn, [rand(*x_shape, seed=1, dtype=dtype), rand(x_shape[0], co, *out, seed=2, dtype=dtype)]
+
+
+def conv(x_shape, w_shape, **kw):
+    return (lambda x, w: F.conv(x, w, **kw)), [rand(*x_shape, seed=3), rand(*w_shape, seed=4)]
+
+
+def pool_grad(x_shape, kernel, stride, dtype=np.float32):
+    return (lambda x: gc.grad(F.sum(F.max_pool(x, kernel, stride) ** 2), [x])[0]), \
+        [np.random.default_rng(5).permutation(np.linspace(-1, 1, int(np.prod(x_shape)))).reshape(x_shape)
+         .astype(dtype)]
+
+
+# (op, strategy): [(what the case shows, threshold crossed or None, side, taken, (fn, inputs))]
+CASES = {
+    ("conv", "halves"): [
+        ("12 filters, 9 positions, 8 images", "HALVES_MIN_BATCH", "at", True, conv((8, 4, 3, 3), (12, 4, 3, 3), pad=1)),
+        ("7 images", "HALVES_MIN_BATCH", "below", False, conv((7, 4, 3, 3), (12, 4, 3, 3), pad=1)),
+        ("twice as many filters as positions", None, "", True, conv((8, 4, 3, 3), (18, 4, 3, 3), pad=1)),
+        ("more than twice", None, "", False, conv((8, 4, 3, 3), (19, 4, 3, 3), pad=1)),
+    ],
+    ("conv_transpose", "as_conv"): [
+        ("stride 1", None, "", True,
+         ((lambda x, w: F.conv_transpose(x, w, pad=1)), [rand(2, 4, 5, 5), rand(4, 3, 3, 3)])),
+        ("stride 2", None, "", False,
+         ((lambda x, w: F.conv_transpose(x, w, stride=2, pad=1)), [rand(2, 4, 5, 5), rand(4, 3, 3, 3)])),
+        ("grouped, stride 1", None, "", True,
+         ((lambda x, w: F.conv_transpose(x, w, groups=2)), [rand(2, 4, 5, 5), rand(4, 3, 3, 3)])),
+    ],
+    ("conv_weight_grad", "depthwise_conv"): [
+        ("25 taps", "DEPTHWISE_CONV_MIN_TAPS", "at", True, weight_grad((2, 4, 8, 8), 4, (5, 5), pad=2, groups=4)),
+        ("24 taps", "DEPTHWISE_CONV_MIN_TAPS", "below", False, weight_grad((2, 4, 8, 8), 4, (4, 6), pad=2, groups=4)),
+        ("9 strided taps", "DEPTHWISE_STRIDED_CONV_MIN_TAPS", "at", True,
+         weight_grad((2, 4, 8, 8), 4, (3, 3), stride=2, pad=1, groups=4)),
+        ("8 strided taps", "DEPTHWISE_STRIDED_CONV_MIN_TAPS", "below", False,
+         weight_grad((2, 4, 8, 8), 4, (2, 4), stride=2, pad=1, groups=4)),
+        ("float64", None, "", False, weight_grad((2, 4, 8, 8), 4, (5, 5), pad=2, groups=4, dtype=np.float64)),
+    ],
+    ("conv_weight_grad", "depthwise_flat"): [
+        ("windows of 128", "DEPTHWISE_FLAT_MIN_LENGTH", "at", True, weight_grad((2, 4, 128), 4, (3,), pad=1, groups=4)),
+        ("windows of 127", "DEPTHWISE_FLAT_MIN_LENGTH", "below", False,
+         weight_grad((2, 4, 127), 4, (3,), pad=1, groups=4)),
+    ],
+    ("conv_weight_grad", "patches"): [
+        ("4x4 patches", "PATCH_MIN_WIDTH", "at", True, weight_grad((2, 3, 8, 8), 5, (4, 4), stride=4)),
+        ("3x3 patches", "PATCH_MIN_WIDTH", "below", False, weight_grad((2, 3, 9, 9), 5, (3, 3), stride=3)),
+    ],
+    ("conv_weight_grad", "shifted"): [
+        ("8 channels, 256 positions", "FEW_CHANNELS", "at", True, weight_grad((2, 8, 16, 16), 8, (3, 3), pad=1)),
+        ("7 channels", "FEW_CHANNELS", "below", False, weight_grad((2, 7, 16, 16), 7, (3, 3), pad=1)),
+        ("255 positions", "WEIGHT_GRAD_MIN_CONTRACTION", "below", False,
+         weight_grad((2, 8, 15, 17), 8, (3, 3), pad=1)),
+        ("256 positions", "WEIGHT_GRAD_MIN_CONTRACTION", "at", True, weight_grad((2, 8, 16, 16), 8, (3, 3), pad=1)),
+        ("few outputs from many channels", None, "", True, weight_grad((2, 16, 16, 16), 3, (3, 3), pad=1)),
+    ],
+    ("conv_weight_grad", "taps"): [
+        ("7 channels: taps joined", "FEW_CHANNELS", "below", True, weight_grad((4, 7, 6, 6), 8, (3, 3), pad=1)),
+        ("8 channels: one product per tap", "FEW_CHANNELS", "at", True, weight_grad((4, 8, 6, 6), 8, (3, 3), pad=1)),
+        ("chunks below", "WEIGHT_GRAD_MIN_CONTRACTION", "below", True,
+         weight_grad((8, 8, 6, 6), 8, (3, 3), pad=1, stride=2)),
+        ("per image", "WEIGHT_GRAD_MIN_CONTRACTION", "at", True, weight_grad((2, 4, 16, 16), 4, (3, 3), pad=1)),
+        ("rows of 47", "FLAT_MOVE_MAX_ROW", "below", True, weight_grad((1, 2, 2, 47), 2, (3, 3), pad=1)),
+        ("rows of 48", "FLAT_MOVE_MAX_ROW", "at", True, weight_grad((1, 2, 2, 48), 2, (3, 3), pad=1)),
+        ("a symbolic-size-free grouped case", None, "", True, weight_grad((2, 4, 5, 5), 6, (3, 3), pad=2, groups=2)),
+    ],
+    ("pool_scatter", "unpool"): [
+        ("disjoint windows", None, "", True, pool_grad((2, 3, 6, 6), 2, 2)),
+        ("overlapping windows", None, "", False, pool_grad((2, 3, 6, 6), 3, 1)),
+        ("float64", None, "", False, pool_grad((2, 3, 6, 6), 2, 2, np.float64)),
+    ],
+    ("softmax", "inner_axis_formula"): [
+        ("classes on axis 1 of an image", None, "", True, ((lambda x: F.softmax(x, 1)), [rand(2, 5, 3, 3) * 4])),
+        ("last axis", None, "", False, ((lambda x: F.softmax(x, -1)), [rand(2, 5) * 4])),
+    ],
+    ("log_softmax", "last_axis_kernel"): [
+        ("last axis", None, "", True, ((lambda x: F.log_softmax(x, -1)), [rand(2, 5) * 4])),
+        ("classes on axis 1 of an image", None, "", False, ((lambda x: F.log_softmax(x, 1)), [rand(2, 5, 3, 3) * 4])),
+    ],
+    ("softmax_cross_entropy", "last_axis_kernel"): [
+        ("last axis", None, "", True,
+         ((lambda x, t: F.softmax_cross_entropy(x, t, reduce="none")), [rand(4, 5) * 4, np.array([0, 4, 2, 1])])),
+    ],
+    ("reduce_sum", "leading_product"): [
+        ("leading axis", None, "", True, ((lambda x: F.sum(x, 0)), [rand(4, 5)])),
+        ("trailing axis", None, "", False, ((lambda x: F.sum(x, 1)), [rand(4, 5)])),
+        ("one row", None, "", False, ((lambda x: F.sum(x, 0)), [rand(1, 5)])),
+    ],
+    ("reduce_mean", "leading_product"): [
+        ("leading axes, kept dims", None, "", True, ((lambda x: F.mean(x, (0, 1), keepdims=True)), [rand(3, 2, 5)])),
+        ("trailing axis", None, "", False, ((lambda x: F.mean(x, 1)), [rand(4, 5)])),
+    ],
+}
+IDS = [f"{op}-{name}-{i}" for (op, name), cases in CASES.items() for i in range(len(cases))]
+
+
+def lowered(fn, inputs, target):
+    with recorded_lowerings() as seen:
+        cf = gc.compile(fn, *inputs, provider="cpu", target=target)
+    return cf.run_flat(*inputs), seen
+
+
+@pytest.mark.parametrize("key, case", [(k, c) for k, cases in CASES.items() for c in cases], ids=IDS)
+def test_a_strategy_agrees_with_the_plain_form(key, case):
+    what, _, _, taken, (fn, inputs) = case
+    tuned, seen = lowered(fn, inputs, "ort-cpu")
+    assert (key in seen) == taken, f"{what}: {key} {'not ' if taken else ''}taken ({dict(seen)})"
+    try:
+        plain, seen_plain = lowered(fn, inputs, "portable")
+        assert all(name == "plain" for _, name in seen_plain)
+    except gc.GcompileError as err:      # a float64 plain form ONNX Runtime's CPU provider has no kernel for
+        assert "no float64 kernel" in str(err)
+        plain = evaluate(trace(fn, inputs).graph, inputs)
+    for t, p in zip(tuned, plain):
+        scale = max(1.0, float(np.abs(p).max(initial=0)))
+        np.testing.assert_allclose(t, p, rtol=1e-5, atol=1e-5 * scale, err_msg=what)
+
+
+def test_every_strategy_has_cases_on_both_sides_of_each_threshold():
+    registered = {(s.op, s.name): s for target in TARGETS.values() for found in target.strategies.values()
+                  for s in found}
+    assert set(registered) == set(CASES)
+    for key, s in registered.items():
+        for threshold in s.thresholds:
+            assert hasattr(ort_conv, threshold) or s.op.startswith("reduce"), (key, threshold)
+            sides = {side for _, crossed, side, _, _ in CASES[key] if crossed == threshold}
+            assert sides == {"below", "at"}, f"{key}: {threshold} has cases {sides or 'none'}"
