@@ -30,7 +30,10 @@ def main(runtimes: list[str] | None = None, only: list[str] | None = None) -> in
             notes.append(f"{runtime.name}: not run: {reason}")
             continue
         with tempfile.TemporaryDirectory() as folder:
-            outcomes = runtime.run_all(cases, folder)
+            try:
+                outcomes = runtime.run_all(cases, folder)
+            except Exception as err:   # the runner itself failed: every case of this runtime fails with it
+                outcomes = {case.name: f"{type(err).__name__}: {err}" for case in cases}
         for case in cases:
             outcome = outcomes.get(case.name, "no result")
             found = [outcome] if isinstance(outcome, str) else problems(case, outcome)

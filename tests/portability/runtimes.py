@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import urllib.parse
 from collections.abc import Sequence
 
@@ -145,22 +146,27 @@ class Web(Runtime):
         write_cases(cases, folder)
         server = _PageServer({"/ort/": os.path.join(node_modules(), "onnxruntime-web", "dist"),
                               "/cases/": folder, "/": JS})
-        with server, tempfile.TemporaryDirectory() as profile:
+        with server, tempfile.TemporaryDirectory() as profile, open(os.path.join(folder, "chromium.log"), "w+") as log:
             browser = subprocess.Popen(
                 [self.browser(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                  f"--user-data-dir={profile}", f"{server.url}/web/index.html"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            try:
-                finished = server.done.wait(TIMEOUT_S)
+                stdout=subprocess.DEVNULL, stderr=log)
+            deadline = time.monotonic() + TIMEOUT_S
+            try:   # until the page is done, Chromium exits (it failed to start) or time is up
+                while not server.done.wait(0.2) and browser.poll() is None and time.monotonic() < deadline:
+                    pass
+                exited = browser.poll() is not None
             finally:
                 browser.terminate()
                 try:
-                    _, stderr = browser.communicate(timeout=30)
+                    browser.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     browser.kill()
-                    _, stderr = browser.communicate()
-            if not finished:
-                raise RuntimeError(f"the page did not finish in {TIMEOUT_S} s; Chromium said: {stderr[-2000:]}")
+                    browser.wait()
+            if not server.done.is_set():
+                log.seek(0)
+                raise RuntimeError(f"the page did not finish: Chromium {'exited' if exited else f'ran {TIMEOUT_S} s'}; "
+                                   f"it said: {log.read()[-2000:]}")
             if "error" in server.finish:
                 raise RuntimeError(f"the page failed: {server.finish['error']}")
             return _outcomes(server.results)
