@@ -21,7 +21,6 @@ import gcompile.functions as F
 from gcompile import nn
 
 rng = np.random.default_rng(36)
-nn.init.seed(36)
 
 
 def _normal(*shape, scale=1.0):
@@ -83,9 +82,9 @@ def scan_rnn_hvp(xs, params, vectors):
 # -- a CNN with batch norm, one Adam training step ----------------------------------------------------------------
 class ConvBN(nn.Module):
     def __init__(self):
-        self.conv1, self.bn1 = nn.Conv2d(2, 4, 3, padding=1), nn.BatchNorm2d(4)
-        self.conv2, self.bn2 = nn.Conv2d(4, 6, 3, padding=1, bias=False), nn.BatchNorm2d(6)
-        self.fc = nn.Linear(6 * 2 * 2, 3)
+        self.conv1, self.bn1 = nn.Conv2d(2, 4, 3, padding=1, rng=rng), nn.BatchNorm2d(4)
+        self.conv2, self.bn2 = nn.Conv2d(4, 6, 3, padding=1, bias=False, rng=rng), nn.BatchNorm2d(6)
+        self.fc = nn.Linear(6 * 2 * 2, 3, rng=rng)
 
     def forward(self, x):
         x = F.max_pool(F.relu(self.bn1(self.conv1(x))), 2)
