@@ -5,7 +5,7 @@ as a Markdown table, then each failure's message.
     python tools/portability.py [--runtime NAME ...] [--case NAME ...]
 
 A runtime that is not installed is listed with what is missing. The same comparison as
-tests/portability/test_portability.py; docs/targets.md holds the table it printed last.
+tests/portability/test_portability.py; docs/targets.md shows this table with each failure's cause.
 """
 from __future__ import annotations
 
