@@ -23,6 +23,7 @@ from ..errors import LoweringError
 from ..ir import dims
 from ..ir.graph import Graph, Node, TensorType, ValueRef
 from ..ir.registry import get_op
+from .reads import node_reads, subgraphs
 from .targets.base import DEFAULT_TARGET, TARGETS, Target
 
 # onnxruntime's CPU provider has no float64 kernel for these (ARCHITECTURE.md §10).
@@ -114,6 +115,47 @@ class LowerContext:
             outputs.append(value_info(name, t))
         return helper.make_graph(child.nodes, f"{prefix}_body", inputs, outputs)
 
+    def closed(self, graph: onnx.GraphProto, known: dict[str, TensorType]) -> tuple[onnx.GraphProto, list[str]]:
+        """`graph`, a loop body from `subgraph`, made to read nothing from the graphs around it (for
+        the portable target): each name it or its nested branches read from outside (an operand
+        bound to an outer value, a constant, a shape tensor) becomes a new input in front of its
+        inputs, passed on unchanged as a new output in front of its outputs, i.e. a loop state
+        variable. Returns the graph and the names to feed those inputs, in order. OpenVINO's Scan
+        converter refuses a body that reads outer values; the ONNX Scan operator's text asks for
+        them as state variables. `known` types the outer names that are neither initializers nor
+        shape tensors (the loop's own operands)."""
+        free = node_reads(helper.make_node("Scan", [], [], body=graph))   # what the body reads, sorted
+        if not free:
+            return graph, []
+        inner = {name: self.fresh(f"{name}_state") for name in free}
+        _rename_reads(graph, inner)
+        passed = [helper.make_node("Identity", [inner[name]], [self.fresh(f"{name}_passed")]) for name in free]
+        inputs = [self._outer_value_info(name, inner[name], known) for name in free]
+        outputs = [onnx.ValueInfoProto() for _ in free]
+        for out, node, typed in zip(outputs, passed, inputs):
+            out.CopyFrom(typed)
+            out.name = node.output[0]
+        closed = helper.make_graph(passed + list(graph.node), graph.name, inputs + list(graph.input),
+                                   outputs + list(graph.output), initializer=list(graph.initializer))
+        return closed, free
+
+    def _outer_value_info(self, outer: str, name: str, known: dict[str, TensorType]):
+        """The type of the outer value `outer` (an operand in `known`, an initializer, or a shape
+        tensor of this context or one around it), as the value info of `name`."""
+        if outer in known:
+            return value_info(name, known[outer])
+        for tensor in self.initializers:
+            if tensor.name == outer:
+                return helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims))
+        ctx: LowerContext | None = self
+        while ctx is not None:
+            if outer in ctx._shape_cache.values():   # a Concat of one [1] tensor per dim, or one dim's tensor
+                producer = next(n for n in ctx.nodes if outer in n.output)
+                length = len(producer.input) if producer.op_type == "Concat" else 1
+                return helper.make_tensor_value_info(name, onnx.TensorProto.INT64, [length])
+            ctx = ctx.parent
+        raise LoweringError(f"a loop body reads {outer!r} from outside and its type is unknown")
+
     def branch(self, build: Callable[[LowerContext], list[str]], types: Sequence[TensorType]) -> onnx.GraphProto:
         """A graph without inputs for an If branch: `build` emits its nodes through the context it is
         given and returns the names of its outputs, of dtypes `types` (their shapes are left out:
@@ -160,9 +202,24 @@ class LowerContext:
         input lists every axis, in order: a partial list is permuted wrongly by onnxruntime's
         transpose optimizer (1.31), and with any `axes` input onnxruntime's Pad_Fusion leaves
         the Pad alone; that rule would merge zero padding into a following MaxPool, whose pads
-        count as -inf, or into an AveragePool, which then refuses pads as large as its kernel."""
+        count as -inf, or into an AveragePool, which then refuses pads as large as its kernel.
+
+        A negative amount removes elements. For the portable target those become a Slice first
+        and the Pad gets the rest (none: no Pad): onnx's ReferenceEvaluator (1.23) refuses
+        negative Pad amounts. ONNX Runtime's Pad also slices before it pads, in every mode."""
         rank = len(begins)
+        if self.target.name == "portable" and min(0, *begins, *ends) < 0:
+            cut = [a for a in range(rank) if begins[a] < 0 or ends[a] < 0]
+            x = self.emit("Slice", [x, self.int64s([max(0, -begins[a]) for a in cut]),
+                                    self.int64s([ends[a] if ends[a] < 0 else self.INT64_MAX for a in cut]),
+                                    self.int64s(cut)])
+            begins, ends = [max(0, b) for b in begins], [max(0, e) for e in ends]
+            if not any(begins) and not any(ends):
+                return x
         return self.emit("Pad", [x, self.int64s([*begins, *ends]), fill, self.int64s(range(rank))], mode=mode)
+
+    # Slice bounds past either end of any axis.
+    INT64_MAX = 2 ** 63 - 1
 
     # A Slice end for a negative step that means "past the first element".
     INT64_MIN = -(2 ** 63)
@@ -253,3 +310,13 @@ class LowerContext:
                 name = self.emit("Mul", [name, other])
         self._shape_cache[key] = name
         return name
+
+
+def _rename_reads(graph: onnx.GraphProto, names: dict[str, str]) -> None:
+    """Make the nodes of `graph` and of the graphs nested in them read names[x] wherever they read x."""
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name in names:
+                node.input[i] = names[name]
+        for body in subgraphs(node):
+            _rename_reads(body, names)

@@ -280,12 +280,19 @@ def _as_list(names) -> list[str]:
 
 def _emit_loop(ctx, names, node: Node):
     """The Scan. A scan without xs (a fori_loop whose index is unused) scans a placeholder of one
-    byte per step: ONNX Runtime runs a Scan's steps faster than a Loop's (docs/performance.md)."""
+    byte per step: ONNX Runtime runs a Scan's steps faster than a Loop's (docs/performance.md).
+
+    For the portable target the Scan reads nothing from outside its body (loop-invariant operands,
+    constants and shape tensors are state variables passed on unchanged: LowerContext.closed) and
+    runs forwards (a reverse scan's xs are reversed by a Slice before it and its ys after it):
+    OpenVINO's Scan converter refuses outer-scope reads, and onnx's ReferenceEvaluator (1.23) has
+    no backward scan directions."""
     a = node.attrs
     nc, nk = a["n_consts"], a["n_carry"]
     consts, carries, xs = _scan_parts(names, nc, nk)
+    placeholder = not xs
     tail = []
-    if not xs:
+    if placeholder:
         length = a["length"]
         if isinstance(length, int):
             xs = [ctx.const(np.zeros(length, np.bool_))]
@@ -294,12 +301,20 @@ def _emit_loop(ctx, names, node: Node):
                            value=helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(np.dtype(np.bool_)),
                                                     [1], [False]))]
         tail = [("step", _scalar(np.bool_))]
-    directions = [int(a["reverse"])]
     n_ys = len(node.outputs) - nk
-    graph = ctx.subgraph(a["body"], consts + [None] * (len(names) - nc), tail=tail)
-    return ctx.emit("Scan", carries + xs, n_out=len(node.outputs), body=graph, num_scan_inputs=len(xs),
-                    scan_input_directions=directions * len(xs),
-                    scan_output_directions=directions * n_ys if n_ys else None)
+    body: Graph = a["body"]
+    graph = ctx.subgraph(body, consts + [None] * (len(names) - nc), tail=tail)
+    if ctx.target.name != "portable":
+        directions = [int(a["reverse"])]
+        return ctx.emit("Scan", carries + xs, n_out=len(node.outputs), body=graph, num_scan_inputs=len(xs),
+                        scan_input_directions=directions * len(xs),
+                        scan_output_directions=directions * n_ys if n_ys else None)
+    graph, states = ctx.closed(graph, {name: body.type_of(ref) for name, ref in zip(consts, body.inputs)})
+    if a["reverse"] and not placeholder:
+        xs = [ctx.reverse(x, [0]) for x in xs]
+    outs = _as_list(ctx.emit("Scan", states + carries + xs, n_out=len(states) + len(node.outputs), body=graph,
+                             num_scan_inputs=len(xs)))[len(states):]
+    return outs[:nk] + [ctx.reverse(y, [0]) for y in outs[nk:]] if a["reverse"] else outs
 
 
 # The VJP rule differentiates the body with gc.grad, so gradients/loops.py supplies it (ARCHITECTURE.md §2).

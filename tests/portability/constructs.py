@@ -1,0 +1,95 @@
+"""Constructs some ONNX runtimes refuse or run wrongly, found by running gcompile's artifacts on
+them (docs/targets.md has the table), each with a check that lists where a model has it.
+
+The portable target avoids them; tests/portability/test_constructs.py checks every artifact of
+the corpus for each, so a lowering that brings one back fails there with the node named, also
+where the runtime that refuses it is not installed.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import onnx
+from onnx import numpy_helper
+
+from gcompile.lowering.reads import node_reads, subgraphs
+
+
+@dataclass(frozen=True)
+class Construct:
+    name: str
+    runtime: str                                # the runtime that refuses it
+    why: str
+    find: Callable[[onnx.ModelProto], list[str]]   # where the model has it: node names and source lines
+
+
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    yield graph
+    for node in graph.node:
+        for body in subgraphs(node):
+            yield from _graphs(body)
+
+
+def _nodes(model: onnx.ModelProto, op_type: str) -> Iterator[onnx.NodeProto]:
+    for graph in _graphs(model.graph):
+        yield from (node for node in graph.node if node.op_type == op_type)
+
+
+def _where(node: onnx.NodeProto) -> str:
+    return f"{node.name} ({node.doc_string})" if node.doc_string else node.name
+
+
+def _constants(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
+    return {t.name: t for graph in _graphs(model.graph) for t in graph.initializer}
+
+
+def _backward_scans(model):
+    return [_where(n) for n in _nodes(model, "Scan")
+            if any(a.name in ("scan_input_directions", "scan_output_directions") and any(a.ints)
+                   for a in n.attribute)]
+
+
+def _negative_pads(model):
+    constants = _constants(model)
+    return [_where(n) for n in _nodes(model, "Pad")
+            if n.input[1] in constants and (numpy_helper.to_array(constants[n.input[1]]) < 0).any()]
+
+
+def _scan_outer_reads(model):
+    return [f"{_where(n)} reads {', '.join(node_reads(n)[len([i for i in n.input if i]):])}"
+            for n in _nodes(model, "Scan") if len(node_reads(n)) > len([i for i in n.input if i])]
+
+
+def _max_unpool(model):
+    return [_where(n) for n in _nodes(model, "MaxUnpool")]
+
+
+def _unit_numerators(model):
+    constants = _constants(model)
+    found = []
+    for n in _nodes(model, "Div"):
+        c = constants.get(n.input[0])
+        if c is not None and len(c.dims) > 0 and numpy_helper.to_array(c).size == 1 \
+                and numpy_helper.to_array(c).item() == 1:
+            found.append(f"{_where(n)}: 1 of shape {list(c.dims)}")
+    return found
+
+
+CONSTRUCTS = [
+    Construct("backward-scan", "onnx-reference",
+              "a Scan with scan_input_directions or scan_output_directions 1: onnx's ReferenceEvaluator (1.23) "
+              "implements forward scans only", _backward_scans),
+    Construct("negative-pad", "onnx-reference",
+              "a Pad with negative amounts: onnx's ReferenceEvaluator (1.23) passes them to numpy.pad, which "
+              "refuses them", _negative_pads),
+    Construct("scan-outer-read", "openvino",
+              "a Scan body reading values of the enclosing graph: OpenVINO's ONNX Scan converter counts the "
+              "body's inputs against the node's and fails", _scan_outer_reads),
+    Construct("max-unpool", "openvino", "MaxUnpool: OpenVINO's ONNX front end has no conversion for it",
+              _max_unpool),
+    Construct("unit-numerator", "onnxruntime-web",
+              "Div(1, x) with the 1 of shape [1] or more: ONNX Runtime's DivMulFusion rewrites Div(1, x)·y to "
+              "Div(y, x), dropping the 1's broadcast axes; onnxruntime-web then refuses the model (\"Mismatch "
+              "between number of inferred and declared dimensions\")", _unit_numerators),
+]

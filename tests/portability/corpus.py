@@ -1,0 +1,174 @@
+"""The portability corpus: small versions of the models users deploy, as a `gcompile build` model file.
+
+Each `@gc.export` / `@gc.export_train` function here is built exactly as `gcompile build` builds
+it (the `portable` target, the default for artifacts) and run on every runtime of
+tests/portability/runtimes.py. They are chosen for the constructs they lower to: second-order
+gradients of an MLP, a conv net (convolution, relu, max pooling) and a pair potential, loops (an
+LSTM's forward and reverse Scans; a scan RNN's Hessian-vector product, over a symbolic number of
+steps, so its Scans sit in Ifs), batch norm and Adam in one training step, attention with layer
+norm and gelu, and an imported ONNX model. Sizes are small: the whole corpus runs on every
+runtime in seconds.
+
+Outputs that differ between runtimes by design (cnn_bn_adam's conv1 bias) are listed in
+harness.LOOSE.
+"""
+import os
+
+import numpy as np
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile import nn
+
+rng = np.random.default_rng(36)
+
+
+def _normal(*shape, scale=1.0):
+    return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+
+# -- WGAN-GP: the gradient of a penalty on the critic's input gradient (second order) -------------------------
+CRITIC = {"w1": _normal(12, 32, scale=0.3), "b1": _normal(32, scale=0.1), "w2": _normal(32, 1, scale=0.2)}
+
+
+@gc.export(real=gc.spec(("batch", 12)), fake=gc.spec(("batch", 12)), mix=gc.spec(("batch", 1)), params=CRITIC)
+def gradient_penalty(real, fake, mix, params):
+    """WGAN-GP: the critic at points between real and fake samples, the penalty on the norm of its
+    input gradient, and the penalty's gradient w.r.t. the critic's parameters."""
+    x = mix * real + (1 - mix) * fake
+    critic = F.softplus(x @ params["w1"] + params["b1"]) @ params["w2"]
+    gx, = gc.grad(F.sum(critic), [x])
+    penalty = F.mean((F.sqrt(F.sum(gx * gx, axis=1) + 1e-12) - 1) ** 2)
+    return {"penalty": penalty, "grads": gc.grad(penalty, params)}
+
+
+# -- an LSTM's gradient (F.lstm: a forward Scan, its VJP a reverse one) ----------------------------------------
+HIDDEN = 6
+LSTM = {"w_ih": _normal(4 * HIDDEN, 5, scale=0.4), "w_hh": _normal(4 * HIDDEN, HIDDEN, scale=0.4),
+        "b_ih": _normal(4 * HIDDEN, scale=0.1), "b_hh": _normal(4 * HIDDEN, scale=0.1), "out": _normal(HIDDEN, 3)}
+
+
+@gc.export(xs=gc.spec((7, "batch", 5)), target=gc.spec(("batch", 3)), params=LSTM)
+def lstm_grad(xs, target, params):
+    """Mean squared error of a linear read-out of an LSTM's last state; gradients w.r.t. every weight."""
+    h0 = F.full((1, xs.shape[1], HIDDEN), 0.0)
+    weights = [(params["w_ih"], params["w_hh"], params["b_ih"], params["b_hh"])]
+    _, h, _ = F.lstm(xs, h0, h0, weights)
+    loss = F.mean((h[0] @ params["out"] - target) ** 2)
+    return {"loss": loss, "grads": gc.grad(loss, params)}
+
+
+# -- a scan RNN's Hessian-vector product (the backward of a backward through loops) ---------------------------
+RNN = {"w": _normal(4, 8, scale=0.5), "u": _normal(8, 8, scale=0.3), "v": _normal(8, 1, scale=0.5)}
+
+
+def _rnn_loss(params, xs):
+    def step(h, x):
+        h = F.tanh(x @ params["w"] + h @ params["u"])
+        return h, h @ params["v"]
+    _, ys = gc.scan(step, F.full((xs.shape[1], 8), 0.0), xs)
+    return F.mean(ys ** 2)
+
+
+@gc.export(xs=gc.spec(("steps", "batch", 4)), params=RNN, vectors=RNN)
+def scan_rnn_hvp(xs, params, vectors):
+    """H·v of a tanh RNN's loss (written with gc.scan) w.r.t. its weights."""
+    names = list(params)
+    hv = gc.hvp(lambda *p: _rnn_loss(dict(zip(names, p)), xs), [params[n] for n in names],
+                [vectors[n] for n in names])
+    return dict(zip(names, hv))
+
+
+# -- a CNN with batch norm, one Adam training step ----------------------------------------------------------------
+class ConvBN(nn.Module):
+    def __init__(self):
+        self.conv1, self.bn1 = nn.Conv2d(2, 4, 3, padding=1, rng=rng), nn.BatchNorm2d(4)
+        self.conv2, self.bn2 = nn.Conv2d(4, 6, 3, padding=1, bias=False, rng=rng), nn.BatchNorm2d(6)
+        self.fc = nn.Linear(6 * 2 * 2, 3, rng=rng)
+
+    def forward(self, x):
+        x = F.max_pool(F.relu(self.bn1(self.conv1(x))), 2)
+        x = F.max_pool(F.relu(self.bn2(self.conv2(x))), 2)
+        return self.fc(F.flatten(x))
+
+
+@gc.export_train(params=ConvBN(), optimizer=gc.optim.Adam(1e-2), x=gc.spec(("batch", 2, 8, 8)),
+                 labels=gc.spec(("batch",), "int64"))
+def cnn_bn_adam(model, x, labels):
+    """Cross-entropy of a conv / batch norm / max-pool net; the step updates the parameters with
+    Adam and carries batch norm's running statistics."""
+    return F.softmax_cross_entropy(model(x), labels)
+
+
+# -- a transformer block's gradient ------------------------------------------------------------------------------
+D, HEADS = 8, 2
+BLOCK = {"ln1.w": 1 + _normal(D, scale=0.1), "ln1.b": _normal(D, scale=0.1), "qkv": _normal(D, 3 * D, scale=0.3),
+         "proj": _normal(D, D, scale=0.3), "ln2.w": 1 + _normal(D, scale=0.1), "ln2.b": _normal(D, scale=0.1),
+         "fc1": _normal(D, 2 * D, scale=0.3), "fc2": _normal(2 * D, D, scale=0.3)}
+
+
+def _heads(t):
+    return F.transpose(F.reshape(t, (t.shape[0], t.shape[1], HEADS, D // HEADS)), (0, 2, 1, 3))
+
+
+@gc.export(x=gc.spec(("batch", 5, D)), params=BLOCK)
+def transformer_grad(x, params):
+    """A pre-norm block (causal multi-head attention, layer norm, gelu MLP); the mean square of
+    its output and its gradient w.r.t. every parameter."""
+    h = F.layer_norm(x, params["ln1.w"], params["ln1.b"])
+    q, k, v = F.split(h @ params["qkv"], 3, axis=-1)
+    a = F.scaled_dot_product_attention(_heads(q), _heads(k), _heads(v), is_causal=True)
+    x = x + F.reshape(F.transpose(a, (0, 2, 1, 3)), x.shape) @ params["proj"]
+    x = x + F.gelu(F.layer_norm(x, params["ln2.w"], params["ln2.b"]) @ params["fc1"]) @ params["fc2"]
+    loss = F.mean(x ** 2)
+    return {"loss": loss, "grads": gc.grad(loss, params)}
+
+
+# -- a second-order penalty on a conv net ---------------------------------------------------------------------------
+CONV = {"k1": _normal(4, 1, 3, 3, scale=0.4), "k2": _normal(5, 4, 3, 3, scale=0.3),
+        "w": _normal(5 * 2 * 2, 1, scale=0.3)}
+
+
+@gc.export(x=gc.spec(("batch", 1, 8, 8)), params=CONV)
+def conv_penalty(x, params):
+    """A conv / relu / max-pool critic's input-gradient penalty and its gradient w.r.t. the kernels."""
+    h = F.max_pool(F.relu(F.conv(x, params["k1"], pad=1)), 2)
+    h = F.max_pool(F.relu(F.conv(h, params["k2"], pad=1)), 2)
+    score = F.sum(F.flatten(h) @ params["w"])
+    gx, = gc.grad(score, [x])
+    penalty = F.mean(F.sum(F.flatten(gx) ** 2, axis=1))
+    return {"penalty": penalty, "grads": gc.grad(penalty, params)}
+
+
+# -- an imported ONNX model (a PyTorch export), differentiated ------------------------------------------------------
+IMPORTED = gc.load_onnx(os.path.join(os.path.dirname(__file__), os.pardir, "data", "torch_cnn.onnx"))
+TRAINED = {name: IMPORTED.params[name] for name in ("0.weight", "4.weight", "8.weight", "8.bias")}
+
+
+@gc.export(x=gc.spec(("batch", 3, 8, 8)), labels=gc.spec(("batch",), "int64"), params=TRAINED)
+def imported_grad(x, labels, params):
+    """Cross-entropy of tests/data/torch_cnn.onnx (inlined by gc.load_onnx) with some weights traced:
+    gradients w.r.t. them and w.r.t. the input."""
+    loss = F.softmax_cross_entropy(IMPORTED(x, params=params), labels)
+    grads = gc.grad(loss, [x, *params.values()])
+    return {"loss": loss, "x": grads[0], "params": dict(zip(params, grads[1:]))}
+
+
+# -- force matching: a loss on forces (-dE/dx of a pair potential), its gradient w.r.t. the potential ---------------
+MORSE = {"depth": np.float32(0.8), "width": np.float32(1.3), "r0": np.float32(1.1)}
+ATOMS = 6
+
+
+@gc.export(positions=gc.spec(("batch", ATOMS, 3)), forces=gc.spec(("batch", ATOMS, 3)), params=MORSE)
+def force_matching(positions, forces, params):
+    """A Morse pair potential's energy, its forces -dE/dx, and the gradient of the mean squared force
+    error w.r.t. the potential's parameters (second order: through the forces)."""
+    diff = positions[:, :, None, :] - positions[:, None, :, :]
+    off_diagonal = 1 - np.eye(ATOMS, dtype=np.float32)
+    r = F.sqrt(F.sum(diff ** 2, axis=-1) + np.eye(ATOMS, dtype=np.float32))   # 1 on the diagonal, masked below
+    e = params["depth"] * (1 - F.exp(-params["width"] * (r - params["r0"]))) ** 2
+    energy = 0.5 * F.sum(e * off_diagonal)
+    gx, = gc.grad(energy, [positions])
+    loss = F.mean((-gx - forces) ** 2)
+    return {"energy": energy, "loss": loss, "grads": gc.grad(loss, params)}
+
