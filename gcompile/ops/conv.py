@@ -313,10 +313,14 @@ def _lower_conv_weight_grad(ctx, names, node):
     dilation, under the forward's padding; its output, (C/groups, Co, *reach), reaches at least the
     kernel's size (past it: the positions a strided forward never read), and is cropped to it and
     moved to (Co, C/groups, *kernel). A symbolic batch is a symbolic channel count of its kernels.
-    Taps whose windows lie wholly in the padding read only zeros, as the forward did."""
+    Taps whose windows lie wholly in the padding read only zeros, as the forward did. With a
+    symbolic batch that Conv's kernels would have a shape known only at run time, which some
+    runtimes refuse (OpenVINO): there, _weight_grad_per_tap."""
     a = node.attrs
     groups, kernel = a["groups"], a["kernel"]
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
+    if not isinstance(x_type.shape[0], int):
+        return _weight_grad_per_tap(ctx, names, node)
     nsp, channels, size, out = len(kernel), x_type.shape[1], x_type.shape[2:], g_type.shape[2:]
     spatial = list(range(2, 2 + nsp))
     if groups == 1:
@@ -331,6 +335,35 @@ def _lower_conv_weight_grad(ctx, names, node):
     if tuple(reach) != tuple(kernel):
         gw = ctx.emit("Slice", [gw, ctx.int64s([0] * nsp), ctx.int64s(kernel), ctx.int64s(spatial)])
     return ctx.emit("Transpose", [gw], perm=[1, 0, *spatial])
+
+
+def _weight_grad_per_tap(ctx, names, node):
+    """The weight gradient one kernel tap at a time: x zero-padded once, each tap's window one
+    strided Slice of it (N, C, *out), its products with g summed over positions (one MatMul per
+    group and image) and over the images (a ReduceSum, zeros for no image), the taps joined."""
+    a = node.attrs
+    groups, kernel, stride, dilation = a["groups"], a["kernel"], a["stride"], a["dilation"]
+    x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
+    nsp, co, out = len(kernel), g_type.shape[1], g_type.shape[2:]
+    ci, positions = x_type.shape[1] // groups, math.prod(out)
+    x = names[0]
+    if any(any(p) for p in a["pad"]):
+        x = ctx.pad(x, [0, 0, *(p[0] for p in a["pad"])], [0, 0, *(p[1] for p in a["pad"])])
+    g = ctx.emit("Reshape", [names[1], ctx.int64s([0, groups, co // groups, positions])])
+    g = ctx.emit("Transpose", [g], perm=[0, 1, 3, 2])                                   # (N, G, P, Co/G)
+    axes, steps = ctx.int64s(range(2, 2 + nsp)), ctx.int64s(stride)
+    parts = []
+    for tap in kernel_taps(kernel):
+        starts = [t * d for t, d in zip(tap, dilation)]
+        window = ctx.emit("Slice", [x, ctx.int64s(starts),
+                                    ctx.int64s([b + s * (o - 1) + 1 for b, s, o in zip(starts, stride, out)]),
+                                    axes, steps])
+        window = ctx.emit("Reshape", [window, ctx.int64s([0, groups, ci, positions])])   # (N, G, Ci/G, P)
+        product = ctx.emit("MatMul", [window, g])                                          # (N, G, Ci/G, Co/G)
+        parts.append(ctx.emit("ReduceSum", [product, ctx.int64s([0])], keepdims=1))
+    gw = ctx.emit("Concat", parts, axis=0) if len(parts) > 1 else parts[0]               # (T, G, Ci/G, Co/G)
+    gw = ctx.emit("Transpose", [gw], perm=[1, 3, 2, 0])                                  # (G, Co/G, Ci/G, T)
+    return ctx.emit("Reshape", [gw, ctx.int64s([co, ci, *kernel])])
 
 
 # -- VJPs: each op of the bilinear triple differentiates into the other two ---------------------------

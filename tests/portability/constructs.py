@@ -76,6 +76,23 @@ def _unit_numerators(model):
     return found
 
 
+def _dynamic_conv_weights(model):
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes = {v.name: v.type.tensor_type.shape for v in [*inferred.graph.value_info, *inferred.graph.input]}
+    constants = _constants(model)
+    found = []
+    for op_type in ("Conv", "ConvTranspose"):
+        for n in _nodes(model, op_type):
+            shape = shapes.get(n.input[1])
+            if n.input[1] not in constants and (shape is None or any(not d.HasField("dim_value") for d in shape.dim)):
+                found.append(_where(n))
+    return found
+
+
+def _log_softmax(model):
+    return [_where(n) for n in _nodes(model, "LogSoftmax")]
+
+
 CONSTRUCTS = [
     Construct("backward-scan", "onnx-reference",
               "a Scan with scan_input_directions or scan_output_directions 1: onnx's ReferenceEvaluator (1.23) "
@@ -92,4 +109,11 @@ CONSTRUCTS = [
               "Div(1, x) with the 1 of shape [1] or more: ONNX Runtime's DivMulFusion rewrites Div(1, x)·y to "
               "Div(y, x), dropping the 1's broadcast axes; onnxruntime-web then refuses the model (\"Mismatch "
               "between number of inferred and declared dimensions\")", _unit_numerators),
+    Construct("dynamic-conv-weight", "openvino",
+              "a Conv or ConvTranspose whose weight's shape is known only at run time (a weight gradient's Conv "
+              "over the images of a symbolic batch): OpenVINO's CPU plugin \"doesn't support dynamic weights "
+              "shape\"", _dynamic_conv_weights),
+    Construct("log-softmax", "onnx-reference",
+              "LogSoftmax: onnx's ReferenceEvaluator (1.23) computes it as log(Softmax(x)), -inf once a row's "
+              "logits spread more than about 104", _log_softmax),
 ]
