@@ -107,6 +107,8 @@ def test_save_writes_the_model_atomically(tmp_path):
     cf.save(path)
     cf.save(str(path))                           # overwrite in place
     assert os.listdir(tmp_path / "sub") == ["mlp.onnx"]                     # no temporary files left
+    assert onnx.load(str(path)).SerializeToString() == cf.model_for("portable").SerializeToString()
+    cf.save(path, target="ort-cpu")              # the model this process runs, written on request
     assert onnx.load(str(path)).SerializeToString() == cf.model.SerializeToString()
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     x = rand(5, 4, seed=2)
