@@ -7,26 +7,27 @@ re-exports them all and installs Tensor's operators and numpy hooks from them.
 """
 import sys as _sys  # noqa: I001
 
-from .ops import activations as _activations, arith as _arith, attention as _attention, basic as _basic
-from .ops import conv as _conv, ctc as _ctc, cumulative as _cumulative, elementwise as _elementwise
-from .ops import indexing as _indexing, linalg as _linalg, linalg_extra as _linalg_extra, losses as _losses
+from .ops import activations as _activations, attention as _attention, basic as _basic, division as _division
+from .ops import conv as _conv, ctc as _ctc, cumulative as _cumulative, elementwise as _elementwise, floats as _floats
+from .ops import indexing as _indexing, linalg as _linalg, losses as _losses, matrices as _matrices
 from .ops import nn as _nn, nonfinite as _nonfinite, normalization as _normalization, rearrange as _rearrange
 from .ops import recurrent as _recurrent, reduce as _reduce, scatter as _scatter, shape as _shape
-from .ops import sorting as _sorting, spatial as _spatial, special as _special, statistics as _statistics
-from .ops import trig as _trig
+from .ops import solvers as _solvers, sorting as _sorting, spatial as _spatial, special as _special
+from .ops import statistics as _statistics, trig as _trig
 from .ops import methods as _methods
 from .ops.activations import *  # noqa: F401,F403
-from .ops.arith import *  # noqa: F401,F403
 from .ops.attention import *  # noqa: F401,F403
 from .ops.basic import *  # noqa: F401,F403
 from .ops.conv import *  # noqa: F401,F403
 from .ops.ctc import *  # noqa: F401,F403
+from .ops.division import *  # noqa: F401,F403
 from .ops.cumulative import *  # noqa: F401,F403
 from .ops.elementwise import *  # noqa: F401,F403
+from .ops.floats import *  # noqa: F401,F403
 from .ops.indexing import *  # noqa: F401,F403
 from .ops.linalg import *  # noqa: F401,F403
-from .ops.linalg_extra import *  # noqa: F401,F403
 from .ops.losses import *  # noqa: F401,F403
+from .ops.matrices import *  # noqa: F401,F403
 from .ops.nn import *  # noqa: F401,F403
 from .ops.nonfinite import *  # noqa: F401,F403
 from .ops.normalization import *  # noqa: F401,F403
@@ -35,6 +36,7 @@ from .ops.recurrent import *  # noqa: F401,F403
 from .ops.reduce import *  # noqa: F401,F403
 from .ops.scatter import *  # noqa: F401,F403
 from .ops.shape import *  # noqa: F401,F403
+from .ops.solvers import *  # noqa: F401,F403
 from .ops.sorting import *  # noqa: F401,F403
 from .ops.spatial import *  # noqa: F401,F403
 from .ops.special import *  # noqa: F401,F403
@@ -42,8 +44,8 @@ from .ops.statistics import *  # noqa: F401,F403
 from .ops.trig import *  # noqa: F401,F403
 
 _FAMILIES = (_basic, _elementwise, _reduce, _linalg, _shape, _indexing, _conv, _nn, _recurrent, _ctc, _rearrange,
-             _scatter, _spatial, _linalg_extra, _losses, _normalization, _attention, _nonfinite, _cumulative, _trig,
-             _arith, _special, _activations, _statistics, _sorting)
+             _scatter, _spatial, _matrices, _solvers, _losses, _normalization, _attention, _nonfinite, _cumulative,
+             _trig, _division, _floats, _special, _activations, _statistics, _sorting)
 __all__ = [name for module in _FAMILIES for name in module.__all__]
 
 _methods.install(_sys.modules[__name__])   # Tensor operators (x + y, x @ w, x.sum()) and numpy hooks, from this library

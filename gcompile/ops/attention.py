@@ -69,8 +69,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
             rows_allowed = not_equal(reduce_max(cast(mask, scores.dtype), -1, keepdims=True), 0)
         elif mask.dtype == np.bool_:
             # A mask known when tracing is added as 0 / -inf, as torch's reference computation
-            # does: no select forward nor in the gradient (onnxruntime's Where runs on one core;
-            # a causal 8x8x256x256 mask took 4.5 ms, and as much again in the backward pass).
+            # does: no select forward nor in the gradient (an add is cheaper than a select on
+            # every runtime we measured; docs/performance.md).
             # A row with nothing allowed adds 0 (its weights become zeros below), so that its
             # softmax, and the gradient through it, stay finite.
             rows = np.any(mask, -1, keepdims=True)

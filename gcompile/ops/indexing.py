@@ -183,24 +183,13 @@ def _lower_indexed(op_type: str, index_at: int = 1):
     return lower
 
 
-# Update elements from which a float scatter_add takes the sorted sums (_summed_by_index) where every
-# update is finite: below, ScatterElements' element-by-element adds take under half a millisecond.
-SORTED_SUMS_MIN = 1 << 16
-
-
-def _lower_scatter_add(ctx, names, node):
-    """Move `axis` to the front of base and the index axes to the front of updates (joined into
-    one), make the indices non-negative (Mod by the axis size), then add the update rows in: a
-    float32 scatter of SORTED_SUMS_MIN update elements or more first sums the rows of each index
-    (_summed_by_index) where every update is finite, else (and for smaller ones and other
-    dtypes) each element is added in order (_added_in_order); float16 is added in float32, as
-    onnxruntime's scatters add no float16. The sums are computed before the If that picks, so
-    that scatters by one index tensor (the layers of a graph network) share its sort
-    (lowering/dedupe.py merges them; it leaves nodes inside a branch alone).
-    Not ScatterND(reduction=add) over the rows as given: onnxruntime (1.31) splits them among
-    threads with no care for repeated indices, and two threads adding into one row lose updates
-    (an embedding gradient of 20,000 rows into 2,000 came out different at every call, wrong by
-    up to 3.6). Both forms here give np.add.at's sums on every call."""
+def scatter_add_rows(ctx, names, node, add) -> str:
+    """The frame of a scatter_add's lowering: `axis` moved to the front of base and the index
+    axes to the front of updates (joined into one), the indices made non-negative (Mod by the
+    axis size), float16 computed in float32 (ONNX Runtime's scatters add no float16), and
+    `add(ctx, base, idx, updates, rows, count, size, into_zeros)` adding the update rows
+    (count, *rows) at idx (count,) into base (size, *rows); into_zeros says base is the constant
+    0 (a gather's gradient). A target's strategy passes its own `add`."""
     axis = node.attrs["axis"]
     base_t, idx_t = (ctx.graph.type_of(r) for r in node.inputs[:2])
     r, k = base_t.ndim, idx_t.ndim
@@ -218,33 +207,27 @@ def _lower_scatter_add(ctx, names, node):
         updates = ctx.emit("Reshape", [updates, ctx.shape_tensor((count, *rows))], allowzero=1)
     idx = onnx_indices(ctx, idx, idx_t.dtype, wide=True)
     idx = ctx.emit("Mod", [ctx.emit("Reshape", [idx, ctx.int64s([-1])]), ctx.dim_scalar(base_t.shape[axis])])
-    size = dims.product((count, *rows))
     half = np.dtype(base_t.dtype) == np.float16
     if half:
         base, updates = (ctx.emit("Cast", [v], to=TensorProto.FLOAT) for v in (base, updates))
-    if np.dtype(base_t.dtype) in (np.float32, np.float16) and not (isinstance(size, int) and size < SORTED_SUMS_MIN):
-        into_zeros = constant_equal_to(ctx.graph, node.inputs[0], 0)       # a gather's gradient
-        where, sums, finite = _summed_by_index(ctx, idx, updates, rows, count, zero_row=into_zeros)
-        types = [tensor_type(np.float32, ())]
-        if into_zeros:
-            summed = ctx.branch(lambda c: [_placed_in_zeros(c, where, sums, base_t.shape[axis])], types)
-        else:
-            summed = ctx.branch(lambda c: [c.emit("ScatterND", [base, where, sums], reduction="add")], types)
-        in_order = ctx.branch(lambda c: [_added_in_order(c, base, idx, updates, rows)], types)
-        out = ctx.emit("If", [finite], then_branch=summed, else_branch=in_order)
-    else:
-        out = _added_in_order(ctx, base, idx, updates, rows)
+    out = add(ctx, base, idx, updates, rows, count, base_t.shape[axis], constant_equal_to(ctx.graph, node.inputs[0], 0))
     if half:
         out = ctx.emit("Cast", [out], to=TensorProto.FLOAT16)
     return ctx.emit("Transpose", [out], perm=[int(p) for p in np.argsort(base_perm)]) if axis else out
 
 
-def _added_in_order(ctx, base: str, idx: str, updates: str, rows) -> str:
+def _lower_scatter_add(ctx, names, node):
+    return scatter_add_rows(ctx, names, node, lambda ctx, base, idx, updates, rows, *_:
+                            added_in_order(ctx, base, idx, updates, rows))
+
+
+def added_in_order(ctx, base: str, idx: str, updates: str, rows) -> str:
     """base (N, *rows) plus the update rows (E, *rows) at idx (E, in [0, N)), each element added in
     turn by one 1-D ScatterElements(reduction=add) over the flat base: element j of row i goes to
-    index[i] * R + j, R the row's size. onnxruntime runs it on one thread, in order; 1.28 million
-    elements took 11 ms (ScatterND: 1.8, racing), ScatterElements on the 2-D rows (the indices
-    repeated along each row) 21."""
+    index[i] * R + j, R the row's size. The spec's reduction adds duplicates one after another,
+    giving np.add.at's sums. (Not ScatterND(reduction=add) over the rows as given: ONNX Runtime
+    (1.31) splits those among threads with no care for repeated indices, and two threads adding
+    into one row lose updates.)"""
     row = dims.product(rows)
     flat = ctx.int64s([-1])
     if row != 1:
@@ -253,57 +236,6 @@ def _added_in_order(ctx, base: str, idx: str, updates: str, rows) -> str:
     out = ctx.emit("ScatterElements", [ctx.emit("Reshape", [base, flat]), ctx.emit("Reshape", [idx, flat]),
                                        ctx.emit("Reshape", [updates, flat])], axis=0, reduction="add")
     return ctx.emit("Reshape", [out, ctx.emit("Shape", [base])], allowzero=1)
-
-
-def _placed_in_zeros(ctx, where: str, sums: str, size) -> str:
-    """Zeros of (size, ...) but for the float32 rows `sums` (U + 1, ...; the last one zeros) at
-    the distinct indices `where` (U, 1): each of the `size` rows is gathered from the sums by a
-    map from each row to its sum's place (U, the zero row, where it has none). One pass writes
-    the result, where a ScatterND into zeros first copied the zeros (a 30,000 x 128 embedding
-    table's gradient from 4,096 rows: 0.5 of the time)."""
-    places = ctx.emit("Reshape", [where, ctx.int64s([-1])])                            # (U,)
-    count = ctx.emit("Shape", [places])
-    nowhere = ctx.emit("Expand", [count, ctx.shape_tensor((size,))])                   # (size,): U
-    order = ctx.emit("Range", [ctx.dim_scalar(0), ctx.emit("Reshape", [count, ctx.int64s([])]), ctx.dim_scalar(1)])
-    slots = ctx.emit("ScatterElements", [nowhere, places, order], axis=0)
-    return ctx.emit("Gather", [sums, slots], axis=0)
-
-
-def _summed_by_index(ctx, idx: str, updates: str, rows: tuple, count, zero_row: bool) -> tuple[str, str, str]:
-    """The distinct indices of idx (`count` of them) as ScatterND's (U, 1), the sum of the float32
-    update rows (count, *rows) of each (U, *rows; zero_row: and a row of zeros after them), and
-    whether those sums hold (a bool: every update is finite, as the running sum's last row then
-    is; a float64 sum of float32 values cannot overflow). The sums: the rows sorted by index and
-    one more row, their exclusive running sum in float64 (the sum of the rows before each, the
-    total last), each index's sum the difference of that sum after its last row and after the
-    previous index's last (two gathers of U rows; a pair of equal places gives the zero row). A
-    ScatterND(reduction=add) of those sums at distinct indices is one no two threads share.
-    The running sum's rounding is float64's (1e-16 of the rows' summed magnitudes, below a
-    float32 sum's own); an infinite or NaN row would spread into every later index's
-    difference, hence the bool."""
-    n = ctx.emit("Shape", [idx])
-    ordered, perm = ctx.emit("TopK", [idx, n], n_out=2, axis=0, largest=0, sorted=1)
-    if isinstance(count, int) and count > 0:   # the extra row is any update row (the running sum leaves it out)
-        sorted_rows = ctx.emit("Gather", [updates, ctx.emit("Concat", [perm, ctx.int64s([0])], axis=0)], axis=0)
-    else:                        # there may be none: a row of zeros, at the cost of a copy
-        sorted_rows = ctx.pad(ctx.emit("Gather", [updates, perm], axis=0), [0] * (1 + len(rows)), [1] + [0] * len(rows))
-    running = ctx.emit("CumSum", [ctx.emit("Cast", [sorted_rows], to=TensorProto.DOUBLE), ctx.dim_scalar(0)],
-                       exclusive=1)
-    following = ctx.emit("Concat", [ctx.emit("Slice", [ordered, ctx.int64s([1]), ctx.int64s([2 ** 63 - 1])]),
-                                    ctx.int64s([-1])], axis=0)            # -1: no index, after the last row
-    last = ctx.emit("Reshape", [ctx.emit("NonZero", [ctx.emit("Not", [ctx.emit("Equal", [ordered, following])])]),
-                                ctx.int64s([-1])])                         # each index's last row
-    ends = ctx.emit("Add", [last, ctx.int64s([1])])                       # its place in the running sum
-    starts = ctx.emit("Slice", [ctx.emit("Concat", [ctx.int64s([0]), ends], axis=0),
-                                ctx.int64s([0]), ctx.int64s([-1])])        # the previous index's, 0 first
-    if zero_row:
-        ends, starts = (ctx.emit("Concat", [v, ctx.int64s([0])], axis=0) for v in (ends, starts))
-    at_end = ctx.emit("Slice", [running, ctx.int64s([-1]), ctx.int64s([2 ** 63 - 1]), ctx.int64s([0])])
-    at_end = ctx.emit("ReduceSum", [ctx.emit("Sub", [at_end, at_end])], keepdims=0)   # NaN where any is not finite
-    finite = ctx.emit("Not", [ctx.emit("IsNaN", [at_end])])
-    after_last, after_previous = (ctx.emit("Gather", [running, v], axis=0) for v in (ends, starts))
-    sums = ctx.emit("Cast", [ctx.emit("Sub", [after_last, after_previous])], to=TensorProto.FLOAT)
-    return ctx.emit("Unsqueeze", [ctx.emit("Gather", [ordered, last], axis=0), ctx.int64s([-1])]), sums, finite
 
 
 def _gather(x: Tensor, idx: Tensor, axis: int) -> Tensor:

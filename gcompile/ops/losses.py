@@ -13,6 +13,7 @@ from ..errors import GcompileError, ShapeError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, as_tensor
 from ..ir.dims import format_shape
+from .activations import relu
 from .basic import cast
 from .elementwise import (
     _promote,
@@ -25,7 +26,6 @@ from .elementwise import (
     maximum,
     minimum,
     not_equal,
-    relu,
     where,
 )
 from .indexing import take

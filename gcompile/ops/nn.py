@@ -17,8 +17,9 @@ from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
+from .activations import softplus
 from .basic import cast
-from .elementwise import _promote, equal, exp, greater_equal, less, logical_and, rsqrt, softplus, where
+from .elementwise import _promote, equal, exp, greater_equal, less, logical_and, rsqrt, where
 from .indexing import scatter_add_along_axis, take_along_axis
 from .reduce import count, mean
 from .reduce import sum as reduce_sum
@@ -26,7 +27,7 @@ from .shape import broadcast_to, expand_dims, reshape, squeeze
 from .shape_rules import axis_for, require_float, same_dtype, unary_float
 
 __all__ = ["batch_norm", "dropout", "layer_norm", "log_softmax", "mse", "one_hot", "sigmoid_cross_entropy",
-           "softmax", "softmax_cross_entropy"]
+           "softmax", "softmax_cross_entropy", "softmin"]
 
 
 def _float(x) -> Tensor:
@@ -42,6 +43,11 @@ def softmax(x, axis: int = -1) -> Tensor:
     """exp(x) / sum(exp(x)) along one axis (ONNX Softmax)."""
     x = _float(x)
     return apply("softmax", [x], axis=_axis(axis, x.ndim, "softmax"))
+
+
+def softmin(x, axis: int = -1) -> Tensor:
+    """softmax(-x) along `axis`."""
+    return softmax(-_float(x), axis)
 
 
 def log_softmax(x, axis: int = -1) -> Tensor:
@@ -171,7 +177,7 @@ def softmax_cross_entropy(logits, labels, axis: int = -1, reduce: str = "mean") 
 # The softmax_cross_entropy op: -log_softmax(logits) at `index` (valid class indices, one per
 # position). Its VJP is (softmax - onehot)·g with the onehot's part scattered onto the dense part:
 # three passes over the logits (softmax, product, scatter), where log_softmax's own VJP of a
-# gathered entry (a scatter into zeros, its sum, exp, product, difference) took five.
+# gathered entry (a scatter into zeros, its sum, exp, product, difference) makes five.
 def _cross_entropy_infer(types, axis):
     x, index = types
     require_float(x)
@@ -340,9 +346,9 @@ def _batch_norm_reference(x, gamma, beta, axis, eps):
 
 
 def _lower_batch_norm(ctx, names, node):
-    """ReduceMean, the centred x, the mean of its square (ONNX Runtime's ReduceSumSquare over
-    these axes took twice as long as Mul and ReduceMean), then ONNX's own BatchNormalization
-    with those statistics (one pass) where the channel axis is 1."""
+    """ReduceMean, the centred x, the mean of its square (the centred form: E[x²] - E[x]² loses
+    the variance to cancellation), then ONNX's own BatchNormalization with those statistics (one
+    pass) where the channel axis is 1."""
     x, gamma, beta = names
     a, t = node.attrs, node.outputs[0]
     axes, shape = _other_axes(len(t.shape), a["axis"]), _channel_shape(t, a["axis"])

@@ -9,9 +9,8 @@ differentiated again term by term. silu(x) = x·s(x) has derivatives
 silu⁽ᵏ⁾ = k·P_{k-1}(s) + x·P_k(s) (Leibniz), one op `silu_deriv` of order k; exact gelu's
 are Q_k(x)·φ(x) from the second on, one op `gelu_deriv`.
 
-ONNX Runtime runs each of these nodes as its own pass over memory (it fuses no elementwise
-chains on the CPU), so node count is time for smooth networks at second order (W9 in
-docs/performance.md).
+A runtime that fuses no elementwise chains (ONNX Runtime's CPU provider among them) runs each
+node as its own pass over memory, so node count is time for smooth networks at second order.
 """
 from __future__ import annotations
 

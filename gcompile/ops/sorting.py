@@ -24,8 +24,8 @@ from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
-from .arith import floor_divide
 from .basic import cast, zeros_like
+from .division import floor_divide
 from .elementwise import where
 from .indexing import scatter_add_along_axis, slice_axes, take
 from .nonfinite import isnan

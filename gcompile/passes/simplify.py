@@ -2,7 +2,8 @@
 
 x+0, x-0, x*1, x/1, -(-x), transpose∘transpose, reshape∘reshape, ops that are no-ops on their
 operand's type (Trait.NOOP_IF_SAME_TYPE: reshape, expand, cast, identity, stop_gradient, one-term
-add_n), x**1, x**2 as x*x, where with a constant condition, a sum of zero-padded pieces that tile an axis (the
+add_n), x**1, x**2 as x*x, where with a constant condition, a select of a max-pool gradient by the
+pooled input moved before the scatter, a sum of zero-padded pieces that tile an axis (the
 gradient of splitting a tensor) as their concat, a sum of every strided phase of an axis spread
 over zeros as the phases interleaved, and an expand feeding an op that broadcasts
 anyway (Trait.BROADCASTS; a bias gradient's VJP, fed to a sum); an elementwise op of an expand
@@ -11,9 +12,8 @@ an expand that broadcasts no contracted axis. A rewrite only applies
 when the surviving value has exactly the node's type (dtype and shape), so broadcasting is never
 lost.
 (x*0 and x-x are not rewritten: they are not 0 when x is Inf or NaN.) x**1 is what the gradient
-of a square leaves (2·x**1), and ONNX Runtime's Pow calls pow() per element for most exponents:
-11.6 ms for a million elements with one thread. x**2 and x*x round once each, to the same value
-(0.35 ms as a Pow, 0.15 as a Mul).
+of a square leaves (2·x**1); x**2 and x*x round once each, to the same value, and a product is
+cheaper than a general power on every runtime we run (docs/performance.md).
 """
 from __future__ import annotations
 
@@ -223,8 +223,8 @@ def _sink_expands(graph: Graph) -> bool:
     an expand moves, and each moved expand dropped where its new reader broadcasts anyway
     (_drop_broadcast_expands): the ops run on the unexpanded size. A sum's gradient is such an
     expand: in a pair potential, the gradient of sum((r_i - r_j)**2, -1) expanded g over the
-    three coordinates before doubling it, and ONNX Runtime's Expand along a last axis moves one
-    element at a time (0.7 ms of a 12.8 ms step)."""
+    three coordinates before doubling it, and an Expand along a last axis is slow on ONNX Runtime
+    (it moves one element at a time)."""
     changed = False
     while True:
         placed: dict[int, int] = {}
@@ -264,8 +264,56 @@ def _square_as_product(graph: Graph, node: Node) -> bool:
     return True
 
 
+def _masked_pool_gradient(graph: Graph, node: Node) -> tuple[Node, Node, ValueRef] | None:
+    """(the greater, the pool_scatter, the zero) of `node` = where(greater(y, k), pool_scatter(gp,
+    idx), 0) when idx are the indices of a max_pool of y itself and k a constant scalar."""
+    if node.op != "where":
+        return None
+    test, scatter = (graph.nodes[r.node] for r in node.inputs[:2])
+    if test.op != "greater" or scatter.op != "pool_scatter" or node.inputs[1] != scatter.out(0) \
+            or graph.type_of(test.inputs[1]).shape != () or graph.nodes[test.inputs[1].node].op != "constant" \
+            or graph.type_of(node.inputs[2]).shape != () or not constant_equal_to(graph, node.inputs[2], 0) \
+            or not _same_type(graph, scatter.out(0), node):
+        return None
+    pool = graph.nodes[scatter.inputs[1].node]
+    if pool.op != "max_pool" or scatter.inputs[1] != pool.out(1) or pool.inputs[0] != test.inputs[0]:
+        return None
+    return test, scatter, node.inputs[2]
+
+
+def _mask_before_pool_scatter(graph: Graph) -> bool:
+    """where(y > k, pool_scatter(gp, idx), 0) -> pool_scatter(where(pooled > k, gp, 0), idx) where
+    idx and pooled are a max_pool of y: the scatter writes only at each window's maximum, where y
+    is the pooled value, so the select can run on the pooled gradient, a tensor the pool's size.
+    That is relu's gradient under a max_pool (relu then pool, as in most CNNs); relu's VJP rule
+    stays the plain select."""
+    placed: dict[int, list[int]] = {}
+    for node in graph.topo_order():
+        found = _masked_pool_gradient(graph, node)
+        if found is None:
+            continue
+        test, scatter, zero = found
+        pool = graph.nodes[scatter.inputs[1].node]
+        gp = scatter.inputs[0]
+        pooled_test = graph.add_node("greater", [pool.out(0), test.inputs[1]], {},
+                                     [tensor_type(test.outputs[0].dtype, pool.outputs[0].shape)],
+                                     node.order, node.source)
+        masked = graph.add_node("where", [pooled_test.out(0), gp, zero], {}, [graph.type_of(gp)],
+                                node.order, node.source)
+        graph.replace_inputs(node, [masked.out(0), scatter.inputs[1]])
+        node.op, node.attrs = "pool_scatter", dict(scatter.attrs)
+        placed[node.id] = [pooled_test.id, masked.id]
+    if not placed:
+        return False
+    moved = {i for ids in placed.values() for i in ids}
+    graph.renumber([i for node in graph.topo_order() if node.id not in moved
+                    for i in (*placed.get(node.id, ()), node.id)])
+    return True
+
+
 def simplify(graph: Graph) -> PassResult:
     changed = _interleave_phases(graph)       # first: the rewrites below see the nodes it adds
+    changed |= _mask_before_pool_scatter(graph)
     for node in graph.topo_order():
         if node.op in ("input", "constant"):
             continue

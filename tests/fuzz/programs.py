@@ -1280,7 +1280,7 @@ def gen_spatial(g: Gen, x: Value):
 
 
 def gen_linalg_loss(g: Gen, x: Value):
-    """tril/triu, normalize, rms_norm and the l1/huber losses (ops/linalg_extra.py, ops/normalization.py,
+    """tril/triu, normalize, rms_norm and the l1/huber losses (ops/matrices.py, ops/normalization.py,
     ops/losses.py)."""
     r = len(x.shape)
     kind = g.d.int(0, 3)
@@ -1309,7 +1309,7 @@ def gen_linalg_loss(g: Gen, x: Value):
 
 
 def gen_matrix(g: Gen, x: Value):
-    """solve, inv, det, slogdet and cholesky (ops/linalg_extra.py) of a well-conditioned square
+    """solve, inv, det, slogdet and cholesky (ops/solvers.py) of a well-conditioned square
     matrix (2I plus a small input: no pivot ties, no near-singularity), applied to a value whose
     last dim is the matrix's size."""
     if not x.shape or not isinstance(x.shape[-1], int) or not 1 <= x.shape[-1] <= 4:

@@ -409,3 +409,41 @@ def test_seed_ones_disappear_from_double_backward():
     graph = _graph(hvp, X, W)
     optimize(graph, 2)
     assert "expand" not in _ops(graph) and "fill" not in _ops(graph)
+
+
+def _where_shapes(graph):
+    return [n.outputs[0].shape for n in graph.nodes.values() if n.op == "where"]
+
+
+def test_a_select_of_a_max_pool_gradient_moves_before_the_scatter_keeping_every_value():
+    """relu's gradient under a max_pool selects on the pooled gradient after simplify, with the same
+    values at zeros, ties inside a window, NaN and infinities (overlapping windows: a maximum that
+    two windows share gets both seeds)."""
+    x = np.array([[[[0.0, 0.0, -1.0, 2.0], [np.nan, 1.0, 1.0, -np.inf],
+                    [np.inf, -2.0, 0.0, 3.0], [0.0, -0.0, 5.0, 5.0]]]])
+    r = np.arange(1.0, 10.0).reshape(1, 1, 3, 3)
+
+    def f(x):
+        return gc.grad(F.sum(F.max_pool(F.relu(x), 2, stride=1) * r), [x])[0]
+
+    graph = trace(f, [x]).graph
+    before = evaluate(graph, [x])[0]
+    optimize(graph)
+    _assert_valid(graph)
+    assert _where_shapes(graph) == [(1, 1, 3, 3)]
+    np.testing.assert_array_equal(evaluate(graph, [x])[0], before)
+    np.testing.assert_array_equal(gc.compile(f, x)(x), before)
+
+
+def test_a_select_by_another_tensor_stays_after_the_scatter():
+    """The mask of where(z > 0, pool_scatter(...)) says nothing about a pool of x at its maxima."""
+    rng = np.random.default_rng(1)
+    x, z = rng.standard_normal((2, 1, 1, 4, 4))
+
+    def f(x, z):
+        g = gc.grad(F.sum(F.max_pool(x, 2) ** 2), [x])[0]
+        return F.where(z > 0, g, 0.0)
+
+    graph = trace(f, [x, z]).graph
+    optimize(graph)
+    assert _where_shapes(graph) == [(1, 1, 4, 4)]

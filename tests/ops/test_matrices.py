@@ -8,7 +8,7 @@ import pytest
 
 import gcompile as gc
 import gcompile.functions as F
-from gcompile.ops.linalg_extra import MAX_SOLVE_SIZE
+from gcompile.ops.solvers import MAX_SOLVE_SIZE
 
 from ..opcheck import check_forward, check_grads
 

@@ -1,20 +1,14 @@
-"""More arithmetic, with numpy's names and PyTorch's gradients: reciprocal, trunc, frac, fmod,
-remainder, floor_divide, copysign, nextafter, lerp, exp2, log2, log10.
+"""Division and rounding toward zero, with numpy's names and PyTorch's gradients: reciprocal,
+trunc, frac, fmod, remainder, floor_divide.
 
 fmod keeps the dividend's sign (C's fmod, ONNX Mod with fmod=1) and remainder the divisor's
 (Python's %); floor_divide is Python's // (numpy's algorithm, exact where floor(a / b) would
 round across an integer). Integer division by zero gives 0, as numpy does, where ONNX Runtime
 would stop with an error. trunc and floor_divide pass no gradient (piecewise constant);
 fmod's and remainder's divisor gets -g·trunc(a/b) and -g·floor(a/b).
-
-nextafter reads no bits (ONNX has no bit cast for floats): the spacing of floats at a is a power
-of two found from log2|a| (corrected by comparing with the power it gives), halved below an
-exact power of two, and the smallest subnormal below the normal range; a plus that spacing
-toward b is exact.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -25,28 +19,12 @@ from .elementwise import (
     _onnx,
     _promote,
     _unary_def,
-    abs,
-    equal,
     floor,
-    greater,
-    greater_equal,
-    less,
-    less_equal,
-    log,
-    logical_and,
-    logical_or,
-    maximum,
-    not_equal,
-    power,
-    promote_float,
-    sign,
-    where,
 )
-from .emitter import Emitter, Value, sign_bit
+from .emitter import Emitter, Value
 from .shape_rules import binary_broadcast, unary_any
 
-__all__ = ["copysign", "exp2", "floor_divide", "fmod", "frac", "lerp", "log10", "log2", "nextafter", "reciprocal",
-           "remainder", "trunc"]
+__all__ = ["floor_divide", "fmod", "frac", "reciprocal", "remainder", "trunc"]
 
 reciprocal = _unary_def("reciprocal", lambda x: 1 / x, _onnx("Reciprocal"),
                         lambda g, ins, outs: [-(g[0] * outs[0] * outs[0])])
@@ -155,78 +133,3 @@ defop("remainder", infer=binary_broadcast, reference=_int_safe_reference(np.rema
       vjp=_quotient_vjp(floor), traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 defop("floor_divide", infer=binary_broadcast, reference=_int_safe_reference(np.floor_divide),
       lower=_lower_floor_divide, traits={Trait.NONDIFF, Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
-
-
-# -- copysign and lerp ------------------------------------------------------------------------------------
-def copysign(a, b) -> Tensor:
-    """|a| with the sign of b (numpy.copysign): -0.0 counts as negative; a NaN divisor's sign bit
-    cannot be read with ONNX ops and counts as positive. a's gradient is ±g (0 at a = 0, as PyTorch),
-    b gets none."""
-    return apply("copysign", promote_float(a, b))
-
-
-def nextafter(a, b) -> Tensor:
-    """The next float after a in the direction of b (numpy.nextafter, torch.nextafter), in a's float
-    dtype: b itself where a == b, NaN if either is NaN, ±the smallest subnormal after ±0, the
-    largest finite float after ±inf. Its gradient is 1 in a and 0 in b (the step is piecewise
-    constant)."""
-    a, b = promote_float(a, b)
-    info = np.finfo(a.dtype)
-    dtype = a.dtype
-    tiny_sub = np.asarray(info.smallest_subnormal, dtype)
-    magnitude = abs(a)
-    normal = logical_and(greater_equal(magnitude, info.smallest_normal), less(magnitude, np.inf))
-    safe = where(normal, magnitude, np.ones((), dtype))
-    exponent = floor(log(safe) * (1 / math.log(2)))
-    two = np.asarray(2.0, dtype)
-    low = power(two, exponent)                          # the binade's power of two, corrected by one step
-    exponent = where(greater(low, safe), exponent - 1, where(less_equal(low * 2, safe), exponent + 1, exponent))
-    low = power(two, exponent)
-    above = low * np.asarray(2.0 ** -info.nmant, dtype)  # the spacing inside [low, 2 low)
-    below = maximum(where(equal(safe, low), above * 0.5, above), tiny_sub)
-    above, below = where(normal, above, tiny_sub), where(normal, below, tiny_sub)
-    up = greater(b, a)
-    away = logical_or(logical_and(greater(a, 0), up), logical_and(less(a, 0), less(b, a)))   # |a| grows
-    step = where(away, above, below)
-    out = a + where(up, step, -step)
-    zero = np.zeros((), dtype)
-    out = where(equal(a, zero), where(up, tiny_sub, -tiny_sub), out)
-    largest = np.asarray(info.max, dtype)
-    out = where(equal(magnitude, np.inf), where(greater(a, zero), largest, -largest), out)
-    out = where(equal(a, b), b, out)
-    return where(logical_or(not_equal(a, a), not_equal(b, b)), np.asarray(np.nan, dtype), out)
-
-
-def _lower_copysign(ctx, names, node):
-    e = Emitter(ctx, node.outputs[0].dtype)
-    magnitude = e("Abs", e.wrap(names[0]))
-    return e.where(sign_bit(e.wrap(names[1])), -magnitude, magnitude).name
-
-
-defop("copysign", infer=binary_broadcast, reference=np.copysign, lower=_lower_copysign,
-      vjp=lambda g, ins, outs: [g[0] * sign(ins[0]) * sign(outs[0]), None],
-      traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
-
-
-def lerp(start, end, weight) -> Tensor:
-    """start + weight·(end - start) (torch.lerp), computed from the nearer end so that weight = 1 gives
-    end exactly."""
-    start, end, weight = promote_float(start, end, weight)
-    d = end - start
-    return where(less(abs(weight), 0.5), start + weight * d, end - d * (1 - weight))
-
-
-# -- exponentials and logarithms in other bases ----------------------------------------------------------
-def exp2(x) -> Tensor:
-    """2**x (numpy.exp2): ONNX Pow with base 2, exact at integers."""
-    return power(2.0, promote_float(x)[0])
-
-
-def log2(x) -> Tensor:
-    """The base-2 logarithm (numpy.log2)."""
-    return log(promote_float(x)[0]) * (1 / math.log(2))
-
-
-def log10(x) -> Tensor:
-    """The base-10 logarithm (numpy.log10)."""
-    return log(promote_float(x)[0]) * (1 / math.log(10))
