@@ -191,20 +191,36 @@ def _reference_check(case: _Case, eps: float, rtol: float, atol: float, what: st
 
 
 def _lowered_check(case: _Case, x_specs: list[Spec], dtype, target: str, numeric: float, scale: float,
-                   rtol: float, atol: float, what: str, where: str) -> None:
-    """⟨∇S, r⟩ from the ONNX model ONNX Runtime runs (in `dtype`, lowered for `target`), traced at x_specs."""
+                   rtol: float, atol: float, what: str, where: str, value: tuple[float, float] | None) -> None:
+    """⟨∇S, r⟩ from the ONNX model ONNX Runtime runs (in `dtype`, lowered for `target`), traced at
+    x_specs; the model gives S too, so that the function's own forward is lowered and run, and at
+    order 1 S is compared with `value` (the reference's S and Σ|w|·|f(x)|, its rounding scale)."""
     from .runtime import compile
     program = case.program()
 
-    def derivative(*args):
-        return program(*args)[1]
+    def value_and_derivative(*args):
+        return program(*args)[:2]
     args = case.args(case.arrays, dtype)
-    cf = compile(derivative, *x_specs, *case.vector_specs(x_specs, dtype), provider="cpu", target=target)
-    got = float(cf.run_flat(*args)[0])
+    cf = compile(value_and_derivative, *x_specs, *case.vector_specs(x_specs, dtype), provider="cpu", target=target)
+    got_value, got = (float(v) for v in cf.run_flat(*args))
     allowed = atol + rtol * (scale + abs(numeric))
     if not abs(numeric - got) <= allowed:
         raise _report(what, f"ONNX Runtime's {np.dtype(dtype).name} model for the {target} target {where}",
                       numeric, got, allowed, f"terms of size {scale:.3g}")
+    if value is not None and not abs(value[0] - got_value) <= atol + rtol * value[1]:
+        raise AssertionError(f"the function's value Σ w·f(x) on ONNX Runtime's {np.dtype(dtype).name} model for the "
+                             f"{target} target {where} is {got_value:.10g}, the reference evaluator's {value[0]:.10g} "
+                             f"(allowed {atol + rtol * value[1]:.3g})")
+
+
+def _weighted_value(case: _Case) -> tuple[float, float] | None:
+    """(Σ w·f(x), Σ|w|·|f(x)|) on the reference evaluator in float64, None where f(x) is not finite."""
+    graph = trace(lambda *xs: _float_leaves(case.fn(*xs)), case.arrays).graph
+    outs = [np.asarray(o, np.float64) for o in evaluate(graph, case.arrays)]
+    if not all(np.isfinite(o).all() for o in outs):
+        return None
+    return (sum(float(np.sum(w * o)) for w, o in zip(case.ws, outs)),
+            sum(float(np.sum(np.abs(w) * np.abs(o))) for w, o in zip(case.ws, outs)))
 
 
 def _lowered_dtype(fn, arrays) -> Any:
@@ -244,11 +260,13 @@ def check_grad(fn: Callable, inputs: Sequence[ArrayLike], *, order: int = 1, eps
         static = [spec(a.shape, dtype if a.dtype.kind == "f" else a.dtype) for a in arrays]
         rtol_lowered, atol_lowered = (LOWERED_RTOL, max(atol, 1e-6)) if dtype == np.float32 else (rtol, atol)
         checks = [(static, "at static shapes")]
+        value = _weighted_value(case) if order == 1 else None
         if sym_specs is not None and [t.shape for t in sym_specs] != [t.shape for t in static]:
             checks.append((sym_specs, "with symbolic sizes " + ", ".join(map(repr, sym_specs))))
         for target in targets:
             for specs, where in checks:
-                _lowered_check(case, specs, dtype, target, numeric, scale, rtol_lowered, atol_lowered, what, where)
+                _lowered_check(case, specs, dtype, target, numeric, scale, rtol_lowered, atol_lowered, what, where,
+                               value)
     return numeric, analytic
 
 

@@ -898,3 +898,13 @@ def test_empty_batches_on_the_reference_evaluator():
         return gc.grad(F.sum(gx) + F.sum(gw), [x, w])
     gx, gw = evaluate(trace(second, [x, w]).graph, [x, w])
     assert gx.shape == x.shape and np.array_equal(gw, np.zeros_like(w))
+
+
+@pytest.mark.parametrize("x_shape, w_shape, kw", [
+    ((8, 4, 3, 3), (12, 4, 3, 3), dict(pad=1)),     # ort-cpu's Conv in two halves of the filters (8 images)
+    ((2, 3, 8, 8), (5, 3, 4, 4), dict(stride=4)),   # its weight gradient from 4x4 patches (stride = kernel)
+], ids=["halves", "patches"])
+def test_gradients_through_onnxruntime_cpu_forms(x_shape, w_shape, kw):
+    """Sizes at which the ort-cpu target takes its conv strategies (tests/lowering/test_strategies.py
+    has both sides of each threshold), checked to second order against central differences."""
+    check_grads(lambda x, w: F.conv(x, w, **kw), [rand(*x_shape, seed=41), rand(*w_shape, seed=42)])
