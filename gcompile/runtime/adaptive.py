@@ -4,29 +4,22 @@ slow gcompile down more than the work it shares the cores with.
 ONNX Runtime splits each large kernel (a GEMM, a convolution) into one static piece per
 thread: when another process holds a core, the piece on it finishes late and the whole
 kernel waits for it, and small kernels pay a thread hand-off each. On a quiet machine all
-cores are faster; with a busy neighbour one thread often is (a residual CNN step took
-638 ms with two threads and two busy processes beside it, against PyTorch's 387 ms).
+cores are faster; with a busy neighbour one thread often is.
 
 How a worker waits matters as much. A sleeping worker costs every parallel kernel a wake-up,
-which graphs of many small kernels feel: a WGAN-GP step (W4) took 7.4 ms with sleeping workers
-and 4.1 with spinning ones, an LSTM step (W8) 12.4 and 9.0, a ResNet-18-like step 49.6 and 44.7.
-But a spinning worker takes a core a busy neighbour needs: with one, W1 took 23.0 ms on sleeping
-workers, 26.4 on spinning ones or on one thread. Spinning workers stop when a run returns
-(`session.force_spinning_stop`; spinning on had burnt 40 ms of a core after every call).
+which graphs of many small kernels feel; but a spinning worker takes a core a busy neighbour
+needs. Spinning workers stop when a run returns (`session.force_spinning_stop`: left spinning,
+they burn a core after every call).
 
 Which variant wins depends on the machine's load at the moment and on the graph, so the
 session measures. It starts on all cores with sleeping workers and compares its choice with one
 challenger at a time, a few calls each, in turn one thread, then all cores with spinning
 workers, then the other again; it keeps the faster and compares again after 10 calls, then 20,
-40, up to every 100 (a first choice made while something else briefly held the cores had kept W1
-on one thread, 20.4 ms a step instead of 14.4, through a whole benchmark). One challenger per
-comparison spends as many calls on slower variants as two variants did. Those calls are what a
-2 ms step (W9) pays for the third variant: 3–12% quiet and 6–10% with a busy neighbour, against
-6% and 24% when all three were timed in every comparison (tools/session_ab.py against the
-sessions before; docs/performance.md). Spinning workers must win by SPIN_HANDICAP: where they
-are within a few percent of sleeping ones (the GEMM-bound MLP steps), the benchmark's timed
-calls ran up to 5% slower than the comparison's, beside PyTorch's and JAX's threads in the same
-process.
+40, up to every 100 (a first choice made while something else briefly held the cores must not
+stay for a whole run). One challenger per comparison spends as many calls on slower variants as
+two variants did. Spinning workers must win by SPIN_HANDICAP: where they are within a few
+percent of sleeping ones (GEMM-bound steps), the comparison's timings flatter them against
+other threads in the same process. docs/strategies.md has the measurements behind each choice.
 
 Only the model's own calls are timed, wall-clock: what the user waits for. A challenger's
 session is created when its first comparison starts, from the third call on (a function called
@@ -35,8 +28,8 @@ ADAPT_MAX_BYTES of model and weights (a second session of a huge graph costs sec
 session holds its own copy of the weights). The challenger gives its memory arena back after
 its last timed call of a comparison, so an idle variant holds no activations (a choice that
 loses holds its own until its next turn as challenger); the next call of a variant that gave its
-arena back pages that memory in again (a quarter of a W3 step) and is not timed, nor is a
-session's first run, which plans memory.
+arena back pages that memory in again and is not timed, nor is a session's first run, which
+plans memory.
 """
 from __future__ import annotations
 

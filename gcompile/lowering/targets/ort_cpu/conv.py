@@ -5,8 +5,8 @@ Runtime's CPU kernels, runs some of them far below its speed: a convolution with
 than output positions expands each image on one thread, a stride-1 ConvTranspose scatters each
 image on one thread, and a weight gradient's Conv (huge kernels, tiny outputs) is several times
 slower than products per kernel tap. The strategies below are plain ai.onnx all the same; what
-each buys, and where its thresholds come from, is measured in docs/performance.md ("Convolutions
-on ONNX Runtime's CPU"). tests/lowering/test_strategies.py checks each against the plain form on
+each buys, and where its thresholds come from, is measured in docs/strategies.md.
+tests/lowering/test_strategies.py checks each against the plain form on
 both sides of every threshold.
 """
 from __future__ import annotations
@@ -29,14 +29,12 @@ HALVES_MIN_BATCH = 8
 
 def _conv_in_halves(node, groups: int, kernel, stride, pad) -> bool:
     """Whether a float32 Conv runs faster as two Convs of half the filters each, joined by a Concat.
-    MLAS (ONNX Runtime's CPU kernels, 1.31) convolves an image with more filters than output
+    MLAS (ONNX Runtime's CPU kernels) convolves an image with more filters than output
     positions by expanding it whole and multiplying it with a GEMM that two threads do not
-    speed up: 32 images of 8 x 8, 128 -> 128 channels, 3x3, took 4.6 ms on two threads and 4.5
-    on one. With at most as many filters as positions it gives each thread whole images: the two
-    halves took 3.3 ms (0.62-0.79 of the time from 7 x 7 to 14 x 14, 3x3 and 5x5, stride 1 and
-    2; docs/performance.md), and on one thread 6.2. Beyond twice as many filters as positions
-    the halves still take the slow path, and more pieces expand each image once per piece:
-    four took 1.03 of the time. A pointwise Conv (1x1, stride 1, no padding) is a GEMM as it is."""
+    speed up; with at most as many filters as positions it gives each thread whole images.
+    Beyond twice as many filters as positions the halves still take the slow path, and more
+    pieces expand each image once per piece. A pointwise Conv (1x1, stride 1, no padding) is a
+    GEMM as it is. Measurements: docs/strategies.md."""
     out = node.outputs[0].shape
     if groups != 1 or node.outputs[0].dtype != np.float32 or not all(isinstance(d, int) for d in out):
         return False
@@ -68,9 +66,8 @@ def _conv_transpose_as_conv(ctx, names, node, pad, dilation, groups):
     """A stride-1 ConvTranspose as the Conv it equals: the kernel flipped in every spatial axis,
     input and output channels swapped within each group, padded by the kernel's reach less the
     transpose's padding. ONNX Runtime's ConvTranspose scatters each image's columns back into
-    the image on one thread; its Conv gathers them on all: a ResNet block's input gradient took
-    5.8 ms as ConvTranspose and 4.0 ms as Conv with two threads (7.8 and 8.1 ms with one;
-    docs/performance.md). The flip and the swap touch only the kernel."""
+    the image on one thread; its Conv gathers them on all (docs/strategies.md). The flip and the
+    swap touch only the kernel."""
     w_shape = ctx.graph.type_of(node.inputs[1]).shape
     ci, co_g, kernel = w_shape[0], w_shape[1], tuple(w_shape[2:])
     nsp = len(kernel)
@@ -88,8 +85,7 @@ def _conv_transpose_as_conv(ctx, names, node, pad, dilation, groups):
 
 
 # Input channels (per group) below which the weight gradient's taps share one product: per tap,
-# products with so few columns run MLAS far below its speed (a 7x7 stem over RGB at 224x224,
-# batch 32: 49 products of 3 columns took 218 of its 274 ms, PyTorch 74 ms in all).
+# products with so few columns run MLAS far below its speed (a 7x7 stem over RGB; docs/strategies.md).
 FEW_CHANNELS = 8
 
 # Output positions per chunk of the weight gradient's contraction below which whole images are
@@ -101,11 +97,10 @@ def _weight_grad_chunks(batch, positions: int) -> int | None:
     """How many chunks the weight gradient's contraction over batch x output positions is split
     into, None for one per image: ONNX Runtime splits a product among threads by its rows and
     columns only, never along the contraction, and here those are two channel counts, so one
-    long product ran on one core (11.5 ms with one thread, 12.0 with two, for a 32-channel 3x3
-    layer at 32x32, batch 32). Products per image, summed after, run on every core (11.0 and
-    7.7 ms) and need no transposes; but short ones (8x8 outputs, 128 channels: 14.2 ms against
-    9.3 in one product) spend their time starting up, so there images are grouped until a chunk
-    contracts at least WEIGHT_GRAD_MIN_CONTRACTION positions (6.5 ms), where the batch is static."""
+    long product runs on one core. Products per image, summed after, run on every core and need
+    no transposes; but short ones spend their time starting up, so there images are grouped
+    until a chunk contracts at least WEIGHT_GRAD_MIN_CONTRACTION positions, where the batch is
+    static (docs/strategies.md)."""
     if positions >= WEIGHT_GRAD_MIN_CONTRACTION // 2:
         return None
     if not isinstance(batch, int) or batch < 1:
@@ -121,7 +116,7 @@ DEPTHWISE_STRIDED_CONV_MIN_TAPS = 9
 
 # The flat window length (output rows x padded row width) from which a stride-1 depthwise weight
 # gradient takes _depthwise_flat_weight_grad: below it, its N x C dot products per tap are too
-# short (7x7 outputs, 16 x 960 channels: 19 ms against the taps' slices' 13).
+# short (docs/strategies.md).
 DEPTHWISE_FLAT_MIN_LENGTH = 128
 
 
@@ -130,12 +125,10 @@ def _depthwise_weight_grad(ctx, names, node, batch: int):
     Conv with a group per image and channel: x as one image of N*C channels, g as N*Co kernels of
     the output's size; the forward's stride is its dilation, the forward's dilation its stride;
     the images' results are summed. Per kernel tap, a depthwise gradient is one multiply-and-sum
-    per channel, which as products is N*C one-by-one GEMMs per tap: a 7x7 depthwise layer (32 x
-    64 channels at 28x28) took 90 ms with one thread and 75 with two that way, 45 and 22 as one
-    Conv. At 3x3 and stride 1 the Conv is slower on one thread (32 x 64 channels at 28x28: 32
-    against 21 ms), hence DEPTHWISE_CONV_MIN_TAPS; strided, it is faster on one thread and two
-    (stride 2, 32 x 64 x 28 x 28: 7.4 against 13.5 ms, 3.9 against 9.1; 32 x 32 x 112 x 112:
-    27 against 67 on two threads), hence DEPTHWISE_STRIDED_CONV_MIN_TAPS."""
+    per channel, which as products is N*C one-by-one GEMMs per tap, far slower than one grouped
+    Conv at large kernels. At 3x3 and stride 1 the Conv is slower on one thread, hence
+    DEPTHWISE_CONV_MIN_TAPS; strided, it is faster on one thread and two, hence
+    DEPTHWISE_STRIDED_CONV_MIN_TAPS (docs/strategies.md)."""
     a = node.attrs
     kernel, nsp = a["kernel"], len(a["kernel"])
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
@@ -168,9 +161,8 @@ def _depthwise_flat_weight_grad(ctx, names, node, length: int):
     same strides; so each kernel tap's window is one contiguous range of x's row (`length` long:
     _flat_window_length), offset by the tap's position in the frame, and the tap's weights are
     that range's dot products with g, one batched MatMul per tap. The per-tap windows cut on
-    every spatial axis are copied one image row at a time and joined in a Concat; against them,
-    3x3 on two threads: 32 x 64 channels at 28x28 9.9 ms instead of 15.5, 32 x 96 at 32x32 20
-    instead of 29, 32 x 32 at 112x112 104 instead of 123 (on one thread: equal).
+    every spatial axis are copied one image row at a time and joined in a Concat, which this
+    form avoids (faster on two threads, equal on one: docs/strategies.md).
     g's zero columns meet the x columns past each output row's reach (the next frame row's first
     ones among them): zero products for a finite x; an infinite or NaN x there, whose forward
     outputs and so g are non-finite already, also reaches taps that never read it."""
@@ -217,8 +209,8 @@ def _patch_weight_grad(ctx, names, node, batch: int):
     """The weight gradient of a convolution whose windows tile the input (kernel = stride, no
     padding or dilation, one group: a vision transformer's patch embedding): the columns are x's
     patches rearranged (one Transpose), so the gradient is one product, g as (images x positions,
-    Co) against the patches as (images x positions, C x taps). Per tap, a 16x16 patch embedding
-    was 256 strided slices and products: 120 ms against PyTorch's 27 for batch 32 at 224x224."""
+    Co) against the patches as (images x positions, C x taps), where per tap a 16x16 patch
+    embedding is 256 strided slices and products (docs/strategies.md)."""
     kernel, nsp = node.attrs["kernel"], len(node.attrs["kernel"])
     x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
     channels, co, out = x_type.shape[1], g_type.shape[1], g_type.shape[2:]
@@ -300,14 +292,11 @@ def _flat_move(ctx, name: str, lead: int, move: tuple, extents: tuple, dtype, cr
     """name (`lead` axes, then spatial ones of `extents`) moved by `move` (a Pad's (begin, end) per
     spatial axis: zeros in, or elements out where negative) and with `crop` elements cut from
     each end of its last lead axis, its spatial axes joined into one. ONNX Runtime pads row by
-    row, and a convolution's rows are short: a column move of 32 x 64 x 16 x 16 took 0.68 ms as
-    a 4-D Pad, 0.13 as a Pad of the joined positions (8 x 8: 0.25 and 0.05). So every move is one
-    Pad of the joined positions (exact along the first spatial axis), and an inner axis's move,
-    which then runs into the neighbouring row, is followed by a multiply by a 0/1 mask of the
-    elements that came over the edge (0.26 ms in all at 16 x 16, 0.09 at 8 x 8, 0.35 against
-    0.53 at 32 x 32; an infinite value there gives NaN rather than 0). An inner axis that
-    changes length, or moves in rows of FLAT_MOVE_MAX_ROW or more (even at 56 x 56), pads as
-    it is."""
+    row, and a convolution's rows are short, so every move is one Pad of the joined positions
+    (exact along the first spatial axis), and an inner axis's move, which then runs into the
+    neighbouring row, is followed by a multiply by a 0/1 mask of the elements that came over the
+    edge (an infinite value there gives NaN rather than 0). An inner axis that changes length,
+    or moves in rows of FLAT_MOVE_MAX_ROW or more, pads as it is (docs/strategies.md)."""
     keep = [0] * lead
     frame = math.prod(n + b + e for n, (b, e) in zip(extents, move))
     inner = any(b for b, _ in move[1:])                  # a move along an inner axis: masked below
@@ -344,8 +333,8 @@ def _shifted_weight_grad(ctx, names, node, shifts, x_axes: frozenset):
     some of them, where slicing each tap's window from a zero-padded x copied it 4.4 times. Where
     g has fewer channels than x (and x has one phase), g moves along every axis and x is read as
     it is: with few outputs (a head that maps many channels to an image's RGB or a mask) one
-    product per image takes every tap's g (T x Co columns); per tap, slicing x's windows (80
-    channels at 64x64, batch 8) took 8 of the layer's 11 ms, this form 0.24 of the time. A
+    product per image takes every tap's g (T x Co columns) instead of slicing x's windows per
+    tap (docs/strategies.md). A
     non-finite value within the kernel's reach of the border meets zeros moved in around the
     other operand for taps that never pair them (NaN there, 0·inf); in a training step such an x
     has made the loss and g non-finite already."""
