@@ -12,10 +12,10 @@ This module holds the front ends, the scan op's shape rule, reference and loweri
 differentiates the body with gc.grad, which ops/ may not import (ARCHITECTURE.md §2); the front
 ends only record it by name.
 
-Lowering: a scan becomes an ONNX Scan (scan_input_directions and scan_output_directions give
-reverse; one without xs, a fori_loop whose index is unused, scans a placeholder), which ONNX
-Runtime runs faster than a Loop; while_loop becomes a Loop with a condition.
-docs/performance.md has the measurements.
+Lowering: a scan becomes an ONNX Scan whose body takes every operand as an input (one without
+xs, a fori_loop whose index is unused, scans a placeholder); ONNX Runtime's CPU target reads
+outer values directly and unrolls short loops (lowering/targets/ort_cpu/loops.py); while_loop
+becomes a Loop with a condition.
 """
 from __future__ import annotations
 
@@ -252,13 +252,13 @@ def _scalar(dtype) -> TensorType:
     return tensor_type(dtype, ())
 
 
-def _scan_lower(ctx, names, node: Node):
-    """An ONNX Scan. ONNX Runtime refuses a Scan over zero steps, so with a symbolic length the loop
-    sits in an If whose other branch, for zero steps, passes the initial carries on and gives
-    empty ys."""
+def scan_lower(ctx, names, node: Node, emit) -> list[str]:
+    """The scan node as `emit(ctx, names, node)` lowers it for a static length. ONNX Runtime
+    refuses a Scan over zero steps, so with a symbolic length the loop sits in an If whose other
+    branch, for zero steps, passes the initial carries on and gives empty ys."""
     length = node.attrs["length"]
     if isinstance(length, int):
-        return _emit_loop(ctx, names, node)
+        return _as_list(emit(ctx, names, node))
     nk = node.attrs["n_carry"]
     carries = _scan_parts(names, node.attrs["n_consts"], nk)[1]
 
@@ -270,47 +270,46 @@ def _scan_lower(ctx, names, node: Node):
 
     steps = ctx.dim_scalar(length)
     none = ctx.emit("Equal", [steps, ctx.const(np.asarray(0, np.int64))])
-    return ctx.emit("If", [none], n_out=len(node.outputs), then_branch=ctx.branch(empty, node.outputs),
-                    else_branch=ctx.branch(lambda branch: _as_list(_emit_loop(branch, names, node)), node.outputs))
+    return _as_list(ctx.emit("If", [none], n_out=len(node.outputs), then_branch=ctx.branch(empty, node.outputs),
+                             else_branch=ctx.branch(lambda branch: _as_list(emit(branch, names, node)),
+                                                    node.outputs)))
 
 
 def _as_list(names) -> list[str]:
     return [names] if isinstance(names, str) else list(names)
 
 
-def _emit_loop(ctx, names, node: Node):
-    """The Scan. A scan without xs (a fori_loop whose index is unused) scans a placeholder of one
-    byte per step: ONNX Runtime runs a Scan's steps faster than a Loop's (docs/performance.md).
-
-    For the portable target the Scan reads nothing from outside its body (loop-invariant operands,
-    constants and shape tensors are state variables passed on unchanged: LowerContext.closed) and
-    runs forwards (a reverse scan's xs are reversed by a Slice before it and its ys after it):
-    OpenVINO's Scan converter refuses outer-scope reads, and onnx's ReferenceEvaluator (1.23) has
-    no backward scan directions."""
+def scan_operands(ctx, names, node: Node) -> tuple[list[str], list[str], list[str], list[tuple[str, TensorType]]]:
+    """(consts, carries, xs, tail) of a Scan for the scan node: a scan without xs (a fori_loop
+    whose index is unused) scans a placeholder of one byte per step, which its body takes as the
+    unread `tail` input (ONNX Runtime runs a Scan's steps faster than a Loop's)."""
     a = node.attrs
-    nc, nk = a["n_consts"], a["n_carry"]
-    consts, carries, xs = _scan_parts(names, nc, nk)
-    placeholder = not xs
-    tail = []
-    if placeholder:
-        length = a["length"]
-        if isinstance(length, int):
-            xs = [ctx.const(np.zeros(length, np.bool_))]
-        else:
-            xs = [ctx.emit("ConstantOfShape", [ctx.shape_tensor((length,))],
-                           value=helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(np.dtype(np.bool_)),
-                                                    [1], [False]))]
-        tail = [("step", _scalar(np.bool_))]
-    n_ys = len(node.outputs) - nk
+    consts, carries, xs = _scan_parts(names, a["n_consts"], a["n_carry"])
+    if xs:
+        return consts, carries, xs, []
+    length = a["length"]
+    if isinstance(length, int):
+        xs = [ctx.const(np.zeros(length, np.bool_))]
+    else:
+        xs = [ctx.emit("ConstantOfShape", [ctx.shape_tensor((length,))],
+                       value=helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(np.dtype(np.bool_)),
+                                                [1], [False]))]
+    return consts, carries, xs, [("step", _scalar(np.bool_))]
+
+
+def _closed_scan(ctx, names, node: Node) -> list[str]:
+    """A forward Scan whose body reads nothing from outside it (loop-invariant operands, constants
+    and shape tensors are state variables passed on unchanged: LowerContext.closed); a reverse
+    scan's xs are reversed by a Slice before it and its ys after it. The spec's Scan takes outer
+    values this way, and other runtimes need it: OpenVINO's Scan converter refuses outer-scope
+    reads, and onnx's ReferenceEvaluator (1.23) has no backward scan directions."""
+    a = node.attrs
+    nk = a["n_carry"]
+    consts, carries, xs, tail = scan_operands(ctx, names, node)
     body: Graph = a["body"]
-    graph = ctx.subgraph(body, consts + [None] * (len(names) - nc), tail=tail)
-    if ctx.target.name != "portable":
-        directions = [int(a["reverse"])]
-        return ctx.emit("Scan", carries + xs, n_out=len(node.outputs), body=graph, num_scan_inputs=len(xs),
-                        scan_input_directions=directions * len(xs),
-                        scan_output_directions=directions * n_ys if n_ys else None)
+    graph = ctx.subgraph(body, consts + [None] * (len(names) - a["n_consts"]), tail=tail)
     graph, states = ctx.closed(graph, {name: body.type_of(ref) for name, ref in zip(consts, body.inputs)})
-    if a["reverse"] and not placeholder:
+    if a["reverse"] and not tail:
         xs = [ctx.reverse(x, [0]) for x in xs]
     outs = _as_list(ctx.emit("Scan", states + carries + xs, n_out=len(states) + len(node.outputs), body=graph,
                              num_scan_inputs=len(xs)))[len(states):]
@@ -318,7 +317,8 @@ def _emit_loop(ctx, names, node: Node):
 
 
 # The VJP rule differentiates the body with gc.grad, so gradients/loops.py supplies it (ARCHITECTURE.md §2).
-defop("scan", infer=_scan_infer, reference=_scan_reference, lower=_scan_lower, vjp=supplied_vjp("scan"))
+defop("scan", infer=_scan_infer, reference=_scan_reference,
+      lower=lambda ctx, names, node: scan_lower(ctx, names, node, _closed_scan), vjp=supplied_vjp("scan"))
 
 
 # -- narrowing a scan node: what passes/loops.py prunes -------------------------------------------------------

@@ -3,9 +3,8 @@
 Everything is composed from existing ops (matmul, sigmoid, tanh, where, stack, scan, ...), so
 the gradients of every order come from their VJP rules. Weights use PyTorch's layout and
 gate order (LSTM i, f, g, o; GRU r, z, n), used as x @ w_ihᵀ, so they move between the two
-unchanged. A layer's time loop is one scan (an ONNX Scan) from SCAN_FROM_STEPS steps on, and
-unrolled at trace time below that, where the unrolled graph is as fast and still small
-(docs/performance.md has the measurements).
+unchanged. A layer's time loop is one scan (an ONNX Scan in the portable form; a target may
+unroll a short one: lowering/targets/ort_cpu/loops.py).
 """
 from __future__ import annotations
 
@@ -22,9 +21,6 @@ from .indexing import concat, split, stack
 from .shape import reshape
 
 __all__ = ["gru", "gru_cell", "lstm", "lstm_cell"]
-
-SCAN_FROM_STEPS = 8    # sequences at least this long (or of a symbolic length) loop in a scan
-
 
 def _affine(x: Tensor, w, b) -> Tensor:
     """x @ wᵀ (+ b): PyTorch's (out, in) weight layout."""
@@ -80,7 +76,7 @@ def _direction(step, gx: Tensor, state, w_hh, b_hh, masks: Tensor | None, revers
     """Run one direction over all steps. With masks ((T, N, 1) bool: step t of sequence n is
     valid), a sequence's state stops changing after its last valid step, and its outputs there
     are zero; reversed, each sequence starts from its own last valid step (as PyTorch's packed
-    sequences). One scan from SCAN_FROM_STEPS steps on (or for a symbolic length), else unrolled."""
+    sequences). One scan over the steps."""
     def body(state, inputs):
         g, valid = inputs if masks is not None else (inputs, None)
         new = step(g, state, w_hh, b_hh)
@@ -89,14 +85,8 @@ def _direction(step, gx: Tensor, state, w_hh, b_hh, masks: Tensor | None, revers
         new = tuple(where(valid, n, s) for n, s in zip(new, state))
         return new, where(valid, new[0], 0.0)
 
-    steps = gx.shape[0]
-    if not isinstance(steps, int) or steps >= SCAN_FROM_STEPS:
-        state, ys = scan(body, tuple(state), gx if masks is None else (gx, masks), reverse=reverse)
-        return ys, state
-    outs: list[Tensor | None] = [None] * steps   # filled in step order, which may be reversed
-    for t in (reversed(range(steps)) if reverse else range(steps)):
-        state, outs[t] = body(tuple(state), gx[t] if masks is None else (gx[t], masks[t]))
-    return stack(outs), state
+    state, ys = scan(body, tuple(state), gx if masks is None else (gx, masks), reverse=reverse)
+    return ys, state
 
 
 def _layers(what, step, gates, xs, states0, weights, lengths, bidirectional, num_layers):

@@ -20,8 +20,10 @@ def _ort(m, feeds):
 
 
 def _compiled(m, feeds):
+    """The imported model compiled for the portable target, which keeps loops as loops (ONNX
+    Runtime's CPU target unrolls short ones)."""
     f = gc.load_onnx(m)
-    cf = gc.compile(lambda *xs: f(*xs), *[feeds[n] for n in f.input_names], provider="cpu")
+    cf = gc.compile(lambda *xs: f(*xs), *[feeds[n] for n in f.input_names], provider="cpu", target="portable")
     return cf, cf(*[feeds[n] for n in f.input_names])
 
 

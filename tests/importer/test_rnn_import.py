@@ -16,7 +16,6 @@ import gcompile as gc
 import gcompile.functions as F
 from gcompile.artifacts.build import build
 from gcompile.frontend.trace import trace
-from gcompile.ops import recurrent
 from gcompile.testing import check_grad
 
 from .test_torch_fixtures import close
@@ -120,15 +119,6 @@ CASES = [
 ]
 
 
-@pytest.fixture(params=["unrolled", "scan"])
-def loop(request, monkeypatch):
-    """Time loops unrolled (these sequences are short), or as scans (the threshold lowered to one step)."""
-    if request.param == "scan":
-        monkeypatch.setattr(recurrent, "SCAN_FROM_STEPS", 1)
-    return request.param
-
-
-@pytest.mark.usefixtures("loop")
 @pytest.mark.parametrize("op, direction, options", CASES)
 def test_nodes_match_onnxruntime(op, direction, options):
     model, feeds = rnn_model(op, direction, **options)
@@ -171,7 +161,6 @@ def test_only_the_asked_outputs_and_a_symbolic_batch():
 
 
 # -- float64 gradient checks with sequence_lens ----------------------------------------------------------------
-@pytest.mark.usefixtures("loop")
 @pytest.mark.parametrize("op, options", [("LSTM", {"peepholes": True}), ("GRU", {"linear_before_reset": 0}),
                                          ("GRU", {"linear_before_reset": 1}), ("RNN", {})])
 def test_gradients_to_second_order_with_sequence_lens(op, options):

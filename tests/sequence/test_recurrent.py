@@ -6,7 +6,7 @@ import pytest
 
 import gcompile as gc
 import gcompile.functions as F
-from gcompile.ops import recurrent
+from gcompile.lowering.targets.ort_cpu import loops
 
 from ..opcheck import check_forward, check_grads
 
@@ -136,14 +136,6 @@ def test_cell_shape_errors():
 
 
 # -- layers ---------------------------------------------------------------------------------------
-@pytest.fixture(params=["unrolled", "scan"])
-def loop(request, monkeypatch):
-    """Layers unrolled (these sequences are short), or as scans (the threshold lowered to one step)."""
-    if request.param == "scan":
-        monkeypatch.setattr(recurrent, "SCAN_FROM_STEPS", 1)
-    return request.param
-
-
 LAYER_CASES = [  # (bidirectional, layers, lengths, biases)
     (False, 1, None, True),
     (True, 1, [3, 1], False),
@@ -152,7 +144,6 @@ LAYER_CASES = [  # (bidirectional, layers, lengths, biases)
 ]
 
 
-@pytest.mark.usefixtures("loop")
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 @pytest.mark.parametrize("bidirectional,layers,lengths,biases", LAYER_CASES)
 def test_layers_forward(kind, bidirectional, layers, lengths, biases):
@@ -175,7 +166,6 @@ def test_layers_forward(kind, bidirectional, layers, lengths, biases):
     check_forward(fn, arrays, [e.astype(np.float32) for e in expected], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.usefixtures("loop")
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_layers_grads_bidirectional_two_layers_variable_lengths(kind):
     gates = 4 if kind == "lstm" else 3
@@ -190,7 +180,6 @@ def test_layers_grads_bidirectional_two_layers_variable_lengths(kind):
     check_grads(fn, [xs, lens, *states, *weights])
 
 
-@pytest.mark.usefixtures("loop")
 def test_lstm_symbolic_batch_with_lengths():
     weights = make_weights(4, 1, 2)
     w32 = [[a.astype(np.float32) for a in w] for w in weights]
@@ -203,14 +192,14 @@ def test_lstm_symbolic_batch_with_lengths():
                          gc.spec(("batch",), "int64")])
 
 
-def test_long_sequences_loop_in_one_scan_per_direction():
+def test_a_layer_loops_in_one_scan_per_direction_and_onnxruntime_cpu_unrolls_short_ones():
     weights = [[a.astype(np.float32) for a in w] for w in make_weights(4, 2, 2)]
-    steps = recurrent.SCAN_FROM_STEPS
+    steps = loops.UNROLL_MAX_STEPS + 1
     xs, h0 = rand(steps, N, IN).astype(np.float32), rand(4, N, H).astype(np.float32)
-    cf = gc.compile(lambda xs, h0: F.lstm(xs, h0, h0, weights, bidirectional=True, num_layers=2), xs, h0)
-    assert sum(n.op_type == "Scan" for n in cf.model.graph.node) == 4
-    expected = np_layers(np_lstm_cell, xs.astype(np.float64), [h0, h0], weights, None, 2, 2)
-    for got, want in zip(cf(xs, h0), expected):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    short = gc.compile(lambda xs, h0: F.lstm(xs, h0, h0, weights, bidirectional=True, num_layers=2), xs[:3], h0)
-    assert not any(n.op_type == "Scan" for n in short.model.graph.node)
+    fn = lambda xs, h0: F.lstm(xs, h0, h0, weights, bidirectional=True, num_layers=2)   # noqa: E731
+    for target, length, scans in (("portable", steps, 4), ("ort-cpu", steps, 4), ("ort-cpu", 3, 0)):
+        cf = gc.compile(fn, xs[:length], h0, target=target)
+        assert sum(n.op_type == "Scan" for n in cf.model.graph.node) == scans, (target, length)
+        expected = np_layers(np_lstm_cell, xs[:length].astype(np.float64), [h0, h0], weights, None, 2, 2)
+        for got, want in zip(cf(xs[:length], h0), expected):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
