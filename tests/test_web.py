@@ -57,6 +57,11 @@ def build(tmp_path_factory):
     return out
 
 
+def _bytes(path):
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
 def _python_trainer(build, state=None):
     init = dict(np.load(os.path.join(build, "train_step.init.npz")))
     trainer = gc.runtime.Trainer(os.path.join(build, "train_step.onnx"), params=init, provider="cpu")
@@ -96,7 +101,7 @@ def _node(build, tmp_path, *args):
 
 
 def test_web_build_files_and_determinism(tmp_path, build):
-    manifest = json.loads(open(os.path.join(build, "manifest.json")).read())
+    manifest = json.loads(_bytes(os.path.join(build, "manifest.json")))
     assert manifest["web"] == {"module": "gcompile.mjs", "types": "gcompile.d.ts"}
     entries = {e["name"]: e for e in manifest["artifacts"]}
     assert entries["train_step"]["init"] == "train_step.init.npz" and "init" not in entries["predict"]
@@ -105,7 +110,7 @@ def test_web_build_files_and_determinism(tmp_path, build):
     _build(again)
     assert sorted(os.listdir(again)) == sorted(os.listdir(build))
     for name in os.listdir(build):
-        assert open(os.path.join(again, name), "rb").read() == open(os.path.join(build, name), "rb").read(), name
+        assert _bytes(os.path.join(again, name)) == _bytes(os.path.join(build, name)), name
     _build(again, target="portable")   # the web files go with the manifest that listed them
     assert sorted(os.listdir(again)) == ["manifest.json", "predict.onnx", "train_step.onnx"]
 
@@ -134,12 +139,16 @@ def test_node_script_matches_python_and_exports_state(build, classifier, tmp_pat
     assert abs(got["accuracy"] - float((np.argmax(probabilities, axis=1) == labels).mean())) <= 1 / len(x)
 
 
-def test_node_script_continues_a_python_checkpoint(build, classifier, tmp_path):
+@pytest.mark.parametrize("compressed", [False, True], ids=["Trainer.save", "np.savez_compressed"])
+def test_node_script_continues_a_python_checkpoint(build, classifier, tmp_path, compressed):
     half = STEPS // 2
     _, first = _python_run(build, classifier, half)
-    first.save(tmp_path / "python.npz")
-    losses, _ = _python_run(build, classifier, STEPS - half, state=tmp_path / "python.npz")
-    got = _node(build, tmp_path, "--steps", str(STEPS - half), "--resume", str(tmp_path / "python.npz"))
+    path = tmp_path / "python.npz"
+    first.save(path)
+    if compressed:   # deflated entries, as numpy's other writer makes them
+        np.savez_compressed(path, **dict(np.load(path)))
+    losses, _ = _python_run(build, classifier, STEPS - half, state=path)
+    got = _node(build, tmp_path, "--steps", str(STEPS - half), "--resume", str(path))
     np.testing.assert_allclose(got["losses"], losses, rtol=RTOL)
 
 

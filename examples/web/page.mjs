@@ -3,7 +3,9 @@
 // trains, and draws the loss curve as it goes.
 //
 // Query parameters: steps=N (default 200) to train at first; ep=webgpu for ONNX Runtime's WebGPU
-// provider (default: WebAssembly, one thread); report=URL to POST the losses, step times, accuracy and
+// provider (default: WebAssembly, one thread); log=verbose for ONNX Runtime's log in the console (which
+// nodes run on which provider); keep=gpu-buffer to keep the carried state on the GPU between WebGPU
+// steps; report=URL to POST the losses, step times, accuracy and
 // the final checkpoint (base64) as JSON when done (tests/test_web.py reads them).
 import {accuracy, dataset, train} from './data.mjs';
 import {openBuild} from './build/gcompile.mjs';
@@ -42,8 +44,13 @@ async function main() {
   ort.env.wasm.wasmPaths = ORT;
   ort.env.wasm.numThreads = 1;   // more threads need a cross-origin isolated page
   const build = await openBuild(ort, new URL('build/', location.href));
-  const sessionOptions = {executionProviders: [ep]};
-  let trainer = await build.trainer('train_step', {sessionOptions});
+  const sessionOptions = {executionProviders: ep === 'wasm' ? ['wasm'] : [ep, 'wasm']};   // wasm: what ${ep} lacks
+  if (query.get('log')) {
+    ort.env.logLevel = query.get('log');
+    sessionOptions.logSeverityLevel = 0;
+  }
+  const keepState = query.get('keep') || undefined;
+  let trainer = await build.trainer('train_step', {sessionOptions, keepState});
   const predict = await build.model('predict', {sessionOptions});
   const data = dataset();
   const times = [];
@@ -73,7 +80,7 @@ async function main() {
   $('more').onclick = () => run(100);
   $('resume').onchange = async event => {
     const bytes = new Uint8Array(await event.target.files[0].arrayBuffer());
-    trainer = await build.trainer('train_step', {sessionOptions, state: bytes});
+    trainer = await build.trainer('train_step', {sessionOptions, keepState, state: bytes});
     $('status').textContent = `resumed at step ${trainer.stepCount}`;
   };
   const right = await run(Number(query.get('steps') || 200));

@@ -36,6 +36,7 @@ import traceback
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -284,7 +285,8 @@ def build(model, out_dir, opset: int | None = None, check: bool = False, provide
                 weights_files.append((location, weights))
             entries.append(entry)
             model_files.append((file_name, data))
-        manifest = {"gcompile_version": __version__, "source": os.path.basename(model_path), "artifacts": entries}
+        manifest: dict[str, Any] = {"gcompile_version": __version__, "source": os.path.basename(model_path),
+                                    "artifacts": entries}
         if for_web:
             web_files += web.assets()
             manifest["web"] = {"module": web.MODULE, "types": web.TYPES}

@@ -47,8 +47,8 @@ def init_bytes(values) -> bytes:
 def own_files(manifest: dict) -> list[str]:
     """The web files a previous build's manifest lists (for build to remove when no longer written)."""
     web = manifest.get("web")
-    names = [web.get(k) for k in ("module", "types")] if isinstance(web, dict) else []
-    names = [n for n in names if n in (MODULE, TYPES)]
+    listed = [web.get(k) for k in ("module", "types")] if isinstance(web, dict) else []
+    names = [n for n in listed if n in (MODULE, TYPES)]
     for entry in manifest.get("artifacts", []):
         init = entry.get("init") if isinstance(entry, dict) else None
         if isinstance(init, str) and INIT.fullmatch(init):
