@@ -39,6 +39,8 @@ import numpy as np
 from .harness import Case, write_cases
 
 JS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "js")
+WEB_MODULE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          "gcompile", "artifacts", "js")   # gcompile.mjs, which `gcompile build --target web` ships
 NODE_MODULES_ENV = "GCOMPILE_PORTABILITY_NODE_MODULES"
 TIMEOUT_S = 300   # for a whole runtime's run over the corpus; it takes seconds
 
@@ -144,7 +146,8 @@ class Web(Runtime):
 
     def run_all(self, cases, folder):
         write_cases(cases, folder)
-        roots = {"/ort/": os.path.join(node_modules(), "onnxruntime-web", "dist"), "/cases/": folder, "/": JS}
+        roots = {"/ort/": os.path.join(node_modules(), "onnxruntime-web", "dist"), "/cases/": folder, "/": JS,
+                 "/gcompile/artifacts/js/": WEB_MODULE}   # cases.mjs's import of gcompile.mjs (its types table)
         server = run_page(roots, "web/index.html", os.path.join(folder, "chromium.log"))
         return _outcomes(server.results)
 

@@ -120,5 +120,7 @@ export class Model {
   release(): Promise<void>;
 }
 
+/** The typed array of each tensor type (ort.Tensor's data; bool as bytes). */
+export const ARRAYS: Record<DType, {new (buffer: ArrayBufferLike, byteOffset?: number, length?: number): Tensor['data']; BYTES_PER_ELEMENT: number}>;
 export function readNpz(source: Uint8Array | ArrayBuffer): Promise<Record<string, NpzArray>>;
 export function writeNpz(arrays: Record<string, Tensor | NpzArray>): Uint8Array;

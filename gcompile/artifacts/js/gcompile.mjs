@@ -15,7 +15,8 @@
 // gc.nn module's save/load_state_dict) or a Trainer checkpoint (params/<name>, buffers/<name>,
 // state/<name> and step: Trainer.save/load). Types: gcompile.d.ts.
 
-const ARRAYS = {
+/** The typed array of each tensor type (ort.Tensor's data; bool as bytes). */
+export const ARRAYS = {
   float32: Float32Array, float64: Float64Array, float16: Uint16Array, int64: BigInt64Array,
   int32: Int32Array, int16: Int16Array, int8: Int8Array, uint8: Uint8Array, bool: Uint8Array,
 };
