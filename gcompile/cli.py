@@ -115,9 +115,11 @@ def _orders(entry: dict) -> str:
 @click.option("--external-data-threshold", type=click.IntRange(min=0), default=None,
               show_default="2 GiB, the protobuf limit", metavar="BYTES",
               help="an artifact this large keeps its weights in <name>.onnx.<hash>.data beside it")
-@click.option("--target", type=click.Choice(["portable", "ort-cpu", "cuda"]), default="portable", show_default=True,
+@click.option("--target", type=click.Choice(["portable", "ort-cpu", "cuda", "web"]), default="portable",
+              show_default=True,
               help="the runtime to lower for: portable runs on any ONNX runtime, ort-cpu and cuda are tuned for "
-                   "ONNX Runtime's providers")
+                   "ONNX Runtime's providers; web is portable plus a JavaScript module (gcompile.mjs) and each "
+                   "training step's starting values, for onnxruntime-web and onnxruntime-node")
 @_PROVIDER
 @_guarded
 def build(model, out_dir, opset, optimize, check, recompute, external_data_threshold, target, provider):
@@ -147,6 +149,9 @@ def build(model, out_dir, opset, optimize, check, recompute, external_data_thres
         say(os.path.join(result.out_dir, entry["file"]))
         for key, value in rows:
             say(f"  {key:<8} {value}")
+    if "web" in result.manifest:
+        inits = [entry["init"] for entry in result.manifest["artifacts"] if "init" in entry]
+        say(f"for the web: {', '.join([result.manifest['web']['module'], result.manifest['web']['types'], *inits])}")
     say(f"wrote {len(result.manifest['artifacts'])} artifact(s) and {os.path.join(result.out_dir, 'manifest.json')}")
 
 

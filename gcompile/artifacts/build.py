@@ -36,6 +36,7 @@ import traceback
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -52,6 +53,7 @@ from ..runtime.compiled import load_session
 from ..runtime.files import folder_lock, write_files
 from ..runtime.providers import resolve_provider
 from ..version import __version__
+from . import web
 from .describe import describe
 from .marks import Export, export_info, exported_functions
 
@@ -238,15 +240,18 @@ def build(model, out_dir, opset: int | None = None, check: bool = False, provide
 
     opset, optimize and recompute mean what they mean for gc.compile; `target` is the runtime the
     artifacts are lowered for (default: portable, any ONNX runtime; docs/targets.md), recorded in
-    each model's metadata and the manifest; check runs every artifact on
+    each model's metadata and the manifest; target "web" builds the portable models and adds the
+    JavaScript module and each training step's starting values (artifacts/web.py); check runs every artifact on
     random inputs of its specs (on `provider`) before anything is written. An artifact of
     `external_data_threshold` bytes or more keeps its weights in <name>.onnx.<hash>.data beside it.
     The folder is locked for the whole build and changes as one set (see the module docstring).
     """
     out_dir = os.fspath(out_dir)
+    for_web = target == "web"
+    lowered_for = web.LOWERED_FOR if for_web else target
     with _output_folder(out_dir), progress(1, "build", count_phases=True) as bar:   # 1: the write
-        model_path, built = lower_all(model, opset, optimize, recompute, later=2 if check else 1, target=target)
-        entries, weights_files, model_files, checks, times = [], [], [], {}, {}
+        model_path, built = lower_all(model, opset, optimize, recompute, later=2 if check else 1, target=lowered_for)
+        entries, weights_files, model_files, web_files, checks, times = [], [], [], [], {}, {}
         resolved = resolve_provider(provider) if check else None
         for info, onnx_model, float64_ops, timed in built:
             bar.step(info.name)
@@ -270,14 +275,22 @@ def build(model, out_dir, opset: int | None = None, check: bool = False, provide
             data, weights, location = serialized
             entry = {"name": info.name, "file": file_name, **describe(onnx_model),
                      "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), **info.manifest_extra()}
+            initial = info.initial_values() if for_web else None
+            if initial is not None:
+                entry["init"] = web.init_file(info.name)
+                web_files.append((entry["init"], web.init_bytes(initial)))
             if weights is not None and location is not None:
                 entry["external_data"] = {"file": location, "bytes": len(weights),
                                           "sha256": hashlib.sha256(weights).hexdigest()}
                 weights_files.append((location, weights))
             entries.append(entry)
             model_files.append((file_name, data))
-        manifest = {"gcompile_version": __version__, "source": os.path.basename(model_path), "artifacts": entries}
-        files = weights_files + model_files + [(MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())]
+        manifest: dict[str, Any] = {"gcompile_version": __version__, "source": os.path.basename(model_path),
+                                    "artifacts": entries}
+        if for_web:
+            web_files += web.assets()
+            manifest["web"] = {"module": web.MODULE, "types": web.TYPES}
+        files = weights_files + model_files + web_files + [(MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())]
         stale = sorted(set(_own_files(out_dir)) - {name for name, _ in files})
         logger.debug("writing %s to %s%s", ", ".join(name for name, _ in files), out_dir,
                      f"; removing {', '.join(stale)}" if stale else "")
@@ -317,7 +330,8 @@ def _output_folder(out_dir: str):
 
 def _own_files(out_dir: str) -> list[str]:
     """The files of the previous build in `out_dir`: those its manifest lists that have the names a
-    build writes (NAME.onnx and its data files). A manifest that cannot be read lists none."""
+    build writes (NAME.onnx and its data files; for the web, artifacts/web.py's). A manifest that
+    cannot be read lists none."""
     try:
         manifest = modelfile.read_manifest(out_dir)
     except GcompileError:
@@ -327,4 +341,4 @@ def _own_files(out_dir: str) -> list[str]:
         external = entry.get("external_data")
         listed = (entry.get("file"), external.get("file") if isinstance(external, dict) else None)
         names += [n for n in listed if isinstance(n, str) and _OWN.fullmatch(n)]
-    return names
+    return names + web.own_files(manifest or {})

@@ -57,6 +57,10 @@ class Export:
         """Entries this kind of artifact adds to its manifest record; none for a plain function."""
         return {}
 
+    def initial_values(self) -> dict[str, np.ndarray] | None:
+        """The values a build for the web ships as the artifact's start (artifacts/web.py); none here."""
+        return None
+
 
 @overload
 def export(fn: _F, /, *, name: Any = None, **specs: Any) -> _F: ...
@@ -172,6 +176,10 @@ class TrainExport(Export):
     def manifest_extra(self) -> dict:
         """A "train_step" entry holding the layout, so a reader of the manifest knows how to feed the step."""
         return {"train_step": self.layout.to_dict()}
+
+    def initial_values(self) -> dict[str, np.ndarray]:
+        """The parameters and buffers the step starts from, by state-dict name."""
+        return dict(self.params.values)
 
 
 @overload

@@ -56,11 +56,22 @@ def _read_npy(fh) -> np.ndarray:
     return np.frombuffer(fh.read(size), dtype=dtype).reshape(shape, order="F" if fortran else "C").copy()
 
 
-def write(path, arrays: dict[str, Any]) -> None:
-    """Write `arrays` to the .npz file `path`, atomically."""
+def to_bytes(arrays: Mapping[str, Any]) -> bytes:
+    """The .npz file of `arrays`, as np.savez writes it (a zip of uncompressed NAME.npy entries, in
+    order) but with fixed entry dates, so the same arrays always give the same bytes."""
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    atomic_write(path, buffer.getvalue())
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, value in arrays.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            with archive.open(info, "w", force_zip64=True) as fh:   # as np.savez: any size
+                npy.write_array(fh, np.asanyarray(value), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def write(path, arrays: Mapping[str, Any]) -> None:
+    """Write `arrays` to the .npz file `path` (to_bytes), atomically."""
+    atomic_write(path, to_bytes(arrays))
 
 
 def read(path, expected: Mapping[str, tuple[np.dtype, tuple[int, ...]]], *, what: str = "checkpoint",

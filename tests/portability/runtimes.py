@@ -39,6 +39,8 @@ import numpy as np
 from .harness import Case, write_cases
 
 JS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "js")
+WEB_MODULE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          "gcompile", "artifacts", "js")   # gcompile.mjs, which `gcompile build --target web` ships
 NODE_MODULES_ENV = "GCOMPILE_PORTABILITY_NODE_MODULES"
 TIMEOUT_S = 300   # for a whole runtime's run over the corpus; it takes seconds
 
@@ -144,32 +146,45 @@ class Web(Runtime):
 
     def run_all(self, cases, folder):
         write_cases(cases, folder)
-        server = _PageServer({"/ort/": os.path.join(node_modules(), "onnxruntime-web", "dist"),
-                              "/cases/": folder, "/": JS})
-        with server, tempfile.TemporaryDirectory() as profile, open(os.path.join(folder, "chromium.log"), "w+") as log:
-            browser = subprocess.Popen(
-                [self.browser(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 f"--user-data-dir={profile}", f"{server.url}/web/index.html"],
-                stdout=subprocess.DEVNULL, stderr=log)
-            deadline = time.monotonic() + TIMEOUT_S
-            try:   # until the page is done, Chromium exits (it failed to start) or time is up
-                while not server.done.wait(0.2) and browser.poll() is None and time.monotonic() < deadline:
-                    pass
-                exited = browser.poll() is not None
-            finally:
-                browser.terminate()
-                try:
-                    browser.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    browser.kill()
-                    browser.wait()
-            if not server.done.is_set():
-                log.seek(0)
-                raise RuntimeError(f"the page did not finish: Chromium {'exited' if exited else f'ran {TIMEOUT_S} s'}; "
-                                   f"it said: {log.read()[-2000:]}")
-            if "error" in server.finish:
-                raise RuntimeError(f"the page failed: {server.finish['error']}")
-            return _outcomes(server.results)
+        roots = {"/ort/": os.path.join(node_modules(), "onnxruntime-web", "dist"), "/cases/": folder, "/": JS,
+                 "/gcompile/artifacts/js/": WEB_MODULE}   # cases.mjs's import of gcompile.mjs (its types table)
+        server = run_page(roots, "web/index.html", os.path.join(folder, "chromium.log"))
+        return _outcomes(server.results)
+
+
+def run_page(roots: dict[str, str], page: str, log_path: str, timeout_s: float = TIMEOUT_S,
+             flags: Sequence[str] = ("--disable-gpu",)) -> _PageServer:
+    """Open `page` (a URL path with its query, under `roots`, as _PageServer serves them) in headless
+    Chromium and wait until it POSTs /done; returns the server holding what the page posted. A
+    RuntimeError with Chromium's last words where it never does, or where it posts {"error"}.
+    `flags` go to Chromium (default: no GPU; WebGPU wants others)."""
+    browser_path = Web.browser()
+    if browser_path is None:
+        raise RuntimeError(Web().missing())
+    with _PageServer(roots) as server, tempfile.TemporaryDirectory() as profile, open(log_path, "w+") as log:
+        browser = subprocess.Popen(
+            [browser_path, "--headless", "--no-sandbox", *flags, "--no-first-run",
+             f"--user-data-dir={profile}", f"{server.url}/{page}"],
+            stdout=subprocess.DEVNULL, stderr=log)
+        deadline = time.monotonic() + timeout_s
+        try:   # until the page is done, Chromium exits (it failed to start) or time is up
+            while not server.done.wait(0.2) and browser.poll() is None and time.monotonic() < deadline:
+                pass
+            exited = browser.poll() is not None
+        finally:
+            browser.terminate()
+            try:
+                browser.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                browser.kill()
+                browser.wait()
+        if not server.done.is_set():
+            log.seek(0)
+            raise RuntimeError(f"the page did not finish: Chromium {'exited' if exited else f'ran {timeout_s} s'}; "
+                               f"it said: {log.read()[-2000:]}")
+        if "error" in server.finish:
+            raise RuntimeError(f"the page failed: {server.finish['error']}")
+    return server
 
 
 class _PageServer:

@@ -2,10 +2,7 @@
 // shared by the Node.js runner (run_node.mjs) and the page run in Chromium (web/run_web.mjs), which
 // differ only in how they read files and report results.
 
-const ARRAYS = {
-  float32: Float32Array, float64: Float64Array, int64: BigInt64Array, int32: Int32Array,
-  int8: Int8Array, uint8: Uint8Array, bool: Uint8Array,
-};
+import {ARRAYS} from '../../../gcompile/artifacts/js/gcompile.mjs';   // served at /gcompile/artifacts/js/ too
 
 // A tensor of `dtype` and `shape` over a copy of `bytes` (a copy starts at offset 0, so every
 // typed array view is aligned).
