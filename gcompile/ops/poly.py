@@ -11,7 +11,7 @@ are Q_k(x)·φ(x) from the second on, one op `gelu_deriv`.
 
 ONNX Runtime runs each of these nodes as its own pass over memory (it fuses no elementwise
 chains on the CPU), so node count is time for smooth networks at second order (W9 in
-docs/performance.md).
+docs/notes/performance-history.md).
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ on one thread, 20.4 ms a step instead of 14.4, through a whole benchmark). One c
 comparison spends as many calls on slower variants as two variants did. Those calls are what a
 2 ms step (W9) pays for the third variant: 3–12% quiet and 6–10% with a busy neighbour, against
 6% and 24% when all three were timed in every comparison (tools/session_ab.py against the
-sessions before; docs/performance.md). Spinning workers must win by SPIN_HANDICAP: where they
+sessions before; docs/notes/performance-history.md). Spinning workers must win by SPIN_HANDICAP: where they
 are within a few percent of sleeping ones (the GEMM-bound MLP steps), the benchmark's timed
 calls ran up to 5% slower than the comparison's, beside PyTorch's and JAX's threads in the same
 process.

@@ -5,7 +5,7 @@ Runtime's CPU kernels, runs some of them far below its speed: a convolution with
 than output positions expands each image on one thread, a stride-1 ConvTranspose scatters each
 image on one thread, and a weight gradient's Conv (huge kernels, tiny outputs) is several times
 slower than products per kernel tap. The strategies below are plain ai.onnx all the same; what
-each buys, and where its thresholds come from, is measured in docs/performance.md ("Convolutions
+each buys, and where its thresholds come from, is measured in docs/notes/performance-history.md ("Convolutions
 on ONNX Runtime's CPU"). tests/lowering/test_strategies.py checks each against the plain form on
 both sides of every threshold.
 """
@@ -34,7 +34,7 @@ def _conv_in_halves(node, groups: int, kernel, stride, pad) -> bool:
     speed up: 32 images of 8 x 8, 128 -> 128 channels, 3x3, took 4.6 ms on two threads and 4.5
     on one. With at most as many filters as positions it gives each thread whole images: the two
     halves took 3.3 ms (0.62-0.79 of the time from 7 x 7 to 14 x 14, 3x3 and 5x5, stride 1 and
-    2; docs/performance.md), and on one thread 6.2. Beyond twice as many filters as positions
+    2; docs/notes/performance-history.md), and on one thread 6.2. Beyond twice as many filters as positions
     the halves still take the slow path, and more pieces expand each image once per piece:
     four took 1.03 of the time. A pointwise Conv (1x1, stride 1, no padding) is a GEMM as it is."""
     out = node.outputs[0].shape
@@ -70,7 +70,7 @@ def _conv_transpose_as_conv(ctx, names, node, pad, dilation, groups):
     transpose's padding. ONNX Runtime's ConvTranspose scatters each image's columns back into
     the image on one thread; its Conv gathers them on all: a ResNet block's input gradient took
     5.8 ms as ConvTranspose and 4.0 ms as Conv with two threads (7.8 and 8.1 ms with one;
-    docs/performance.md). The flip and the swap touch only the kernel."""
+    docs/notes/performance-history.md). The flip and the swap touch only the kernel."""
     w_shape = ctx.graph.type_of(node.inputs[1]).shape
     ci, co_g, kernel = w_shape[0], w_shape[1], tuple(w_shape[2:])
     nsp = len(kernel)
