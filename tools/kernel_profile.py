@@ -1,8 +1,8 @@
 """Where a model's time goes in ONNX Runtime: kernel time by op type and by node, from ONNX
-Runtime's own per-node profile, for a benchmark workload (by name, built as tools/bench.py
+Runtime's own per-node profile, for a benchmark workload (by name, built as tools/bench
 builds it) or any .onnx file (fed random inputs).
 
-    python tools/kernel_profile.py W7                      # a tools/bench.py workload
+    python tools/kernel_profile.py W7                      # a tools/bench workload
     python tools/kernel_profile.py model.onnx --dim batch=32
     python tools/kernel_profile.py model.onnx --feeds inputs.npz   # the model's real inputs, by name
     python tools/kernel_profile.py W3 --runs 20 --top 15 --threads 1
@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def workload_model(name: str):
-    """(ModelProto, feeds) of a tools/bench.py workload, as gc.compile builds it."""
+    """(ModelProto, feeds) of a tools/bench workload, as gc.compile builds it."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench
 
@@ -205,7 +205,7 @@ def report(result: dict, top: int) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("target", nargs="?", help="a tools/bench.py workload name (W1 ... W10) or an .onnx file")
+    parser.add_argument("target", nargs="?", help="a tools/bench workload name (W1 ... W20, R1 ...) or an .onnx file")
     parser.add_argument("--save", help="write the target's ONNX model to this path")
     parser.add_argument("--compare", nargs="+", metavar="TARGET",
                         help="time these workloads or .onnx files against each other instead of profiling")

@@ -1,5 +1,5 @@
 """Time gcompile's CPU sessions as they are against those of another commit's
-gcompile/runtime/adaptive.py, in one process, in tools/bench.py's block scheme beside PyTorch and
+gcompile/runtime/adaptive.py, in one process, in tools/bench's block scheme beside PyTorch and
 JAX: how a change to the session strategy (thread counts, spinning, when to compare) is judged.
 A bench run before and one after differ by more than such changes between minutes; alternating in
 one process, both variants meet the same drift and the same neighbours' threads.
@@ -55,7 +55,7 @@ def compile_with(module, fn, args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("workloads", nargs="+", help="tools/bench.py workload names")
+    parser.add_argument("workloads", nargs="+", help="tools/bench workload names")
     parser.add_argument("--against", required=True, help="the commit whose sessions to time against")
     parser.add_argument("--runs", type=int, default=60, help="timed calls of each system")
     parser.add_argument("--contended", type=int, default=0, metavar="N", help="busy neighbour processes")

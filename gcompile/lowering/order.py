@@ -7,7 +7,7 @@ list long. Gradient graphs are full of such nodes: the backward reads forward va
 nodes that need nothing else (`1 - tanh(x)**2`, a mask, a weight's transpose), and in trace
 order they come after the whole forward, so the list grew with the depth of the network and
 loading took time quadratic in the node count: 26 s instead of 3.7 s for a 16,000-node MLP
-gradient (docs/performance.md). Here each node comes right after the nodes it reads, first
+gradient (docs/notes/performance-history.md). Here each node comes right after the nodes it reads, first
 ready first, so that list stays a few nodes long.
 
 Scheduling. ONNX Runtime does not run a file in its order: it runs a depth-first post-order
@@ -89,7 +89,7 @@ def loader_waits(nodes) -> int:
     over the file, the nodes ready (every operand's producer earlier) but not yet reached, the
     length of the list each insertion walks. Linear in the node count for the orders made here,
     except where one node has many readers that need nothing else (they all wait at once: F²/2
-    for F of them, docs/performance.md); tools/bench.py --build-scaling prints it per node."""
+    for F of them, docs/notes/performance-history.md); python -m tools.bench --build-scaling prints it per node."""
     position = {out: i for i, node in enumerate(nodes) for out in node.output if out}
     return sum(i - 1 - max((position[name] for name in node_reads(node) if name in position), default=-1)
                for i, node in enumerate(nodes))

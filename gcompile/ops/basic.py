@@ -144,7 +144,7 @@ def _add_n_infer(types):
 
 def _lower_add_n(ctx, names, node):
     """A chain of Adds, not ONNX's Sum: Sum is float-only in the spec's type constraints, while
-    Add takes every numeric type and is the op every runtime optimises first (docs/performance.md
+    Add takes every numeric type and is the op every runtime optimises first (docs/strategies.md
     has the measurements)."""
     total = names[0]
     for name in names[1:]:

@@ -24,7 +24,7 @@ _ERRORS, _SILENT = 3, 4   # onnxruntime log severities
 # Runtime's planner scans a list of freed buffers for each allocation, and a backward pass frees
 # far more forward-shaped buffers than it asks for, so planning grew quadratically (18 s of a
 # 19,000-node LSTM gradient's session). The arena and the per-shape memory pattern still reuse
-# memory at run time: peak RSS measured the same (docs/performance.md).
+# memory at run time: peak RSS measured the same (docs/notes/performance-history.md).
 MEMORY_REUSE_MAX_NODES = 4000
 # Above this many, no memory pattern either: with static reuse off, ONNX Runtime plans the first
 # run's memory pattern by placing every buffer among the live ones, which grew quadratically too

@@ -263,7 +263,7 @@ def test_conv_transpose_forward(case):
 @pytest.mark.parametrize("case, op", [("2d-stride1-groups-dilation", "Conv"), ("3d-stride1", "Conv"),
                                       ("1d-stride1-pad-past-reach", "ConvTranspose"), ("3d", "ConvTranspose")])
 def test_stride_one_conv_transpose_lowers_to_conv(case, op):
-    """onnxruntime runs ConvTranspose's scatter on one thread and Conv on all (docs/performance.md)."""
+    """onnxruntime runs ConvTranspose's scatter on one thread and Conv on all (docs/notes/performance-history.md)."""
     x_shape, w_shape, kw = TRANSPOSE_CASES[case]
     model = gc.compile(lambda x, w: F.conv_transpose(x, w, **kw), rand(*x_shape), rand(*w_shape), provider="cpu").model
     ops = {n.op_type for n in model.graph.node}

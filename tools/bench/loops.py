@@ -1,9 +1,6 @@
-"""Loop workloads for tools/bench.py: a long LSTM training step as one scan against PyTorch's nn.LSTM,
-the same step at 32 steps as a scan and unrolled, and a PINN-style ODE time-stepper (gradient and
-Hessian-vector product through 100 explicit steps). `python tools/bench.py --loops` prints the
-figures docs/performance.md records: build phases, session load, node counts, step times (timed
-alternating, as the rest of the benchmark), and the stepper against its unrolled twin.
-"""
+"""The loop figures (--loops): build phases, session load and node counts of the loop workloads,
+scan against unrolled step times (timed alternating, as the rest of the benchmark), ONNX Loop
+against Scan, and the 1,000-step LSTM beside PyTorch's nn.LSTM."""
 from __future__ import annotations
 
 import contextlib
@@ -13,126 +10,12 @@ import numpy as np
 import onnx
 
 import gcompile as gc
-import gcompile.functions as F
 from gcompile.frontend.trace import trace
 from gcompile.lowering import to_onnx
-from gcompile.ops import recurrent
 from gcompile.passes import optimize
 from gcompile.runtime.providers import make_session
 
-BATCH, FEATURES, HIDDEN = 32, 32, 128
-
-
-@contextlib.contextmanager
-def _loops(scan: bool):
-    """Trace F.lstm as a scan (scan=True) or unrolled, whatever the sequence length."""
-    saved = recurrent.SCAN_FROM_STEPS
-    recurrent.SCAN_FROM_STEPS = 1 if scan else 10 ** 9
-    try:
-        yield
-    finally:
-        recurrent.SCAN_FROM_STEPS = saved
-
-
-def unrolled_lstm():
-    """F.lstm unrolled whatever the sequence length (tools/bench.py's large graphs)."""
-    return _loops(scan=False)
-
-
-def lstm_setup(steps: int, scan: bool = True, seed: int = 0, forward: bool = False):
-    """One LSTM layer (PyTorch's layout) over `steps` steps, loss mean(ys²), gradients w.r.t. its weights
-    (forward=True: the outputs only)."""
-    rng = np.random.default_rng(seed)
-    scale = 1 / np.sqrt(HIDDEN)
-    weights = [rng.uniform(-scale, scale, shape).astype(np.float32)
-               for shape in [(4 * HIDDEN, FEATURES), (4 * HIDDEN, HIDDEN), (4 * HIDDEN,), (4 * HIDDEN,)]]
-    xs = rng.standard_normal((steps, BATCH, FEATURES)).astype(np.float32)
-    h0 = np.zeros((1, BATCH, HIDDEN), np.float32)
-
-    def step(xs, h0, *ws):
-        with _loops(scan):
-            ys, _, _ = F.lstm(xs, h0, h0, [ws])
-        if forward:
-            return ys
-        loss = F.mean(ys * ys)
-        return loss, gc.grad(loss, list(ws))
-    return step, None, [xs, h0, *weights]
-
-
-def torch_lstm(args):
-    import torch
-    xs, h0, w_ih, w_hh, b_ih, b_hh = (torch.tensor(a) for a in args)
-    lstm = torch.nn.LSTM(FEATURES, HIDDEN)
-    with torch.no_grad():
-        for p, w in zip((lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0),
-                        (w_ih, w_hh, b_ih, b_hh)):
-            p.copy_(w)
-    params = list(lstm.parameters())
-
-    def run():
-        ys, _ = lstm(xs, (h0, h0))
-        return torch.autograd.grad((ys * ys).mean(), params)
-    return run
-
-
-# -- a PINN-style time-stepper: u' = MLP(u; θ), 100 explicit Euler steps ------------------------------------
-ODE_STEPS, ODE_DIM, ODE_WIDTH, ODE_BATCH, DT = 100, 8, 64, 64, 0.01
-
-
-def ode_setup(hvp: bool = False, loop: str = "scan", seed: int = 1, forward: bool = False):
-    """The gradient (or, hvp=True, a Hessian-vector product) of ⟨u_T, target⟩ w.r.t. the MLP's
-    parameters. loop: "scan" (gc.fori_loop, whose unused index is pruned: a Scan over a placeholder),
-    "indexed" (the index read by the step at no cost: a Scan over the index) or "unrolled"."""
-    rng = np.random.default_rng(seed)
-    sizes = [ODE_DIM, ODE_WIDTH, ODE_WIDTH, ODE_DIM]
-    params = []
-    for a, b in zip(sizes[:-1], sizes[1:]):
-        params += [(rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32), np.zeros(b, np.float32)]
-    u0 = rng.standard_normal((ODE_BATCH, ODE_DIM)).astype(np.float32)
-    target = rng.standard_normal((ODE_BATCH, ODE_DIM)).astype(np.float32)
-    vs = [rng.standard_normal(p.shape).astype(np.float32) for p in params]
-
-    def final_state(u0, ps):
-        def rhs(u):
-            h = u
-            for i in range(0, len(ps), 2):
-                h = h @ ps[i] + ps[i + 1]
-                h = F.tanh(h) if i + 2 < len(ps) else h
-            return h
-
-        def step(i, u):
-            u = u + DT * rhs(u)
-            return u + F.cast(i, u.dtype) * 0.0 if loop == "indexed" else u
-        return gc.fori_loop(0, ODE_STEPS, step, u0, unroll=True if loop == "unrolled" else 1)
-
-    if forward:
-        return (lambda u0, target, *ps: F.sum(final_state(u0, ps) * target)), None, [u0, target, *params]
-
-    def grad_fn(u0, target, *ps):
-        value = F.sum(final_state(u0, ps) * target)
-        return value, gc.grad(value, list(ps))
-
-    def hvp_fn(u0, target, *rest):
-        ps, v = list(rest[:len(params)]), list(rest[len(params):])
-        return gc.hvp(lambda *p: F.sum(final_state(u0, p) * target), ps, v)
-    return (hvp_fn, None, [u0, target, *params, *vs]) if hvp else (grad_fn, None, [u0, target, *params])
-
-
-LOOP_WORKLOADS = {
-    "R1": ("lstm-1000-step", lambda: lstm_setup(1000)),
-    "R2": ("lstm-32-scan", lambda: lstm_setup(32)),
-    "R2u": ("lstm-32-unrolled", lambda: lstm_setup(32, scan=False)),
-    "P1": ("ode-100-grad", lambda: ode_setup()),
-    "P1h": ("ode-100-hvp", lambda: ode_setup(hvp=True)),
-}
-
-
-def torch_loop_workloads() -> dict:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return {}
-    return {"R1": torch_lstm, "R2": torch_lstm, "R2u": torch_lstm}
+from .workloads.recurrent import lstm_setup, lstm_torch, ode_setup
 
 
 def as_loop(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -183,7 +66,7 @@ def build_phases(fn, args) -> dict:
 
 
 def loop_report(median_ms, runs: int) -> dict:
-    """The loop figures of docs/performance.md; median_ms is bench._median_ms."""
+    """The loop figures of docs/performance.md; median_ms is harness.median_ms."""
     results: dict = {"builds": {}}
     for name, (fn, _, args) in [("lstm T=32 scan", lstm_setup(32)), ("lstm T=32 unrolled", lstm_setup(32, False)),
                                 ("lstm T=100 scan", lstm_setup(100)), ("lstm T=1000 scan", lstm_setup(1000)),
@@ -228,7 +111,7 @@ def loop_report(median_ms, runs: int) -> dict:
     print(f"{'ode forward: Loop / Scan':38s} {ms['loop']:8.2f} / {ms['scan']:8.2f} ms = {ms['loop'] / ms['scan']:.2f}"
           f"   same outputs: {same}", flush=True)
     cf, args = compiled(lstm_setup(1000))
-    torch_ref = torch_loop_workloads().get("R1")
+    torch_ref = _torch_lstm()
     for threads in (None, 1):   # the benchmark's sessions (a thread per core), then one thread for both systems
         fns = {"gcompile": lambda: cf.run_flat(*args)}
         if threads:
@@ -268,3 +151,11 @@ def _torch_threads(threads):
         yield
     finally:
         torch.set_num_threads(saved)
+
+
+def _torch_lstm():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return None
+    return lstm_torch

@@ -1,0 +1,59 @@
+"""tools/bench/report.py turns the benchmark's JSON into docs/performance.md's tables the same way
+every time (a fixture in tests/data/bench; nothing here times anything)."""
+import importlib.util
+import json
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tests", "data", "bench")
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("bench_report", os.path.join(ROOT, "tools", "bench", "report.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sample():
+    with open(os.path.join(DATA, "sample.json")) as f:
+        return json.load(f)
+
+
+def test_sample_gives_the_recorded_tables():
+    report = _report()
+    with open(os.path.join(DATA, "sample_table.md")) as f:
+        expected = f.read()
+    assert report.tables([("sample.json", _sample())]) == expected
+    assert report.tables([("sample.json", _sample())]) == expected   # no state carried between calls
+
+
+def test_ratios_are_medians_with_the_range_of_the_passes():
+    report = _report()
+    passes = _sample()["workloads"]["W1"]["passes"]["quiet"]
+    assert report.fmt_ratio(report.ratios(passes, "gcompile", "torch")) == "1.00 (0.80–1.10)"
+    assert report.fmt_ratio(report.ratios(passes, "gcompile", "missing")) == "—"
+    assert report.fmt_ratio([0.5]) == "0.50"
+
+
+def test_write_replaces_only_the_marked_section(tmp_path):
+    report = _report()
+    page = tmp_path / "page.md"
+    page.write_text(f"# Title\n\nbefore\n{report.BEGIN}\nold table\n{report.END}\nafter\n")
+    sample = tmp_path / "sample.json"
+    sample.write_text(json.dumps(_sample()))
+    assert report.main([str(sample), "--write", str(page)]) == 0
+    text = page.read_text()
+    assert text.startswith("# Title\n\nbefore\n" + report.BEGIN + "\n<!-- generated")
+    assert "old table" not in text and text.endswith(report.END + "\nafter\n")
+    assert "| W1 mlp-step | 21.0 | 1.00 (0.80–1.10) |" in text
+    first = text
+    report.main([str(sample), "--write", str(page)])
+    assert page.read_text() == first
+
+
+def test_a_page_without_markers_is_an_error():
+    with pytest.raises(ValueError, match="bench-table"):
+        _report().replace_section("no markers here", "table")
