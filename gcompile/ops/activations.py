@@ -150,7 +150,7 @@ def _lower_softplus(ctx, names, node):
     (all of t where u rounds to 1, far left), to within 2 ulp of float64 in float32 (ONNX Runtime's
     Softplus too). Written out, not ONNX's Softplus, whose spec defines it as log(exp(x) + 1)
     with no accuracy promised, and for which ONNX Runtime's CPU provider has a slow scalar
-    kernel (docs/performance.md)."""
+    kernel (docs/strategies.md)."""
     beta, x, dtype = node.attrs["beta"], names[0], node.outputs[0].dtype
     b, one = ctx.const(np.asarray(beta, dtype)), ctx.const(np.ones((), dtype))
     if beta != 1.0:

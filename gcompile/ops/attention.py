@@ -70,7 +70,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
         elif mask.dtype == np.bool_:
             # A mask known when tracing is added as 0 / -inf, as torch's reference computation
             # does: no select forward nor in the gradient (an add is cheaper than a select on
-            # every runtime we measured; docs/performance.md).
+            # every runtime we measured; docs/strategies.md).
             # A row with nothing allowed adds 0 (its weights become zeros below), so that its
             # softmax, and the gradient through it, stay finite.
             rows = np.any(mask, -1, keepdims=True)

@@ -13,7 +13,7 @@ when the surviving value has exactly the node's type (dtype and shape), so broad
 lost.
 (x*0 and x-x are not rewritten: they are not 0 when x is Inf or NaN.) x**1 is what the gradient
 of a square leaves (2·x**1); x**2 and x*x round once each, to the same value, and a product is
-cheaper than a general power on every runtime we run (docs/performance.md).
+cheaper than a general power on every runtime we run (docs/strategies.md).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ back to the plain form.
 
 Every strategy is tested against the plain form, on both sides of each number its guard uses,
 by tests/lowering/test_strategies.py; the measurements that justify it are in
-docs/performance.md, not in its docstring.
+docs/strategies.md, not in its docstring.
 """
 from __future__ import annotations
 

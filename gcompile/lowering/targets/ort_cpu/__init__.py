@@ -1,5 +1,5 @@
 """Strategies for ONNX Runtime's CPU provider (the `ort-cpu` target): one module per op family,
 each registering its lowerings with `targets.base.strategy` when imported here. What each buys is
-measured in docs/performance.md; tests/lowering/test_strategies.py compares each with the plain
+measured in docs/strategies.md; tests/lowering/test_strategies.py compares each with the plain
 form on both sides of its thresholds."""
 from . import conv, indexing, loops, nn, reduce  # noqa: F401  (each registers its strategies)

@@ -2,7 +2,7 @@
 
 The plain form (ops/indexing.py added_in_order) adds every update element in turn through one
 ScatterElements, which ONNX Runtime runs on one thread; at the sizes of an embedding's gradient
-that dominates a step (docs/performance.md, "Scatter-adds"). Here the update rows are sorted by
+that dominates a step (docs/strategies.md). Here the update rows are sorted by
 index and summed by differences of a float64 running sum, and the sums, one per distinct index,
 scattered where no two threads share a row. An infinite or NaN update would spread through the
 running sum, so an If falls back to the plain form when any update is not finite.
@@ -18,7 +18,7 @@ from ....ops.indexing import added_in_order, scatter_add_rows
 from ..base import strategy
 
 # Update elements from which a float32 (or float16) scatter_add takes the sorted sums; below,
-# the plain form's element-by-element adds are as fast (docs/performance.md).
+# the plain form's element-by-element adds are as fast (docs/strategies.md).
 SORTED_SUMS_MIN = 1 << 16
 
 

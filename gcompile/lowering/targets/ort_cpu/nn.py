@@ -1,6 +1,6 @@
 """ONNX Runtime CPU strategies for softmax and log-softmax: its own kernels along the last axis,
 the written-out formula along another (ONNX Runtime moves such an axis last and back around its
-kernel, on one core: docs/performance.md, "Softmax along an inner axis")."""
+kernel, on one core: docs/strategies.md)."""
 from __future__ import annotations
 
 import math

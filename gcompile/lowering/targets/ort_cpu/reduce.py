@@ -1,7 +1,7 @@
 """ONNX Runtime CPU strategies for sums and means: over leading axes, a product with a row of ones.
 
 ONNX Runtime reduces few long rows on one core (or slower on two), where its MatMul splits the
-same sum among threads (docs/performance.md, "Sums over leading axes")."""
+same sum among threads (docs/strategies.md)."""
 from __future__ import annotations
 
 import math
