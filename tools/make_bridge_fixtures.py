@@ -13,7 +13,7 @@ mode, it writes bridge_<name>.onnx and bridge_<name>.npz holding:
   new/<name>      the buffers after the training-mode call (running statistics)
   sgd/<name>      the state_dict after one torch.optim.SGD(lr=0.1) step on L
 The same functions build the models in the test that runs where torch is installed. The CNN's file
-is also copied to examples/data/bridge_cnn.onnx, which the README loads. bridge_dropout holds a
+is also copied to examples/data/bridge_cnn.onnx, which docs/guide/importing.md loads. bridge_dropout holds a
 Linear layer with nn.Dropout (see dropout_fixture).
 """
 from __future__ import annotations

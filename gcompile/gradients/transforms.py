@@ -265,7 +265,7 @@ def jacobian(fn: Callable, argnums: Argnums = 0) -> Callable[..., Any]:
 def hessian(fn: Callable[..., Tensor], argnums: Argnums = 0) -> Callable[..., Any]:
     """A function returning the Hessian of a scalar fn w.r.t. args[argnums], shaped in.shape + in.shape.
 
-    A tuple `argnums` gives nested tuples: result[i][j] = ∂²fn/∂x_i∂x_j, shaped
+    A tuple `argnums` gives nested tuples: `result[i][j]` = ∂²fn/∂x_i∂x_j, shaped
     x_i.shape + x_j.shape. Static shapes only (one VJP per gradient element).
     """
     def scalar_fn(*args):

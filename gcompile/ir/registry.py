@@ -35,7 +35,7 @@ class ReferenceRule(Protocol):
 
 
 class LowerRule(Protocol):
-    """Emits the ai.onnx nodes computing `node` through `ctx` (a lowering.context.LoweringContext) from
+    """Emits the ai.onnx nodes computing `node` through `ctx` (a lowering.context.LowerContext) from
     the ONNX value names of its operands; returns the name of its output (a list for several)."""
     def __call__(self, ctx: Any, names: list[str], node: Node, /) -> str | list[str]: ...
 

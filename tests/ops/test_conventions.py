@@ -1,6 +1,6 @@
 """The values gcompile gives where a function has a kink, a tie, a pole or an infinity: one row per
-line of the README's convention table, each checked on the float64 reference evaluator and on
-ONNX Runtime. The expected numbers are PyTorch 2.13's (JAX's where the README says so)."""
+line of the convention table in docs/guide/gradients.md, each checked on the float64 reference evaluator and on
+ONNX Runtime. The expected numbers are PyTorch 2.13's (JAX's where the table says so)."""
 import numpy as np
 import pytest
 
