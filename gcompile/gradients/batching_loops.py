@@ -22,6 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import functions as F
+from ..errors import UnsupportedError
 from ..frontend.tensor import Tensor, apply_n
 from ..frontend.trace import trace_body
 from ..ir.graph import Graph, tensor_type
@@ -96,6 +97,7 @@ def _while(node, ins, batched, size):
     consts, first = ins[:nc], ins[nc]
     nk = len(ins) - nc - 1
     masked = batched[nc]                # the examples may stop at different steps
+    n_ys = a.get("n_ys", 0)
     kb = list(batched[nc + 1:])
     while True:
         if masked:
@@ -107,7 +109,7 @@ def _while(node, ins, batched, size):
             flags = batched[:nc] + kb
             new_body, captured, out_flags = _batched_body(
                 body, [t.type for t in consts + carries], size, lambda params, flags=flags: list(zip(params, flags)),
-                lambda params, outs, kb=tuple(kb): _keep_batched(outs, [False, *kb], size))
+                lambda params, outs, kb=tuple(kb): _keep_batched(outs, [False, *kb, *[False] * n_ys], size))
             if out_flags[0]:
                 masked = True
                 continue
@@ -119,7 +121,14 @@ def _while(node, ins, batched, size):
     n_consts = len(captured) + nc
     if not masked:
         outs = apply_n("while", [*captured, *consts, first, *carries], **{**a, "body": new_body, "n_consts": n_consts})
-        return [c if b else broadcast(c, size) for c, b in zip(outs, kb)]
+        ys = [F.swapaxes(y, 0, 1) if b else broadcast(y, size) for y, b in zip(outs[nk:], out_flags[1 + nk:])]
+        return [c if b else broadcast(c, size) for c, b in zip(outs, kb)] + ys
+    if n_ys:
+        raise UnsupportedError(f"vmap: the while loop at {a['source']} stops at a different step for each example "
+                               "and stacks a value per step (a gradient taken through it inside the vmapped "
+                               "function, or an imported Loop's scan outputs): not supported; take the gradient "
+                               "outside gc.vmap (of the sum of the per-example losses), or make the condition the "
+                               "same for every example")
     active = first if batched[nc] else broadcast(first, size)
     outs = apply_n("while", [*captured, *consts, F.any(active), active, *carries],
                    **{**a, "body": new_body, "n_consts": n_consts})

@@ -1,0 +1,171 @@
+"""Reverse mode through gc.while_loop: gradients against float64 central differences (on the
+reference evaluator and on the ONNX models ONNX Runtime runs, for the ort-cpu and portable
+targets, at static and symbolic sizes) at zero, one and several steps, with a data-dependent stop,
+of the carries and of closed-over values, to second order; and the shape of what is built (the
+forward Loop stacks the carries, the backward is a Scan, nothing is unrolled)."""
+import numpy as np
+import onnx
+import pytest
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile.frontend.trace import trace
+from gcompile.ir.evaluate import evaluate
+from gcompile.testing import check_grad
+
+from ..opcheck import check_grads
+
+RNG = np.random.default_rng(0)
+W = RNG.standard_normal((3, 3)) * 0.5
+X = RNG.standard_normal((2, 3)) * 0.3
+
+
+def counted(x, w, steps):
+    """h <- tanh(h @ w) + h, `steps` times, counted by an int carry; the loss reads the final h and x."""
+    def body(v):
+        h, k = v
+        return F.tanh(h @ w) * 0.7 + h, k + 1
+    h, k = gc.while_loop(lambda v: v[1] < steps, body, (x, np.int64(0)))
+    return F.sum(h * h) + F.sum(x * h), k
+
+
+def loss(x, w, steps):
+    return counted(x, w, steps)[0]
+
+
+def onnx_ops(graph) -> list[str]:
+    return [n.op_type for n in graph.node] + [op for n in graph.node for a in n.attribute
+                                              if a.type == onnx.AttributeProto.GRAPH for op in onnx_ops(a.g)]
+
+
+@pytest.mark.parametrize("steps", [0, 1, 4])
+def test_gradients_at_zero_one_and_several_steps(steps):
+    assert int(evaluate(trace(counted, [X, W, np.int64(steps)]).graph, [X, W, np.int64(steps)])[1]) == steps
+    check_grads(lambda x, w: loss(x, w, steps), [X, W], order=2)   # static and symbolic (x's axis 0), both targets
+
+
+def test_the_loop_stays_a_loop_forward_and_backward():
+    def fn(x, w):
+        return gc.grad(loss(x, w, 50), [x, w])
+    cf = gc.compile(fn, gc.spec(("n", 3)), gc.spec((3, 3)))
+    ops = onnx_ops(cf.model.graph)
+    assert ops.count("Loop") == 1 and ops.count("Scan") == 1 and ops.count("Tanh") <= 3
+    gx, gw = cf(X.astype(np.float32), W.astype(np.float32))
+    ref = evaluate(cf.graph, [X, W])
+    np.testing.assert_allclose(gx, ref[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(gw, ref[1], rtol=1e-4, atol=1e-5)
+
+
+def test_a_run_time_number_of_steps():
+    """The trip count is an input: one model serves every count, zero included."""
+    def fn(x, w, steps):
+        return gc.grad(loss(x, w, steps), [x, w])
+    cf = gc.compile(fn, gc.spec(("n", 3)), gc.spec((3, 3)), gc.spec((), np.int64))
+    for steps in (0, 1, 3, 7):
+        got = cf(X.astype(np.float32), W.astype(np.float32), np.int64(steps))
+        expected = evaluate(trace(fn, [X, W, np.int64(steps)]).graph, [X, W, np.int64(steps)])
+        for a, b in zip(got, expected):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_data_dependent_stop():
+    """Iterate x <- x - 0.5 * tanh(x * w) until |x| < tol: the number of steps depends on the
+    values (and stays the same for the small shifts of the central difference)."""
+    def fn(x, w):
+        y = gc.while_loop(lambda v: F.max(F.abs(v)) > 1e-2, lambda v: v - 0.5 * F.tanh(v * w), x)
+        return F.sum(y * x) + F.sum(y * y) * 100
+
+    x, w = np.array([0.8, -0.5, 0.3]), np.array([1.1, 0.9, 1.3])
+    steps = 0
+    v = x
+    while np.max(np.abs(v)) > 1e-2:
+        v, steps = v - 0.5 * np.tanh(v * w), steps + 1
+    assert steps > 3
+    check_grads(fn, [x, w], order=2)
+
+
+def test_gradients_of_closed_over_values_and_pytree_carries():
+    def fn(x, w, b):
+        def body(c):
+            h, (s, k) = c
+            h = F.tanh(h @ w + b)
+            return h, (s + F.sum(h * b), k + 1)
+        h, (s, k) = gc.while_loop(lambda c: c[1][1] < 3, body, (x, (F.sum(x) * 0, np.int64(0))))
+        return F.sum(h) * s
+    check_grads(fn, [X, W, RNG.standard_normal(3)], order=2)
+
+
+def test_third_order_through_the_loop():
+    for order in (1, 2, 3):
+        check_grad(lambda x, w: loss(x, w, 3), [X, W], order=order, symbolic=False)
+
+
+def test_hvp_and_jacobian_through_the_loop():
+    def fn(x, w):
+        return gc.hvp(lambda w: loss(x, w, 3), w, F.ones_like(w))
+    got = gc.compile(fn, X.astype(np.float32), W.astype(np.float32))(X.astype(np.float32), W.astype(np.float32))
+    unrolled = gc.compile(lambda x, w: gc.hvp(lambda w: F.sum(_unrolled(x, w, 3) ** 2) + F.sum(x * _unrolled(x, w, 3)),
+                                              w, F.ones_like(w)), X, W)(X, W)
+    np.testing.assert_allclose(got, unrolled, rtol=1e-4, atol=1e-5)
+
+
+def _unrolled(x, w, steps):
+    h = x
+    for _ in range(steps):
+        h = F.tanh(h @ w) * 0.7 + h
+    return h
+
+
+def test_gradient_matches_the_unrolled_loop_exactly():
+    _, looped = check_grad(lambda x, w: loss(x, w, 5), [X, W], lowered=False)
+    _, unrolled = check_grad(lambda x, w: F.sum(_unrolled(x, w, 5) ** 2) + F.sum(x * _unrolled(x, w, 5)), [X, W],
+                             lowered=False)
+    assert looped == pytest.approx(unrolled, rel=1e-10)
+
+
+def test_vmap_of_the_loop_still_runs_each_example_to_its_own_end():
+    def fn(x):
+        return gc.while_loop(lambda v: F.sum(v) < 10, lambda v: v * 2 + 0.1, x)
+    xs = np.array([[1.0, 1.0], [0.1, 0.2], [6.0, 6.0]])
+    got = gc.compile(gc.vmap(fn), xs)(xs)
+    expected = []
+    for x in xs:
+        while x.sum() < 10:
+            x = x * 2 + 0.1
+        expected.append(x)
+    np.testing.assert_allclose(got, np.array(expected), rtol=1e-6)
+
+
+def test_gradient_of_a_vmapped_loop():
+    """grad outside vmap: the batched loop (an `active` mask, finished examples kept) differentiates."""
+    def fn(xs):
+        ys = gc.vmap(lambda x: gc.while_loop(lambda v: F.sum(v * v) < 4, lambda v: v * 1.5 + 0.1, x))(xs)
+        return F.sum(ys * ys)
+    check_grad(fn, [np.array([[1.0, 1.0], [0.1, 0.2], [1.5, 0.5]])], symbolic=False)
+
+
+def test_per_example_gradients_through_a_loop_of_a_shared_count():
+    """vmap(grad(...)) where every example takes the same number of steps: the loops run in step."""
+    def fn(xs, w):
+        return F.sum(gc.vmap(lambda x: gc.grad(loss(x, w, 3), [x])[0])(xs) ** 2)
+    check_grad(fn, [np.stack([X, 2 * X]), W], symbolic=False)
+
+
+def test_per_example_gradients_of_loops_stopping_at_different_steps_are_refused():
+    def per(x):
+        y = gc.while_loop(lambda v: F.sum(v * v) < 4, lambda v: v * 1.5 + 0.1, x)
+        return gc.grad(F.sum(y * y), [x])[0]
+    with pytest.raises(gc.errors.UnsupportedError, match="stops at a different step for each example"):
+        trace(gc.vmap(per), [np.ones((3, 2))])
+
+
+def test_a_loop_inside_a_scan_body_differentiates():
+    """The scan's backward recomputes the inner loop (its stacked carries change length from step to
+    step, so the outer loop cannot stack them)."""
+    def fn(xs, w):
+        def step(h, x):
+            h2 = gc.while_loop(lambda v: F.sum(v * v) < 4.0, lambda v: F.tanh(v @ w) + v + x, h)
+            return h2 * 0.1, F.sum(h2)
+        h, ys = gc.scan(step, xs[0], xs)
+        return F.sum(h * h) + F.sum(ys)
+    check_grad(fn, [RNG.standard_normal((3, 3)) * 0.2, W], symbolic=False)
