@@ -482,4 +482,25 @@ def _while_lower(ctx, names, node: Node):
 # The VJP rule differentiates the body with gc.grad, so gradients/loops.py supplies it (ARCHITECTURE.md §2).
 defop("while", infer=_while_infer, reference=_while_reference, lower=_while_lower, vjp=supplied_vjp("while"))
 
+# -- root: implicit differentiation ---------------------------------------------------------------------------
+def _root_infer(types, *, body: Graph, x_index: int, source: str):
+    inner = [body.type_of(r) for r in body.inputs]
+    if inner != list(types):
+        raise ShapeError(f"root: operands {[str(t) for t in types]} for a body of inputs {[str(t) for t in inner]}")
+    (residual,) = [body.type_of(r) for r in body.outputs]
+    if residual != types[x_index]:
+        raise ShapeError(f"root: the function whose root is found gives {residual} for an x of type {types[x_index]}; "
+                         "it must give one value per element of x")
+    return [types[x_index]]
+
+
+def _root_lower(ctx, names, node: Node):
+    return ctx.emit("Identity", [names[node.attrs["x_index"]]])
+
+
+# x = root(..., x*, ...): the solution x* of body(..., x, ...) = 0 found by any solver, passed on; its VJP,
+# by the implicit function theorem, is one linear solve (gradients/implicit.py supplies it).
+defop("root", infer=_root_infer, reference=lambda *arrays, body, x_index, source: arrays[x_index],
+      lower=_root_lower, vjp=supplied_vjp("root"))
+
 __all__: list[str] = []   # gc.scan, gc.fori_loop, gc.while_loop: exported by gcompile/__init__.py

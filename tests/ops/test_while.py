@@ -169,3 +169,70 @@ def test_a_loop_inside_a_scan_body_differentiates():
         h, ys = gc.scan(step, xs[0], xs)
         return F.sum(h * h) + F.sum(ys)
     check_grad(fn, [RNG.standard_normal((3, 3)) * 0.2, W], symbolic=False)
+
+
+# -- implicit differentiation: gc.custom_root and gc.fixed_point --------------------------------------------------
+def _g(x, a, d):
+    return F.tanh(x @ a) + x - F.mean(d, axis=0)
+
+
+def _newton_loss(a, d, implicit):
+    from gcompile.gradients.implicit import newton
+    x0 = F.full((3,), 0, a.dtype)
+    x = gc.custom_root(_g, x0, a, d, tol=1e-12) if implicit else newton(lambda x: _g(x, a, d), x0, tol=1e-12)
+    return F.sum(x * x) + F.sum(x)
+
+
+D = RNG.standard_normal((4, 3)) * 0.5
+
+
+def test_newton_by_reversal_and_implicitly_agree_to_second_order():
+    """The same Newton solver (a while loop until |g| < tol) differentiated by reversing its loop and
+    by the implicit function theorem: at the root both give the implicit function's derivatives."""
+    for order in (1, 2):
+        _, implicit = check_grad(lambda a, d: _newton_loss(a, d, True), [W, D], order=order, symbolic=False, rtol=1e-6)
+        _, reversal = check_grad(lambda a, d: _newton_loss(a, d, False), [W, D], order=order, symbolic=False,
+                                 rtol=1e-6)
+        assert implicit == pytest.approx(reversal, rel=1e-7)
+
+
+def test_custom_root_gradients_at_static_and_symbolic_sizes():
+    check_grads(lambda d, a: _newton_loss(a, d, True), [D, W], order=2)   # d's axis 0 symbolic
+
+
+def test_implicit_gradient_reverses_no_loop():
+    def fn(a, d):
+        return gc.grad(_newton_loss(a, d, True), [a, d])
+    ops = onnx_ops(gc.compile(fn, W.astype(np.float32), D.astype(np.float32)).model.graph)
+    assert ops.count("Loop") == 1 and "Scan" not in ops     # the solver's forward loop only
+
+
+def test_fixed_point_gradients_and_closed_over_values():
+    def fn(a, b):
+        c = b * 2
+        x = gc.fixed_point(lambda x, a: 0.5 * F.tanh(x @ a) + c, F.zeros_like(b), a, tol=1e-12)
+        return F.sum(x * x)
+    check_grads(fn, [W, RNG.standard_normal(3) * 0.5], order=2)
+
+
+def test_custom_root_with_a_solver_of_ones_own_and_its_errors():
+    def bisect(h, x):   # a scalar root by 60 halvings of [-2, 2] (h increasing)
+        def step(v):
+            lo, hi = v
+            mid = (lo + hi) / 2
+            up = h(mid) > 0
+            return F.where(up, lo, mid), F.where(up, mid, hi)
+        lo, hi = gc.fori_loop(0, 60, lambda i, v: step(v), (x - 2, x + 2))
+        return (lo + hi) / 2
+
+    def fn(t):
+        return gc.custom_root(lambda x, t: x ** 3 + x - t, F.zeros_like(t), t, solver=bisect)
+    t = np.array([0.7])
+    x = float(evaluate(trace(fn, [t]).graph, [t])[0][0])
+    assert x ** 3 + x == pytest.approx(0.7, abs=1e-12)
+    check_grad(fn, [t], symbolic=False, rtol=1e-6)
+    slope = evaluate(trace(lambda t: gc.grad(F.sum(fn(t)), [t]), [t]).graph, [t])[0]
+    assert float(slope[0]) == pytest.approx(1 / (3 * x * x + 1), rel=1e-9)   # dx/dt = 1 / g'(x)
+    with pytest.raises(gc.errors.ShapeError, match="one value per element of x"):
+        trace(lambda t: gc.custom_root(lambda x, t: F.sum(x) - t, F.full((2,), 0, t.dtype), t,
+                                       solver=lambda h, x: x), [t])
