@@ -23,9 +23,10 @@ import numpy as np
 
 from .. import functions as F
 from ..errors import UnsupportedError
-from ..frontend.tensor import Tensor, apply_n
+from ..frontend.tensor import Tensor, apply, apply_n
 from ..frontend.trace import trace_body
 from ..ir.graph import Graph, tensor_type
+from ..ops.control import cond_node
 from .batching import align, batch_graph, batching_rule, broadcast
 
 
@@ -151,3 +152,35 @@ def _masked_body(body: Graph, consts: list[Tensor], const_flags: list[bool], car
     return _batched_body(body, types, size,
                          lambda params: list(zip(params[:nc] + params[nc + 1:], const_flags + [True] * len(carries))),
                          finish)
+
+
+@batching_rule("cond")
+def _cond(node, ins, batched, size):
+    """A shared predicate: one cond of the batched branches. A per-example one: both branches run,
+    batched, and each example takes its branch's results (a where, as jax.vmap of lax.cond)."""
+    a = node.attrs
+    pred, ops, flags = ins[0], list(ins[1:]), batched[1:]
+
+    def outputs(body: Graph, params: list[Tensor]) -> list[Tensor]:
+        return [_as_batched(o, size) for o in batch_graph(body, list(zip(params, flags)), size)]
+    if not batched[0]:
+        (then_body, then_captured), (else_body, else_captured) = [
+            trace_body(lambda params, body=body: outputs(body, params), [t.type for t in ops])
+            for body in (a["then_body"], a["else_body"])]
+        return cond_node(pred, ops, then_body, then_captured, else_body, else_captured, a["source"])
+    taken, other = outputs(a["then_body"], ops), outputs(a["else_body"], ops)
+    return [F.where(align(pred, t.ndim - 1), t, e) for t, e in zip(taken, other)]
+
+
+@batching_rule("root")
+def _root(node, ins, batched, size):
+    """One root of the batched system: x stacks every example's (the implicit VJP then solves one
+    block-diagonal system, of size B·n)."""
+    a = node.attrs
+    xi = a["x_index"]
+    ins, flags = list(ins), list(batched)
+    ins[xi], flags[xi] = _as_batched((ins[xi], batched[xi]), size), True
+    body, captured = trace_body(
+        lambda params: [_as_batched(batch_graph(a["body"], list(zip(params, flags)), size)[0], size)],
+        [t.type for t in ins])
+    return [apply("root", [*captured, *ins], body=body, x_index=len(captured) + xi, source=a["source"])]

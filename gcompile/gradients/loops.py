@@ -308,3 +308,33 @@ def _while_vjp(grads, inputs, outputs, *, body: Graph, n_consts: int, source: st
 
 
 supply_vjp("while", _while_vjp)
+
+
+# -- cond -----------------------------------------------------------------------------------------------------
+def _cond_vjp(grads, inputs, outputs, *, then_body: Graph, else_body: Graph, source: str):
+    """The backward of a branch is a branch: a cond on the same predicate whose bodies are each branch's
+    VJP (gc.grad of the branch w.r.t. its float operands, weighted by the outputs' cotangents)."""
+    pred, ops = inputs[0], inputs[1:]
+    wrt = [i for i, t in enumerate(ops) if t.dtype.kind == "f"]
+    seeded = [j for j, g in enumerate(grads) if g is not None and outputs[j].dtype.kind == "f"]
+    result: list[Tensor | None] = [None] * len(inputs)
+    if not wrt or not seeded:
+        return result
+
+    def branch(body: Graph) -> Graph:
+        def fn(v: list[Tensor]) -> list[Tensor]:
+            x, seeds = v[:len(ops)], v[len(ops):]
+            outs = inline(body, x)
+            return grad([outs[j] for j in seeded], [x[i] for i in wrt], seeds)
+        traced, captured = trace_body(fn, [t.type for t in ops] + [outputs[j].type for j in seeded])
+        assert not captured, "a branch's VJP reads only its inputs"
+        return traced
+
+    outs = apply_n("cond", [pred, *ops, *[grads[j] for j in seeded]], then_body=branch(then_body),
+                   else_body=branch(else_body), source=source)
+    for i, g in zip(wrt, outs):
+        result[1 + i] = g
+    return result
+
+
+supply_vjp("cond", _cond_vjp)

@@ -171,6 +171,26 @@ class LowerContext:
         owner = self._current.name if self._current is not None else "if"
         return helper.make_graph(child.nodes, f"{owner}_branch", [], infos)
 
+    def inline_branch(self, body: Graph, outer: Sequence[str], types: Sequence[TensorType]) -> onnx.GraphProto:
+        """`body` (a Graph attribute of the node being lowered) as an If branch: no inputs, its inputs
+        read from the outer values `outer`; outputs of dtypes `types` (shapes left out, as branch's)."""
+        child = LowerContext(body, self.opset, list(outer), parent=self)
+        child._current = self._current
+        names: dict[ValueRef, str] = dict(zip(body.inputs, outer))
+        child.lower_nodes(names)
+        produced = {o for n in child.nodes for o in n.output}
+        outs, used = [], set()
+        for ref in body.outputs:
+            name = names[ref]
+            if name not in produced or name in used:
+                name = child.emit("Identity", [name])
+            used.add(name)
+            outs.append(name)
+        infos = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), None)
+                 for name, t in zip(outs, types)]
+        owner = self._current.name if self._current is not None else "if"
+        return helper.make_graph(child.nodes, f"{owner}_branch", [], infos)
+
     # -- names -------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
         name, k = hint, 1

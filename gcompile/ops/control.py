@@ -29,7 +29,7 @@ from ..errors import GcompileError, ShapeError, TraceError
 from ..frontend import pytree
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply_n, as_tensor, current_frame
-from ..frontend.trace import is_output_leaf, trace_body
+from ..frontend.trace import inline, is_output_leaf, trace_body
 from ..ir import dims
 from ..ir.evaluate import bind_symbols, evaluate
 from ..ir.graph import Graph, Node, TensorType, ValueRef, extract, tensor_type
@@ -481,6 +481,76 @@ def _while_lower(ctx, names, node: Node):
 
 # The VJP rule differentiates the body with gc.grad, so gradients/loops.py supplies it (ARCHITECTURE.md §2).
 defop("while", infer=_while_infer, reference=_while_reference, lower=_while_lower, vjp=supplied_vjp("while"))
+
+# -- cond: a branch chosen at run time ------------------------------------------------------------------------
+def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any) -> Any:
+    """true_fun(*operands) if pred else false_fun(*operands), as jax.lax.cond, with pred a bool scalar
+    Tensor known only at run time: an ONNX If, which runs one branch. Both branches return the same
+    structure of Tensors of the same dtypes and shapes. Differentiable: the backward is a `cond`
+    on the same pred whose branches are the two branches' VJPs (so every order is one too)."""
+    where = user_location()
+    pred = as_tensor(pred)
+    if pred.dtype != np.bool_ or pred.shape != ():
+        raise TraceError(f"cond: pred must be a bool scalar Tensor, got {pred.type} (at {where})")
+    args = [as_tensor(x) for x in operands]
+    trees: list = []
+
+    def branch(fun):
+        def traced(v: list[Tensor]) -> list[Tensor]:
+            leaves, tree = _flatten(fun(*v), "cond's branch result")
+            trees.append(tree)
+            return leaves
+        return trace_body(traced, [t.type for t in args])
+    then_body, then_captured = branch(true_fun)
+    else_body, else_captured = branch(false_fun)
+    if trees[0] != trees[1]:
+        raise TraceError(f"cond: the two branches return values of different structures (at {where})")
+    outs = cond_node(pred, args, then_body, then_captured, else_body, else_captured, where)
+    return pytree.unflatten(trees[0], outs)
+
+
+def cond_node(pred: Tensor, args: list[Tensor], then_body: Graph, then_captured: list[Tensor], else_body: Graph,
+              else_captured: list[Tensor], where: str) -> list[Tensor]:
+    """One `cond` node from two bodies traced on `args` (each reading its captured Tensors first):
+    both are made to read [args, then's captures, else's captures]."""
+    n, nt = len(args), len(then_captured)
+    types = [t.type for t in args + then_captured + else_captured]
+    for body, other in ((then_body, else_body), (else_body, then_body)):
+        mine = [body.type_of(r) for r in body.outputs]
+        theirs = [other.type_of(r) for r in other.outputs]
+        if mine != theirs:
+            raise TraceError(f"cond: the branches return {[str(t) for t in mine]} and {[str(t) for t in theirs]}; "
+                             f"both must return the same dtypes and shapes (at {where})")
+    then_all, _ = trace_body(lambda v: inline(then_body, v[n:n + nt] + v[:n]), types)
+    else_all, _ = trace_body(lambda v: inline(else_body, v[n + nt:] + v[:n]), types)
+    return apply_n("cond", [pred, *args, *then_captured, *else_captured], then_body=then_all, else_body=else_all,
+                   source=where)
+
+
+def _cond_infer(types, *, then_body: Graph, else_body: Graph, source: str):
+    if types[0] != _scalar(np.bool_):
+        raise ShapeError(f"cond: the predicate must be a bool scalar, got {types[0]}")
+    for body in (then_body, else_body):
+        if [body.type_of(r) for r in body.inputs] != list(types[1:]):
+            raise ShapeError("cond: a branch's inputs differ from the operands")
+    return [then_body.type_of(r) for r in then_body.outputs]
+
+
+def _cond_reference(pred, *arrays, then_body: Graph, else_body: Graph, source: str):
+    return tuple(evaluate(then_body if bool(pred) else else_body, list(arrays)))
+
+
+def _cond_lower(ctx, names, node: Node):
+    """An ONNX If whose branches read the operands from the enclosing graph."""
+    a = node.attrs
+    return ctx.emit("If", [names[0]], n_out=len(node.outputs),
+                    then_branch=ctx.inline_branch(a["then_body"], names[1:], node.outputs),
+                    else_branch=ctx.inline_branch(a["else_body"], names[1:], node.outputs))
+
+
+# The VJP rule differentiates the branches with gc.grad: gradients/loops.py supplies it.
+defop("cond", infer=_cond_infer, reference=_cond_reference, lower=_cond_lower, vjp=supplied_vjp("cond"))
+
 
 # -- root: implicit differentiation ---------------------------------------------------------------------------
 def _root_infer(types, *, body: Graph, x_index: int, source: str):

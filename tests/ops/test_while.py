@@ -236,3 +236,30 @@ def test_custom_root_with_a_solver_of_ones_own_and_its_errors():
     with pytest.raises(gc.errors.ShapeError, match="one value per element of x"):
         trace(lambda t: gc.custom_root(lambda x, t: F.sum(x) - t, F.full((2,), 0, t.dtype), t,
                                        solver=lambda h, x: x), [t])
+
+
+# -- gc.cond: a branch chosen at run time -----------------------------------------------------------------------
+def _branches(x, w):
+    y = gc.cond(F.sum(x) > 0, lambda x: F.tanh(x @ w) * 2, lambda x: F.sin(x) * F.sum(w), x)
+    return F.sum(y * y)
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_cond_gradients_on_either_branch(sign):
+    check_grads(_branches, [sign * np.abs(X), W], order=2)
+
+
+def test_the_backward_of_a_cond_is_a_cond():
+    def fn(x, w):
+        return gc.grad(_branches(x, w), [x, w])
+    cf = gc.compile(fn, gc.spec(("n", 3)), gc.spec((3, 3)))
+    assert [n.op_type for n in cf.model.graph.node].count("If") == 2
+    for x in (X, -X):
+        got = cf(x.astype(np.float32), W.astype(np.float32))
+        for g, e in zip(got, evaluate(cf.graph, [x, W])):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
+
+
+def test_cond_branches_must_agree():
+    with pytest.raises(gc.TraceError, match="both must return the same dtypes and shapes"):
+        trace(lambda x: gc.cond(F.sum(x) > 0, lambda x: x, lambda x: x[:1], x), [X])
