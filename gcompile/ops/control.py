@@ -461,18 +461,29 @@ def _while_reference(*arrays, body: Graph, n_consts: int, source: str, n_ys: int
 
 
 def _while_lower(ctx, names, node: Node):
-    """An ONNX Loop with a condition and no trip count; the ys are its scan outputs. ONNX Runtime
-    (1.31) gives a zero-step Loop's scan outputs shape (0,): a Reshape gives them their rank back,
-    and the number of steps (the `steps` symbol, for the shapes of what reads them) is the first
-    one's leading dim."""
+    """An ONNX Loop with a condition and no trip count; the ys are its scan outputs, each step's as a
+    row of shape (1, ...): onnx's ReferenceEvaluator (1.23) joins a Loop's scan outputs with
+    numpy.vstack, which stacks only rows, and the Reshape after the Loop drops the 1 where a runtime
+    stacks them. ONNX Runtime (1.31) gives a zero-step Loop's scan outputs shape (0,): that Reshape
+    gives them their rank back too. The number of steps (the `steps` symbol, for the shapes of what
+    reads the ys) is the first one's leading dim."""
     a = node.attrs
     nc = a["n_consts"]
     body: Graph = a["body"]
     nk = len(names) - nc - 1
     graph = ctx.subgraph(body, names[:nc] + [None] * nk,
                          head=[("iteration", _scalar(np.int64)), ("condition", _scalar(np.bool_))])
+    n_ys = a.get("n_ys", 0)
+    if n_ys:   # each step's y as one row, (1, ...): onnx's ReferenceEvaluator (1.23) vstacks them
+        axes = ctx.int64s([0])
+        for out, ref in zip(graph.output[len(graph.output) - n_ys:], body.outputs[1 + nk:]):
+            t = body.type_of(ref)
+            row = ctx.fresh(f"{out.name}_row")
+            graph.node.append(helper.make_node("Unsqueeze", [out.name, axes], [row]))
+            out.CopyFrom(helper.make_tensor_value_info(row, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)),
+                                                       [1, *t.shape]))
     outs = _as_list(ctx.emit("Loop", ["", *names[nc:]], n_out=len(node.outputs), body=graph))
-    if not a.get("n_ys"):
+    if not n_ys:
         return outs
     ctx.bind_symbol(a["steps"], ctx.emit("Shape", [outs[nk]], start=0, end=1))
     return outs[:nk] + [ctx.emit("Reshape", [y, ctx.shape_tensor(t.shape)])

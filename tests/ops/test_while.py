@@ -263,3 +263,21 @@ def test_the_backward_of_a_cond_is_a_cond():
 def test_cond_branches_must_agree():
     with pytest.raises(gc.TraceError, match="both must return the same dtypes and shapes"):
         trace(lambda x: gc.cond(F.sum(x) > 0, lambda x: x, lambda x: x[:1], x), [X])
+
+
+def test_the_portable_model_has_none_of_the_constructs_other_runtimes_refuse():
+    """tests/portability/constructs.py: no backward Scan, no Scan body reading outer values; and onnx's
+    own ReferenceEvaluator runs the gradient model (a Loop with scan outputs, a Scan in an If)."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ..portability.constructs import CONSTRUCTS
+
+    def fn(x, w):
+        return gc.grad(loss(x, w, 4), [x, w])
+    cf = gc.compile(fn, gc.spec(("n", 3)), gc.spec((3, 3)), provider="cpu", target="portable")
+    for construct in CONSTRUCTS:
+        assert not construct.find(cf.model), construct.name
+    x, w = X.astype(np.float32), W.astype(np.float32)
+    got = ReferenceEvaluator(cf.model).run(None, dict(zip([i.name for i in cf.model.graph.input], [x, w])))
+    for g, e in zip(got, cf(x, w)):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
