@@ -35,6 +35,7 @@ from ..ir.evaluate import bind_symbols, evaluate
 from ..ir.graph import Graph, Node, TensorType, ValueRef, extract, tensor_type
 from ..ir.registry import defop, supplied_vjp
 from .basic import full
+from .elementwise import logical_and
 from .indexing import concat, stack
 from .shape import reshape
 
@@ -354,7 +355,8 @@ def narrow_scan(graph: Graph, node: Node, consts: list[int], frozen: list[int], 
 
 
 # -- while_loop -------------------------------------------------------------------------------------------------
-def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any) -> Any:
+def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any,
+               checkpoint_every: int | None = None) -> Any:
     """Repeat value = body_fun(value) while cond_fun(value) (a bool scalar Tensor), as
     jax.lax.while_loop; returns the final value. The trip count is only known at run time: it
     lowers to an ONNX Loop with a condition.
@@ -363,7 +365,12 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
     start of each step (an ONNX Loop scan output, of run-time length), and the backward is a loop
     over those steps in reverse (an ONNX Scan), applying the step's VJP to each saved carry (the
     step is computed again there: the memory kept is the carries only). Tensors of the enclosing
-    function used in the loop get gradients too. Second order comes from the same rules."""
+    function used in the loop get gradients too. Second order comes from the same rules.
+
+    checkpoint_every=k keeps one carry every k steps instead: the loop becomes a loop over blocks of
+    at most k steps (an inner while loop), so reverse mode saves the carry at each block's start and
+    recomputes a block's carries when its backward runs (about n/k + k carries kept for n steps,
+    each step run three times)."""
     where = user_location()
     carry, tree = _flatten(init_val, "while_loop's init_val")
 
@@ -381,7 +388,23 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
         _check_types("while_loop", tree, [t.type for t in values], [t.type for t in new], where)
         return condition(new), new, []
 
-    finals, _ = while_node(step, condition(carry), carry, where)
+    if checkpoint_every is not None:
+        if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, (int, np.integer)) \
+                or checkpoint_every < 1:
+            raise GcompileError(f"while_loop: checkpoint_every must be a positive int, got {checkpoint_every!r} "
+                                f"(at {where})")
+        k = int(checkpoint_every)
+
+        def block(values: list[Tensor]) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+            def inner(v: list[Tensor]) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+                go, new, _ = step(v[1:])
+                return logical_and(go, v[0] + 1 < k), [v[0] + 1, *new], []
+            # the outer loop runs a block only while the condition holds: its first step always runs
+            done, _ = while_node(inner, as_tensor(np.array(True)), [as_tensor(np.int64(0)), *values], where)
+            return condition(done[1:]), done[1:], []
+        finals, _ = while_node(block, condition(carry), carry, where)
+    else:
+        finals, _ = while_node(step, condition(carry), carry, where)
     return pytree.unflatten(tree, finals)
 
 

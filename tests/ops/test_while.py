@@ -281,3 +281,20 @@ def test_the_portable_model_has_none_of_the_constructs_other_runtimes_refuse():
     got = ReferenceEvaluator(cf.model).run(None, dict(zip([i.name for i in cf.model.graph.input], [x, w])))
     for g, e in zip(got, cf(x, w)):
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("steps", [0, 1, 5, 7])
+def test_checkpoint_every_k_steps_gives_the_same_gradients(steps):
+    """checkpoint_every=3: a loop over blocks of at most 3 steps; its gradient is the plain loop's, on
+    the reference evaluator and the ONNX models (static and symbolic sizes, both targets)."""
+    def fn(x, w, every):
+        def body(v):
+            h, k = v
+            return F.tanh(h @ w) * 0.7 + h, k + 1
+        h, _ = gc.while_loop(lambda v: v[1] < steps, body, (x, np.int64(0)), checkpoint_every=every)
+        return F.sum(h * h) + F.sum(x * h)
+    _, blocked = check_grad(lambda x, w: fn(x, w, 3), [X, W], order=2 if steps == 7 else 1)
+    _, plain = check_grad(lambda x, w: fn(x, w, None), [X, W], order=2 if steps == 7 else 1, lowered=False)
+    assert blocked == pytest.approx(plain, rel=1e-10)
+    with pytest.raises(gc.GcompileError, match="checkpoint_every must be a positive int"):
+        trace(lambda x, w: fn(x, w, 0), [X, W])
