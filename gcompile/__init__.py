@@ -43,11 +43,12 @@ def _bind_public_names() -> None:
         from .frontend.tensor import Tensor
         from .gradients import checkpoint as _checkpoint
         from .gradients import grad
+        from .gradients import implicit as _implicit
         from .gradients import transforms as _transforms
         from .gradients.vmap import vmap
         from .importer import load as _load_module
         from .importer.torch import from_torch
-        from .ops.control import fori_loop, scan, while_loop
+        from .ops.control import cond, fori_loop, scan, while_loop
         from .runtime import CompiledFunction, Jitted, compile, jit
         from .training.step import TrainStep, export_train_step
         public = {"functions": functions, "optim": optim, "runtime": runtime, "nn": nn, "export": export,
@@ -56,16 +57,17 @@ def _bind_public_names() -> None:
                   "export_train_step": export_train_step, "tree_util": tree_util,
                   "register_pytree_node": register_pytree_node, "register_dataclass": register_dataclass,
                   "vmap": vmap, "from_torch": from_torch, "scan": scan, "fori_loop": fori_loop,
-                  "while_loop": while_loop}
-        for module in (_transforms, _checkpoint, _load_module):
+                  "while_loop": while_loop, "cond": cond}
+        for module in (_transforms, _checkpoint, _load_module, _implicit):
             public.update({name: getattr(module, name) for name in module.__all__})
         globals().update(public)
         globals()["__all__"] = ["functions", "spec", "Spec", "Tensor", "grad", "compile", "jit", "Jitted",
                                 "CompiledFunction", "GcompileError", "InputError", "LoweringError", "ShapeError",
                                 "TraceError", "UnsupportedError", "__version__", "optim", "runtime", "nn", "export",
-                                *_transforms.__all__, *_checkpoint.__all__, *_load_module.__all__, "TrainStep",
+                                *_transforms.__all__, *_checkpoint.__all__, *_load_module.__all__,
+                                *_implicit.__all__, "TrainStep",
                                 "export_train", "export_train_step", "tree_util", "register_pytree_node",
-                                "register_dataclass", "vmap", "from_torch", "scan", "fori_loop", "while_loop"]
+                                "register_dataclass", "vmap", "from_torch", "scan", "fori_loop", "while_loop", "cond"]
         globals()["compile"] = compile   # last: its presence marks the library as loaded
     finally:
         _loading = False

@@ -1,5 +1,5 @@
 """Symbolic reverse mode: gc.grad (the engine's call and JAX's transform) and the transforms built on it."""
-from . import loops  # registers the scan op with its VJP rule
+from . import implicit, loops  # noqa: F401  register the VJP rules of the scan, while and root ops
 from .transforms import grad
 
 __all__ = ["grad", "loops"]

@@ -22,9 +22,11 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import functions as F
-from ..frontend.tensor import Tensor, apply_n
+from ..errors import UnsupportedError
+from ..frontend.tensor import Tensor, apply, apply_n
 from ..frontend.trace import trace_body
 from ..ir.graph import Graph, tensor_type
+from ..ops.control import cond_node
 from .batching import align, batch_graph, batching_rule, broadcast
 
 
@@ -96,6 +98,7 @@ def _while(node, ins, batched, size):
     consts, first = ins[:nc], ins[nc]
     nk = len(ins) - nc - 1
     masked = batched[nc]                # the examples may stop at different steps
+    n_ys = a.get("n_ys", 0)
     kb = list(batched[nc + 1:])
     while True:
         if masked:
@@ -107,7 +110,7 @@ def _while(node, ins, batched, size):
             flags = batched[:nc] + kb
             new_body, captured, out_flags = _batched_body(
                 body, [t.type for t in consts + carries], size, lambda params, flags=flags: list(zip(params, flags)),
-                lambda params, outs, kb=tuple(kb): _keep_batched(outs, [False, *kb], size))
+                lambda params, outs, kb=tuple(kb): _keep_batched(outs, [False, *kb, *[False] * n_ys], size))
             if out_flags[0]:
                 masked = True
                 continue
@@ -119,7 +122,14 @@ def _while(node, ins, batched, size):
     n_consts = len(captured) + nc
     if not masked:
         outs = apply_n("while", [*captured, *consts, first, *carries], **{**a, "body": new_body, "n_consts": n_consts})
-        return [c if b else broadcast(c, size) for c, b in zip(outs, kb)]
+        ys = [F.swapaxes(y, 0, 1) if b else broadcast(y, size) for y, b in zip(outs[nk:], out_flags[1 + nk:])]
+        return [c if b else broadcast(c, size) for c, b in zip(outs, kb)] + ys
+    if n_ys:
+        raise UnsupportedError(f"vmap: the while loop at {a['source']} stops at a different step for each example "
+                               "and stacks a value per step (a gradient taken through it inside the vmapped "
+                               "function, or an imported Loop's scan outputs): not supported; take the gradient "
+                               "outside gc.vmap (of the sum of the per-example losses), or make the condition the "
+                               "same for every example")
     active = first if batched[nc] else broadcast(first, size)
     outs = apply_n("while", [*captured, *consts, F.any(active), active, *carries],
                    **{**a, "body": new_body, "n_consts": n_consts})
@@ -142,3 +152,35 @@ def _masked_body(body: Graph, consts: list[Tensor], const_flags: list[bool], car
     return _batched_body(body, types, size,
                          lambda params: list(zip(params[:nc] + params[nc + 1:], const_flags + [True] * len(carries))),
                          finish)
+
+
+@batching_rule("cond")
+def _cond(node, ins, batched, size):
+    """A shared predicate: one cond of the batched branches. A per-example one: both branches run,
+    batched, and each example takes its branch's results (a where, as jax.vmap of lax.cond)."""
+    a = node.attrs
+    pred, ops, flags = ins[0], list(ins[1:]), batched[1:]
+
+    def outputs(body: Graph, params: list[Tensor]) -> list[Tensor]:
+        return [_as_batched(o, size) for o in batch_graph(body, list(zip(params, flags)), size)]
+    if not batched[0]:
+        (then_body, then_captured), (else_body, else_captured) = [
+            trace_body(lambda params, body=body: outputs(body, params), [t.type for t in ops])
+            for body in (a["then_body"], a["else_body"])]
+        return cond_node(pred, ops, then_body, then_captured, else_body, else_captured, a["source"])
+    taken, other = outputs(a["then_body"], ops), outputs(a["else_body"], ops)
+    return [F.where(align(pred, t.ndim - 1), t, e) for t, e in zip(taken, other)]
+
+
+@batching_rule("root")
+def _root(node, ins, batched, size):
+    """One root of the batched system: x stacks every example's (the implicit VJP then solves one
+    block-diagonal system, of size B·n)."""
+    a = node.attrs
+    xi = a["x_index"]
+    ins, flags = list(ins), list(batched)
+    ins[xi], flags[xi] = _as_batched((ins[xi], batched[xi]), size), True
+    body, captured = trace_body(
+        lambda params: [_as_batched(batch_graph(a["body"], list(zip(params, flags)), size)[0], size)],
+        [t.type for t in ins])
+    return [apply("root", [*captured, *ins], body=body, x_index=len(captured) + xi, source=a["source"])]

@@ -27,9 +27,11 @@ import numpy as np
 
 from ..frontend.tensor import Tensor, apply_n, current_frame
 from ..frontend.trace import inline, trace_body
+from ..ir import dims
 from ..ir.graph import Graph, ValueRef, extract, tensor_type
 from ..ir.registry import Trait, has_trait, is_random, supply_vjp
 from ..ops.basic import zeros_like
+from ..ops.control import steps_symbol
 from .engine import grad
 
 
@@ -136,9 +138,12 @@ def _cut(graph: Graph, tangent: set[int], variant: set[int], checkpoint: bool, c
     checkpoint every non-random one). Returns the consts and xs it reads (positions) and the values
     it needs saved by the forward loop (refs of `graph`, in id order)."""
     x_nodes = {r.node for r in x_in}
+    bound = {s for r in [*c_in, *x_in, *seed_in] for d in graph.type_of(r).shape if isinstance(d, str)
+             for s in dims.symbols(d)}
     _, _, first = _walk(graph, c_in, x_in, seed_in,
                         lambda ref, node: node.op == "input" or not (ref.node in tangent
-                                                                     or _recomputed(node, variant, checkpoint)))
+                                                                     or _recomputed(node, variant, checkpoint)
+                                                                     or _ragged(node, bound)))
     saved = _cheap_from_saved(graph, _before_copies(graph, first, variant, x_nodes), variant, x_nodes)
     return _walk(graph, c_in, x_in, seed_in, lambda ref, node: ref in saved)
 
@@ -227,6 +232,13 @@ def _cheap_from_saved(graph: Graph, saved: list[ValueRef], variant: set[int], fr
     return kept
 
 
+def _ragged(node, bound: set[str]) -> bool:
+    """Whether an output of `node` has a dim no body input binds (a while loop's number of steps): its
+    size may change from step to step, so the forward loop cannot stack it; the backward recomputes it."""
+    return not is_random(node) and any(s not in bound for t in node.outputs for d in t.shape if isinstance(d, str)
+                                       for s in dims.symbols(d))
+
+
 def _recomputed(node, variant: set[int], checkpoint: bool) -> bool:
     if is_random(node):
         return False
@@ -234,3 +246,95 @@ def _recomputed(node, variant: set[int], checkpoint: bool) -> bool:
 
 
 supply_vjp("scan", _scan_vjp)
+
+
+# -- while ----------------------------------------------------------------------------------------------------
+def _while_vjp(grads, inputs, outputs, *, body: Graph, n_consts: int, source: str, n_ys: int = 0, steps=None,
+               saved: bool = False):
+    """Reverse mode through a while loop of body B(c, k) -> (go, k', y): the forward node is made to
+    stack the carry at the start of each step as extra ys (saved=True; an ONNX Loop scan output of
+    run-time length), and the backward is a reverse scan over those steps, its length the loop's
+    `steps` symbol, whose body computes B again from the step's saved carry and asks gc.grad for the
+    cotangents of the carry and the float consts, weighted by the new carry's and the y's
+    cotangents; it carries the carry's cotangent and one accumulator per float const. Only the
+    carries are kept (not every intermediate): the step runs twice, the memory is one carry per
+    step. The backward is an ordinary scan reading the saved ys, so differentiating it again
+    (second order) sends a cotangent to those ys, which this rule takes like any y's."""
+    nc = n_consts
+    nk = len(inputs) - nc - 1
+    consts, init = inputs[:nc], inputs[nc + 1:]
+    graph = current_frame().graph
+    forward = graph.nodes[outputs[0].ref.node] if outputs else None
+    if not saved:   # stack each step's starting carries: B(c, k) -> (go, k', y, k)
+        assert forward is not None
+        steps = steps or steps_symbol()
+        first = len(forward.outputs)
+        new_body = extract(body, list(body.inputs), list(body.outputs) + list(body.inputs[nc:]))
+        forward.attrs = {**forward.attrs, "body": new_body, "n_ys": n_ys + nk, "steps": steps, "saved": True}
+        forward.outputs = forward.outputs + [_stacked(t.type, steps) for t in init]
+        outputs = outputs + [Tensor(graph, forward.out(first + i), forward.outputs[first + i]) for i in range(nk)]
+        grads = grads + [None] * nk
+        body, n_ys = new_body, n_ys + nk
+    carried = outputs[nk + n_ys - nk:]                                     # the carries at each step's start
+    fk = [i for i in range(nk) if init[i].dtype.kind == "f"]
+    fc = [i for i in range(nc) if consts[i].dtype.kind == "f"]
+    ys_in = [j for j in range(n_ys) if grads[nk + j] is not None and outputs[nk + j].dtype.kind == "f"]
+    if not fk and not fc:
+        return [None] * len(inputs)
+    n_fk, n_fc = len(fk), len(fc)
+
+    def backward(v: list[Tensor]) -> list[Tensor]:
+        c, k_bar, acc = v[:nc], v[nc:nc + n_fk], v[nc + n_fk:nc + n_fk + n_fc]
+        k, y_bar = v[nc + n_fk + n_fc:nc + n_fk + n_fc + nk], v[nc + n_fk + n_fc + nk:]
+        outs = inline(body, c + k)
+        targets = [outs[1 + i] for i in fk] + [outs[1 + nk + j] for j in ys_in]
+        g = grad(targets, [k[i] for i in fk] + [c[i] for i in fc], k_bar + y_bar)
+        return [*g[:n_fk], *(a + b for a, b in zip(acc, g[n_fk:]))]
+
+    types = ([t.type for t in consts] + [init[i].type for i in fk] + [consts[i].type for i in fc]
+             + [t.type for t in init] + [body.type_of(body.outputs[1 + nk + j]) for j in ys_in])
+    back_body, captured = trace_body(backward, types)
+    assert not captured, "the backward body reads only its inputs"
+    operands = ([*consts] + [zeros_like(init[i]) if grads[i] is None else grads[i] for i in fk]
+                + [zeros_like(consts[i]) for i in fc] + list(carried) + [grads[nk + j] for j in ys_in])
+    outs = apply_n("scan", operands, body=back_body, n_consts=nc, n_carry=n_fk + n_fc, reverse=True,
+                   length=steps, checkpoint=False)
+    result: list[Tensor | None] = [None] * len(inputs)
+    for pos, i in enumerate(fk):
+        result[nc + 1 + i] = outs[pos]
+    for pos, i in enumerate(fc):
+        result[i] = outs[n_fk + pos]
+    return result
+
+
+supply_vjp("while", _while_vjp)
+
+
+# -- cond -----------------------------------------------------------------------------------------------------
+def _cond_vjp(grads, inputs, outputs, *, then_body: Graph, else_body: Graph, source: str):
+    """The backward of a branch is a branch: a cond on the same predicate whose bodies are each branch's
+    VJP (gc.grad of the branch w.r.t. its float operands, weighted by the outputs' cotangents)."""
+    pred, ops = inputs[0], inputs[1:]
+    wrt = [i for i, t in enumerate(ops) if t.dtype.kind == "f"]
+    seeded = [j for j, g in enumerate(grads) if g is not None and outputs[j].dtype.kind == "f"]
+    result: list[Tensor | None] = [None] * len(inputs)
+    if not wrt or not seeded:
+        return result
+
+    def branch(body: Graph) -> Graph:
+        def fn(v: list[Tensor]) -> list[Tensor]:
+            x, seeds = v[:len(ops)], v[len(ops):]
+            outs = inline(body, x)
+            return grad([outs[j] for j in seeded], [x[i] for i in wrt], seeds)
+        traced, captured = trace_body(fn, [t.type for t in ops] + [outputs[j].type for j in seeded])
+        assert not captured, "a branch's VJP reads only its inputs"
+        return traced
+
+    outs = apply_n("cond", [pred, *ops, *[grads[j] for j in seeded]], then_body=branch(then_body),
+                   else_body=branch(else_body), source=source)
+    for i, g in zip(wrt, outs):
+        result[1 + i] = g
+    return result
+
+
+supply_vjp("cond", _cond_vjp)

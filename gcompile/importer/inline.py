@@ -30,6 +30,7 @@ from ..ops.reduce import count
 from ..passes.fold import MAX_FOLD_ELEMENTS
 from . import sizes
 from .table import DOMAINS, TRANSLATORS, NotSymbolic, SymInts, TensorSequence
+from .translators.control import if_node
 from .validate import node_name, tensor_array
 
 _COUNTABLE = {np.dtype(t) for t in ("float32", "float64", "int32", "int64")}
@@ -307,15 +308,29 @@ class Inliner:
     def _if(self, ctx, env):
         if not ctx.proto.input or ctx.proto.input[0] not in env:
             raise GcompileError(f"{ctx.describe()} reads a condition that no earlier node produces")
-        cond = ctx.known(env[ctx.proto.input[0]], "condition")
+        value = env[ctx.proto.input[0]]
+        if isinstance(value, Tensor) and value.ref not in self.deferred:   # computed from data: both branches
+            return if_node(ctx, value, lambda name: self._branch(ctx, env, name, restore=True))
+        cond = ctx.known(value, "condition")
         if cond.size != 1:
             raise ctx.unsupported(f"the condition has {cond.size} elements, not one")
         name = "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
         branch = ctx.attr(name)
         if branch is None:
             raise ctx.unsupported(f"the condition selects its {name}, which it lacks")
+        return self._branch(ctx, env, name)
+
+    def _branch(self, ctx, env, name: str, restore: bool = False) -> list:
+        """Translate the If's branch `name` on `env`; with restore=True (a branch traced into a body of
+        its own) what it learns about dims stays inside it."""
+        branch = ctx.attr(name)
+        saved = dict(self.dim_sources), set(self.deferred)
         scope = ChainMap({}, env)
-        self.run(branch, scope)
+        try:
+            self.run(branch, scope)
+        finally:
+            if restore:
+                self.dim_sources, self.deferred = saved
         missing = [o.name for o in branch.output if o.name not in scope]
         if missing:
             raise GcompileError(f"{ctx.describe()}: its {name} does not compute its outputs {missing}")

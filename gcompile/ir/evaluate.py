@@ -51,4 +51,7 @@ def _run(graph: Graph, values: dict, needed: set, bindings: dict) -> None:
         results = result if isinstance(result, tuple) else (result,)
         for i, (r, t) in enumerate(zip(results, node.outputs)):
             values[node.out(i)] = np.asarray(r, dtype=t.dtype)
+            for d, n in zip(t.shape, np.shape(r)):   # a dim known once the node ran (a while loop's steps)
+                if isinstance(d, str) and "*" not in d:
+                    bindings.setdefault(d, n)
 

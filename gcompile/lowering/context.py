@@ -57,6 +57,7 @@ class LowerContext:
             self._const_cache, self._used_names = parent._const_cache, parent._used_names
             self._unnamed = parent._unnamed
         self._symbol_sources: dict[str, tuple[str, int]] = {}
+        self._local_symbols: set[str] = set()     # bound here by a loop's result (bind_symbol), not by an input
         for name, ref in zip(input_names, graph.inputs):
             for axis, d in enumerate(graph.type_of(ref).shape):
                 if isinstance(d, str) and "*" not in d:
@@ -170,6 +171,26 @@ class LowerContext:
         owner = self._current.name if self._current is not None else "if"
         return helper.make_graph(child.nodes, f"{owner}_branch", [], infos)
 
+    def inline_branch(self, body: Graph, outer: Sequence[str], types: Sequence[TensorType]) -> onnx.GraphProto:
+        """`body` (a Graph attribute of the node being lowered) as an If branch: no inputs, its inputs
+        read from the outer values `outer`; outputs of dtypes `types` (shapes left out, as branch's)."""
+        child = LowerContext(body, self.opset, list(outer), parent=self)
+        child._current = self._current
+        names: dict[ValueRef, str] = dict(zip(body.inputs, outer))
+        child.lower_nodes(names)
+        produced = {o for n in child.nodes for o in n.output}
+        outs, used = [], set()
+        for ref in body.outputs:
+            name = names[ref]
+            if name not in produced or name in used:
+                name = child.emit("Identity", [name])
+            used.add(name)
+            outs.append(name)
+        infos = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), None)
+                 for name, t in zip(outs, types)]
+        owner = self._current.name if self._current is not None else "if"
+        return helper.make_graph(child.nodes, f"{owner}_branch", [], infos)
+
     # -- names -------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
         name, k = hint, 1
@@ -278,7 +299,8 @@ class LowerContext:
         shape = tuple(shape)
         if dims.is_static(shape):
             return self.int64s(shape)
-        if self.parent is not None and self.parent._computes(shape):
+        local = any(s in self._local_symbols for d in shape if isinstance(d, str) for s in dims.symbols(d))
+        if self.parent is not None and not local and self.parent._computes(shape):
             saved, self.parent._current = self.parent._current, None
             try:
                 return self.parent.shape_tensor(shape)
@@ -292,6 +314,14 @@ class LowerContext:
         self._current = saved
         self._shape_cache[shape] = name
         return name
+
+    def bind_symbol(self, symbol: str, count: str) -> None:
+        """Make `count` (a [1] int64 tensor of this graph) the run-time value of `symbol`, a dim no input
+        carries: the number of steps a while loop took (ops/control.py). It takes precedence over an
+        outer graph's symbol of the same name (the loop's copies in other bodies)."""
+        self._symbol_sources[symbol] = (count, 0)
+        self._shape_cache[("dim", symbol)] = count
+        self._local_symbols.add(symbol)
 
     def _dim_tensor(self, dim) -> str:
         key = ("dim", dim)

@@ -28,13 +28,14 @@ from onnx import helper
 from ..errors import GcompileError, ShapeError, TraceError
 from ..frontend import pytree
 from ..frontend.source import user_location
-from ..frontend.tensor import Tensor, apply_n, as_tensor
-from ..frontend.trace import is_output_leaf, trace_body
+from ..frontend.tensor import Tensor, apply_n, as_tensor, current_frame
+from ..frontend.trace import inline, is_output_leaf, trace_body
 from ..ir import dims
 from ..ir.evaluate import bind_symbols, evaluate
 from ..ir.graph import Graph, Node, TensorType, ValueRef, extract, tensor_type
 from ..ir.registry import defop, supplied_vjp
 from .basic import full
+from .elementwise import logical_and
 from .indexing import concat, stack
 from .shape import reshape
 
@@ -354,11 +355,22 @@ def narrow_scan(graph: Graph, node: Node, consts: list[int], frozen: list[int], 
 
 
 # -- while_loop -------------------------------------------------------------------------------------------------
-def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any) -> Any:
+def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init_val: Any,
+               checkpoint_every: int | None = None) -> Any:
     """Repeat value = body_fun(value) while cond_fun(value) (a bool scalar Tensor), as
-    jax.lax.while_loop; returns the final value. The trip count is only known at run time, so it
-    lowers to an ONNX Loop with a condition and is forward-only: differentiating through it is an
-    error (use scan or fori_loop, whose trip count is static)."""
+    jax.lax.while_loop; returns the final value. The trip count is only known at run time: it
+    lowers to an ONNX Loop with a condition.
+
+    Reverse mode works (gradients/loops.py): the forward loop then also stacks the carry at the
+    start of each step (an ONNX Loop scan output, of run-time length), and the backward is a loop
+    over those steps in reverse (an ONNX Scan), applying the step's VJP to each saved carry (the
+    step is computed again there: the memory kept is the carries only). Tensors of the enclosing
+    function used in the loop get gradients too. Second order comes from the same rules.
+
+    checkpoint_every=k keeps one carry every k steps instead: the loop becomes a loop over blocks of
+    at most k steps (an inner while loop), so reverse mode saves the carry at each block's start and
+    recomputes a block's carries when its backward runs (about n/k + k carries kept for n steps,
+    each step run three times)."""
     where = user_location()
     carry, tree = _flatten(init_val, "while_loop's init_val")
 
@@ -368,46 +380,231 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
             raise TraceError(f"while_loop: cond_fun must return a bool scalar Tensor, got {c.type} (at {where})")
         return c
 
-    def step(values: list[Tensor]) -> list[Tensor]:
+    def step(values: list[Tensor]) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         new, new_tree = _flatten(body_fun(pytree.unflatten(tree, values)), "the value returned by body_fun")
         if new_tree != tree:
             raise TraceError(f"while_loop: body_fun returned a value of another structure than init_val "
                              f"(at {where})")
         _check_types("while_loop", tree, [t.type for t in values], [t.type for t in new], where)
-        return [condition(new), *new]
+        return condition(new), new, []
 
-    first = condition(carry)
-    body, consts = trace_body(step, [t.type for t in carry])
-    outs = apply_n("while", [*consts, first, *carry], body=body, n_consts=len(consts), source=where)
-    return pytree.unflatten(tree, outs)
+    if checkpoint_every is not None:
+        if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, (int, np.integer)) \
+                or checkpoint_every < 1:
+            raise GcompileError(f"while_loop: checkpoint_every must be a positive int, got {checkpoint_every!r} "
+                                f"(at {where})")
+        k = int(checkpoint_every)
+
+        def block(values: list[Tensor]) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+            def inner(v: list[Tensor]) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+                go, new, _ = step(v[1:])
+                return logical_and(go, v[0] + 1 < k), [v[0] + 1, *new], []
+            # the outer loop runs a block only while the condition holds: its first step always runs
+            done, _ = while_node(inner, as_tensor(np.array(True)), [as_tensor(np.int64(0)), *values], where)
+            return condition(done[1:]), done[1:], []
+        finals, _ = while_node(block, condition(carry), carry, where)
+    else:
+        finals, _ = while_node(step, condition(carry), carry, where)
+    return pytree.unflatten(tree, finals)
 
 
-def _while_infer(types, *, body: Graph, n_consts: int, source: str):
-    return [body.type_of(r) for r in body.outputs[1:]]
+def while_node(step: Callable[[list[Tensor]], tuple[Tensor, list[Tensor], list[Tensor]]], first: Tensor,
+               carry: list[Tensor], where: str) -> tuple[list[Tensor], list[Tensor]]:
+    """One `while` node: while the condition holds (`first` before the first step), carry, ys =
+    step(carry)[1:], where step(carry) returns (condition for the next step, new carry, ys). Returns
+    the final carry and the ys stacked on a new axis 0 whose length, the number of steps taken, is a
+    new symbolic dim (steps_symbol). The importer's run-time Loop is this; gc.while_loop has no ys."""
+    def traced(values: list[Tensor]) -> list[Tensor]:
+        go, new, ys = step(values)
+        if len(new) != len(values):
+            raise TraceError(f"while: the step returned {len(new)} carries for {len(values)} (at {where})")
+        for old, now in zip(values, new):
+            if old.type != now.type:
+                raise TraceError(f"while: a carry of type {old.type} became {now.type}; a carry keeps its dtype "
+                                 f"and shape from step to step (at {where})")
+        ys_seen[:] = [len(ys)]
+        return [go, *new, *ys]
+
+    ys_seen = [0]
+    body, consts = trace_body(traced, [t.type for t in carry])
+    outs = apply_n("while", [*consts, first, *carry], body=body, n_consts=len(consts), source=where,
+                   n_ys=ys_seen[0], steps=steps_symbol() if ys_seen[0] else None, saved=False)
+    return outs[:len(carry)], outs[len(carry):]
 
 
-def _while_reference(*arrays, body: Graph, n_consts: int, source: str):
-    consts, go, carry = list(arrays[:n_consts]), bool(arrays[n_consts]), list(arrays[n_consts + 1:])
+def steps_symbol() -> str:
+    """A new symbolic dim for the number of steps a while loop takes (the length of its stacked ys),
+    known only once it has run: named after the node about to be recorded and the depth of nesting
+    (lowering binds it where the loop runs, the evaluator from the loop's result)."""
+    frame, depth = current_frame(), 0
+    while frame.parent is not None:
+        frame, depth = frame.parent, depth + 1
+    return f"steps{depth}_{current_frame().graph.mark()}"
+
+
+def _while_parts(node_inputs: list, n_consts: int) -> tuple[list, Any, list]:
+    return node_inputs[:n_consts], node_inputs[n_consts], node_inputs[n_consts + 1:]
+
+
+def _while_infer(types, *, body: Graph, n_consts: int, source: str, n_ys: int = 0, steps=None, saved: bool = False):
+    inner = [body.type_of(r) for r in body.inputs]
+    outs = [body.type_of(r) for r in body.outputs]
+    consts, first, carries = _while_parts(types, n_consts)
+    nk = len(carries)
+    if len(inner) != n_consts + nk or len(outs) != 1 + nk + n_ys:
+        raise ShapeError(f"while: {len(types)} operands and {n_ys} ys for a body of {len(inner)} inputs and "
+                         f"{len(outs)} outputs")
+    if first != _scalar(np.bool_) or outs[0] != _scalar(np.bool_):
+        raise ShapeError(f"while: the condition must be a bool scalar, got {first} and {outs[0]}")
+    for outer, step, new in zip(carries, inner[n_consts:], outs[1:]):
+        if not outer == step == new:
+            raise ShapeError(f"while: a carry of type {outer} has body input {step} and output {new}")
+    if n_ys and steps is None:
+        raise ShapeError("while: stacked ys need a symbol for the number of steps")
+    return outs[1:1 + nk] + [tensor_type(t.dtype, (steps, *t.shape)) for t in outs[1 + nk:]]
+
+
+def _while_reference(*arrays, body: Graph, n_consts: int, source: str, n_ys: int = 0, steps=None,
+                     saved: bool = False):
+    consts, go, carry = _while_parts(list(arrays), n_consts)
+    go, carry = bool(go), list(carry)
+    nk = len(carry)
+    ys: list = []
     while go:
         outs = evaluate(body, consts + carry)
-        go, carry = bool(outs[0]), outs[1:]
-    return tuple(carry)
+        go, carry = bool(outs[0]), outs[1:1 + nk]
+        ys.append(outs[1 + nk:])
+    if ys:
+        stacked = [np.stack([y[j] for y in ys]) for j in range(n_ys)]
+    else:   # the y shapes, from the body's types with the symbols its operands bind
+        bound = bind_symbols(body, consts + carry)
+        stacked = [np.zeros((0, *dims.resolve_shape(body.type_of(r).shape, bound)), body.type_of(r).dtype)
+                   for r in body.outputs[1 + nk:]]
+    return tuple(carry) + tuple(stacked)
 
 
 def _while_lower(ctx, names, node: Node):
-    nc = node.attrs["n_consts"]
-    body: Graph = node.attrs["body"]
-    graph = ctx.subgraph(body, names[:nc] + [None] * (len(names) - nc - 1),
+    """An ONNX Loop with a condition and no trip count; the ys are its scan outputs, each step's as a
+    row of shape (1, ...): onnx's ReferenceEvaluator (1.23) joins a Loop's scan outputs with
+    numpy.vstack, which stacks only rows, and the Reshape after the Loop drops the 1 where a runtime
+    stacks them. ONNX Runtime (1.31) gives a zero-step Loop's scan outputs shape (0,): that Reshape
+    gives them their rank back too. The number of steps (the `steps` symbol, for the shapes of what
+    reads the ys) is the first one's leading dim."""
+    a = node.attrs
+    nc = a["n_consts"]
+    body: Graph = a["body"]
+    nk = len(names) - nc - 1
+    graph = ctx.subgraph(body, names[:nc] + [None] * nk,
                          head=[("iteration", _scalar(np.int64)), ("condition", _scalar(np.bool_))])
-    return ctx.emit("Loop", ["", *names[nc:]], n_out=len(node.outputs), body=graph)
+    n_ys = a.get("n_ys", 0)
+    if n_ys:   # each step's y as one row, (1, ...): onnx's ReferenceEvaluator (1.23) vstacks them
+        axes = ctx.int64s([0])
+        for out, ref in zip(graph.output[len(graph.output) - n_ys:], body.outputs[1 + nk:]):
+            t = body.type_of(ref)
+            row = ctx.fresh(f"{out.name}_row")
+            graph.node.append(helper.make_node("Unsqueeze", [out.name, axes], [row]))
+            out.CopyFrom(helper.make_tensor_value_info(row, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)),
+                                                       [1, *t.shape]))
+    outs = _as_list(ctx.emit("Loop", ["", *names[nc:]], n_out=len(node.outputs), body=graph))
+    if not n_ys:
+        return outs
+    ctx.bind_symbol(a["steps"], ctx.emit("Shape", [outs[nk]], start=0, end=1))
+    return outs[:nk] + [ctx.emit("Reshape", [y, ctx.shape_tensor(t.shape)])
+                        for y, t in zip(outs[nk:], node.outputs[nk:])]
 
 
-def _while_vjp(grads, inputs, outputs, *, body: Graph, n_consts: int, source: str):
-    raise GcompileError(f"gc.while_loop (at {source}) is not reverse-differentiable: its trip count is only known "
-                        "at run time, so there is no static loop to run backwards. Use gc.fori_loop or gc.scan with "
-                        "a static number of steps, or F.stop_gradient on the loop's inputs")
+# The VJP rule differentiates the body with gc.grad, so gradients/loops.py supplies it (ARCHITECTURE.md §2).
+defop("while", infer=_while_infer, reference=_while_reference, lower=_while_lower, vjp=supplied_vjp("while"))
+
+# -- cond: a branch chosen at run time ------------------------------------------------------------------------
+def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any) -> Any:
+    """true_fun(*operands) if pred else false_fun(*operands), as jax.lax.cond, with pred a bool scalar
+    Tensor known only at run time: an ONNX If, which runs one branch. Both branches return the same
+    structure of Tensors of the same dtypes and shapes. Differentiable: the backward is a `cond`
+    on the same pred whose branches are the two branches' VJPs (so every order is one too)."""
+    where = user_location()
+    pred = as_tensor(pred)
+    if pred.dtype != np.bool_ or pred.shape != ():
+        raise TraceError(f"cond: pred must be a bool scalar Tensor, got {pred.type} (at {where})")
+    args = [as_tensor(x) for x in operands]
+    trees: list = []
+
+    def branch(fun):
+        def traced(v: list[Tensor]) -> list[Tensor]:
+            leaves, tree = _flatten(fun(*v), "cond's branch result")
+            trees.append(tree)
+            return leaves
+        return trace_body(traced, [t.type for t in args])
+    then_body, then_captured = branch(true_fun)
+    else_body, else_captured = branch(false_fun)
+    if trees[0] != trees[1]:
+        raise TraceError(f"cond: the two branches return values of different structures (at {where})")
+    outs = cond_node(pred, args, then_body, then_captured, else_body, else_captured, where)
+    return pytree.unflatten(trees[0], outs)
 
 
-defop("while", infer=_while_infer, reference=_while_reference, lower=_while_lower, vjp=_while_vjp)
+def cond_node(pred: Tensor, args: list[Tensor], then_body: Graph, then_captured: list[Tensor], else_body: Graph,
+              else_captured: list[Tensor], where: str) -> list[Tensor]:
+    """One `cond` node from two bodies traced on `args` (each reading its captured Tensors first):
+    both are made to read [args, then's captures, else's captures]."""
+    n, nt = len(args), len(then_captured)
+    types = [t.type for t in args + then_captured + else_captured]
+    for body, other in ((then_body, else_body), (else_body, then_body)):
+        mine = [body.type_of(r) for r in body.outputs]
+        theirs = [other.type_of(r) for r in other.outputs]
+        if mine != theirs:
+            raise TraceError(f"cond: the branches return {[str(t) for t in mine]} and {[str(t) for t in theirs]}; "
+                             f"both must return the same dtypes and shapes (at {where})")
+    then_all, _ = trace_body(lambda v: inline(then_body, v[n:n + nt] + v[:n]), types)
+    else_all, _ = trace_body(lambda v: inline(else_body, v[n + nt:] + v[:n]), types)
+    return apply_n("cond", [pred, *args, *then_captured, *else_captured], then_body=then_all, else_body=else_all,
+                   source=where)
+
+
+def _cond_infer(types, *, then_body: Graph, else_body: Graph, source: str):
+    if types[0] != _scalar(np.bool_):
+        raise ShapeError(f"cond: the predicate must be a bool scalar, got {types[0]}")
+    for body in (then_body, else_body):
+        if [body.type_of(r) for r in body.inputs] != list(types[1:]):
+            raise ShapeError("cond: a branch's inputs differ from the operands")
+    return [then_body.type_of(r) for r in then_body.outputs]
+
+
+def _cond_reference(pred, *arrays, then_body: Graph, else_body: Graph, source: str):
+    return tuple(evaluate(then_body if bool(pred) else else_body, list(arrays)))
+
+
+def _cond_lower(ctx, names, node: Node):
+    """An ONNX If whose branches read the operands from the enclosing graph."""
+    a = node.attrs
+    return ctx.emit("If", [names[0]], n_out=len(node.outputs),
+                    then_branch=ctx.inline_branch(a["then_body"], names[1:], node.outputs),
+                    else_branch=ctx.inline_branch(a["else_body"], names[1:], node.outputs))
+
+
+# The VJP rule differentiates the branches with gc.grad: gradients/loops.py supplies it.
+defop("cond", infer=_cond_infer, reference=_cond_reference, lower=_cond_lower, vjp=supplied_vjp("cond"))
+
+
+# -- root: implicit differentiation ---------------------------------------------------------------------------
+def _root_infer(types, *, body: Graph, x_index: int, source: str):
+    inner = [body.type_of(r) for r in body.inputs]
+    if inner != list(types):
+        raise ShapeError(f"root: operands {[str(t) for t in types]} for a body of inputs {[str(t) for t in inner]}")
+    (residual,) = [body.type_of(r) for r in body.outputs]
+    if residual != types[x_index]:
+        raise ShapeError(f"root: the function whose root is found gives {residual} for an x of type {types[x_index]}; "
+                         "it must give one value per element of x")
+    return [types[x_index]]
+
+
+def _root_lower(ctx, names, node: Node):
+    return ctx.emit("Identity", [names[node.attrs["x_index"]]])
+
+
+# x = root(..., x*, ...): the solution x* of body(..., x, ...) = 0 found by any solver, passed on; its VJP,
+# by the implicit function theorem, is one linear solve (gradients/implicit.py supplies it).
+defop("root", infer=_root_infer, reference=lambda *arrays, body, x_index, source: arrays[x_index],
+      lower=_root_lower, vjp=supplied_vjp("root"))
 
 __all__: list[str] = []   # gc.scan, gc.fori_loop, gc.while_loop: exported by gcompile/__init__.py

@@ -56,6 +56,15 @@ def _halve(x, limit):
     return gc.while_loop(lambda v: F.sum(F.abs(v[0])) > limit, lambda v: (v[0] * 0.5, v[1] + 1), (x, np.int64(0)))
 
 
+def _branch(x, y):
+    return gc.cond(F.sum(x) > 0, lambda x, y: x * y, lambda x, y: F.tanh(x) - y, x, y)
+
+
+def _root(t):
+    return gc.custom_root(lambda x, t: x + 0.3 * F.tanh(x) - t, F.zeros_like(t), t,
+                          solver=lambda h, x: gc.fori_loop(0, 30, lambda i, x: x - 0.5 * h(x), x))
+
+
 SAMPLES: dict[str, Sample] = {
     "after": Sample(lambda x, t: apply("after", [x, t]), [rand(B, 2), rand(B, 3)], [0, 0]),
     "argmax": Sample(lambda x: (F.argmax(x, axis=-1), F.argmax(x)), [rand(B, 3, 4)], [0]),
@@ -123,5 +132,7 @@ SAMPLES: dict[str, Sample] = {
     "topk": Sample(lambda x: F.topk(x, 2, axis=0), [rand(B, 3, 4)], [0]),
     "transpose": Sample(lambda x: F.transpose(x, (2, 0, 1)), [rand(B, 2, 3, 4)], [0]),
     "vector_norm": Sample(lambda x: F.vector_norm(x, 3, axis=-1), [rand(B, 3, 4)], [0]),
+    "cond": Sample(_branch, [rand(B, 3), rand(B, 3)], [0, 0]),
+    "root": Sample(_root, [rand(B, 3)], [0]),
     "while": Sample(_halve, [rand(B, 3) * np.array([[1.0], [10.0], [100.0]]), np.array([1.0, 5.0, 0.1])], [0, 0]),
 }

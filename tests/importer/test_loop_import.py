@@ -1,12 +1,14 @@
 """ONNX Scan and Loop through gc.load_onnx: hand-built models against onnxruntime's kernels (scan axes and
-directions, outer-scope reads, the iteration number, the unrolled fallback), gradients through an
-imported loop, and the refusals."""
+directions, outer-scope reads, the iteration number, the unrolled fallback), loops with a run-time trip
+count or a data-dependent stop and If on data (against onnxruntime, gradients against finite differences),
+gradients through an imported loop, and the refusals."""
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 import gcompile as gc
+import gcompile.functions as F
 from gcompile.testing import check_grad
 
 from .helpers import model
@@ -130,20 +132,108 @@ def test_loop_gradient():
     check_grad(lambda *xs: f(*xs), [feeds[n] for n in f.input_names], order=2)
 
 
-def test_loops_that_stop_on_data_or_at_a_run_time_count_are_refused():
-    m, feeds = loop_model(4, cond_out="data")
-    with pytest.raises(gc.UnsupportedError, match="condition output is computed at run time"):
-        _compiled(m, feeds)
-    m, feeds = loop_model(4)
+def run_time_loop_model(dtype=np.float64, with_count=True, with_condition=True):
+    """Loop(M, cond) over s <- tanh(s * w) + s * scale + X[i] while sum(s) < limit, at most M times
+    (M a graph input: known only at run time); scan outputs s_new and s * s."""
+    cond_nodes = ([helper.make_node("ReduceSum", ["s_new"], ["total"], keepdims=0),
+                   helper.make_node("Less", ["total", "limit"], ["go"])] if with_condition
+                  else [helper.make_node("Identity", ["cond_in"], ["go"])])
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["s", "w"], ["sw"]), helper.make_node("Tanh", ["sw"], ["t"]),
+         helper.make_node("Mul", ["s", "scale"], ["ss"]), helper.make_node("Add", ["t", "ss"], ["u"]),
+         helper.make_node("Gather", ["X", "i"], ["x_i"], axis=0), helper.make_node("Add", ["u", "x_i"], ["s_new"]),
+         *cond_nodes, helper.make_node("Identity", ["go"], ["cond"]),
+         helper.make_node("Mul", ["s", "s"], ["sq"])], "body",
+        [_info("i", TensorProto.INT64, []), _info("cond_in", TensorProto.BOOL, []), _info("s", _float(dtype))],
+        [_info("cond", TensorProto.BOOL, []), _info("s_new", _float(dtype)), _info("s_new", _float(dtype)),
+         _info("sq", _float(dtype))])
+    rng = np.random.default_rng(2)
+    feeds = {"s0": (rng.standard_normal(3) * 0.3).astype(dtype), "w": rng.standard_normal(3).astype(dtype),
+             "scale": (rng.standard_normal(3) * 0.3 + 0.8).astype(dtype),
+             "X": (rng.standard_normal((20, 3)) * 0.3 + 0.4).astype(dtype)}
+    if with_count:
+        feeds["M"] = np.array(6, np.int64)
+    m = model([helper.make_node("Loop", ["M" if with_count else "", "", "s0"], ["s_final", "ys", "sqs"], body=body)],
+              [(k, v.shape) for k, v in feeds.items()], [("s_final", None), ("ys", None), ("sqs", None)],
+              [("limit", np.array(3.0, dtype))], opset=21, dtype=dtype)
+    if with_count:   # an int64 graph input
+        next(i for i in m.graph.input if i.name == "M").type.tensor_type.elem_type = TensorProto.INT64
+    return m, feeds
+
+
+@pytest.mark.parametrize("with_count, with_condition", [(True, True), (True, False), (False, True)])
+def test_loops_with_a_run_time_trip_count_or_a_data_dependent_stop_match_onnxruntime(with_count, with_condition):
+    m, feeds = run_time_loop_model(np.float32, with_count, with_condition)
+    f = gc.load_onnx(m)
+    specs = [gc.spec(np.shape(feeds[n]), feeds[n].dtype) for n in f.input_names]
+    cf = gc.compile(lambda *xs: f(*xs), *specs, provider="cpu")
+    assert "Loop" in {n.op_type for n in cf.model.graph.node}
+    counts = [0, 1, 2, 6, 20] if with_count else [None]
+    lengths = set()
+    for count in counts:
+        run = {**feeds, **({"M": np.array(count, np.int64)} if with_count else {})}
+        got = cf(*[run[n] for n in f.input_names])
+        expected = _ort(m, run)
+        lengths.add(len(got[1]))
+        for g, e in zip(got, expected):
+            if e.size == 0:   # onnxruntime gives the stacked outputs of zero iterations shape (0,)
+                assert g.shape == (0, 3)
+                continue
+            np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+    assert len(lengths) >= min(3, len(counts))   # the stacked outputs' length is the run-time number of steps
+
+
+@pytest.mark.parametrize("with_count, with_condition", [(True, True), (True, False), (False, True)])
+def test_gradients_through_a_run_time_loop_against_finite_differences(with_count, with_condition):
+    m, feeds = run_time_loop_model(np.float64, with_count, with_condition)
+    f = gc.load_onnx(m)
+
+    def fn(*xs):   # the stacked outputs' length is only known at run time: check_grad weighs their sums
+        s, ys, sqs = f(*xs)
+        return s, F.sum(ys * F.tanh(ys)), F.sum(sqs)
+    for count in ([0, 1, 6] if with_count else [None]):
+        run = {**feeds, **({"M": np.array(count, np.int64)} if with_count else {})}
+        for order in (1, 2):
+            check_grad(fn, [run[n] for n in f.input_names], order=order)
+
+
+def if_model(dtype=np.float64):
+    """If(sum(x) > 0): tanh(x * w) + w, else x * x * w: the condition comes from data."""
+    then = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["xw"]), helper.make_node("Tanh", ["xw"], ["t"]),
+                              helper.make_node("Add", ["t", "w"], ["a"])], "then", [], [_info("a", _float(dtype))])
+    other = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["xx"]),
+                               helper.make_node("Mul", ["xx", "w"], ["b"])], "else", [], [_info("b", _float(dtype))])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+             helper.make_node("Greater", ["total", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    return model(nodes, [("x", (4,)), ("w", (4,))], [("y", None)], [("zero", np.array(0, dtype))], opset=21,
+                 dtype=dtype)
+
+
+def test_an_if_on_data_imports_both_branches_and_differentiates():
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal(4)
+    f32 = if_model(np.float32)
+    f = gc.load_onnx(f32)
+    cf = gc.compile(lambda x, w: f(x, w), gc.spec((4,)), gc.spec((4,)), provider="cpu")
+    assert "If" in {n.op_type for n in cf.model.graph.node}
+    g = gc.load_onnx(if_model())
+    for x in (np.abs(rng.standard_normal(4)), -np.abs(rng.standard_normal(4))):
+        got = cf(x.astype(np.float32), w.astype(np.float32))
+        np.testing.assert_allclose(got, _ort(f32, {"x": x.astype(np.float32), "w": w.astype(np.float32)})[0],
+                                   rtol=1e-5, atol=1e-6)
+        for order in (1, 2):
+            check_grad(lambda x, w: g(x, w), [x, w], order=order, symbolic=False)
+
+
+def test_a_loop_needing_its_run_time_iteration_number_at_import_time_is_refused():
+    m, feeds = loop_model(4, use_iteration="slice")
     m.graph.node[0].input[0] = "n"
     m.graph.input.append(_info("n", TensorProto.INT64, []))
     f = gc.load_onnx(m)
-    with pytest.raises(gc.UnsupportedError, match="trip count must be known at import time"):
+    with pytest.raises(gc.UnsupportedError, match="needs its iteration number at import time"):
         gc.compile(lambda *xs: f(*xs), *[gc.spec(np.shape(feeds.get(n, 0)), "int64" if n == "n" else "float32")
                                         for n in f.input_names])
-    m.graph.node[0].input[0] = ""
-    with pytest.raises(gc.UnsupportedError, match="without a trip count"):
-        _compiled(m, {**feeds, "n": np.int64(3)})
 
 
 def test_a_loop_whose_carry_changes_shape_is_refused():

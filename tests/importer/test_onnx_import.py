@@ -142,14 +142,16 @@ def _if_model(cond_value):
     return model(nodes, inputs, [("y", [2])], inits)
 
 
-def test_if_with_a_constant_condition_is_inlined():
+def test_if_with_a_constant_condition_is_inlined_and_one_given_at_run_time_is_an_if():
     x = np.array([0.5, -1.0], np.float32)
     for cond, expected in ((True, np.exp(x)), (False, -x)):
         f = gc.load_onnx(_if_model(cond))
         np.testing.assert_allclose(gc.compile(f, x, provider="cpu")(x), expected, rtol=1e-6)
-    f = gc.load_onnx(_if_model(None))
-    with pytest.raises(gc.UnsupportedError, match="condition must be known at import time"):
-        trace(lambda x, c: f(x, c), [x, np.asarray(True)])
+    f = gc.load_onnx(_if_model(None))   # a condition given at run time: both branches, as an ONNX If
+    cf = gc.compile(lambda x, c: f(x, c), x, np.asarray(True), provider="cpu")
+    assert "If" in {n.op_type for n in cf.model.graph.node}
+    for cond, expected in ((True, np.exp(x)), (False, -x)):
+        np.testing.assert_allclose(cf(x, np.asarray(cond)), expected, rtol=1e-6)
 
 
 def test_unsupported_ops_name_op_domain_and_opset():

@@ -1,5 +1,6 @@
 """gc.scan, gc.fori_loop and gc.while_loop: each against its unrolled equivalent (values on ONNX Runtime
-and on the reference evaluator, gradients to third order in float64), the edges (zero and one step,
+and on the reference evaluator, gradients to third order in float64; while_loop's gradients are in
+test_while.py), the edges (zero and one step,
 reverse, pytrees, nested loops, captured weights, gc.checkpoint, unroll, symbolic lengths), the
 pruning of what a gradient does not need, and the errors."""
 import numpy as np
@@ -357,15 +358,6 @@ def test_while_loop_runs_until_its_condition_fails():
     assert k == 7
     assert cf(h0, np.int64(0))[1] == 0
     np.testing.assert_allclose(evaluate(cf.graph, [h0, np.int64(7)])[0], expected, rtol=1e-5)
-
-
-def test_differentiating_through_while_loop_is_an_error():
-    def fn(h0):
-        h = gc.while_loop(lambda h: F.sum(h) < 100, lambda h: h * 2 + 1, h0)
-        return gc.grad(F.sum(h), [h0])
-    with pytest.raises(GcompileError, match="while_loop .* is not reverse-differentiable"):
-        trace(fn, [np.ones(3)])
-    GRAD_CHECKED_OPS.add("while")   # its gradient is this error, checked here
 
 
 # -- errors -------------------------------------------------------------------------------------------------------

@@ -93,6 +93,19 @@ def _log_softmax(model):
     return [_where(n) for n in _nodes(model, "LogSoftmax")]
 
 
+def _loop_scan_outputs_not_rows(model):
+    """Loops whose body gives a scan output of rank 0, or of rank 2 or more with a first dim other than 1."""
+    found = []
+    for loop in _nodes(model, "Loop"):
+        body = next(a.g for a in loop.attribute if a.name == "body")
+        for out in body.output[len(body.input) - 1:]:
+            dims = out.type.tensor_type.shape.dim
+            if len(dims) == 0 or len(dims) >= 2 and dims[0].dim_value != 1:
+                found.append(_where(loop))
+                break
+    return found
+
+
 CONSTRUCTS = [
     Construct("backward-scan", "onnx-reference",
               "a Scan with scan_input_directions or scan_output_directions 1: onnx's ReferenceEvaluator (1.23) "
@@ -113,6 +126,10 @@ CONSTRUCTS = [
               "a Conv or ConvTranspose whose weight's shape is known only at run time (a weight gradient's Conv "
               "over the images of a symbolic batch): OpenVINO's CPU plugin \"doesn't support dynamic weights "
               "shape\"", _dynamic_conv_weights),
+    Construct("loop-scan-output-not-a-row", "onnx-reference",
+              "a Loop scan output other than a vector or a (1, ...) row: onnx's ReferenceEvaluator (1.23) joins "
+              "a Loop's scan outputs with numpy.vstack, so a scalar per step gives (n, 1) and an (a, b) per step "
+              "(n·a, b)", _loop_scan_outputs_not_rows),
     Construct("log-softmax", "onnx-reference",
               "LogSoftmax: onnx's ReferenceEvaluator (1.23) computes it as log(Softmax(x)), -inf once a row's "
               "logits spread more than about 104", _log_softmax),

@@ -3,22 +3,31 @@ loop stays a loop (and differentiates like one).
 
 Scan (opset 9 on): each scan input is moved to axis 0 and reversed where its direction says so,
 the body runs as the scan's step, and each scan output is reversed and moved to its axis after.
-Loop: only with a trip count known at import time (a constant, an initializer, a shape
-computation) and a condition that stays true: the body's condition output must be known at
-import time to be true (passing on its condition input, as exporters write a for loop, is). The
-iteration number is the scan's x, an int64 Tensor. A body that needs it at import time (to slice
-with it, say) is unrolled instead, up to UNROLL_LIMIT iterations. A Loop whose trip count is only
-known at run time, or that stops on a condition computed from data, is refused (gc.while_loop
-expresses the latter, but its stacked outputs would have a run-time length).
+Loop: with a trip count known at import time (a constant, an initializer, a shape computation)
+and a condition that stays true (the body's condition output known at import time to be true:
+passing on its condition input, as exporters write a for loop, is), a scan whose x is the
+iteration number, an int64 Tensor. A body that needs it at import time (to slice with it, say) is
+unrolled instead, up to UNROLL_LIMIT iterations. A Loop whose trip count is only known at run time,
+or that stops on a condition computed from data, is a `while` node (ops/control.while_node): the
+iteration number is an int64 carry, the condition is the body's and `iteration + 1 < trip count`,
+and the scan outputs are its stacked ys, of run-time length. It differentiates like gc.while_loop.
+
+If (translated in importer/inline.py): a condition known at import time imports the branch it
+selects; one computed at run time imports both branches as a `cond` node (here, `if_node`), whose
+backward is an If too.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from ... import functions as F
 from ...errors import TraceError, UnsupportedError
+from ...frontend.source import user_location
 from ...frontend.tensor import Tensor, as_tensor
-from ...ops.control import scan
+from ...frontend.trace import trace_body
+from ...ops.control import cond_node, scan, while_node
 from ..table import onnx_op
 
 UNROLL_LIMIT = 256
@@ -81,12 +90,15 @@ def _scan(n, *operands):
     return [*final, *(_scan_output(n, y, a, d) for y, a, d in zip(ys, out_axes, out_dirs))]
 
 
+class _RunTimeCondition(Exception):
+    """The body's condition output is computed at run time: the Loop becomes a while node."""
+
+
 @onnx_op("Loop")
 def _loop(n, trips=None, cond=None, *initial):
     body = n.attr("body")
-    if trips is None:
-        raise n.unsupported("a Loop without a trip count (it stops on a condition computed at run time) is not "
-                            "supported: its stacked outputs would have a run-time length")
+    if trips is None or not isinstance(trips, np.ndarray) or cond is not None and not isinstance(cond, np.ndarray):
+        return _while(n, body, trips, cond, initial)
     count = n.ints(trips, "trip count")[0]
     if cond is not None and not bool(n.known(cond, "condition").reshape(-1)[0]):
         count = 0
@@ -95,16 +107,73 @@ def _loop(n, trips=None, cond=None, *initial):
         outs = n.run_graph(body, [i, np.array(True), *carry])
         go = outs[0]
         if not isinstance(go, np.ndarray) or not bool(go.reshape(-1)[0]):
-            raise n.unsupported("its body's condition output is computed at run time (a loop that stops on "
-                                "data), not known at import time to stay true")
+            raise _RunTimeCondition
         return outs[1:1 + len(initial)], outs[1 + len(initial):]
     try:
         final, ys = _looped(n, step, initial, np.arange(max(count, 0), dtype=np.int64))
+    except _RunTimeCondition:
+        return _while(n, body, trips, cond, initial)
     except UnsupportedError as err:   # the body needs its iteration number at import time
         if count > UNROLL_LIMIT or "must be known at import time" not in str(err):
             raise
-        return _unrolled(step, initial, count)
+        try:
+            return _unrolled(step, initial, count)
+        except _RunTimeCondition:
+            return _while(n, body, trips, cond, initial)
     return [*final, *ys]
+
+
+def _scalar_of(x, dtype) -> Tensor:
+    x = as_tensor(x)
+    return F.cast(F.reshape(x, ()), dtype)
+
+
+def _while(n, body, trips, cond, initial):
+    """A Loop that stops on data or at a run-time trip count: one while node carrying the iteration
+    number before the Loop's carries."""
+    where = f"{n.describe()}, imported at {user_location()}"
+    limit = None if trips is None else _scalar_of(trips, np.int64)
+    go = as_tensor(np.array(True)) if cond is None else _scalar_of(cond, np.bool_)
+    if limit is not None:
+        go = F.logical_and(go, limit > 0)
+    n_state = len(initial)
+
+    def step(values):
+        i, carry = values[0], values[1:]
+        outs = n.run_graph(body, [i, np.array(True), *carry])
+        if len(outs) < 1 + n_state:
+            raise n.unsupported(f"its body gives {len(outs)} outputs for {n_state} carries and a condition")
+        more = _scalar_of(outs[0], np.bool_)
+        if limit is not None:
+            more = F.logical_and(more, i + 1 < limit)
+        return more, [i + 1, *(as_tensor(v) for v in outs[1:1 + n_state])], [as_tensor(v) for v in outs[1 + n_state:]]
+    try:
+        finals, ys = while_node(step, go, [as_tensor(np.int64(0)), *(as_tensor(v) for v in initial)], where)
+    except TraceError as err:
+        raise n.unsupported(f"its body cannot be one loop step: {err}") from None
+    except UnsupportedError as err:
+        if "must be known at import time" in str(err):
+            raise n.unsupported(f"its trip count or condition is only known at run time, so it stays a loop, but "
+                                f"its body needs its iteration number at import time: {err}") from None
+        raise
+    return [*finals[1:], *ys]
+
+
+def if_node(n, cond, run_branch) -> list:
+    """An If whose condition is computed at run time: both branches, as one `cond` node.
+    run_branch(name) translates a branch (then_branch or else_branch) in the current trace."""
+    where = f"{n.describe()}, imported at {user_location()}"
+    def branch(name: str) -> Callable[[list[Tensor]], list[Tensor]]:
+        if n.attr(name) is None:
+            raise n.unsupported(f"it lacks its {name}")
+        return lambda _: [as_tensor(v) for v in run_branch(name)]
+    try:
+        traced = [trace_body(branch(name), []) for name in ("then_branch", "else_branch")]
+        (then_body, then_captured), (else_body, else_captured) = traced
+        return cond_node(_scalar_of(cond, np.bool_), [], then_body, then_captured, else_body, else_captured, where)
+    except TraceError as err:   # a branch giving a sequence, or outputs of other types than the other's
+        raise n.unsupported(f"its condition is computed at run time, so both branches are imported, but {err}") \
+            from None
 
 
 def _unrolled(step, carry, count: int):

@@ -1,0 +1,300 @@
+"""Reverse mode through gc.while_loop: gradients against float64 central differences (on the
+reference evaluator and on the ONNX models ONNX Runtime runs, for the ort-cpu and portable
+targets, at static and symbolic sizes) at zero, one and several steps, with a data-dependent stop,
+of the carries and of closed-over values, to second order; and the shape of what is built (the
+forward Loop stacks the carries, the backward is a Scan, nothing is unrolled)."""
+import numpy as np
+import onnx
+import pytest
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile.frontend.trace import trace
+from gcompile.ir.evaluate import evaluate
+from gcompile.testing import check_grad
+
+from ..opcheck import check_grads
+
+RNG = np.random.default_rng(0)
+W = RNG.standard_normal((3, 3)) * 0.5
+X = RNG.standard_normal((2, 3)) * 0.3
+
+
+def counted(x, w, steps):
+    """h <- tanh(h @ w) + h, `steps` times, counted by an int carry; the loss reads the final h and x."""
+    def body(v):
+        h, k = v
+        return F.tanh(h @ w) * 0.7 + h, k + 1
+    h, k = gc.while_loop(lambda v: v[1] < steps, body, (x, np.int64(0)))
+    return F.sum(h * h) + F.sum(x * h), k
+
+
+def loss(x, w, steps):
+    return counted(x, w, steps)[0]
+
+
+def onnx_ops(graph) -> list[str]:
+    return [n.op_type for n in graph.node] + [op for n in graph.node for a in n.attribute
+                                              if a.type == onnx.AttributeProto.GRAPH for op in onnx_ops(a.g)]
+
+
+@pytest.mark.parametrize("steps", [0, 1, 4])
+def test_gradients_at_zero_one_and_several_steps(steps):
+    assert int(evaluate(trace(counted, [X, W, np.int64(steps)]).graph, [X, W, np.int64(steps)])[1]) == steps
+    check_grads(lambda x, w: loss(x, w, steps), [X, W], order=2)   # static and symbolic (x's axis 0), both targets
+
+
+def test_the_loop_stays_a_loop_forward_and_backward():
+    def fn(x, w):
+        return gc.grad(loss(x, w, 50), [x, w])
+    cf = gc.compile(fn, gc.spec(("n", 3)), gc.spec((3, 3)))
+    ops = onnx_ops(cf.model.graph)
+    assert ops.count("Loop") == 1 and ops.count("Scan") == 1 and ops.count("Tanh") <= 3
+    gx, gw = cf(X.astype(np.float32), W.astype(np.float32))
+    ref = evaluate(cf.graph, [X, W])
+    np.testing.assert_allclose(gx, ref[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(gw, ref[1], rtol=1e-4, atol=1e-5)
+
+
+def test_a_run_time_number_of_steps():
+    """The trip count is an input: one model serves every count, zero included."""
+    def fn(x, w, steps):
+        return gc.grad(loss(x, w, steps), [x, w])
+    cf = gc.compile(fn, gc.spec(("n", 3)), gc.spec((3, 3)), gc.spec((), np.int64))
+    for steps in (0, 1, 3, 7):
+        got = cf(X.astype(np.float32), W.astype(np.float32), np.int64(steps))
+        expected = evaluate(trace(fn, [X, W, np.int64(steps)]).graph, [X, W, np.int64(steps)])
+        for a, b in zip(got, expected):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_data_dependent_stop():
+    """Iterate x <- x - 0.5 * tanh(x * w) until |x| < tol: the number of steps depends on the
+    values (and stays the same for the small shifts of the central difference)."""
+    def fn(x, w):
+        y = gc.while_loop(lambda v: F.max(F.abs(v)) > 1e-2, lambda v: v - 0.5 * F.tanh(v * w), x)
+        return F.sum(y * x) + F.sum(y * y) * 100
+
+    x, w = np.array([0.8, -0.5, 0.3]), np.array([1.1, 0.9, 1.3])
+    steps = 0
+    v = x
+    while np.max(np.abs(v)) > 1e-2:
+        v, steps = v - 0.5 * np.tanh(v * w), steps + 1
+    assert steps > 3
+    check_grads(fn, [x, w], order=2)
+
+
+def test_gradients_of_closed_over_values_and_pytree_carries():
+    def fn(x, w, b):
+        def body(c):
+            h, (s, k) = c
+            h = F.tanh(h @ w + b)
+            return h, (s + F.sum(h * b), k + 1)
+        h, (s, k) = gc.while_loop(lambda c: c[1][1] < 3, body, (x, (F.sum(x) * 0, np.int64(0))))
+        return F.sum(h) * s
+    check_grads(fn, [X, W, RNG.standard_normal(3)], order=2)
+
+
+def test_third_order_through_the_loop():
+    for order in (1, 2, 3):
+        check_grad(lambda x, w: loss(x, w, 3), [X, W], order=order, symbolic=False)
+
+
+def test_hvp_and_jacobian_through_the_loop():
+    def fn(x, w):
+        return gc.hvp(lambda w: loss(x, w, 3), w, F.ones_like(w))
+    got = gc.compile(fn, X.astype(np.float32), W.astype(np.float32))(X.astype(np.float32), W.astype(np.float32))
+    unrolled = gc.compile(lambda x, w: gc.hvp(lambda w: F.sum(_unrolled(x, w, 3) ** 2) + F.sum(x * _unrolled(x, w, 3)),
+                                              w, F.ones_like(w)), X, W)(X, W)
+    np.testing.assert_allclose(got, unrolled, rtol=1e-4, atol=1e-5)
+
+
+def _unrolled(x, w, steps):
+    h = x
+    for _ in range(steps):
+        h = F.tanh(h @ w) * 0.7 + h
+    return h
+
+
+def test_gradient_matches_the_unrolled_loop_exactly():
+    _, looped = check_grad(lambda x, w: loss(x, w, 5), [X, W], lowered=False)
+    _, unrolled = check_grad(lambda x, w: F.sum(_unrolled(x, w, 5) ** 2) + F.sum(x * _unrolled(x, w, 5)), [X, W],
+                             lowered=False)
+    assert looped == pytest.approx(unrolled, rel=1e-10)
+
+
+def test_vmap_of_the_loop_still_runs_each_example_to_its_own_end():
+    def fn(x):
+        return gc.while_loop(lambda v: F.sum(v) < 10, lambda v: v * 2 + 0.1, x)
+    xs = np.array([[1.0, 1.0], [0.1, 0.2], [6.0, 6.0]])
+    got = gc.compile(gc.vmap(fn), xs)(xs)
+    expected = []
+    for x in xs:
+        while x.sum() < 10:
+            x = x * 2 + 0.1
+        expected.append(x)
+    np.testing.assert_allclose(got, np.array(expected), rtol=1e-6)
+
+
+def test_gradient_of_a_vmapped_loop():
+    """grad outside vmap: the batched loop (an `active` mask, finished examples kept) differentiates."""
+    def fn(xs):
+        ys = gc.vmap(lambda x: gc.while_loop(lambda v: F.sum(v * v) < 4, lambda v: v * 1.5 + 0.1, x))(xs)
+        return F.sum(ys * ys)
+    check_grad(fn, [np.array([[1.0, 1.0], [0.1, 0.2], [1.5, 0.5]])], symbolic=False)
+
+
+def test_per_example_gradients_through_a_loop_of_a_shared_count():
+    """vmap(grad(...)) where every example takes the same number of steps: the loops run in step."""
+    def fn(xs, w):
+        return F.sum(gc.vmap(lambda x: gc.grad(loss(x, w, 3), [x])[0])(xs) ** 2)
+    check_grad(fn, [np.stack([X, 2 * X]), W], symbolic=False)
+
+
+def test_per_example_gradients_of_loops_stopping_at_different_steps_are_refused():
+    def per(x):
+        y = gc.while_loop(lambda v: F.sum(v * v) < 4, lambda v: v * 1.5 + 0.1, x)
+        return gc.grad(F.sum(y * y), [x])[0]
+    with pytest.raises(gc.errors.UnsupportedError, match="stops at a different step for each example"):
+        trace(gc.vmap(per), [np.ones((3, 2))])
+
+
+def test_a_loop_inside_a_scan_body_differentiates():
+    """The scan's backward recomputes the inner loop (its stacked carries change length from step to
+    step, so the outer loop cannot stack them)."""
+    def fn(xs, w):
+        def step(h, x):
+            h2 = gc.while_loop(lambda v: F.sum(v * v) < 4.0, lambda v: F.tanh(v @ w) + v + x, h)
+            return h2 * 0.1, F.sum(h2)
+        h, ys = gc.scan(step, xs[0], xs)
+        return F.sum(h * h) + F.sum(ys)
+    check_grad(fn, [RNG.standard_normal((3, 3)) * 0.2, W], symbolic=False)
+
+
+# -- implicit differentiation: gc.custom_root and gc.fixed_point --------------------------------------------------
+def _g(x, a, d):
+    return F.tanh(x @ a) + x - F.mean(d, axis=0)
+
+
+def _newton_loss(a, d, implicit):
+    from gcompile.gradients.implicit import newton
+    x0 = F.full((3,), 0, a.dtype)
+    x = gc.custom_root(_g, x0, a, d, tol=1e-12) if implicit else newton(lambda x: _g(x, a, d), x0, tol=1e-12)
+    return F.sum(x * x) + F.sum(x)
+
+
+D = RNG.standard_normal((4, 3)) * 0.5
+
+
+def test_newton_by_reversal_and_implicitly_agree_to_second_order():
+    """The same Newton solver (a while loop until |g| < tol) differentiated by reversing its loop and
+    by the implicit function theorem: at the root both give the implicit function's derivatives."""
+    for order in (1, 2):
+        _, implicit = check_grad(lambda a, d: _newton_loss(a, d, True), [W, D], order=order, symbolic=False, rtol=1e-6)
+        _, reversal = check_grad(lambda a, d: _newton_loss(a, d, False), [W, D], order=order, symbolic=False,
+                                 rtol=1e-6)
+        assert implicit == pytest.approx(reversal, rel=1e-7)
+
+
+def test_custom_root_gradients_at_static_and_symbolic_sizes():
+    check_grads(lambda d, a: _newton_loss(a, d, True), [D, W], order=2)   # d's axis 0 symbolic
+
+
+def test_implicit_gradient_reverses_no_loop():
+    def fn(a, d):
+        return gc.grad(_newton_loss(a, d, True), [a, d])
+    ops = onnx_ops(gc.compile(fn, W.astype(np.float32), D.astype(np.float32)).model.graph)
+    assert ops.count("Loop") == 1 and "Scan" not in ops     # the solver's forward loop only
+
+
+def test_fixed_point_gradients_and_closed_over_values():
+    def fn(a, b):
+        c = b * 2
+        x = gc.fixed_point(lambda x, a: 0.5 * F.tanh(x @ a) + c, F.zeros_like(b), a, tol=1e-12)
+        return F.sum(x * x)
+    check_grads(fn, [W, RNG.standard_normal(3) * 0.5], order=2)
+
+
+def test_custom_root_with_a_solver_of_ones_own_and_its_errors():
+    def bisect(h, x):   # a scalar root by 60 halvings of [-2, 2] (h increasing)
+        def step(v):
+            lo, hi = v
+            mid = (lo + hi) / 2
+            up = h(mid) > 0
+            return F.where(up, lo, mid), F.where(up, mid, hi)
+        lo, hi = gc.fori_loop(0, 60, lambda i, v: step(v), (x - 2, x + 2))
+        return (lo + hi) / 2
+
+    def fn(t):
+        return gc.custom_root(lambda x, t: x ** 3 + x - t, F.zeros_like(t), t, solver=bisect)
+    t = np.array([0.7])
+    x = float(evaluate(trace(fn, [t]).graph, [t])[0][0])
+    assert x ** 3 + x == pytest.approx(0.7, abs=1e-12)
+    check_grad(fn, [t], symbolic=False, rtol=1e-6)
+    slope = evaluate(trace(lambda t: gc.grad(F.sum(fn(t)), [t]), [t]).graph, [t])[0]
+    assert float(slope[0]) == pytest.approx(1 / (3 * x * x + 1), rel=1e-9)   # dx/dt = 1 / g'(x)
+    with pytest.raises(gc.errors.ShapeError, match="one value per element of x"):
+        trace(lambda t: gc.custom_root(lambda x, t: F.sum(x) - t, F.full((2,), 0, t.dtype), t,
+                                       solver=lambda h, x: x), [t])
+
+
+# -- gc.cond: a branch chosen at run time -----------------------------------------------------------------------
+def _branches(x, w):
+    y = gc.cond(F.sum(x) > 0, lambda x: F.tanh(x @ w) * 2, lambda x: F.sin(x) * F.sum(w), x)
+    return F.sum(y * y)
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_cond_gradients_on_either_branch(sign):
+    check_grads(_branches, [sign * np.abs(X), W], order=2)
+
+
+def test_the_backward_of_a_cond_is_a_cond():
+    def fn(x, w):
+        return gc.grad(_branches(x, w), [x, w])
+    cf = gc.compile(fn, gc.spec(("n", 3)), gc.spec((3, 3)))
+    assert [n.op_type for n in cf.model.graph.node].count("If") == 2
+    for x in (X, -X):
+        got = cf(x.astype(np.float32), W.astype(np.float32))
+        for g, e in zip(got, evaluate(cf.graph, [x, W])):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
+
+
+def test_cond_branches_must_agree():
+    with pytest.raises(gc.TraceError, match="both must return the same dtypes and shapes"):
+        trace(lambda x: gc.cond(F.sum(x) > 0, lambda x: x, lambda x: x[:1], x), [X])
+
+
+def test_the_portable_model_has_none_of_the_constructs_other_runtimes_refuse():
+    """tests/portability/constructs.py: no backward Scan, no Scan body reading outer values; and onnx's
+    own ReferenceEvaluator runs the gradient model (a Loop with scan outputs, a Scan in an If)."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ..portability.constructs import CONSTRUCTS
+
+    def fn(x, w):
+        return gc.grad(loss(x, w, 4), [x, w])
+    cf = gc.compile(fn, gc.spec(("n", 3)), gc.spec((3, 3)), provider="cpu", target="portable")
+    for construct in CONSTRUCTS:
+        assert not construct.find(cf.model), construct.name
+    x, w = X.astype(np.float32), W.astype(np.float32)
+    got = ReferenceEvaluator(cf.model).run(None, dict(zip([i.name for i in cf.model.graph.input], [x, w])))
+    for g, e in zip(got, cf(x, w)):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("steps", [0, 1, 5, 7])
+def test_checkpoint_every_k_steps_gives_the_same_gradients(steps):
+    """checkpoint_every=3: a loop over blocks of at most 3 steps; its gradient is the plain loop's, on
+    the reference evaluator and the ONNX models (static and symbolic sizes, both targets)."""
+    def fn(x, w, every):
+        def body(v):
+            h, k = v
+            return F.tanh(h @ w) * 0.7 + h, k + 1
+        h, _ = gc.while_loop(lambda v: v[1] < steps, body, (x, np.int64(0)), checkpoint_every=every)
+        return F.sum(h * h) + F.sum(x * h)
+    _, blocked = check_grad(lambda x, w: fn(x, w, 3), [X, W], order=2 if steps == 7 else 1)
+    _, plain = check_grad(lambda x, w: fn(x, w, None), [X, W], order=2 if steps == 7 else 1, lowered=False)
+    assert blocked == pytest.approx(plain, rel=1e-10)
+    with pytest.raises(gc.GcompileError, match="checkpoint_every must be a positive int"):
+        trace(lambda x, w: fn(x, w, 0), [X, W])
