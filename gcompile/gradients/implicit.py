@@ -3,7 +3,7 @@
 The solution x* of g(x, θ) = 0 is found by any traced code (a while loop, Newton's method, a
 fixed-point iteration) and differentiated without reversing that code: by the implicit function
 theorem, dx*/dθ = -J⁻¹ ∂g/∂θ with J = ∂g/∂x at x*, so the VJP of a cotangent x̄ is
-θ̄ = (∂g/∂θ)ᵀ u with Jᵀ u = -x̄: one linear solve (ops/linalg_extra.solve, Gauss-Jordan
+θ̄ = (∂g/∂θ)ᵀ u with Jᵀ u = -x̄: one linear solve (ops/solvers.solve, Gauss-Jordan
 elimination written in ai.onnx ops), whatever the number of solver steps.
 
 The `root` op (ops/control.py) holds g as a body Graph; its operands are the body's inputs with
@@ -31,7 +31,7 @@ from ..ir import dims
 from ..ir.graph import Graph
 from ..ir.registry import supply_vjp
 from ..ops.control import while_loop
-from ..ops.linalg_extra import solve
+from ..ops.solvers import solve
 from .engine import grad
 
 __all__ = ["custom_root", "fixed_point"]

@@ -1,4 +1,4 @@
-"""ONNX LSTM, GRU and RNN nodes, as a scan over the sequence (unrolled below ops.recurrent.SCAN_FROM_STEPS).
+"""ONNX LSTM, GRU and RNN nodes, as a scan over the sequence (ONNX Runtime CPU's target unrolls a short one).
 
 The translators write ONNX's equations with gcompile ops, so an imported recurrent network
 differentiates to any order (w.r.t. inputs, initial states and weights). ONNX stores the gates

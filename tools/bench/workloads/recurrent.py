@@ -10,7 +10,7 @@ import numpy as np
 
 import gcompile as gc
 import gcompile.functions as F
-from gcompile.ops import recurrent
+from gcompile.lowering.targets.ort_cpu import loops as loops_strategy
 
 from .common import RNG, Workload, config_values, jax_grad_step, param, torch_tensor
 
@@ -77,13 +77,14 @@ BATCH, FEATURES, HIDDEN = 32, 32, 128
 
 @contextlib.contextmanager
 def loops(scan: bool):
-    """Trace F.lstm as a scan (scan=True) or unrolled, whatever the sequence length."""
-    saved = recurrent.SCAN_FROM_STEPS
-    recurrent.SCAN_FROM_STEPS = 1 if scan else 10 ** 9
+    """Lower F.lstm's scan for ONNX Runtime's CPU as a Scan (scan=True) or unrolled, whatever the
+    sequence length (ort_cpu/loops.py's limits set for the block)."""
+    saved = loops_strategy.UNROLL_MAX_STEPS, loops_strategy.UNROLL_MAX_NODES
+    loops_strategy.UNROLL_MAX_STEPS, loops_strategy.UNROLL_MAX_NODES = (0, 0) if scan else (10 ** 9, 10 ** 12)
     try:
         yield
     finally:
-        recurrent.SCAN_FROM_STEPS = saved
+        loops_strategy.UNROLL_MAX_STEPS, loops_strategy.UNROLL_MAX_NODES = saved
 
 
 def unrolled_lstm():
