@@ -20,7 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 README_MAX_LINES = 250
-# docs/notes (dated measurements, outside the site) is not a page. Pages another package owns and generates; their blocks are commands that take minutes
+# docs/notes (dated measurements, outside the site) is not a page. Pages another package owns and
+# generates; their blocks are commands that take minutes
 # (tools/bench), so they are not run here and carry no markers of ours.
 GENERATED = {"docs/performance.md"}
 FENCE = re.compile(r"(?:^<!-- not-run: (?P<why>[^\n]*?) -->\n)?^```(?P<info>[^\n]*)\n(?P<body>.*?)^```$",
