@@ -37,6 +37,16 @@ from .engine import grad
 __all__ = ["custom_root", "fixed_point"]
 
 
+def _operands(what: str, x0: Any, params: tuple) -> tuple[str, Tensor, list[Tensor]]:
+    """The caller's source line, x0 and the params as Tensors; x0 must be float and static (J is
+    built one backward pass per element of x)."""
+    where = user_location()
+    x0 = as_tensor(x0)
+    if x0.dtype.kind != "f" or not dims.is_static(x0.shape):
+        raise ShapeError(f"{what}: x must be a float Tensor of static shape, got {x0.type} (at {where})")
+    return where, x0, [as_tensor(p) for p in params]
+
+
 def custom_root(g: Callable[..., Any], x0: Any, *params: Any,
                 solver: Callable[[Callable[[Tensor], Tensor], Tensor], Any] | None = None,
                 tol: float = 1e-6, max_steps: int = 50) -> Tensor:
@@ -46,11 +56,7 @@ def custom_root(g: Callable[..., Any], x0: Any, *params: Any,
     theorem (one linear solve with ∂g/∂x at x*, no reversal of the solver's loop), w.r.t. params
     and the Tensors g closes over; x0 and the solver get no gradient. x is one float Tensor of
     static shape; g returns one value per element of x."""
-    where = user_location()
-    x0 = as_tensor(x0)
-    args = [as_tensor(p) for p in params]
-    if x0.dtype.kind != "f" or not dims.is_static(x0.shape):
-        raise ShapeError(f"custom_root: x must be a float Tensor of static shape, got {x0.type} (at {where})")
+    where, x0, args = _operands("custom_root", x0, params)
 
     def h(x):
         return as_tensor(g(x, *args))
@@ -62,11 +68,7 @@ def fixed_point(f: Callable[..., Any], x0: Any, *params: Any, tol: float = 1e-6,
     """x* = f(x*, *params), iterating x <- f(x, *params) from x0 (a gc.while_loop) until
     max|f(x) - x| <= tol or max_steps steps; differentiated by the implicit function theorem as the
     root of f(x, θ) - x (custom_root), never by reversing the iteration."""
-    where = user_location()
-    x0 = as_tensor(x0)
-    args = [as_tensor(p) for p in params]
-    if x0.dtype.kind != "f" or not dims.is_static(x0.shape):
-        raise ShapeError(f"fixed_point: x must be a float Tensor of static shape, got {x0.type} (at {where})")
+    where, x0, args = _operands("fixed_point", x0, params)
 
     def step(v):
         x, fx, k = v
