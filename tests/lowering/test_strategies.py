@@ -20,8 +20,6 @@ from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
 from gcompile.lowering.lower import recorded_lowerings
 from gcompile.lowering.targets import TARGETS
-from gcompile.lowering.targets.ort_cpu import loops as ort_loops
-from gcompile.passes import optimize
 
 
 def rand(*shape, seed=0, dtype=np.float32):
@@ -74,29 +72,6 @@ def rnn_grad(steps, width=4, reverse=False, layers=1):
         h, ys = gc.scan(step, h0, xs, reverse=reverse)
         return F.sum(h) + F.sum(ys)
     return (lambda h0, xs: gc.grad(loss(h0, xs), [h0, xs])), [rand(2, width, seed=9), rand(steps, 2, width, seed=10)]
-
-
-def deep_rnn(steps, layers):
-    """A tanh RNN's states over `steps`, each step `layers` deep."""
-    w = rand(4, 4, seed=8) * 0.5
-
-    def run(h0, xs):
-        def step(h, x):
-            for _ in range(layers):
-                h = F.tanh(h @ w + x)
-            return h, h
-        return gc.scan(step, h0, xs)[1]
-    return run, [rand(2, 4, seed=9), rand(steps, 2, 4, seed=10)]
-
-
-def deep_rnn_at_node_budget(over: bool):
-    """deep_rnn with steps x (optimised) body nodes at UNROLL_MAX_NODES, or one step over it."""
-    layers = -(-ort_loops.UNROLL_MAX_NODES // ort_loops.UNROLL_MAX_STEPS // 2)     # 2 nodes a layer
-    graph = trace(*deep_rnn(1, layers)).graph
-    optimize(graph)
-    nodes = next(len(n.attrs["body"]) for n in graph.nodes.values() if n.op == "scan")
-    assert ort_loops.UNROLL_MAX_NODES // nodes + 1 <= ort_loops.UNROLL_MAX_STEPS, "the budget, not the steps, must bind"
-    return deep_rnn(ort_loops.UNROLL_MAX_NODES // nodes + over, layers)
 
 
 # (op, strategy): [(what the case shows, threshold crossed or None, side, taken, (fn, inputs))]
@@ -177,16 +152,8 @@ CASES = {
         ("a NaN update", None, "", True, embedding_grad(4096, 16, 300, bad=np.nan)),
         ("float64", None, "", False, embedding_grad(4096, 16, 300, dtype=np.float64)),
     ],
-    ("scan", "unrolled"): [
-        ("32 steps", "UNROLL_MAX_STEPS", "at", True, rnn_grad(32)),
-        ("33 steps", "UNROLL_MAX_STEPS", "above", False, rnn_grad(33)),
-        ("32 steps backwards", None, "", True, rnn_grad(32, reverse=True)),
-        ("steps x body nodes at the budget", "UNROLL_MAX_NODES", "at", True, deep_rnn_at_node_budget(False)),
-        ("one step over it", "UNROLL_MAX_NODES", "above", False, deep_rnn_at_node_budget(True)),
-        ("a fori_loop (no xs)", None, "", True,
-         ((lambda x: gc.fori_loop(0, 5, lambda i, h: F.sin(h) * 1.5, x)), [rand(3, 4, seed=11)])),
-    ],
     ("scan", "outer_reads"): [
+        ("4 steps", None, "", True, rnn_grad(4)),
         ("33 steps backwards", None, "", True, rnn_grad(33, reverse=True)),
         ("a fori_loop of 40 steps", None, "", True,
          ((lambda x: gc.fori_loop(0, 40, lambda i, h: F.sin(h) * 1.01, x)), [rand(3, 4, seed=11)])),

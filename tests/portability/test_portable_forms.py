@@ -83,7 +83,7 @@ def test_portable_scans_are_closed_and_forward(steps):
     traced = trace(looped, [gc.spec((steps, "batch", 3)), gc.spec((3, 3)), gc.spec(("batch", 3))])
     optimize(traced.graph)
     rng = np.random.default_rng(7)
-    feeds = {"xs": rng.standard_normal((40, 2, 3)).astype(np.float32),   # over ort-cpu's UNROLL_MAX_STEPS
+    feeds = {"xs": rng.standard_normal((40, 2, 3)).astype(np.float32),
              "w": (0.5 * rng.standard_normal((3, 3))).astype(np.float32),
              "h0": rng.standard_normal((2, 3)).astype(np.float32)}
     want = evaluate(traced.graph, [v.astype(np.float64) for v in feeds.values()])

@@ -12,7 +12,7 @@ from gcompile.logs import Progress
 from gcompile.passes import optimize
 
 from .workloads.common import RNG, param
-from .workloads.recurrent import unrolled_lstm
+from .workloads.recurrent import lstm_layer
 
 
 def compile_scaling(sizes):
@@ -65,7 +65,7 @@ def scaling_graph(kind: str, n: int):
     zero = np.zeros((1, 4, 8), np.float32)
 
     def lstm(xs, w_ih, w_hh, b):
-        out, _, _ = F.lstm(xs, zero, zero, [(w_ih, w_hh, b, None)])
+        out = lstm_layer(xs, zero, (w_ih, w_hh, b, None), scan=False)
         return gc.grad(F.sum(out * out), [w_ih, w_hh, b])
     return lstm, [RNG.standard_normal((steps, 4, 8)).astype(np.float32), *ws]
 
@@ -80,8 +80,7 @@ def build_scaling(sizes, kinds=("mlp", "lstm")):
     for kind, n in ((k, n) for k in kinds for n in sizes):
         fn, args = scaling_graph(kind, n)
         clock = [(time.perf_counter(), time.process_time())]
-        with unrolled_lstm():
-            traced = trace(fn, args)
+        traced = trace(fn, args)
         optimize(traced.graph, 2)
         model, _ = to_onnx(traced.graph, traced.input_names)
         data = model.SerializeToString()

@@ -4,13 +4,10 @@ a Hessian-vector product through 100 explicit steps). `python -m tools.bench --l
 the loop ones (tools/bench/loops.py)."""
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 import gcompile as gc
 import gcompile.functions as F
-from gcompile.lowering.targets.ort_cpu import loops as loops_strategy
 
 from .common import RNG, Workload, config_values, jax_grad_step, param, torch_tensor
 
@@ -75,21 +72,17 @@ def w8_jax(args):
 BATCH, FEATURES, HIDDEN = 32, 32, 128
 
 
-@contextlib.contextmanager
-def loops(scan: bool):
-    """Lower F.lstm's scan for ONNX Runtime's CPU as a Scan (scan=True) or unrolled, whatever the
-    sequence length (ort_cpu/loops.py's limits set for the block)."""
-    saved = loops_strategy.UNROLL_MAX_STEPS, loops_strategy.UNROLL_MAX_NODES
-    loops_strategy.UNROLL_MAX_STEPS, loops_strategy.UNROLL_MAX_NODES = (0, 0) if scan else (10 ** 9, 10 ** 12)
-    try:
-        yield
-    finally:
-        loops_strategy.UNROLL_MAX_STEPS, loops_strategy.UNROLL_MAX_NODES = saved
-
-
-def unrolled_lstm():
-    """F.lstm unrolled whatever the sequence length (the build-scaling graphs)."""
-    return loops(scan=False)
+def lstm_layer(xs, h0, ws, scan: bool = True):
+    """F.lstm's outputs over xs (one layer), or (scan=False) the same steps unrolled at trace time
+    with F.lstm_cell, whatever the sequence length."""
+    if scan:
+        return F.lstm(xs, h0, h0, [ws])[0]
+    w_ih, w_hh, b_ih, b_hh = (list(ws) + [None, None])[:4]
+    h, c, ys = h0[0], h0[0], []
+    for t in range(xs.shape[0]):
+        h, c = F.lstm_cell(xs[t], h, c, w_ih, w_hh, b_ih, b_hh)
+        ys.append(h)
+    return F.stack(ys)
 
 
 def lstm_setup(steps: int, scan: bool = True, seed: int = 0, forward: bool = False):
@@ -103,8 +96,7 @@ def lstm_setup(steps: int, scan: bool = True, seed: int = 0, forward: bool = Fal
     h0 = np.zeros((1, BATCH, HIDDEN), np.float32)
 
     def step(xs, h0, *ws):
-        with loops(scan):
-            ys, _, _ = F.lstm(xs, h0, h0, [ws])
+        ys = lstm_layer(xs, h0, ws, scan)
         if forward:
             return ys
         loss = F.mean(ys * ys)
