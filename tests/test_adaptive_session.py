@@ -3,6 +3,9 @@ workers, one thread, all cores with spinning workers) two at a time by timing an
 (checked with stand-in sessions that advance a fake clock by the time the test sets for their
 variant, so nothing is timed for real), and a compiled function that gives the same results
 whichever variant runs."""
+import os
+import time
+
 import numpy as np
 import pytest
 
@@ -51,14 +54,26 @@ class FakeSession:
         return ["CPUExecutionProvider"]
 
 
-def adaptive_session(delay, log, made):
+class Load:
+    """The other processes' CPU seconds so far: `cores` busy cores, as the fake clock advances."""
+
+    def __init__(self, clock, cores=0.0):
+        self.clock, self.cores, self.total, self.at = clock, cores, 0.0, clock()
+
+    def __call__(self):
+        self.total += self.cores * (self.clock() - self.at)
+        self.at = self.clock()
+        return self.total
+
+
+def adaptive_session(delay, log, made, load=None):
     clock = Clock()
 
     def make(threads, spin):
         assert not (spin and threads == 1)       # one thread has no workers to spin
         made.append(Variant(threads, spin))
         return FakeSession(Variant(threads, spin), delay, log, clock)
-    return AdaptiveSession(make, 2, clock)
+    return AdaptiveSession(make, 2, clock, load(clock) if load else lambda: None)
 
 
 def run_comparison(session):
@@ -141,6 +156,52 @@ def test_an_early_choice_is_revisited_soon(monkeypatch):
             held += 1
         holds.append(held)
     assert holds == [2, 4, 6]
+
+
+@pytest.mark.parametrize("shift, compares_early", [(1.0, True), (-0.6, True), (0.3, False), (None, False)])
+def test_a_change_in_the_other_processes_load_starts_a_comparison(monkeypatch, shift, compares_early):
+    """A choice holds its calls (here 20, the second round's) unless the other processes' load moves
+    by LOAD_SHIFT cores or more in two readings in a row: then the next comparison starts at the
+    first such reading after FIRST_EXPLOIT calls (a reading every LOAD_WINDOW = 0.25 s of the fake
+    clock: every 5 calls of 50 ms). Where the load cannot be read (None), the choice holds."""
+    monkeypatch.setattr(adaptive, "FIRST_EXPLOIT", 10)
+    delay, log, made = {SLEEP: 0.05, ONE: 0.04, SPIN: 0.06}, [], []
+    loads = []
+
+    def load(clock):
+        loads.append(Load(clock, cores=1.0))
+        return loads[0]
+    session = adaptive_session(delay, log, made, load=None if shift is None else load)
+    run_comparison(session)
+    assert session.variant == ONE                # chosen beside a busy neighbour
+    exploit(session)
+    run_comparison(session)
+    assert session.variant == ONE and session._left == 20
+    if loads:
+        loads[0].cores += shift
+    held = 0
+    while session._left > 0:
+        session.run(None, {})
+        held += 1
+    if not compares_early:
+        assert held == 20
+        return
+    assert held <= adaptive.FIRST_EXPLOIT + 5
+    delay[ONE] = 0.08                            # the neighbour left: all cores win the comparison now
+    run_comparison(session)
+    assert session.variant != ONE
+
+
+def test_the_other_processes_load_is_read_from_the_machine():
+    first = adaptive.other_cpu_seconds()
+    if not os.path.exists("/proc/stat"):
+        assert first is None
+        return
+    assert first is not None and first >= 0
+    start = time.process_time()
+    while time.process_time() - start < 0.05:    # this process's own work is not counted
+        pass
+    assert adaptive.other_cpu_seconds() - first < 0.05 + 0.03
 
 
 def test_io_binding_runs_on_the_session_it_was_made_for():

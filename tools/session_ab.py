@@ -6,9 +6,11 @@ one process, both variants meet the same drift and the same neighbours' threads.
 
     python tools/session_ab.py W4 W8 --against HEAD~1
     python tools/session_ab.py W1 W7 --against HEAD~1 --contended 1 --runs 40
+    python tools/session_ab.py W4 W5 --against HEAD~1 --contended 1 --passes 6   # a neighbour that comes and goes
 
-The other commit's sessions are made with its AdaptiveSession and workers that never spin (what
-every commit before the spinning variant did); the model is the same.
+With --passes N and --contended, the passes alternate quiet and busy, and every session lives
+through all of them, as in the benchmark: what a session chose under one load meets the other.
+The model is the same for both; only the session class differs.
 """
 from __future__ import annotations
 
@@ -43,36 +45,42 @@ def adaptive_at(commit: str):
 
 
 def compile_with(module, fn, args):
-    """gc.compile(fn) whose CPU session is `module`'s AdaptiveSession, every worker sleeping."""
-    options, session_class = providers.session_options, providers.AdaptiveSession
-    providers.session_options = lambda nodes=None, threads=None, spin=False: options(nodes, threads)
+    """gc.compile(fn) whose CPU session is `module`'s AdaptiveSession."""
+    session_class = providers.AdaptiveSession
     providers.AdaptiveSession = module.AdaptiveSession
     try:
         return gc.compile(fn, *args, provider="cpu")
     finally:
-        providers.session_options, providers.AdaptiveSession = options, session_class
+        providers.AdaptiveSession = session_class
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("workloads", nargs="+", help="tools/bench workload names")
     parser.add_argument("--against", required=True, help="the commit whose sessions to time against")
-    parser.add_argument("--runs", type=int, default=60, help="timed calls of each system")
+    parser.add_argument("--runs", type=int, default=60, help="timed calls of each system per pass")
     parser.add_argument("--contended", type=int, default=0, metavar="N", help="busy neighbour processes")
+    parser.add_argument("--passes", type=int, default=1,
+                        help="passes over each workload; with --contended and more than one, quiet and busy in turn")
+    parser.add_argument("--reference-path", metavar="DIR", help="a site-packages folder holding torch and jax")
     args = parser.parse_args(argv)
+    if args.reference_path:
+        sys.path.append(args.reference_path)
     other = adaptive_at(args.against)
-    with bench.BusyNeighbour(args.contended):
-        torch_w, jax_w = bench.torch_workloads(), bench.jax_workloads()
-        for name in args.workloads:
-            fn, _, fargs = bench.WORKLOADS[name][1]()
-            now, then = gc.compile(fn, *fargs, provider="cpu"), compile_with(other, fn, fargs)
-            fns = {"now": lambda f=now, a=fargs: f(*a), args.against: lambda f=then, a=fargs: f(*a)}
-            for system, workloads in (("torch", torch_w), ("jax", jax_w)):
-                if name in workloads:
-                    fns[system] = workloads[name](fargs)
-            ms = bench._median_ms(fns, args.runs, 5)
-            print(f"{name}: now {ms['now']:.2f} ms, {args.against} {ms[args.against]:.2f} ms, "
-                  f"now / {args.against} {ms['now'] / ms[args.against]:.3f}  |  "
+    torch_w, jax_w = bench.torch_workloads(), bench.jax_workloads()
+    for name in args.workloads:
+        fn, _, fargs = bench.WORKLOADS[name][1]()
+        now, then = gc.compile(fn, *fargs, provider="cpu"), compile_with(other, fn, fargs)
+        fns = {"now": lambda f=now, a=fargs: f(*a), args.against: lambda f=then, a=fargs: f(*a)}
+        for system, workloads in (("torch", torch_w), ("jax", jax_w)):
+            if name in workloads:
+                fns[system] = workloads[name](fargs)
+        for p in range(args.passes):
+            busy = args.contended if args.passes == 1 or p % 2 else 0
+            with bench.BusyNeighbour(busy):
+                ms = bench.median_ms(fns, args.runs, 5)
+            print(f"{name} {'busy ' if busy else 'quiet'}: now {ms['now']:.2f} ms, {args.against} "
+                  f"{ms[args.against]:.2f} ms, now / {args.against} {ms['now'] / ms[args.against]:.3f}  |  "
                   + "  ".join(f"{k} {ms[k]:.2f} ms" for k in ("torch", "jax") if k in ms), flush=True)
 
 

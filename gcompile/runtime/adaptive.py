@@ -21,6 +21,17 @@ two variants did. Spinning workers must win by SPIN_HANDICAP: where they are wit
 percent of sleeping ones (GEMM-bound steps), the comparison's timings flatter them against
 other threads in the same process. docs/strategies.md has the measurements behind each choice.
 
+A choice is only as good as the load it was made under, and the load changes between
+comparisons: a choice of one thread made beside a busy neighbour costs most of a core once the
+neighbour stops, and the time of one thread barely changes when it does, so the session's own
+timings cannot tell. Where the operating system says how much CPU time the machine spends
+(Linux's /proc/stat), the session reads, at most every LOAD_WINDOW seconds, how many cores the
+other processes used since the last reading, and starts a comparison at once when that moved by
+LOAD_SHIFT cores or more from what it was when the choice was made, in two readings in a row (a
+burst of another process's work is not a new load), and not before the choice has held
+FIRST_EXPLOIT calls (so a machine whose load swings all the time costs at most one comparison per
+FIRST_EXPLOIT calls).
+
 Only the model's own calls are timed, wall-clock: what the user waits for. A challenger's
 session is created when its first comparison starts, from the third call on (a function called
 once or twice never pays for one), and only for graphs of at most ADAPT_MAX_NODES nodes and
@@ -33,6 +44,7 @@ plans memory.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -47,6 +59,30 @@ FIRST_EXPLOIT = 10   # comparison, doubling up to EXPLOIT: an early choice made 
                      # work ran is revisited soon)
 _LAZY_AT = 2         # calls before the first challenger's session is made
 SPIN_HANDICAP = 1.1  # spinning workers must be 10% faster to be chosen (see the module's docstring)
+LOAD_WINDOW = 0.25   # seconds between readings of the other processes' load
+LOAD_SHIFT = 0.5     # cores of other processes' load gained or lost since a choice that start a comparison
+
+
+def other_cpu_seconds() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot, less this process's own: the
+    other processes' load, summed (None where /proc/stat cannot be read)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 8 or fields[0] != b"cpu":
+        return None
+    # user nice system idle iowait irq softirq [steal ...]: everything but idle and iowait is busy
+    ticks = [int(v) for v in fields[1:9]]
+    busy = sum(ticks) - ticks[3] - ticks[4]
+    return busy / _TICKS_PER_SECOND - time.process_time()
+
+
+try:
+    _TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+except (AttributeError, ValueError, OSError):
+    _TICKS_PER_SECOND = 100
 
 
 class Variant(NamedTuple):
@@ -59,11 +95,17 @@ class AdaptiveSession:
     """Duck-types onnxruntime.InferenceSession for what gcompile calls: run, io_binding,
     run_with_iobinding, get_inputs, get_outputs, get_providers (anything else is the first
     variant's). `make(threads, spin)` makes one variant's session; `clock` times the calls, in
-    seconds (a test's stand-in sessions advance a fake one)."""
+    seconds, and `load` gives the other processes' CPU seconds so far, or None where unknown (a
+    test's stand-in sessions advance a fake clock, and its load is a fake too)."""
 
     def __init__(self, make: Callable[[int, bool], Any], threads: int,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
-        self._make, self._clock = make, clock
+                 clock: Callable[[], float] = time.perf_counter,
+                 load: Callable[[], float | None] = other_cpu_seconds) -> None:
+        self._make, self._clock, self._load = make, clock, load
+        self._reading = (clock(), load())     # the last reading of the other processes' load
+        self._cores_used: float | None = None  # by the other processes, over the last LOAD_WINDOW
+        self._cores_at_choice: float | None = None
+        self._since_choice, self._moved = 0, False
         # the first choice, then the challengers in turn
         self._variants = [Variant(threads, False), Variant(1, False), Variant(threads, True)]
         first = self._variants[0]
@@ -98,6 +140,7 @@ class AdaptiveSession:
             self._times = {self._choice: [], self._challenger: []}
             self._left = min(EXPLOIT, FIRST_EXPLOIT << self._rounds)
             self._rounds += 1
+            self._cores_at_choice, self._since_choice, self._moved = self._cores_used, 0, False
             return self._choice
         return min(self._times, key=lambda v: len(self._times[v]))
 
@@ -129,9 +172,33 @@ class AdaptiveSession:
                 self._times[variant].append(elapsed)
             if last:
                 self._cold.add(variant)
+            read = self._read_load()
             if self._left > 0:
                 self._left -= 1
+                self._since_choice += 1
+                if read and self._cores_at_choice is None:
+                    self._cores_at_choice = self._cores_used
+                elif read:
+                    moved = abs(self._cores_used - self._cores_at_choice) >= LOAD_SHIFT
+                    # two readings in a row: a burst of another process's work is not a new load
+                    if moved and self._moved and self._since_choice >= FIRST_EXPLOIT:
+                        self._left = 0
+                    self._moved = moved
         return result
+
+    def _read_load(self) -> bool:
+        """Reads the other processes' load when LOAD_WINDOW has passed since the last reading:
+        whether self._cores_used now holds a new figure."""
+        now = self._clock()
+        then, used = self._reading
+        if now - then < LOAD_WINDOW:
+            return False
+        total = self._load()
+        self._reading = (now, total)
+        if total is None or used is None:
+            return False
+        self._cores_used = (total - used) / (now - then)
+        return True
 
     # -- the InferenceSession surface gcompile uses ----------------------------------------------
     def run(self, output_names, input_feed, run_options=None):
