@@ -63,7 +63,7 @@ def _check_types(what: str, treedef, expected: list[TensorType], got: list[Tenso
 # -- scan -----------------------------------------------------------------------------------------------
 def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, length: int | None = None,
          reverse: bool = False, unroll: int | bool = 1, checkpoint: bool = False,
-         checkpoint_every: int | None = None) -> tuple[Any, Any]:
+         checkpoint_every: int | tuple[int, ...] | None = None) -> tuple[Any, Any]:
     """Loop `f(carry, x) -> (carry, y)` over the leading axis of `xs`, as jax.lax.scan.
 
     `init` and the carry are a Tensor or nested tuples/lists/dicts of them (each leaf keeps its
@@ -87,6 +87,11 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
     its k carries (each step runs three times). `unroll` then applies to the k steps inside a
     block. k >= length is the plain scan; the number of steps must be static. Steps that draw
     random numbers (dropout) are not recomputed: their blocks are kept whole.
+
+    checkpoint_every=(k1, k2, ...), each smaller than the one before, nests the blocks: blocks
+    of k1 steps, each a scan over blocks of k2 steps, and so on. Each level trades one more run
+    of every step for fewer carries kept (about n/k1 + k1/k2 + k2 for two levels), for loops
+    so long or carries so large that n/k + k carries are too many.
     """
     where = user_location()
     carry, carry_tree = _flatten(init, "scan's init")
@@ -112,14 +117,10 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
         y_tree[:] = [tree]
         return new, ys
 
-    if checkpoint_every is not None:
-        if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, (int, np.integer)) \
-                or checkpoint_every < 1:
-            raise GcompileError(f"scan: checkpoint_every must be a positive int, got {checkpoint_every!r} "
-                                f"(at {where})")
-        if not isinstance(length, int):
-            raise GcompileError(f"scan: checkpoint_every={checkpoint_every!r} needs a static number of steps, not "
-                                f"{length!r} (at {where})")
+    levels = _levels(checkpoint_every, where)
+    if levels and not isinstance(length, int):
+        raise GcompileError(f"scan: checkpoint_every={checkpoint_every!r} needs a static number of steps, not "
+                            f"{length!r} (at {where})")
 
     def run(c: list[Tensor], x: list[Tensor], steps) -> tuple[list[Tensor], list[Tensor]]:
         if unroll is not True and unroll == 1:
@@ -131,10 +132,15 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
             return _unrolled(step, c, x, steps, reverse)
         return _scan_blocks(step, c, x, steps, reverse, int(unroll), checkpoint)
 
-    if checkpoint_every is not None and checkpoint_every < length:
-        final, ys = _checkpointed(run, carry, x_leaves, length, reverse, int(checkpoint_every))
-    else:
-        final, ys = run(carry, x_leaves, length)
+    def nested(c: list[Tensor], x: list[Tensor], steps, levels: tuple[int, ...]):
+        """`run` over `steps`, in blocks of the first level's size shorter than `steps` (each block,
+        and the remainder, nested likewise with the next levels)."""
+        levels = tuple(k for k in levels if k < steps)
+        if not levels:
+            return run(c, x, steps)
+        return _checkpointed(lambda c, x, n: nested(c, x, n, levels[1:]), c, x, steps, reverse, levels[0])
+
+    final, ys = nested(carry, x_leaves, length, levels)
     final_tree = pytree.unflatten(carry_tree, final)
     return final_tree, (None if y_tree[0] is _NO_Y else pytree.unflatten(y_tree[0], ys))
 
@@ -224,6 +230,18 @@ def _scan_blocks(step, carry, xs, length: int, reverse: bool, k: int, checkpoint
     return carry, [concat([a, b], axis=0) for a, b in zip(head, tail)]
 
 
+def _levels(checkpoint_every, where: str) -> tuple[int, ...]:
+    """scan's checkpoint_every as a tuple of block sizes, outermost first (empty for None)."""
+    if checkpoint_every is None:
+        return ()
+    levels = checkpoint_every if isinstance(checkpoint_every, tuple) else (checkpoint_every,)
+    if not levels or any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in levels) \
+            or any(a <= b for a, b in zip(levels, levels[1:])):
+        raise GcompileError(f"scan: checkpoint_every must be a positive int, or a tuple of positive ints each smaller "
+                            f"than the one before, got {checkpoint_every!r} (at {where})")
+    return tuple(int(k) for k in levels)
+
+
 def _checkpointed(run, carry, xs, length: int, reverse: bool, k: int):
     """checkpoint_every=k (k < length): a checkpointing scan over length // k blocks, each block
     `run` over its k steps (an inner loop); the remaining length % k steps `run` after it (before
@@ -255,7 +273,7 @@ def _checkpointed(run, carry, xs, length: int, reverse: bool, k: int):
 
 
 def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: Any, unroll: int | bool = 1,
-              checkpoint: bool = False, checkpoint_every: int | None = None) -> Any:
+              checkpoint: bool = False, checkpoint_every: int | tuple[int, ...] | None = None) -> Any:
     """body(i, value) for i = lower, ..., upper - 1 (static ints), as jax.lax.fori_loop; returns the
     final value. A scan whose xs is the int64 index, so it differentiates like scan (unroll,
     checkpoint and checkpoint_every are scan's)."""

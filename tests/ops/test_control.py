@@ -3,6 +3,8 @@ and on the reference evaluator, gradients to third order in float64; while_loop'
 test_while.py), the edges (zero and one step,
 reverse, pytrees, nested loops, captured weights, gc.checkpoint, unroll, checkpoint_every, symbolic
 lengths), the pruning of what a gradient does not need, and the errors."""
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -272,7 +274,7 @@ def rnn_every(k, reverse=False, checkpoint=False, unroll=1):
                                      checkpoint_every=k)
 
 
-XS7 = rand(7, N, H, seed=4)
+XS11 = rand(11, N, H, seed=4)
 
 
 def BATCH(steps):   # noqa: N802 - the specs of (xs, w, h0) with the batch axis symbolic (the steps must be static)
@@ -288,10 +290,13 @@ def BATCH(steps):   # noqa: N802 - the specs of (xs, w, h0) with the batch axis 
     (7, 3, False, False, 2),      # unroll=2 inside a block of 3
     (7, 7, False, False, 1),      # k = length: the plain scan
     (4, 9, True, False, 1),       # k > length: the plain scan
+    (11, (5, 2), False, False, 1),   # two levels: blocks of 5 steps, each 2 blocks of 2 and a step
+    (11, (4, 3), True, True, 1),     # two levels, reverse, remainders at both
+    (7, (9, 3), False, False, 1),    # a level longer than the loop is skipped
     (0, 3, False, False, 1),      # zero steps
 ])
 def test_checkpoint_every_gives_the_plain_scans_values_and_gradients(steps, k, reverse, checkpoint, unroll):
-    xs, w, h0 = XS7[:steps], ARGS[1], ARGS[2]
+    xs, w, h0 = XS11[:steps], ARGS[1], ARGS[2]
     fn = rnn_every(k, reverse, checkpoint, unroll)
     expected = np_rnn(xs, w, h0, reverse) if steps else (h0, np.zeros((0, N, H)))
     check_forward(fn, f32(xs, w, h0), [e.astype(np.float32) for e in expected], rtol=1e-5, atol=1e-5)
@@ -335,9 +340,10 @@ def test_checkpoint_every_without_xs_and_ys_and_with_pytrees():
             h = np.tanh(h @ w + xs[t]) * k
             ys[t], ss[t], k = h * xs[t], xs[t].sum(), k * 0.9
         return [h, k, np.stack(ys), np.array(ss)]
-    check_forward(tree, f32(XS7, *ARGS[1:]), [np.asarray(e, np.float32) for e in np_tree(XS7, *ARGS[1:])],
+    xs = XS11[:7]
+    check_forward(tree, f32(xs, *ARGS[1:]), [np.asarray(e, np.float32) for e in np_tree(xs, *ARGS[1:])],
                   rtol=1e-5, atol=1e-5)
-    check_grads(tree, [XS7, *ARGS[1:]], order=2, symbolic=BATCH(7))
+    check_grads(tree, [xs, *ARGS[1:]], order=2, symbolic=BATCH(7))
 
 
 def test_fori_loop_checkpoint_every():
@@ -372,6 +378,14 @@ def test_checkpoint_every_keeps_one_carry_per_block():
     assert sorted((n.attrs["length"], n.attrs["reverse"]) for n in inner) == [(100, False), (100, True)]
     sizes = {onnx_nodes(gc.compile(fn(steps, 10), *f32(*ARGS[1:])).model.graph) for steps in (50, 500)}
     assert len(sizes) == 1
+    # two levels: blocks of 100 steps, each a checkpointing scan over blocks of 10, each a scan of 10 steps
+    graph = trace(fn(1000, (100, 10)), ARGS[1:]).graph
+    optimize(graph, 2)
+    (forward,) = [n for n in loops(graph) if n.order == 0]
+    (middle,) = loops(forward.attrs["body"])
+    assert [forward.attrs["length"], middle.attrs["length"]] == [10, 10]
+    assert [n.attrs["length"] for n in loops(middle.attrs["body"])] == [10]
+    assert forward.outputs[1].shape == (10, N, H)
 
 
 # -- pruning and passes -----------------------------------------------------------------------------------
@@ -488,9 +502,9 @@ def test_length_errors():
     with pytest.raises(GcompileError, match="needs a static number of steps"):
         gc.compile(lambda xs, h0: gc.scan(lambda c, x: (c + x, c), h0, xs, unroll=2), gc.spec(("T", 3)),
                    gc.spec((3,)))
-    for bad in (0, -2, True, 2.5, "3"):
-        with pytest.raises(GcompileError, match=rf"checkpoint_every must be a positive int, got {bad!r} "
-                                                r"\(at .*test_control.py:\d+"):
+    for bad in (0, -2, True, 2.5, "3", (), (4, 4), (2, 4), (3, 0)):
+        with pytest.raises(GcompileError, match=rf"checkpoint_every must be a positive int, .*got "
+                                                rf"{re.escape(repr(bad))} \(at .*test_control.py:\d+"):
             trace(lambda xs, h0, bad=bad: gc.scan(lambda c, x: (c + x, c), h0, xs, checkpoint_every=bad),
                   [ARGS[0], ARGS[2]])
     with pytest.raises(GcompileError, match=r"checkpoint_every=2 needs a static number of steps, not 'T' "
