@@ -3,10 +3,10 @@
 Each configuration runs in a process of its own (its peak RSS is its own): gc.while_loop keeping
 every carry, or one carry every k steps (checkpoint_every=k), and gc.scan keeping each step's
 intermediates (the default) or its carries (checkpoint=True), each also with checkpoint_every=k (one
-carry every k steps, a block of k steps recomputed at a time). The step is
-h <- tanh(h @ W) * 0.5 + h * 0.5 on a (16, 256) float32 carry (16 KiB). Usage:
-python tools/loop_memory.py [steps [config]] (one config, or all of CONFIGS in turn). Results are in
-docs/loops.md.
+carry every k steps, a block of k steps recomputed at a time; scan_every_500_25 nests two levels of
+blocks). The step is h <- tanh(h @ W) * 0.5 + h * 0.5 on a (16, 256) float32 carry (16 KiB).
+Usage: python tools/loop_memory.py [steps [config]] (one config, or all of CONFIGS in turn).
+Results are in docs/loops.md.
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import subprocess
 import sys
 import time
 
-CONFIGS = ["while", "while_every_100", "scan", "scan_checkpoint", "scan_every_100", "scan_checkpoint_every_100"]
+CONFIGS = ["while", "while_every_100", "scan", "scan_checkpoint", "scan_every_100", "scan_checkpoint_every_100",
+           "scan_every_500_25"]
 
 
 def run(config: str, steps: int) -> dict:
@@ -25,8 +26,9 @@ def run(config: str, steps: int) -> dict:
     import gcompile as gc
     import gcompile.functions as F
 
-    parts = config.split("_")
-    every = int(parts[-1]) if "every" in parts else None
+    parts = config.split("_")   # scan_every_500_25: checkpoint_every=(500, 25)
+    levels = tuple(int(k) for k in parts[parts.index("every") + 1:]) if "every" in parts else ()
+    every = None if not levels else levels[0] if len(levels) == 1 else levels
 
     def loss(h0, w):
         def body(h):
