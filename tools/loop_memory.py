@@ -2,9 +2,11 @@
 
 Each configuration runs in a process of its own (its peak RSS is its own): gc.while_loop keeping
 every carry, or one carry every k steps (checkpoint_every=k), and gc.scan keeping each step's
-intermediates (the default) or its carries (checkpoint=True). The step is h <- tanh(h @ W) * 0.5 + h
-on a (16, 256) float32 carry (16 KiB). Usage: python tools/loop_memory.py [steps]. Results are in
-docs/loops.md.
+intermediates (the default) or its carries (checkpoint=True), each also with checkpoint_every=k (one
+carry every k steps, a block of k steps recomputed at a time; scan_every_500_25 nests two levels of
+blocks). The step is h <- tanh(h @ W) * 0.5 + h * 0.5 on a (16, 256) float32 carry (16 KiB).
+Usage: python tools/loop_memory.py [steps [config]] (one config, or all of CONFIGS in turn).
+Results are in docs/loops.md.
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import subprocess
 import sys
 import time
 
-CONFIGS = ["while", "while_every_100", "scan", "scan_checkpoint"]
+CONFIGS = ["while", "while_every_100", "scan", "scan_checkpoint", "scan_every_100", "scan_checkpoint_every_100",
+           "scan_every_500_25"]
 
 
 def run(config: str, steps: int) -> dict:
@@ -23,15 +26,19 @@ def run(config: str, steps: int) -> dict:
     import gcompile as gc
     import gcompile.functions as F
 
+    parts = config.split("_")   # scan_every_500_25: checkpoint_every=(500, 25)
+    levels = tuple(int(k) for k in parts[parts.index("every") + 1:]) if "every" in parts else ()
+    every = None if not levels else levels[0] if len(levels) == 1 else levels
+
     def loss(h0, w):
         def body(h):
             return F.tanh(h @ w) * 0.5 + h * 0.5
-        if config.startswith("while"):
-            every = 100 if config.endswith("100") else None
+        if parts[0] == "while":
             h, _ = gc.while_loop(lambda v: v[1] < steps, lambda v: (body(v[0]), v[1] + 1), (h0, np.int64(0)),
                                  checkpoint_every=every)
         else:
-            h, _ = gc.scan(lambda h, _: (body(h), None), h0, length=steps, checkpoint=config.endswith("checkpoint"))
+            h, _ = gc.scan(lambda h, _: (body(h), None), h0, length=steps, checkpoint="checkpoint" in parts,
+                           checkpoint_every=every)
         return F.sum(h * h)
 
     rng = np.random.default_rng(0)

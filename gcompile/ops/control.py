@@ -62,7 +62,8 @@ def _check_types(what: str, treedef, expected: list[TensorType], got: list[Tenso
 
 # -- scan -----------------------------------------------------------------------------------------------
 def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, length: int | None = None,
-         reverse: bool = False, unroll: int | bool = 1, checkpoint: bool = False) -> tuple[Any, Any]:
+         reverse: bool = False, unroll: int | bool = 1, checkpoint: bool = False,
+         checkpoint_every: int | tuple[int, ...] | None = None) -> tuple[Any, Any]:
     """Loop `f(carry, x) -> (carry, y)` over the leading axis of `xs`, as jax.lax.scan.
 
     `init` and the carry are a Tensor or nested tuples/lists/dicts of them (each leaf keeps its
@@ -76,6 +77,21 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
     Reverse mode keeps each step's intermediates for the backward loop; checkpoint=True keeps
     only the carries and recomputes each step in the backward loop instead (less memory, more
     compute; gc.checkpoint for a loop body).
+
+    checkpoint_every=k keeps only the carry at the start of every k-th step: the loop becomes a
+    scan over blocks of k steps whose body is an inner scan of those k steps (the last
+    length % k steps, if any, are a scan of their own), and reverse mode recomputes a block
+    from its saved carry when the backward reaches it. For n steps it keeps about n/k carries
+    plus one block's worth at a time, so k near sqrt(n) keeps the least: with checkpoint=False
+    a block keeps its k steps' intermediates (each step runs twice), with checkpoint=True only
+    its k carries (each step runs three times). `unroll` then applies to the k steps inside a
+    block. k >= length is the plain scan; the number of steps must be static. Steps that draw
+    random numbers (dropout) are not recomputed: their blocks are kept whole.
+
+    checkpoint_every=(k1, k2, ...), each smaller than the one before, nests the blocks: blocks
+    of k1 steps, each a scan over blocks of k2 steps, and so on. Each level trades one more run
+    of every step for fewer carries kept (about n/k1 + k1/k2 + k2 for two levels), for loops
+    so long or carries so large that n/k + k carries are too many.
     """
     where = user_location()
     carry, carry_tree = _flatten(init, "scan's init")
@@ -101,14 +117,30 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
         y_tree[:] = [tree]
         return new, ys
 
-    if unroll is not True and unroll == 1:
-        final, ys = _scan_node(step, carry, x_leaves, length, reverse, checkpoint)
-    elif not isinstance(length, int):
-        raise GcompileError(f"scan: unroll={unroll!r} needs a static number of steps, not {length!r} (at {where})")
-    elif unroll is True or unroll >= length:
-        final, ys = _unrolled(step, carry, x_leaves, length, reverse)
-    else:
-        final, ys = _scan_blocks(step, carry, x_leaves, length, reverse, int(unroll), checkpoint)
+    levels = _levels(checkpoint_every, where)
+    if levels and not isinstance(length, int):
+        raise GcompileError(f"scan: checkpoint_every={checkpoint_every!r} needs a static number of steps, not "
+                            f"{length!r} (at {where})")
+
+    def run(c: list[Tensor], x: list[Tensor], steps) -> tuple[list[Tensor], list[Tensor]]:
+        if unroll is not True and unroll == 1:
+            return _scan_node(step, c, x, steps, reverse, checkpoint)
+        if not isinstance(steps, int):
+            raise GcompileError(f"scan: unroll={unroll!r} needs a static number of steps, not {steps!r} "
+                                f"(at {where})")
+        if unroll is True or unroll >= steps:
+            return _unrolled(step, c, x, steps, reverse)
+        return _scan_blocks(step, c, x, steps, reverse, int(unroll), checkpoint)
+
+    def nested(c: list[Tensor], x: list[Tensor], steps, levels: tuple[int, ...]):
+        """`run` over `steps`, in blocks of the first level's size shorter than `steps` (each block,
+        and the remainder, nested likewise with the next levels)."""
+        levels = tuple(k for k in levels if k < steps)
+        if not levels:
+            return run(c, x, steps)
+        return _checkpointed(lambda c, x, n: nested(c, x, n, levels[1:]), c, x, steps, reverse, levels[0])
+
+    final, ys = nested(carry, x_leaves, length, levels)
     final_tree = pytree.unflatten(carry_tree, final)
     return final_tree, (None if y_tree[0] is _NO_Y else pytree.unflatten(y_tree[0], ys))
 
@@ -198,16 +230,60 @@ def _scan_blocks(step, carry, xs, length: int, reverse: bool, k: int, checkpoint
     return carry, [concat([a, b], axis=0) for a, b in zip(head, tail)]
 
 
+def _levels(checkpoint_every, where: str) -> tuple[int, ...]:
+    """scan's checkpoint_every as a tuple of block sizes, outermost first (empty for None)."""
+    if checkpoint_every is None:
+        return ()
+    levels = checkpoint_every if isinstance(checkpoint_every, tuple) else (checkpoint_every,)
+    if not levels or any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in levels) \
+            or any(a <= b for a, b in zip(levels, levels[1:])):
+        raise GcompileError(f"scan: checkpoint_every must be a positive int, or a tuple of positive ints each smaller "
+                            f"than the one before, got {checkpoint_every!r} (at {where})")
+    return tuple(int(k) for k in levels)
+
+
+def _checkpointed(run, carry, xs, length: int, reverse: bool, k: int):
+    """checkpoint_every=k (k < length): a checkpointing scan over length // k blocks, each block
+    `run` over its k steps (an inner loop); the remaining length % k steps `run` after it (before
+    it, reversed). The outer scan has checkpoint=True whatever the user asked: its backward then
+    keeps only each block's starting carry and recomputes the block's inner loop from it, which
+    keeps its own intermediates (or carries, with checkpoint=True) for that one block only."""
+    blocks, main = length // k, length // k * k
+
+    def block(c, xb):
+        return run(c, xb, k)
+
+    def blocked(c):
+        x_main = [reshape(x[:main], (blocks, k, *x.shape[1:])) for x in xs]
+        c, ys = _scan_node(block, c, x_main, blocks, reverse, True)
+        return c, [reshape(y, (main, *y.shape[2:])) for y in ys]
+
+    def rest(c):
+        return run(c, [x[main:] for x in xs], length - main)
+
+    if main == length:
+        return blocked(carry)
+    if reverse:
+        carry, tail = rest(carry)
+        carry, head = blocked(carry)
+    else:
+        carry, head = blocked(carry)
+        carry, tail = rest(carry)
+    return carry, [concat([a, b], axis=0) for a, b in zip(head, tail)]
+
+
 def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: Any, unroll: int | bool = 1,
-              checkpoint: bool = False) -> Any:
+              checkpoint: bool = False, checkpoint_every: int | tuple[int, ...] | None = None) -> Any:
     """body(i, value) for i = lower, ..., upper - 1 (static ints), as jax.lax.fori_loop; returns the
-    final value. A scan whose xs is the int64 index, so it differentiates like scan."""
+    final value. A scan whose xs is the int64 index, so it differentiates like scan (unroll,
+    checkpoint and checkpoint_every are scan's)."""
     for bound in (lower, upper):
         if isinstance(bound, bool) or not isinstance(bound, (int, np.integer)):
             raise GcompileError(f"fori_loop: the bounds must be Python ints (the trip count is static; use "
                                 f"gc.while_loop for a bound known at run time), got {bound!r} (at {user_location()})")
     index = np.arange(int(lower), max(int(lower), int(upper)), dtype=np.int64)
-    value, _ = scan(lambda v, i: (body(i, v), None), init, index, unroll=unroll, checkpoint=checkpoint)
+    value, _ = scan(lambda v, i: (body(i, v), None), init, index, unroll=unroll, checkpoint=checkpoint,
+                    checkpoint_every=checkpoint_every)
     return value
 
 

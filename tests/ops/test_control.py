@@ -1,8 +1,10 @@
 """gc.scan, gc.fori_loop and gc.while_loop: each against its unrolled equivalent (values on ONNX Runtime
 and on the reference evaluator, gradients to third order in float64; while_loop's gradients are in
 test_while.py), the edges (zero and one step,
-reverse, pytrees, nested loops, captured weights, gc.checkpoint, unroll, symbolic lengths), the
-pruning of what a gradient does not need, and the errors."""
+reverse, pytrees, nested loops, captured weights, gc.checkpoint, unroll, checkpoint_every, symbolic
+lengths), the pruning of what a gradient does not need, and the errors."""
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -237,15 +239,15 @@ def test_gradient_inside_the_body_of_a_captured_weight():
 
 
 def test_random_ops_in_the_body_are_saved_not_drawn_again():
-    """Dropout inside the body: the backward loop uses the forward's mask, in both modes."""
-    def fn(xs, w, h0, checkpoint):
+    """Dropout inside the body: the backward loop uses the forward's mask, in every mode."""
+    def fn(xs, w, h0, checkpoint, every):
         def step(h, x):
             return F.tanh(F.dropout(h @ w, 0.5, training=True) + x), h
-        h, ys = gc.scan(step, h0, xs, checkpoint=checkpoint)
+        h, ys = gc.scan(step, h0, xs, checkpoint=checkpoint, checkpoint_every=every)
         return h, ys, gc.grad(F.sum(h), [xs])[0]
     xs, w, h0 = f32(*ARGS)
-    for checkpoint in (False, True):
-        cf = gc.compile(lambda xs, w, h0, checkpoint=checkpoint: fn(xs, w, h0, checkpoint), xs, w, h0)
+    for checkpoint, every in ((False, None), (True, None), (False, 3), (True, 2)):
+        cf = gc.compile(lambda xs, w, h0, c=checkpoint, e=every: fn(xs, w, h0, c, e), xs, w, h0)
         h, ys, gx = (a.astype(np.float64) for a in cf(xs, w, h0))
         pre = ys[-1] @ w                                   # the last step's input to dropout
         mask = (np.arctanh(h) - xs[-1]) / pre              # what dropout multiplied it by
@@ -264,6 +266,126 @@ def test_integer_carries_and_xs_get_no_gradient_but_work():
     got = check_lowering(fn, f32(*ARGS))
     assert got[1] == 1 + sum(range(T)) and got[2].tolist() == [1, 1, 2, 4]
     check_grads(lambda xs, w, h0: fn(xs, w, h0)[0], ARGS, order=2)
+
+
+# -- checkpoint_every -------------------------------------------------------------------------------------------
+def rnn_every(k, reverse=False, checkpoint=False, unroll=1):
+    return lambda xs, w, h0: gc.scan(cell(w), h0, xs, reverse=reverse, checkpoint=checkpoint, unroll=unroll,
+                                     checkpoint_every=k)
+
+
+XS11 = rand(11, N, H, seed=4)
+
+
+def BATCH(steps):   # noqa: N802 - the specs of (xs, w, h0) with the batch axis symbolic (the steps must be static)
+    return [gc.spec((steps, "n", H)), gc.spec((H, H)), gc.spec(("n", H))]
+
+
+@pytest.mark.parametrize("steps, k, reverse, checkpoint, unroll", [
+    (7, 1, False, False, 1),      # a block per step
+    (6, 3, False, False, 1),      # k divides the length
+    (7, 3, False, False, 1),      # a remainder of 1 step
+    (7, 3, True, False, 1),       # reverse: the remainder runs first
+    (7, 2, True, True, 1),        # checkpoint=True inside the blocks
+    (7, 3, False, False, 2),      # unroll=2 inside a block of 3
+    (7, 7, False, False, 1),      # k = length: the plain scan
+    (4, 9, True, False, 1),       # k > length: the plain scan
+    (11, (5, 2), False, False, 1),   # two levels: blocks of 5 steps, each 2 blocks of 2 and a step
+    (11, (4, 3), True, True, 1),     # two levels, reverse, remainders at both
+    (7, (9, 3), False, False, 1),    # a level longer than the loop is skipped
+    (0, 3, False, False, 1),      # zero steps
+])
+def test_checkpoint_every_gives_the_plain_scans_values_and_gradients(steps, k, reverse, checkpoint, unroll):
+    xs, w, h0 = XS11[:steps], ARGS[1], ARGS[2]
+    fn = rnn_every(k, reverse, checkpoint, unroll)
+    expected = np_rnn(xs, w, h0, reverse) if steps else (h0, np.zeros((0, N, H)))
+    check_forward(fn, f32(xs, w, h0), [e.astype(np.float32) for e in expected], rtol=1e-5, atol=1e-5)
+    got = evaluate(trace(fn, [xs, w, h0]).graph, [xs, w, h0])
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-14)
+    # float64 differences against the reference evaluator and ONNX Runtime, at static sizes and a symbolic batch
+    check_grads(fn, [xs, w, h0], order=2, symbolic=BATCH(steps))
+    if steps:
+        for order in (1, 2):
+            _, blocked = check_grad(fn, [xs, w, h0], order=order, lowered=False)
+            _, unrolled = check_grad(lambda xs, w, h0: rnn_unrolled(xs, w, h0, reverse), [xs, w, h0], order=order,
+                                     lowered=False)
+            assert blocked == pytest.approx(unrolled, rel=1e-9)
+
+
+def test_checkpoint_every_without_xs_and_ys_and_with_pytrees():
+    def no_ys(w, h0):
+        h, ys = gc.scan(lambda h, _: (F.tanh(h @ w), None), h0, length=5, checkpoint_every=2)
+        assert ys is None
+        return h
+
+    def np_no_ys(w, h0):
+        for _ in range(5):
+            h0 = np.tanh(h0 @ w)
+        return h0
+    check_forward(no_ys, f32(*ARGS[1:]), [np_no_ys(*ARGS[1:]).astype(np.float32)], atol=1e-6)
+    check_grads(no_ys, ARGS[1:], order=2, symbolic=BATCH(0)[1:])
+
+    def tree(xs, w, h0):
+        def step(c, x):
+            h, k = c["h"], c["k"]
+            h2 = F.tanh(h @ w + x["u"]) * k
+            return {"h": h2, "k": k * 0.9}, {"y": h2 * x["u"], "s": F.sum(x["u"])}
+        c, ys = gc.scan(step, {"h": h0, "k": F.sum(h0) * 0 + 1}, {"u": xs}, reverse=True, checkpoint_every=3)
+        return c["h"], c["k"], ys["y"], ys["s"]
+
+    def np_tree(xs, w, h0):
+        h, k, ys, ss = h0, 1.0, [None] * len(xs), [None] * len(xs)
+        for t in reversed(range(len(xs))):
+            h = np.tanh(h @ w + xs[t]) * k
+            ys[t], ss[t], k = h * xs[t], xs[t].sum(), k * 0.9
+        return [h, k, np.stack(ys), np.array(ss)]
+    xs = XS11[:7]
+    check_forward(tree, f32(xs, *ARGS[1:]), [np.asarray(e, np.float32) for e in np_tree(xs, *ARGS[1:])],
+                  rtol=1e-5, atol=1e-5)
+    check_grads(tree, [xs, *ARGS[1:]], order=2, symbolic=BATCH(7))
+
+
+def test_fori_loop_checkpoint_every():
+    def fn(w, h0, every):
+        return gc.fori_loop(0, 7, lambda i, h: F.tanh(h @ w) * F.cast(i + 1, h.dtype) * 0.3, h0,
+                            checkpoint_every=every)
+    check_grads(lambda w, h0: fn(w, h0, 3), ARGS[1:], order=2, symbolic=BATCH(0)[1:])
+    _, blocked = check_grad(lambda w, h0: fn(w, h0, 3), ARGS[1:], order=2, lowered=False)
+    _, plain = check_grad(lambda w, h0: fn(w, h0, None), ARGS[1:], order=2, lowered=False)
+    assert blocked == pytest.approx(plain, rel=1e-9)
+
+
+def test_checkpoint_every_keeps_one_carry_per_block():
+    """Forward: a scan of length // k blocks that stacks only the carry at each block's start (and the
+    ys); backward: a reverse scan of as many blocks, whose body runs the block again (an inner scan of
+    k steps that keeps that block's values) and its inner backward scan. The graph's size does not
+    grow with the length."""
+    def fn(steps, k):
+        def g(w, h0):
+            h, _ = gc.scan(lambda h, _: (F.tanh(h @ w) * 0.5 + h * 0.5, None), h0, length=steps,
+                           checkpoint_every=k)
+            return gc.grad(F.sum(h * h), [w, h0])
+        return g
+    graph = trace(fn(1000, 100), ARGS[1:]).graph
+    optimize(graph, 2)
+    (forward,) = [n for n in loops(graph) if n.order == 0]
+    (backward,) = [n for n in loops(graph) if n.order == 1]
+    assert forward.attrs["length"] == backward.attrs["length"] == 10
+    assert [t.shape for t in forward.outputs] == [(N, H), (10, N, H)]          # the final carry, 10 carries
+    assert [n.attrs["length"] for n in loops(forward.attrs["body"])] == [100]
+    inner = loops(backward.attrs["body"])
+    assert sorted((n.attrs["length"], n.attrs["reverse"]) for n in inner) == [(100, False), (100, True)]
+    sizes = {onnx_nodes(gc.compile(fn(steps, 10), *f32(*ARGS[1:])).model.graph) for steps in (50, 500)}
+    assert len(sizes) == 1
+    # two levels: blocks of 100 steps, each a checkpointing scan over blocks of 10, each a scan of 10 steps
+    graph = trace(fn(1000, (100, 10)), ARGS[1:]).graph
+    optimize(graph, 2)
+    (forward,) = [n for n in loops(graph) if n.order == 0]
+    (middle,) = loops(forward.attrs["body"])
+    assert [forward.attrs["length"], middle.attrs["length"]] == [10, 10]
+    assert [n.attrs["length"] for n in loops(middle.attrs["body"])] == [10]
+    assert forward.outputs[1].shape == (10, N, H)
 
 
 # -- pruning and passes -----------------------------------------------------------------------------------
@@ -379,6 +501,15 @@ def test_length_errors():
         trace(lambda xs, h0: gc.scan(lambda c, x: (c, c), h0, (xs, xs[:2])), [ARGS[0], ARGS[2]])
     with pytest.raises(GcompileError, match="needs a static number of steps"):
         gc.compile(lambda xs, h0: gc.scan(lambda c, x: (c + x, c), h0, xs, unroll=2), gc.spec(("T", 3)),
+                   gc.spec((3,)))
+    for bad in (0, -2, True, 2.5, "3", (), (4, 4), (2, 4), (3, 0)):
+        with pytest.raises(GcompileError, match=rf"checkpoint_every must be a positive int, .*got "
+                                                rf"{re.escape(repr(bad))} \(at .*test_control.py:\d+"):
+            trace(lambda xs, h0, bad=bad: gc.scan(lambda c, x: (c + x, c), h0, xs, checkpoint_every=bad),
+                  [ARGS[0], ARGS[2]])
+    with pytest.raises(GcompileError, match=r"checkpoint_every=2 needs a static number of steps, not 'T' "
+                                            r"\(at .*test_control.py:\d+"):
+        gc.compile(lambda xs, h0: gc.scan(lambda c, x: (c + x, c), h0, xs, checkpoint_every=2), gc.spec(("T", 3)),
                    gc.spec((3,)))
     with pytest.raises(GcompileError, match="bounds must be Python ints"):
         trace(lambda h0: gc.fori_loop(0, F.sum(h0), lambda i, h: h, h0), [ARGS[2]])
