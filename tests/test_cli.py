@@ -301,7 +301,7 @@ def test_module_entry_point_user_error_has_no_traceback(tmp_path):
     assert proc.stderr.startswith("error: model.py:1: syntax error") and proc.stdout == ""
 
 
-@pytest.mark.parametrize("example", ["mlp", "cnn", "wgan_gp", "pinn", "hvp", "nn_cnn"])
+@pytest.mark.parametrize("example", ["mlp", "cnn", "wgan_gp", "pinn", "hvp", "nn_cnn", "neural_ode"])
 def test_examples_build_and_check(example, tmp_path):
     result = invoke("build", os.path.join(ROOT, "examples", f"{example}.py"), "-o", tmp_path, "--check",
                     "--provider", "cpu")

@@ -18,6 +18,7 @@ RUNS = {
     "ctc_lstm": (["--steps", "11"], r"ctc loss ([\d.]+)"),
     "finetune_onnx": (["--steps", "20"], r"loss ([\d.]+)"),
     "nn_cnn": (["--steps", "8"], r"cross-entropy ([\d.]+)"),
+    "neural_ode": (["--steps", "8"], r"loss ([\d.]+)"),
     "hvp": (["--batch", "8"], None),
 }
 

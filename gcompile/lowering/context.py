@@ -30,6 +30,10 @@ from .targets.base import DEFAULT_TARGET, TARGETS, Target
 NO_FLOAT64_CPU_KERNEL = frozenset({"Conv", "ConvTranspose", "AveragePool", "GlobalAveragePool", "Erf", "Tan", "Asin",
                                    "Acos", "Atan"})
 
+# int64 constants of at most this many elements that a loop body of the portable target reads are
+# Constant nodes in the body rather than state variables (LowerContext.closed).
+INLINED_INT64_LIMIT = 16
+
 
 def value_info(name: str, t: TensorType):
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype))
@@ -123,20 +127,30 @@ class LowerContext:
         inputs, passed on unchanged as a new output in front of its outputs, i.e. a loop state
         variable. Returns the graph and the names to feed those inputs, in order. OpenVINO's Scan
         converter refuses a body that reads outer values; the ONNX Scan operator's text asks for
-        them as state variables. `known` types the outer names that are neither initializers nor
-        shape tensors (the loop's own operands)."""
+        them as state variables. Small int64 constants (axes, target shapes, indices: at most
+        INLINED_INT64_LIMIT elements) are Constant nodes in the body instead: OpenVINO infers the
+        rank of a Reshape or a reduction only from a constant shape or axes, and with a state
+        variable there it failed to convert the loop (an If or TensorIterator "with dynamic rank",
+        or "Arguments do not have the same element type" in the Scan). `known` types the outer names
+        that are neither initializers nor shape tensors (the loop's own operands)."""
         free = node_reads(helper.make_node("Scan", [], [], body=graph))   # what the body reads, sorted
         if not free:
             return graph, []
+        small = {t.name: t for t in self.initializers if t.name in free and t.data_type == onnx.TensorProto.INT64
+                 and int(np.prod(t.dims)) <= INLINED_INT64_LIMIT}
+        free = [name for name in free if name not in small]
         inner = {name: self.fresh(f"{name}_state") for name in free}
+        inner.update({name: self.fresh(f"{name}_in_body") for name in small})
         _rename_reads(graph, inner)
+        constants = [helper.make_node("Constant", [], [inner[name]], value=_renamed(small[name], inner[name]))
+                     for name in sorted(small)]
         passed = [helper.make_node("Identity", [inner[name]], [self.fresh(f"{name}_passed")]) for name in free]
         inputs = [self._outer_value_info(name, inner[name], known) for name in free]
         outputs = [onnx.ValueInfoProto() for _ in free]
         for out, node, typed in zip(outputs, passed, inputs):
             out.CopyFrom(typed)
             out.name = node.output[0]
-        closed = helper.make_graph(passed + list(graph.node), graph.name, inputs + list(graph.input),
+        closed = helper.make_graph(constants + passed + list(graph.node), graph.name, inputs + list(graph.input),
                                    outputs + list(graph.output), initializer=list(graph.initializer))
         return closed, free
 
@@ -340,6 +354,13 @@ class LowerContext:
                 name = self.emit("Mul", [name, other])
         self._shape_cache[key] = name
         return name
+
+
+def _renamed(tensor: onnx.TensorProto, name: str) -> onnx.TensorProto:
+    copy = onnx.TensorProto()
+    copy.CopyFrom(tensor)
+    copy.name = name
+    return copy
 
 
 def _rename_reads(graph: onnx.GraphProto, names: dict[str, str]) -> None:

@@ -16,7 +16,7 @@ removes what only the dropped outputs needed. hoist_loop_sums (below) moves accu
 """
 from __future__ import annotations
 
-from ..ir.dims import product
+from ..ir.dims import product, symbols
 from ..ir.graph import Graph, Node, ValueRef, extract, tensor_type
 from ..ops.control import narrow_scan, scan_uses
 from .base import PassResult, replace_uses
@@ -106,10 +106,20 @@ def _hoist_one(graph: Graph, node: Node) -> bool:
         if [c.id for c in body.consumers(acc.node)] != [out.node]:
             continue
         terms = _sum_terms(body, out, acc)
-        if terms:
+        if terms and _same_shape_every_step(body, [r for term in terms for r in term[1:] if isinstance(r, ValueRef)]):
             _hoist(graph, node, i, terms)
             return True
     return False
+
+
+def _same_shape_every_step(body: Graph, refs: list[ValueRef]) -> bool:
+    """Whether the values `refs` of a step have the same shape at every step, so the loop can stack
+    them: no dim of theirs has a symbol that no body input carries. One that none carries is made
+    in the step (the number of steps of a while loop inside it, as in the backward of
+    gc.while_loop(checkpoint_every=k), whose blocks take k steps and then fewer) and may change
+    from step to step."""
+    bound = {s for r in body.inputs for d in body.type_of(r).shape if isinstance(d, str) for s in symbols(d)}
+    return all(s in bound for r in refs for d in body.type_of(r).shape if isinstance(d, str) for s in symbols(d))
 
 
 def _sum_terms(body: Graph, out: ValueRef, acc: ValueRef) -> list[tuple] | None:

@@ -171,6 +171,22 @@ def test_a_loop_inside_a_scan_body_differentiates():
     check_grad(fn, [RNG.standard_normal((3, 3)) * 0.2, W], symbolic=False)
 
 
+
+def test_checkpoint_every_with_a_closed_over_bias():
+    """A bias's gradient is a sum over steps, which passes/loops.py moves out of a backward loop; in the
+    backward of checkpoint_every=3 over 5 steps the blocks reversed take 3 steps and then 2, so those
+    sums must stay in the loop over blocks (the model failed to lower; the neural ODE found it)."""
+    def fn(x, w, b, every):
+        def body(v):
+            h, k = v
+            return F.tanh(h @ w + b) * 0.7 + h, k + 1
+        h, _ = gc.while_loop(lambda v: v[1] < 5, body, (x, np.int64(0)), checkpoint_every=every)
+        return F.sum(h * h)
+    b = RNG.standard_normal(3) * 0.3
+    _, blocked = check_grad(lambda x, w, b: fn(x, w, b, 3), [X, W, b], symbolic=False)
+    _, plain = check_grad(lambda x, w, b: fn(x, w, b, None), [X, W, b], lowered=False)
+    assert blocked == pytest.approx(plain, rel=1e-10)
+
 # -- implicit differentiation: gc.custom_root and gc.fixed_point --------------------------------------------------
 def _g(x, a, d):
     return F.tanh(x @ a) + x - F.mean(d, axis=0)

@@ -5,6 +5,7 @@ import numpy as np
 import gcompile as gc
 import gcompile.functions as F
 from gcompile.frontend.trace import trace
+from gcompile.ir import dims
 from gcompile.ir.evaluate import evaluate
 from gcompile.passes import fuse_gemm, hoist_loop_sums, optimize, prune_loops
 from gcompile.passes.base import run_in_bodies
@@ -133,3 +134,29 @@ def test_loops_drawing_random_numbers_are_never_merged_folded_or_recomputed():
     graph = trace(checkpointed, [np.ones((3, 4))]).graph
     optimize(graph)
     assert len([n for n in _scans(graph) if n.order == 0]) == 1   # the random forward loop is not copied
+
+
+def test_no_hoisting_of_sums_whose_terms_change_shape_from_step_to_step():
+    """The backward of gc.while_loop(checkpoint_every=3) over 5 steps is a scan over 2 blocks whose body
+    reverses a block (3 steps, then 2): a bias's gradient there sums values stacked over the block's
+    steps, (steps, ...) at a length each block has its own. hoist_loop_sums once stacked those over
+    the blocks too, a ragged value no ONNX Scan can hold (lowering found no size for it, and the
+    evaluator cannot stack it)."""
+    def fn(x, w, b):
+        def body(v):
+            h, k = v
+            return F.tanh(h @ w + b) * 0.7 + h, k + 1
+        h, _ = gc.while_loop(lambda v: v[1] < 5, body, (x, np.int64(0)), checkpoint_every=3)
+        return gc.grad(F.sum(h * h), [x, w, b])
+    arrays = [H0[:2, :3], W[:3, :3], XS[0, 0, :3]]
+    graph = trace(fn, arrays).graph
+    before = evaluate(graph, arrays)
+    optimize(graph, 2)
+    graph.lint()
+    for node in _scans(graph):
+        inputs = {s for r in node.attrs["body"].inputs for d in node.attrs["body"].type_of(r).shape
+                  if isinstance(d, str) for s in dims.symbols(d)}
+        for t in node.outputs[node.attrs["n_carry"]:]:
+            assert all(s in inputs for d in t.shape[1:] if isinstance(d, str) for s in dims.symbols(d)), t
+    for a, b in zip(before, evaluate(graph, arrays)):
+        np.testing.assert_allclose(a, b, rtol=1e-12)

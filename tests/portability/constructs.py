@@ -61,6 +61,21 @@ def _scan_outer_reads(model):
             for n in _nodes(model, "Scan") if len(node_reads(n)) > len([i for i in n.input if i])]
 
 
+def _scan_int64_constant_states(model):
+    """Scans fed a small int64 constant (axes, a shape) as a state variable; the portable form holds it
+    as a Constant node in the body (LowerContext.closed, INLINED_INT64_LIMIT)."""
+    constants = _constants(model)
+    found = []
+    for n in _nodes(model, "Scan"):
+        n_scanned = next(a.i for a in n.attribute if a.name == "num_scan_inputs")
+        states = [c for c in n.input[:len(n.input) - n_scanned] if c in constants]
+        small = [c for c in states if constants[c].data_type == onnx.TensorProto.INT64
+                 and numpy_helper.to_array(constants[c]).size <= 16]
+        if small:
+            found.append(f"{_where(n)}: {', '.join(small)}")
+    return found
+
+
 def _max_unpool(model):
     return [_where(n) for n in _nodes(model, "MaxUnpool")]
 
@@ -116,6 +131,11 @@ CONSTRUCTS = [
     Construct("scan-outer-read", "openvino",
               "a Scan body reading values of the enclosing graph: OpenVINO's ONNX Scan converter counts the "
               "body's inputs against the node's and fails", _scan_outer_reads),
+    Construct("scan-int64-constant-state", "openvino",
+              "a Scan state variable fed a small int64 constant (a reduction's axes, a Reshape's shape): OpenVINO "
+              "infers those ops' rank only from constant axes and shapes, and failed to convert such loops (an If "
+              "or TensorIterator \"with dynamic rank\", or \"Arguments do not have the same element type\" in the "
+              "Scan)", _scan_int64_constant_states),
     Construct("max-unpool", "openvino", "MaxUnpool: OpenVINO's ONNX front end has no conversion for it",
               _max_unpool),
     Construct("unit-numerator", "onnxruntime-web",

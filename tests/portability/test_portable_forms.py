@@ -98,3 +98,37 @@ def test_portable_scans_are_closed_and_forward(steps):
     for got in results:
         for value, expected in zip(got, want):
             np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5 * max(1, np.abs(expected).max()))
+
+
+def _nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _nodes(attr.g)
+
+
+def test_small_int64_constants_are_constants_in_the_loop_body():
+    """Axes and target shapes that a portable Scan's body reads are Constant nodes in it, not state
+    variables: OpenVINO (2026.4) infers the rank of a Reshape or a reduction only from constant ones,
+    and failed to convert the backward Scan of a while loop whose step takes a mean (an If "with
+    dynamic rank", or "Arguments do not have the same element type" in the Scan)."""
+    def fn(x, w):
+        h = gc.while_loop(lambda h: F.sum(h * h) < 20.0, lambda h: F.tanh(h @ w) + h * (1 + F.mean(h * h)), x)
+        return gc.grad(F.sum(h), [x, w])
+    cf = gc.compile(fn, gc.spec(("n", 3)), gc.spec((3, 3)), provider="cpu", target="portable")
+    small = {t.name for t in cf.model.graph.initializer
+             if t.data_type == onnx.TensorProto.INT64 and int(np.prod(t.dims)) <= 16}
+    scans = [n for n in _nodes(cf.model.graph) if n.op_type == "Scan"]
+    assert scans and small
+    for scan in scans:
+        assert not set(scan.input) & small
+        body = next(a.g for a in scan.attribute if a.name == "body")
+        assert any(n.op_type == "Constant" and n.attribute[0].t.data_type == onnx.TensorProto.INT64 for n in body.node)
+    assert [c.find(cf.model) for c in AVOIDED] == [[], [], []]
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((2, 3)).astype(np.float32), (0.5 * rng.standard_normal((3, 3))).astype(np.float32)
+    want = evaluate(trace(fn, [x.astype(np.float64), w.astype(np.float64)]).graph, [x, w])
+    for got in run_both(cf.model, {"x": x, "w": w}):
+        for value, expected in zip(got, want):
+            np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5 * max(1, np.abs(expected).max()))
