@@ -16,7 +16,7 @@ removes what only the dropped outputs needed. hoist_loop_sums (below) moves accu
 """
 from __future__ import annotations
 
-from ..ir.dims import product
+from ..ir.dims import product, symbols
 from ..ir.graph import Graph, Node, ValueRef, extract, tensor_type
 from ..ops.control import narrow_scan, scan_uses
 from .base import PassResult, replace_uses
@@ -99,6 +99,7 @@ def _hoist_one(graph: Graph, node: Node) -> bool:
     a, body = node.attrs, node.attrs["body"]
     nc, nk = a["n_consts"], a["n_carry"]
     used = scan_uses(graph, node)
+    bound = _bound_symbols(body)
     for i in range(nk):
         acc, out = body.inputs[nc + i], body.outputs[i]
         if i not in used or acc in body.outputs or body.outputs.count(out) != 1:
@@ -106,10 +107,22 @@ def _hoist_one(graph: Graph, node: Node) -> bool:
         if [c.id for c in body.consumers(acc.node)] != [out.node]:
             continue
         terms = _sum_terms(body, out, acc)
-        if terms:
+        if terms and all(_steady(body, r, bound) for term in terms for r in term[1:] if isinstance(r, ValueRef)):
             _hoist(graph, node, i, terms)
             return True
     return False
+
+
+def _bound_symbols(body: Graph) -> set[str]:
+    """The symbols of the body inputs' dims: the same at every step (the scan's operands bind them)."""
+    return {s for r in body.inputs for d in body.type_of(r).shape if isinstance(d, str) for s in symbols(d)}
+
+
+def _steady(body: Graph, ref: ValueRef, bound: set[str]) -> bool:
+    """Whether a per-step value has the same shape at every step, so that the loop can stack it: none
+    of its dims is loop-local (the number of steps of a while loop inside the body, which a
+    checkpointed while loop's backward runs, changes from step to step)."""
+    return all(s in bound for d in body.type_of(ref).shape if isinstance(d, str) for s in symbols(d))
 
 
 def _sum_terms(body: Graph, out: ValueRef, acc: ValueRef) -> list[tuple] | None:
