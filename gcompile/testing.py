@@ -91,6 +91,17 @@ def _output_types(fn, specs) -> list:
     return [outs.type_of(r) for r in outs.outputs]
 
 
+def direction(float_inputs: Sequence[ArrayLike], seed: int = 0) -> list[np.ndarray]:
+    """The unit direction r (one array per float input, in order, over all of them together) along
+    which check_grad with this `seed` takes its central difference, S(x ± εr). A function whose
+    behaviour jumps (a loop's number of steps, a branch taken) has a meaningful difference only
+    where it takes the same path at x − εr and x + εr: this is where to look."""
+    rng = np.random.default_rng(seed + 1)
+    r = [rng.standard_normal(np.shape(a)) for a in float_inputs]
+    norm = np.sqrt(sum(float(np.sum(v * v)) for v in r)) or 1.0
+    return [v / norm for v in r]
+
+
 class _Case:
     """One check_grad call's arrays, vectors and traced programs. The output weights w have size 1
     along every axis that is symbolic at `symbolic_specs` (the same weights at every position of
@@ -110,11 +121,8 @@ class _Case:
                       for t, sym in zip(out_types, _output_types(fn, symbolic_specs))]
         rng = np.random.default_rng(seed)
         self.ws = [rng.standard_normal(shape) for shape in shapes]
-        rng = np.random.default_rng(seed + 1)
         float_arrays = [arrays[i] for i in self.positions]
-        r = [rng.standard_normal(a.shape) for a in float_arrays]
-        norm = np.sqrt(sum(float(np.sum(v * v)) for v in r)) or 1.0
-        self.r = [v / norm for v in r]
+        self.r = direction(float_arrays, seed)
         rng = np.random.default_rng(seed + 2)
         self.vs = [rng.standard_normal(a.shape) for _ in range(order - 1) for a in float_arrays]
 

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import UnsupportedError
 from ..frontend.tensor import Tensor, apply_n, current_frame
 from ..frontend.trace import inline, trace_body
 from ..ir import dims
-from ..ir.graph import Graph, ValueRef, extract, tensor_type
+from ..ir.graph import Graph, ValueRef, bodies, extract, tensor_type
 from ..ir.registry import Trait, has_trait, is_random, supply_vjp
 from ..ops.basic import zeros_like
 from ..ops.control import steps_symbol
@@ -72,6 +73,11 @@ def _scan_vjp(grads, inputs, outputs, *, body: Graph, n_consts: int, n_carry: in
     tangent = _depending_on(joint_graph, {r.node for r in seed_in})
     variant = _depending_on(joint_graph, {r.node for r in k_in + x_in}, tangent, random=True)
     read_c, read_x, saved = _cut(joint_graph, tangent, variant, checkpoint, c_in, x_in, seed_in)
+    if nx and not (read_x or saved or ys_in) and not isinstance(length, int):
+        # A backward reading nothing per step (the step is affine in what it differentiates: the
+        # backward of a while loop's backward, say) still needs an xs: a symbolic number of steps
+        # is only known from one at run time (prune_loops keeps one likewise).
+        read_x = [0]
     primal_refs = [p.ref for p in primal]
 
     # -- the forward loop, extended with the saved values --------------------------------------------------
@@ -259,23 +265,33 @@ def _while_vjp(grads, inputs, outputs, *, body: Graph, n_consts: int, source: st
     cotangents; it carries the carry's cotangent and one accumulator per float const. Only the
     carries are kept (not every intermediate): the step runs twice, the memory is one carry per
     step. The backward is an ordinary scan reading the saved ys, so differentiating it again
-    (second order) sends a cotangent to those ys, which this rule takes like any y's."""
+    (second order) sends a cotangent to those ys, which this rule takes like any y's.
+
+    A step that draws random numbers (dropout in training) would draw again when the backward
+    computes it: the forward loop also stacks each step's draws (every output of each random node)
+    as ys, and the backward step reads them in place of its own (_draws). Random draws inside a
+    loop nested in the step (checkpoint_every's blocks, say) are refused: that loop's draws cannot
+    be stacked step by step."""
     nc = n_consts
     nk = len(inputs) - nc - 1
     consts, init = inputs[:nc], inputs[nc + 1:]
     graph = current_frame().graph
     forward = graph.nodes[outputs[0].ref.node] if outputs else None
-    if not saved:   # stack each step's starting carries: B(c, k) -> (go, k', y, k)
+    if not saved:   # stack each step's draws and starting carries: B(c, k) -> (go, k', y, draws, k)
         assert forward is not None
         steps = steps or steps_symbol()
         first = len(forward.outputs)
-        new_body = extract(body, list(body.inputs), list(body.outputs) + list(body.inputs[nc:]))
-        forward.attrs = {**forward.attrs, "body": new_body, "n_ys": n_ys + nk, "steps": steps, "saved": True}
-        forward.outputs = forward.outputs + [_stacked(t.type, steps) for t in init]
-        outputs = outputs + [Tensor(graph, forward.out(first + i), forward.outputs[first + i]) for i in range(nk)]
-        grads = grads + [None] * nk
-        body, n_ys = new_body, n_ys + nk
+        draws = _draw_refs(body, source)
+        new_body = extract(body, list(body.inputs), list(body.outputs) + draws + list(body.inputs[nc:]))
+        added = [body.type_of(r) for r in draws] + [t.type for t in init]
+        forward.attrs = {**forward.attrs, "body": new_body, "n_ys": n_ys + len(added), "steps": steps, "saved": True}
+        forward.outputs = forward.outputs + [_stacked(t, steps) for t in added]
+        outputs = outputs + [Tensor(graph, forward.out(first + i), forward.outputs[first + i])
+                             for i in range(len(added))]
+        grads = grads + [None] * len(added)
+        body, n_ys = new_body, n_ys + len(added)
     carried = outputs[nk + n_ys - nk:]                                     # the carries at each step's start
+    drawn = _draws(body, nk, n_ys, source)                                 # the ys that are each step's draws
     fk = [i for i in range(nk) if init[i].dtype.kind == "f"]
     fc = [i for i in range(nc) if consts[i].dtype.kind == "f"]
     ys_in = [j for j in range(n_ys) if grads[nk + j] is not None and outputs[nk + j].dtype.kind == "f"]
@@ -283,20 +299,25 @@ def _while_vjp(grads, inputs, outputs, *, body: Graph, n_consts: int, source: st
         return [None] * len(inputs)
     n_fk, n_fc = len(fk), len(fc)
 
-    def backward(v: list[Tensor]) -> list[Tensor]:
+    def joint(v: list[Tensor]) -> list[Tensor]:
         c, k_bar, acc = v[:nc], v[nc:nc + n_fk], v[nc + n_fk:nc + n_fk + n_fc]
         k, y_bar = v[nc + n_fk + n_fc:nc + n_fk + n_fc + nk], v[nc + n_fk + n_fc + nk:]
         outs = inline(body, c + k)
         targets = [outs[1 + i] for i in fk] + [outs[1 + nk + j] for j in ys_in]
         g = grad(targets, [k[i] for i in fk] + [c[i] for i in fc], k_bar + y_bar)
-        return [*g[:n_fk], *(a + b for a, b in zip(acc, g[n_fk:]))]
+        return [*g[:n_fk], *(a + b for a, b in zip(acc, g[n_fk:])), *(outs[1 + nk + j] for j in drawn)]
 
     types = ([t.type for t in consts] + [init[i].type for i in fk] + [consts[i].type for i in fc]
              + [t.type for t in init] + [body.type_of(body.outputs[1 + nk + j]) for j in ys_in])
-    back_body, captured = trace_body(backward, types)
+    back_body, captured = trace_body(joint, types)
     assert not captured, "the backward body reads only its inputs"
+    if drawn:   # the step's own draws become inputs: the forward's, stacked, read step by step
+        n_out = len(back_body.outputs) - len(drawn)
+        back_body = extract(back_body, list(back_body.inputs) + list(back_body.outputs[n_out:]),
+                            list(back_body.outputs[:n_out]))
     operands = ([*consts] + [zeros_like(init[i]) if grads[i] is None else grads[i] for i in fk]
-                + [zeros_like(consts[i]) for i in fc] + list(carried) + [grads[nk + j] for j in ys_in])
+                + [zeros_like(consts[i]) for i in fc] + list(carried) + [grads[nk + j] for j in ys_in]
+                + [outputs[nk + j] for j in drawn])
     outs = apply_n("scan", operands, body=back_body, n_consts=nc, n_carry=n_fk + n_fc, reverse=True,
                    length=steps, checkpoint=False)
     result: list[Tensor | None] = [None] * len(inputs)
@@ -310,6 +331,36 @@ def _while_vjp(grads, inputs, outputs, *, body: Graph, n_consts: int, source: st
 supply_vjp("while", _while_vjp)
 
 
+def _draw_refs(body: Graph, source: str) -> list[ValueRef]:
+    """Every output of each node of a while loop's step that draws random numbers; refused where
+    such a node holds a body (a loop or branch draws inside it: the outputs are not the draws) or
+    its values change shape from step to step."""
+    refs = []
+    bound = {s for r in body.inputs for d in body.type_of(r).shape if isinstance(d, str) for s in dims.symbols(d)}
+    for node in body.topo_order():
+        if node.op == "input" or not is_random(node):
+            continue
+        if bodies(node) or _ragged(node, bound):
+            raise UnsupportedError(
+                f"reverse mode through a while loop whose step draws random numbers inside a nested loop or "
+                f"branch ({node.op}; checkpoint_every makes a loop): the backward would draw them again, and "
+                f"they cannot be saved step by step. Draw them outside the inner {node.op}, or drop "
+                f"checkpoint_every (while_loop at {source})")
+        refs += [node.out(i) for i in range(len(node.outputs))]
+    return refs
+
+
+def _draws(body: Graph, nk: int, n_ys: int, source: str) -> list[int]:
+    """The positions among the ys (the forward stacks them: the first call of the rule adds them) of
+    the draws of the step's random nodes."""
+    ys = body.outputs[1 + nk:1 + nk + n_ys]
+    positions = []
+    for ref in _draw_refs(body, source):
+        assert ref in ys, "the forward loop stacks every draw of its step"
+        positions.append(ys.index(ref))
+    return positions
+
+
 # -- cond -----------------------------------------------------------------------------------------------------
 def _cond_vjp(grads, inputs, outputs, *, then_body: Graph, else_body: Graph, source: str):
     """The backward of a branch is a branch: a cond on the same predicate whose bodies are each branch's
@@ -320,6 +371,10 @@ def _cond_vjp(grads, inputs, outputs, *, then_body: Graph, else_body: Graph, sou
     result: list[Tensor | None] = [None] * len(inputs)
     if not wrt or not seeded:
         return result
+    if any(is_random(n) for body in (then_body, else_body) for n in body.nodes.values()):
+        raise UnsupportedError(f"reverse mode through a gc.cond whose branch draws random numbers (dropout in "
+                               f"training): the backward branch would draw them again. Draw them outside the cond "
+                               f"and pass them in as operands (cond at {source})")
 
     def branch(body: Graph) -> Graph:
         def fn(v: list[Tensor]) -> list[Tensor]:

@@ -58,6 +58,16 @@ def symbols(dim: Dim) -> list[str]:
     return sorted(_parse(dim)[1].elements())
 
 
+def solve(dim: Dim, size: int) -> tuple[str, int] | None:
+    """(symbol, value) where `dim` is k·symbol (one symbol, to the first power) and k divides `size`:
+    a value of that dim binds the symbol too ("3*batch" of size 6 gives batch = 2). None otherwise."""
+    coef, syms = _parse(dim)
+    if len(syms) != 1 or coef == 0 or size % coef:
+        return None
+    ((name, power),) = syms.items()
+    return (name, size // coef) if power == 1 else None
+
+
 def resolve(dim: Dim, bindings: dict) -> int:
     """The int value of a dim given values for its symbols."""
     coef, syms = _parse(dim)

@@ -15,13 +15,25 @@ from .registry import get_op
 
 
 def bind_symbols(graph: Graph, arrays) -> dict:
+    """The sizes the inputs give their symbols; a symbol that only appears in a product of the form
+    k·symbol (a loop body reading a flattened batch, "3*batch") is solved from it."""
     bindings: dict = {}
     for ref, arr in zip(graph.inputs, arrays):
         conflict = dims.bind(bindings, graph.type_of(ref).shape, np.shape(arr), "")
         if conflict:
             symbol, n, first_n, _ = conflict
             raise InputError(f"symbolic dim {symbol!r} bound to both {first_n} and {n}")
-    return {symbol: n for symbol, (n, _) in bindings.items()}
+    result = {symbol: n for symbol, (n, _) in bindings.items()}
+    for ref, arr in zip(graph.inputs, arrays):
+        _bind_products(result, graph.type_of(ref).shape, np.shape(arr))
+    return result
+
+
+def _bind_products(bindings: dict, shape, sizes) -> None:
+    for d, n in zip(shape, sizes):
+        solved = dims.solve(d, n) if isinstance(d, str) and "*" in d else None
+        if solved is not None:
+            bindings.setdefault(*solved)
 
 
 def evaluate(graph: Graph, arrays, outputs=None) -> list[np.ndarray]:
@@ -54,4 +66,5 @@ def _run(graph: Graph, values: dict, needed: set, bindings: dict) -> None:
             for d, n in zip(t.shape, np.shape(r)):   # a dim known once the node ran (a while loop's steps)
                 if isinstance(d, str) and "*" not in d:
                     bindings.setdefault(d, n)
+            _bind_products(bindings, t.shape, np.shape(r))
 

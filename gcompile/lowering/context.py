@@ -64,7 +64,7 @@ class LowerContext:
         self._local_symbols: set[str] = set()     # bound here by a loop's result (bind_symbol), not by an input
         for name, ref in zip(input_names, graph.inputs):
             for axis, d in enumerate(graph.type_of(ref).shape):
-                if isinstance(d, str) and "*" not in d:
+                if isinstance(d, str):      # a product ("3*batch") too: its size is read off as it is
                     self._symbol_sources.setdefault(d, (name, axis))
 
     # -- graphs --------------------------------------------------------------------------------
@@ -341,11 +341,19 @@ class LowerContext:
         key = ("dim", dim)
         if key in self._shape_cache:
             return self._shape_cache[key]
-        if "*" not in dim:
-            if dim not in self._symbol_sources:
-                raise LoweringError(f"symbolic dim {dim!r} does not appear in any graph input's shape")
+        if dim in self._symbol_sources:
             source, axis = self._symbol_sources[dim]
             name = self.emit("Shape", [source], start=axis, end=axis + 1)
+        elif "*" not in dim:
+            if self.parent is None or not self.parent._computes((dim,)):
+                raise LoweringError(f"symbolic dim {dim!r} does not appear in any graph input's shape")
+            # a body whose inputs carry it only in products ("3*batch"): the enclosing graph's, read
+            # from the outer scope
+            saved, self.parent._current = self.parent._current, None
+            try:
+                name = self.parent._dim_tensor(dim)
+            finally:
+                self.parent._current = saved
         else:
             factors = dim.split("*")
             name = self.int64s([int(factors[0])]) if factors[0].isdigit() else self._dim_tensor(factors[0])

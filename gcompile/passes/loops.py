@@ -99,6 +99,7 @@ def _hoist_one(graph: Graph, node: Node) -> bool:
     a, body = node.attrs, node.attrs["body"]
     nc, nk = a["n_consts"], a["n_carry"]
     used = scan_uses(graph, node)
+    bound = _bound_symbols(body)
     for i in range(nk):
         acc, out = body.inputs[nc + i], body.outputs[i]
         if i not in used or acc in body.outputs or body.outputs.count(out) != 1:
@@ -106,20 +107,22 @@ def _hoist_one(graph: Graph, node: Node) -> bool:
         if [c.id for c in body.consumers(acc.node)] != [out.node]:
             continue
         terms = _sum_terms(body, out, acc)
-        if terms and _same_shape_every_step(body, [r for term in terms for r in term[1:] if isinstance(r, ValueRef)]):
+        if terms and all(_steady(body, r, bound) for term in terms for r in term[1:] if isinstance(r, ValueRef)):
             _hoist(graph, node, i, terms)
             return True
     return False
 
 
-def _same_shape_every_step(body: Graph, refs: list[ValueRef]) -> bool:
-    """Whether the values `refs` of a step have the same shape at every step, so the loop can stack
-    them: no dim of theirs has a symbol that no body input carries. One that none carries is made
-    in the step (the number of steps of a while loop inside it, as in the backward of
-    gc.while_loop(checkpoint_every=k), whose blocks take k steps and then fewer) and may change
-    from step to step."""
-    bound = {s for r in body.inputs for d in body.type_of(r).shape if isinstance(d, str) for s in symbols(d)}
-    return all(s in bound for r in refs for d in body.type_of(r).shape if isinstance(d, str) for s in symbols(d))
+def _bound_symbols(body: Graph) -> set[str]:
+    """The symbols of the body inputs' dims: the same at every step (the scan's operands bind them)."""
+    return {s for r in body.inputs for d in body.type_of(r).shape if isinstance(d, str) for s in symbols(d)}
+
+
+def _steady(body: Graph, ref: ValueRef, bound: set[str]) -> bool:
+    """Whether a per-step value has the same shape at every step, so that the loop can stack it: none
+    of its dims is loop-local (the number of steps of a while loop inside the body, which a
+    checkpointed while loop's backward runs, changes from step to step)."""
+    return all(s in bound for d in body.type_of(ref).shape if isinstance(d, str) for s in symbols(d))
 
 
 def _sum_terms(body: Graph, out: ValueRef, acc: ValueRef) -> list[tuple] | None:

@@ -10,10 +10,14 @@
                every op has a float64 kernel, to float64 accuracy;
   grad,        gcompile.testing.check_grad / check_double_grad / order 3: float64 central
   double_grad, differences against the reference evaluator and (orders 1 and 2) against the
-  triple_grad  float32 models onnxruntime runs, at static shapes and with the symbolic batch.
+  triple_grad  float32 models onnxruntime runs, at static shapes and with the symbolic batch
+               (not for a program that draws random numbers: ONNX Runtime draws its own; the
+               derivatives check runs its model, whose dropout keeps every value).
 
 Inputs are redrawn (a few times) until no kink or jump of the program lies within SAFE of
-the point; where none is found, the checks that need it are skipped and the result says so.
+the point, and until its control flow (each while loop's number of steps, each cond's branch)
+is the same at the two points x ± εr check_grad's central difference evaluates as at x; where
+none is found, the checks that need it are skipped and the result says so.
 """
 from __future__ import annotations
 
@@ -26,8 +30,9 @@ import gcompile as gc
 import gcompile.functions as F
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
+from gcompile.ir.registry import is_random
 from gcompile.passes import base as passes_base
-from gcompile.testing import check_grad
+from gcompile.testing import check_grad, direction
 
 from . import npsem
 
@@ -138,11 +143,19 @@ def check_float64(program, reference, input_specs, arrays) -> None:
         assert_close(g, w, f"onnxruntime float64, {name}", rtol=1e-6, atol=1e-7)
 
 
+def draws_random(program, arrays) -> bool:
+    """Whether the program draws random numbers (dropout in training, seeded): ONNX Runtime's draws
+    are not the reference evaluator's, so check_grad compares no ONNX model of it (it refuses)."""
+    return any(is_random(n) for n in trace(program, as_float64(arrays)).graph.nodes.values())
+
+
 def check_gradients(order: int):
     """check_grad of `order`: on the reference evaluator, and up to second order also on ONNX
-    Runtime's float32 models at static shapes and at the program's specs (its symbolic batch)."""
+    Runtime's float32 models at static shapes and at the program's specs (its symbolic batch),
+    unless the program draws random numbers."""
     def check(program, reference, input_specs, arrays) -> None:
-        check_grad(program, as_float64(arrays), order=order, lowered=order <= 2, symbolic=input_specs,
+        lowered = order <= 2 and not draws_random(program, arrays)
+        check_grad(program, as_float64(arrays), order=order, lowered=lowered, symbolic=input_specs,
                    **GRAD_TOLERANCES)
     return check
 
@@ -170,10 +183,35 @@ class Result:
     failures: list = field(default_factory=list)
     skipped: list = field(default_factory=list)     # checks not run: no safe point found
     ops: set = field(default_factory=set)           # gcompile ops in the derivatives graph
+    decisions: list = field(default_factory=list)   # the control flow's at the point checked (npsem)
+
+
+def _decisions(reference, arrays) -> list:
+    with npsem.recording() as margins:
+        reference(*arrays)
+    return [d for kind, d in margins if kind == "decision"]
+
+
+def same_path(reference, arrays, decisions) -> bool:
+    """Whether the float64 reference takes the same path (`decisions`, at `arrays`) at both points
+    x ± εr where the numeric gradient checks evaluate the program (gcompile.testing.direction)."""
+    if not decisions:
+        return True
+    arrays = as_float64(arrays)
+    floats = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
+    r = direction([arrays[i] for i in floats])
+    for sign in (1, -1):
+        shifted = list(arrays)
+        for i, v in zip(floats, r):
+            shifted[i] = arrays[i] + sign * GRAD_TOLERANCES["eps"] * v
+        if _decisions(reference, shifted) != decisions:
+            return False
+    return True
 
 
 def safe_point(program_def, reference, seed: int, batch: int, tries: int = 4):
-    """Inputs (float32 / int64) and which checks their point is safe for."""
+    """Inputs (float32 / int64), which checks their point is safe for, and the control flow's
+    decisions there."""
     best = None
     for attempt in range(tries):
         arrays = [i.sample(seed + 7919 * attempt, batch) for i in program_def.inputs]
@@ -181,10 +219,13 @@ def safe_point(program_def, reference, seed: int, batch: int, tries: int = 4):
             reference(*as_float64(arrays))
         jump = min([d for kind, d in margins if kind == "jump"], default=np.inf)
         kink = min([d for kind, d in margins if kind == "kink"], default=np.inf)
+        decisions = [d for kind, d in margins if kind == "decision"]
         ok = {"forward": jump >= SAFE}
         ok.update(dict.fromkeys(CHECKS[1:], ok["forward"] and kink >= SAFE))
+        if ok["grad"] and not same_path(reference, arrays, decisions):
+            ok.update(dict.fromkeys(("grad", "double_grad", "triple_grad"), False))
         if best is None or sum(ok.values()) > sum(best[1].values()):
-            best = arrays, ok
+            best = arrays, ok, decisions
         if all(ok.values()):
             break
     return best
@@ -194,7 +235,7 @@ def run_program(program_def, seed: int, checks=CHECKS) -> Result:
     """All `checks` of a generated program at a safe point drawn from `seed` (batch 2 or 3)."""
     result = Result()
     program, reference = program_def.functions()
-    arrays, ok = safe_point(program_def, reference, seed, batch=2 + seed % 2)
+    arrays, ok, result.decisions = safe_point(program_def, reference, seed, batch=2 + seed % 2)
     for name in checks:
         if not ok[name]:
             result.skipped.append(name)

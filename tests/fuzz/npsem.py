@@ -5,6 +5,10 @@ Ops with a kink (relu, abs, maximum, max reductions, max_pool, ...) or a jump (c
 floor, round, casts to int) record how far their operands are from it: a gradient check is
 only meaningful where no kink lies within the finite-difference step, and a float32 run only
 agrees with float64 where no jump lies within rounding error. `recording()` collects them.
+
+Control flow records its decisions too (kind "decision": a while loop's number of steps, the
+branch a cond takes): a central difference through it means something only where the points
+x ± εr it evaluates take the same path as x (tests/fuzz/checks.py compares them).
 """
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ _MARGINS: list | None = None
 
 @contextlib.contextmanager
 def recording():
-    """Collects (kind, distance) pairs, kind "kink" or "jump", from the ops run inside."""
+    """Collects (kind, distance) pairs, kind "kink" or "jump", from the ops run inside, and
+    ("decision", value) pairs from the control flow."""
     global _MARGINS
     saved, _MARGINS = _MARGINS, []
     try:
@@ -32,6 +37,11 @@ def _note(kind: str, distance) -> None:
     d = np.abs(np.asarray(distance, np.float64))
     if _MARGINS is not None and d.size:
         _MARGINS.append((kind, float(d.min())))
+
+
+def _decide(value) -> None:
+    if _MARGINS is not None:
+        _MARGINS.append(("decision", value))
 
 
 def _gap(values, axis) -> None:
@@ -609,10 +619,18 @@ def gru(xs, h, w_ih, w_hh, b_ih, b_hh):
 
 
 def while_loop(cond, body, value):
-    """jax.lax.while_loop's meaning by a Python loop."""
+    """jax.lax.while_loop's meaning by a Python loop; records the number of steps taken."""
+    steps = 0
     while cond(value):
-        value = body(value)
+        value, steps = body(value), steps + 1
+    _decide(steps)
     return value
+
+
+def cond(pred, true_fun, false_fun, *operands):
+    """jax.lax.cond's meaning: one branch runs; records which."""
+    _decide(bool(pred))
+    return true_fun(*operands) if pred else false_fun(*operands)
 
 
 def scan_loop(f, init, xs, reverse=False):

@@ -8,6 +8,10 @@ new inputs; weights, gamma/beta, recurrent states and int labels/indices are new
 nearly every float array is an input whose gradient gets checked (small constant arrays also
 appear, for constant folding). Inputs may carry a symbolic leading "batch" dim.
 
+Control flow: differentiable gc.while_loops (bounded, with a number of steps the data decides)
+and gc.conds whose bodies are drawn from the same op tables (gen_loop, gen_cond); the numpy side
+runs them as Python loops and branches and records the path taken.
+
 Values are kept in safe domains (log and sqrt of softplus(x) + 0.1, division by x*x + 1, exp of
 tanh) and bounded (a value whose magnitude bound grows past _SQUASH is squashed by tanh), so
 float32 runs stay comparable with float64 ones. Kinks and jumps are not avoided here: the
@@ -1071,6 +1075,148 @@ def gen_while(g: Gen, x: Value):
                  f"({t.name}, {t.name} * 0))[1]", out, x.mag * 6, [x, t])
 
 
+# -- differentiable control flow: gc.while_loop and gc.cond over float values --------------------------------
+def _closed_over(g: Gen, shape) -> Value:
+    """A value a loop body or branch reads from the enclosing function (so it gets a gradient
+    there): an earlier value or a new input, broadcasting against `shape` without changing it."""
+    if g.d.bool():
+        found = g.pick(lambda v: broadcast(v.shape, shape) == tuple(shape))
+        if found is not None:
+            return found
+    dims = [1 if g.d.int(0, 2) == 0 else d for d in shape]
+    if dims and g.d.bool():
+        dims = dims[g.d.int(0, len(dims)):]
+    return g.input_like(dims, scale=0.5)
+
+
+# Loop bodies and branches draw no random op: check_grad cannot compare ONNX Runtime's draws with the
+# reference evaluator's, and reverse mode refuses draws in a gc.cond branch or a checkpointed step.
+_BODY_UNARY = [u for u in _UNARY if "training=True" not in u[1]]
+
+
+def _term(g: Gen, shape, h: str, h_mag: float, reads: list, labels: list, bound: float = 2.0):
+    """An expression in the loop-local `h` (a name; the value has `shape`) of one or two ops drawn
+    from the unary and binary tables, partners closed over (appended to `reads`, their labels to
+    `labels`), squashed by tanh where its magnitude bound passes `bound`: (gcompile, numpy, bound)."""
+    gc, np_, mag = h, h, h_mag
+    for _ in range(g.d.int(1, 2)):
+        if g.d.int(0, 2):
+            label, t_gc, t_np, rule = g.d.choice(_BODY_UNARY)
+            gc, np_, mag = t_gc.format(x=f"({gc})"), t_np.format(x=f"({np_})"), rule(mag)
+        else:
+            label, t_gc, t_np, rule = g.d.choice(_BINARY)
+            p = _closed_over(g, shape)
+            reads.append(p)
+            a, b = (f"({gc})", f"({np_})", mag), (p.name, p.name, p.mag)
+            if g.d.bool():
+                a, b = b, a
+            gc, np_, mag = t_gc.format(a=a[0], b=b[0]), t_np.format(a=a[1], b=b[1]), rule(a[2], b[2])
+        labels.append(label)
+    if mag > bound:
+        c = float(f"{bound / mag:.2g}")
+        gc, np_, mag = f"F.tanh(({gc}) * {c})", f"np.tanh(({np_}) * {c})", 1.0
+        labels.append("tanh")
+    return gc, np_, mag
+
+
+def _branches(g: Gen, shape, h: str, h_mag: float, reads: list, labels: list):
+    """gc.cond(pred, a, b, h) with pred a comparison of a statistic of h (a jump the numpy side
+    records) and branches drawn by _term: (gcompile, numpy, bound)."""
+    q = g.d.choice((0.0, 0.3, -0.3))
+    if g.d.bool():
+        stat_gc, stat_np = g.d.choice((f"F.mean({h})", f"{h}.mean()")), f"np.mean({h})"
+    else:
+        a = _closed_over(g, shape)
+        reads.append(a)
+        stat_gc, stat_np = f"F.sum({h} * {a.name})", f"np.sum({h} * {a.name})"
+    t_gc, t_np, t_mag = _term(g, shape, "z", h_mag, reads, labels)
+    f_gc, f_np, f_mag = ("z", "z", h_mag) if g.d.int(0, 3) == 0 else _term(g, shape, "z", h_mag, reads, labels)
+    labels += ["cond", "greater"]
+    return (f"gc.cond({stat_gc} > {q}, lambda z: {t_gc}, lambda z: {f_gc}, {h})",
+            f"N.cond(N.greater({stat_np}, {q}), lambda z: {t_np}, lambda z: {f_np}, {h})", max(t_mag, f_mag))
+
+
+_LOOP_STATS = [  # a statistic of the carry {h} (and a closed-over {a}) the loop's condition compares, thresholds
+    ("F.mean(F.square({h}))", "np.mean(np.square({h}))", (1.0, 0.5, 2.0), "reduce_mean+square"),
+    ("F.max(F.abs({h}))", "np.max(np.abs({h}))", (1.5, 1.0, 2.5), "reduce_max+abs"),
+    ("F.mean({h})", "np.mean({h})", (0.0, 0.3, -0.3), "reduce_mean"),
+    ("F.sum({h} * {a})", "np.sum({h} * {a})", (0.0, 1.0, -1.0), "reduce_sum+mul"),
+]
+
+
+def gen_loop(g: Gen, x: Value):
+    """A differentiable gc.while_loop whose carry starts at x and whose number of steps the data
+    decides, bounded so that it ends: the body updates the carry with an expression drawn from the
+    unary and binary tables (sometimes through a gc.cond) reading closed-over values of the
+    enclosing function; optionally checkpoint_every=k. Three forms:
+      counted      (h, k): h <- rho h + sigma u(h) while k < K and a statistic of h, drifting by 0.4 k
+                   towards a threshold, has not reached it (K = 0 too: no step);
+      contraction  h: h <- h (0.3 + 0.4 sigmoid(u(h))) while max |h| > tol (each step takes |h| to
+                   0.7 of itself at most; a bare Tensor carry, no counter);
+      budget       (h, t), t = tanh(mean x): h as counted, t <- t + 0.25 + mean(sigmoid(h)) / 2 while
+                   t < L <= 1.5 (at most 10 steps); the result is h or t.
+    The numpy side runs the same loop in float64 (N.while_loop) and records its number of steps,
+    and each comparison's margin: the checks compare gradients only where the difference's
+    points take as many steps as x."""
+    kind = g.d.int(0, 2)
+    reads: list[Value] = [x]
+    labels = ["while"]
+    every = g.d.choice((None, 2, None, 1, 3))
+    extra = f", checkpoint_every={every}" if every else ""
+    if kind == 1:
+        tol = g.d.choice((1.0, 0.5, 1.5))
+        u_gc, u_np, _ = _term(g, x.shape, "h", x.mag, reads, labels, bound=math.inf) if g.d.int(0, 3) else \
+            _branches(g, x.shape, "h", x.mag, reads, labels)
+        labels += ["reduce_max", "abs", "greater", "sigmoid", "mul"]
+        return g.add("+".join(dict.fromkeys(labels)),
+                     f"gc.while_loop(lambda h: F.max(F.abs(h)) > {tol}, lambda h: h * (0.3 + 0.4 * F.sigmoid({u_gc})), "
+                     f"{x.name}{extra})",
+                     f"N.while_loop(lambda h: N.greater(np.max(np.abs(h)), {tol}), "
+                     f"lambda h: h * (0.3 + 0.4 * N.sigmoid({u_np})), {x.name})", x.shape, x.mag, reads)
+    rho, sigma = g.d.choice(((1.0, 0.5), (0.5, 1.0), (0.8, 0.5)))
+    steps = g.d.choice((3, 2, 4, 1, 0)) if kind == 0 else 10
+    mag = x.mag + 2 * sigma * steps if rho == 1.0 else max(x.mag, 2 * sigma / (1 - rho))
+    u_gc, u_np, _ = _term(g, x.shape, "c[0]", mag, reads, labels) if g.d.int(0, 3) else \
+        _branches(g, x.shape, "c[0]", mag, reads, labels)
+    h_gc, h_np = f"{rho} * c[0] + {sigma} * ({u_gc})", f"{rho} * c[0] + {sigma} * ({u_np})"
+    labels += ["mul", "add"]
+    if kind == 0:
+        stat_gc, stat_np, limits, label = g.d.choice(_LOOP_STATS)
+        if "{a}" in stat_gc:
+            a = _closed_over(g, x.shape)
+            reads.append(a)
+            stat_gc, stat_np = stat_gc.replace("{a}", a.name), stat_np.replace("{a}", a.name)
+        limit, below = g.d.choice(limits), g.d.bool()
+        labels += label.split("+") + ["cast", "less" if below else "greater", "logical_and"]
+        # the statistic drifts towards the limit by 0.4 a step: where it starts decides the count
+        drift = "+" if below else "-"
+        stat_gc = f"{stat_gc.format(h='c[0]')} {drift} F.cast(c[1], c[0].dtype) * 0.4"
+        stat_np = f"{stat_np.format(h='c[0]')} {drift} c[1] * 0.4"
+        compare = f"{stat_gc} {'<' if below else '>'} {limit}"
+        return g.add("+".join(dict.fromkeys(labels)),
+                     f"gc.while_loop(lambda c: (c[1] < {steps}) & ({compare}), lambda c: ({h_gc}, c[1] + 1), "
+                     f"({x.name}, np.int64(0)){extra})[0]",
+                     f"N.while_loop(lambda c: c[1] < {steps} and N.{'less' if below else 'greater'}({stat_np}, "
+                     f"{limit}), lambda c: ({h_np}, c[1] + 1), ({x.name}, 0))[0]", x.shape, mag, reads)
+    limit, out = g.d.choice((1.0, 0.0, 1.5)), g.d.int(0, 1)
+    labels += ["tanh", "reduce_mean", "sigmoid", "less"]
+    return g.add("+".join(dict.fromkeys(labels)),
+                 f"gc.while_loop(lambda c: c[1] < {limit}, lambda c: ({h_gc}, c[1] + 0.25 + "
+                 f"F.mean(F.sigmoid(c[0])) / 2), ({x.name}, F.tanh(F.mean({x.name}))){extra})[{out}]",
+                 f"N.while_loop(lambda c: N.less(c[1], {limit}), lambda c: ({h_np}, c[1] + 0.25 + "
+                 f"np.mean(N.sigmoid(c[0])) / 2), ({x.name}, np.tanh(np.mean({x.name}))))[{out}]",
+                 x.shape if out == 0 else (), mag if out == 0 else limit + 0.75, reads)
+
+
+def gen_cond(g: Gen, x: Value):
+    """gc.cond on x: a predicate from x's data (and a closed-over value), branches drawn from the
+    unary and binary tables; the numpy side runs the branch taken (N.cond records which)."""
+    reads: list[Value] = [x]
+    labels = ["cond"]
+    gc, np_, mag = _branches(g, x.shape, x.name, x.mag, reads, labels)
+    return g.add("+".join(dict.fromkeys(labels)), gc, np_, x.shape, mag, reads)
+
+
 def gen_recurrent(g: Gen, x: Value):
     """An LSTM or GRU cell on a (N, I) value, or one layer over a (T, N, I) value."""
     if len(x.shape) not in (2, 3) or not is_static(x.shape[:-2] + x.shape[-1:]) or \
@@ -1346,17 +1492,22 @@ GENERATORS = [gen_unary, gen_binary, gen_reduce, gen_reshape, gen_dims, gen_geti
               gen_const, gen_fill, gen_recurrent, gen_int, gen_rearrange, gen_spatial, gen_linalg_loss, gen_order,
               gen_scan, gen_matrix, gen_while,
               gen_unary, gen_unary, gen_unary, gen_binary]    # the unary table is long: drawn more often
+# Differentiable control flow. tools/fuzz.py draws it among the rest; the tests run it on its own
+# (test_loop_programs, test_cond_programs): in the 200 random programs it made the run twice as long.
+CONTROL_FLOW = [gen_loop, gen_cond]
 
 
-def generate(draw: Draw, min_ops: int = 5, max_ops: int = 40) -> Program:
-    """A random program of min_ops..max_ops generated ops (plus the tanh squashes it needs)."""
+def generate(draw: Draw, min_ops: int = 5, max_ops: int = 40, control_flow: bool = True) -> Program:
+    """A random program of min_ops..max_ops generated ops (plus the tanh squashes it needs), with
+    gc.while_loop and gc.cond among them where `control_flow`."""
     g = Gen(draw)
+    generators = GENERATORS + CONTROL_FLOW if control_flow else GENERATORS
     target = draw.int(min_ops, max_ops)
     g.new_input(g.random_shape())
     made, attempts = 0, 0
     while made < target and attempts < 20 * target:
         attempts += 1
-        fn = draw.choice(GENERATORS)
+        fn = draw.choice(generators)
         x = g.pick()
         if fn(g, x) is not None:
             made += 1

@@ -153,3 +153,87 @@ def test_a_loop_folded_to_its_one_remaining_output_keeps_its_shape():
     arrays = [np.array([[0.2]], np.float32), np.array([[-0.13]], np.float32),
               np.array([[[0.21]], [[-0.72]]], np.float32)]
     _all_checks(program, reference, [gc.spec(a.shape) for a in arrays], arrays)
+
+
+def test_checkpointed_while_loop_gradient_of_a_broadcast_closed_over_value():
+    """With checkpoint_every, a while loop's backward is a loop over blocks whose body runs each
+    block's own while loop and that loop's backward. hoist_loop_sums moved the sum of a closed-over
+    operand's gradient out of the outer backward loop: it stacked a per-step value whose leading dim
+    is the inner loop's number of steps, which changes from block to block (a (steps0, steps1, ...)
+    value), and lowering failed ("symbolic dim 'steps0_..' does not appear in any graph input's
+    shape"). Sums over values with a loop-local dim stay in the loop."""
+    def program(x, a):
+        return (gc.while_loop(lambda c: (c[1] < 3) & (F.mean(F.square(c[0])) < 4.0),
+                              lambda c: (0.9 * c[0] + 0.5 * F.tanh(c[0] * a), c[1] + 1), (x, np.int64(0)),
+                              checkpoint_every=2)[0],)
+
+    def reference(x, a):
+        return (N.while_loop(lambda c: c[1] < 3 and N.less(np.mean(np.square(c[0])), 4.0),
+                             lambda c: (0.9 * c[0] + 0.5 * np.tanh(c[0] * a), c[1] + 1), (x, 0))[0],)
+
+    rng = np.random.default_rng(1)
+    x, a = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    with N.recording() as margins:
+        reference(x.astype(np.float64), a.astype(np.float64))
+    assert ("decision", 3) in margins                       # three steps: blocks of 2 and 1
+    _all_checks(program, reference, [gc.spec(("batch", 3)), gc.spec((3,))], [x, a])
+
+
+def test_second_order_through_a_while_loop_whose_step_is_affine():
+    """The backward of a while loop's backward (second order) is a scan whose body reads nothing
+    per step when the step is affine in the carry: it had no xs, and the reference evaluator could
+    not count the steps of its symbolic length ("invalid literal for int() with base 10:
+    'steps0_..'"). The rule keeps one xs for a symbolic length, as loop pruning does."""
+    def program(x, w):
+        h = gc.while_loop(lambda c: (c[1] < 4) & (F.sum(c[0]) < 3.0), lambda c: (c[0] * 0.5 + w, c[1] + 1),
+                          (x, np.int64(0)))[0]
+        return (h * h,)
+
+    def reference(x, w):
+        h = N.while_loop(lambda c: c[1] < 4 and N.less(np.sum(c[0]), 3.0), lambda c: (c[0] * 0.5 + w, c[1] + 1),
+                         (x, 0))[0]
+        return (h * h,)
+
+    x, w = np.random.default_rng(2).standard_normal((3, 2)).astype(np.float32) * 0.3, np.array([0.6, 0.2], np.float32)
+    with N.recording() as margins:
+        reference(x.astype(np.float64), w.astype(np.float64))
+    steps = [d for kind, d in margins if kind == "decision"]
+    assert 0 < steps[0] < 4, steps                           # stopped by the data
+    _all_checks(program, reference, [gc.spec(("batch", 2)), gc.spec((2,))], [x, w])
+
+
+def test_a_program_that_draws_random_numbers_is_gradient_checked_on_the_reference():
+    """The fuzzer's seeded dropout in training (ratio 0: it keeps every value) made check_grad
+    refuse the program (ONNX Runtime's draws are not the reference evaluator's), a failure of every
+    gradient check: those checks run on the reference evaluator alone for such programs, and the
+    derivatives check still runs the ONNX model."""
+    def program(x):
+        return (F.tanh(F.dropout(F.tanh(x), 0.0, training=True, seed=3)),)
+
+    def reference(x):
+        return (np.tanh(np.tanh(x)),)
+
+    x = np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)
+    _all_checks(program, reference, [gc.spec(("batch", 3))], [x])
+
+
+def test_checkpointed_while_loop_over_a_carry_whose_dim_is_a_multiple_of_the_batch():
+    """A while loop with checkpoint_every over a (3·batch, 1) carry: the backward loop over blocks
+    runs each block's loop, whose stacked carries and zero cotangents have the dim 3*batch, in a
+    body whose inputs carry no plain `batch`. Lowering could not compute 3*batch there ("symbolic
+    dim 'batch' does not appear in any graph input's shape") and the reference evaluator could not
+    resolve it (KeyError: 'batch'). A body reads such a dim off an input that has it, or `batch`
+    from the enclosing graph; the evaluator solves batch from a k·batch it is given."""
+    def program(x0):
+        v2 = F.tile(x0, (3, 1))
+        return (gc.while_loop(lambda c: (c[1] < 3) & (np.max(np.abs(c[0])) + F.cast(c[1], c[0].dtype) * 0.4 < 2.5),
+                              lambda c: (0.5 * c[0] + 1.0 * F.erfc(c[0]), c[1] + 1), (v2, np.int64(0)),
+                              checkpoint_every=3)[0],)
+
+    def reference(x0):
+        v2 = np.tile(x0, (3, 1))
+        return (N.while_loop(lambda c: c[1] < 3 and N.less(np.max(np.abs(c[0])) + c[1] * 0.4, 2.5),
+                             lambda c: (0.5 * c[0] + 1.0 * N.erfc(c[0]), c[1] + 1), (v2, 0))[0],)
+
+    x = np.array([[-0.14230115711688995], [-0.10421820729970932]], np.float32)
+    _all_checks(program, reference, [gc.spec(("batch", 1))], [x])

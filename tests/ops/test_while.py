@@ -314,3 +314,47 @@ def test_checkpoint_every_k_steps_gives_the_same_gradients(steps):
     assert blocked == pytest.approx(plain, rel=1e-10)
     with pytest.raises(gc.GcompileError, match="checkpoint_every must be a positive int"):
         trace(lambda x, w: fn(x, w, 0), [X, W])
+
+
+# -- random draws in the step: drawn once, by the forward loop ----------------------------------------------------
+def _dropped(x, w, every=None, seed=None):
+    """h <- dropout(h) * w while the mean of h stays under 3 (at most 5 steps): h_n = x * Π 2·m_t·w."""
+    return gc.while_loop(lambda c: (c[1] < 5) & (F.mean(c[0]) < 3.0),
+                         lambda c: (F.dropout(c[0], 0.5, training=True, seed=seed) * w, c[1] + 1),
+                         (x, np.int64(0)), checkpoint_every=every)
+
+
+def test_the_backward_reads_the_draws_of_the_forward_loop():
+    """The backward used to compute the step again and draw other masks on ONNX Runtime: the
+    gradient was not the forward's. Since h_n = x · Π 2·m_t·w, ∂Σh_n/∂x = h_n/x and ∂Σh_n/∂w =
+    n Σ_rows h_n / w, from the same run."""
+    def fn(x, w):
+        h, n = _dropped(x, w)
+        return (h, n, *gc.grad(F.sum(h), [x, w]))
+    x = RNG.uniform(0.5, 1.5, (4, 8)).astype(np.float32)
+    w = RNG.uniform(0.8, 1.2, 8).astype(np.float32)
+    h, n, gx, gw = gc.compile(fn, gc.spec(("n", 8)), w)(x, w)
+    assert n > 1 and 0 < np.count_nonzero(h) < h.size
+    np.testing.assert_allclose(gx, h / x, rtol=1e-5)
+    np.testing.assert_allclose(gw, n * h.sum(0) / w, rtol=1e-4)
+
+
+def test_gradients_through_saved_draws_to_third_order():
+    """The seeded draws are the same at every step in the reference evaluator, so central
+    differences apply: the saved draws carry the derivatives of every order."""
+    def fn(x, w):
+        return gc.while_loop(lambda c: (c[1] < 3) & (F.mean(c[0]) < 3.0),
+                             lambda c: (F.tanh(F.dropout(c[0], 0.5, training=True, seed=4)) * w + c[0] ** 2 * 0.1,
+                                        c[1] + 1), (x, np.int64(0)))[0]
+    for order in (1, 2, 3):
+        check_grad(fn, [RNG.uniform(0.5, 1.5, (4, 8)), RNG.uniform(0.8, 1.2, 8)], order=order, lowered=False)
+
+
+def test_draws_the_backward_cannot_save_are_refused():
+    x, w = np.ones((2, 3), np.float32), np.ones(3, np.float32)
+    with pytest.raises(gc.errors.UnsupportedError, match="drop checkpoint_every"):
+        trace(lambda x, w: gc.grad(F.sum(_dropped(x, w, every=2)[0]), [x]), [x, w])
+    with pytest.raises(gc.errors.UnsupportedError, match="gc.cond whose branch draws random numbers"):
+        trace(lambda x: gc.grad(F.sum(gc.cond(F.sum(x) > 0, lambda z: F.dropout(z, 0.5, training=True),
+                                               lambda z: z * 2.0, x)), [x]), [x])
+    trace(lambda x, w: _dropped(x, w, every=2)[0], [x, w])     # the forward alone is fine
