@@ -239,11 +239,11 @@ class LowerContext:
         the Pad alone; that rule would merge zero padding into a following MaxPool, whose pads
         count as -inf, or into an AveragePool, which then refuses pads as large as its kernel.
 
-        A negative amount removes elements. For the portable target those become a Slice first
-        and the Pad gets the rest (none: no Pad): onnx's ReferenceEvaluator (1.23) refuses
-        negative Pad amounts. ONNX Runtime's Pad also slices before it pads, in every mode."""
+        A negative amount removes elements. For a target without negative pads (the portable
+        one: onnx's ReferenceEvaluator 1.23 refuses them) those become a Slice first and the Pad
+        gets the rest (none: no Pad). ONNX Runtime's Pad also slices before it pads, in every mode."""
         rank = len(begins)
-        if self.target.name == "portable" and min(0, *begins, *ends) < 0:
+        if not self.target.negative_pads and min(0, *begins, *ends) < 0:
             cut = [a for a in range(rank) if begins[a] < 0 or ends[a] < 0]
             x = self.emit("Slice", [x, self.int64s([max(0, -begins[a]) for a in cut]),
                                     self.int64s([ends[a] if ends[a] < 0 else self.INT64_MAX for a in cut]),

@@ -81,6 +81,7 @@ def _elu_negative_part(ctx, x, alpha) -> str:
 
 
 def leaky_relu(x, slope: float = 0.2) -> Tensor:
+    """x where x > 0, slope * x elsewhere (the gradient at 0 is slope's side)."""
     return apply("leaky_relu", [as_tensor(x)], slope=float(slope))
 
 
@@ -98,6 +99,7 @@ defop("leaky_relu", infer=unary_float, reference=lambda x, slope: np.where(x > 0
 
 
 def elu(x, alpha: float = 1.0) -> Tensor:
+    """x where x > 0, alpha * (exp(x) - 1) elsewhere."""
     return apply("elu", [as_tensor(x)], alpha=float(alpha))
 
 
@@ -117,6 +119,8 @@ _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772, 1.0507009873554805
 
 
 def selu(x) -> Tensor:
+    """The self-normalising ELU: scale * elu(x, alpha) with the fixed constants of Klambauer et al.
+    (alpha ≈ 1.6733, scale ≈ 1.0507), as torch.nn.functional.selu."""
     return apply("selu", [as_tensor(x)])
 
 

@@ -50,6 +50,7 @@ defop("cast",
 
 # -- identity and stop_gradient ----------------------------------------------------------------
 def identity(x) -> Tensor:
+    """x itself as a new node (a named value to fetch or to differentiate at; passes may remove it)."""
     return apply("identity", [x])
 
 
@@ -75,11 +76,13 @@ def full(shape, value, dtype="float32") -> Tensor:
 
 
 def zeros_like(x) -> Tensor:
+    """Zeros of x's shape and dtype (symbolic dims stay symbolic), as numpy.zeros_like."""
     x = as_tensor(x)
     return full(x.shape, 0, x.dtype)
 
 
 def ones_like(x) -> Tensor:
+    """Ones of x's shape and dtype (symbolic dims stay symbolic), as numpy.ones_like."""
     x = as_tensor(x)
     return full(x.shape, 1, x.dtype)
 
@@ -132,6 +135,8 @@ def constant(value, dtype=None) -> Tensor:
 
 # -- n-ary sum (used to accumulate fan-out cotangents) --------------------------------------------
 def add_n(xs) -> Tensor:
+    """The sum of the Tensors xs (one node however many there are, so the gradient hands the same
+    cotangent to each; a single Tensor is returned as it is)."""
     xs = list(xs)
     return xs[0] if len(xs) == 1 else apply("add_n", xs)
 

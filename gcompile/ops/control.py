@@ -382,6 +382,8 @@ def _closed_scan(ctx, names, node: Node) -> list[str]:
     reads, and onnx's ReferenceEvaluator (1.23) has no backward scan directions."""
     a = node.attrs
     nk = a["n_carry"]
+    if len(names) == a["n_consts"] + nk:
+        return _counted_loop(ctx, names, node)
     consts, carries, xs, tail = scan_operands(ctx, names, node)
     body: Graph = a["body"]
     graph = ctx.subgraph(body, consts + [None] * (len(names) - a["n_consts"]), tail=tail)
@@ -391,6 +393,40 @@ def _closed_scan(ctx, names, node: Node) -> list[str]:
     outs = _as_list(ctx.emit("Scan", states + carries + xs, n_out=len(states) + len(node.outputs), body=graph,
                              num_scan_inputs=len(xs)))[len(states):]
     return outs[:nk] + [ctx.reverse(y, [0]) for y in outs[nk:]] if a["reverse"] else outs
+
+
+def _counted_loop(ctx, names, node: Node) -> list[str]:
+    """A scan without xs (a fori_loop, a scan given only `length`) as the ONNX construct for a
+    counted loop: a Loop with a trip count, whose body passes its condition on and reads
+    loop-invariant operands from the enclosing graph (as gc.while_loop's Loop does). OpenVINO ran a
+    Scan over a placeholder that its body does not read for one step instead of `length` (it drops
+    the unread input); ONNX Runtime's faster placeholder Scan is the ort-cpu target's."""
+    a = node.attrs
+    nc, nk = a["n_consts"], a["n_carry"]
+    body: Graph = a["body"]
+    graph = ctx.subgraph(body, names[:nc] + [None] * nk,
+                         head=[("iteration", _scalar(np.int64)), ("condition", _scalar(np.bool_))], echo=[1])
+    ys = [body.type_of(r) for r in body.outputs[nk:]]
+    _ys_as_rows(ctx, graph, ys)
+    trips = ctx.dim_scalar(a["length"])
+    outs = _as_list(ctx.emit("Loop", [trips, ctx.const(np.asarray(True)), *names[nc:]], n_out=len(node.outputs),
+                             body=graph))
+    rows = [ctx.emit("Reshape", [y, ctx.shape_tensor(t.shape)]) for y, t in zip(outs[nk:], node.outputs[nk:])]
+    return outs[:nk] + ([ctx.reverse(y, [0]) for y in rows] if a["reverse"] else rows)
+
+
+def _ys_as_rows(ctx, graph, ys: list[TensorType]) -> None:
+    """Makes the last len(ys) outputs of the Loop body `graph` rows of shape (1, ...): onnx's
+    ReferenceEvaluator (1.23) joins a Loop's scan outputs with numpy.vstack, which stacks only
+    rows; a Reshape after the Loop drops the 1 where a runtime stacks them."""
+    if not ys:
+        return
+    axes = ctx.int64s([0])
+    for out, t in zip(graph.output[len(graph.output) - len(ys):], ys):
+        row = ctx.fresh(f"{out.name}_row")
+        graph.node.append(helper.make_node("Unsqueeze", [out.name, axes], [row]))
+        out.CopyFrom(helper.make_tensor_value_info(row, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)),
+                                                   [1, *t.shape]))
 
 
 # The VJP rule differentiates the body with gc.grad, so gradients/loops.py supplies it (ARCHITECTURE.md §2).
@@ -561,9 +597,7 @@ def _while_reference(*arrays, body: Graph, n_consts: int, source: str, n_ys: int
 
 def _while_lower(ctx, names, node: Node):
     """An ONNX Loop with a condition and no trip count; the ys are its scan outputs, each step's as a
-    row of shape (1, ...): onnx's ReferenceEvaluator (1.23) joins a Loop's scan outputs with
-    numpy.vstack, which stacks only rows, and the Reshape after the Loop drops the 1 where a runtime
-    stacks them. ONNX Runtime (1.31) gives a zero-step Loop's scan outputs shape (0,): that Reshape
+    row (_ys_as_rows). ONNX Runtime (1.31) gives a zero-step Loop's scan outputs shape (0,): that Reshape
     gives them their rank back too. The number of steps (the `steps` symbol, for the shapes of what
     reads the ys) is the first one's leading dim."""
     a = node.attrs
@@ -573,14 +607,7 @@ def _while_lower(ctx, names, node: Node):
     graph = ctx.subgraph(body, names[:nc] + [None] * nk,
                          head=[("iteration", _scalar(np.int64)), ("condition", _scalar(np.bool_))])
     n_ys = a.get("n_ys", 0)
-    if n_ys:   # each step's y as one row, (1, ...): onnx's ReferenceEvaluator (1.23) vstacks them
-        axes = ctx.int64s([0])
-        for out, ref in zip(graph.output[len(graph.output) - n_ys:], body.outputs[1 + nk:]):
-            t = body.type_of(ref)
-            row = ctx.fresh(f"{out.name}_row")
-            graph.node.append(helper.make_node("Unsqueeze", [out.name, axes], [row]))
-            out.CopyFrom(helper.make_tensor_value_info(row, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)),
-                                                       [1, *t.shape]))
+    _ys_as_rows(ctx, graph, [body.type_of(r) for r in body.outputs[1 + nk:]])
     outs = _as_list(ctx.emit("Loop", ["", *names[nc:]], n_out=len(node.outputs), body=graph))
     if not n_ys:
         return outs

@@ -198,14 +198,17 @@ defop("logical_not", infer=_bool_infer, reference=np.logical_not, lower=_onnx("N
 
 
 def logical_and(a, b) -> Tensor:
+    """Elementwise a and b of bool Tensors, broadcast (no gradient: the result is bool)."""
     return apply("logical_and", [a, b])
 
 
 def logical_or(a, b) -> Tensor:
+    """Elementwise a or b of bool Tensors, broadcast (no gradient: the result is bool)."""
     return apply("logical_or", [a, b])
 
 
 def logical_not(a) -> Tensor:
+    """Elementwise not a of a bool Tensor (no gradient: the result is bool)."""
     return apply("logical_not", [a])
 
 
@@ -323,6 +326,7 @@ round = _unary_def("round", np.round, _onnx("Round"), None, traits=(Trait.NONDIF
 
 
 def square(x) -> Tensor:
+    """x * x (a product, not Pow: its gradient 2x needs no power, and x's sign is kept exactly)."""
     x = as_tensor(x)
     return x * x
 
@@ -401,4 +405,5 @@ def log10(x) -> Tensor:
 
 
 def pow(x, y) -> Tensor:  # noqa: A001 - numpy's name
+    """x ** y elementwise, broadcast: numpy's other name for power()."""
     return power(x, y)

@@ -68,6 +68,7 @@ def transpose(x, axes=None) -> Tensor:
 
 
 def swapaxes(x, a: int, b: int) -> Tensor:
+    """x with axes a and b exchanged (negative axes count from the end), as numpy.swapaxes."""
     x = as_tensor(x)
     perm = list(range(x.ndim))
     a, b = normalize_axis(a, x.ndim), normalize_axis(b, x.ndim)
@@ -142,5 +143,6 @@ def flatten(x, start_axis: int = 1) -> Tensor:
 
 
 def ravel(x) -> Tensor:
+    """x flattened to one axis, in row-major order, as numpy.ravel (the length may be symbolic)."""
     x = as_tensor(x)
     return reshape(x, (dims.product(x.shape),))

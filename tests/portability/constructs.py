@@ -76,6 +76,20 @@ def _scan_int64_constant_states(model):
     return found
 
 
+def _scan_unread_inputs(model):
+    """Scan inputs (scanned ones) that the body never reads: the ort-cpu target's placeholder for a
+    loop with nothing to scan over."""
+    found = []
+    for n in _nodes(model, "Scan"):
+        body = next(a.g for a in n.attribute if a.name == "body")
+        n_scanned = next(a.i for a in n.attribute if a.name == "num_scan_inputs")
+        read = {name for g in _graphs(body) for node in g.node for name in node.input} | {o.name for o in body.output}
+        unread = [i.name for i in body.input[len(body.input) - n_scanned:] if i.name not in read]
+        if unread:
+            found.append(f"{_where(n)}: {', '.join(unread)}")
+    return found
+
+
 def _max_unpool(model):
     return [_where(n) for n in _nodes(model, "MaxUnpool")]
 
@@ -136,6 +150,10 @@ CONSTRUCTS = [
               "infers those ops' rank only from constant axes and shapes, and failed to convert such loops (an If "
               "or TensorIterator \"with dynamic rank\", or \"Arguments do not have the same element type\" in the "
               "Scan)", _scan_int64_constant_states),
+    Construct("scan-unread-input", "openvino",
+              "a Scan over an input its body does not read (a placeholder that counts the steps of a loop with "
+              "nothing to scan over): OpenVINO (2026.4) ran such a Scan for one step instead of its length, "
+              "silently", _scan_unread_inputs),
     Construct("max-unpool", "openvino", "MaxUnpool: OpenVINO's ONNX front end has no conversion for it",
               _max_unpool),
     Construct("unit-numerator", "onnxruntime-web",

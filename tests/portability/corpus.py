@@ -1,13 +1,13 @@
 """The portability corpus: small versions of the models users deploy, as a `gcompile build` model file.
 
-Each `@gc.export` / `@gc.export_train` function here is built exactly as `gcompile build` builds
-it (the `portable` target, the default for artifacts) and run on every runtime of
+Each `@gc.export` / `@gc.export_train` function here is built exactly as `gcompile build` builds it
+(the `portable` target, the default for artifacts) and run on every runtime of
 tests/portability/runtimes.py. They are chosen for the constructs they lower to: second-order
 gradients of an MLP, a conv net (convolution, relu, max pooling) and a pair potential, loops (an
-LSTM's forward and reverse Scans; a scan RNN's Hessian-vector product, over a symbolic number of
-steps, so its Scans sit in Ifs), batch norm and Adam in one training step, attention with layer
-norm and gelu, and an imported ONNX model. Sizes are small: the whole corpus runs on every
-runtime in seconds.
+LSTM's forward and reverse Scans; counted loops with nothing to scan over; a scan RNN's Hessian-
+vector product, over a symbolic number of steps, so its Scans sit in Ifs), batch norm and Adam in
+one training step, attention with layer norm and gelu, and an imported ONNX model. Sizes are small:
+the whole corpus runs on every runtime in seconds.
 
 Outputs that differ between runtimes by design (cnn_bn_adam's conv1 bias) are listed in
 harness.LOOSE.
@@ -77,6 +77,23 @@ def scan_rnn_hvp(xs, params, vectors):
     hv = gc.hvp(lambda *p: _rnn_loss(dict(zip(names, p)), xs), [params[n] for n in names],
                 [vectors[n] for n in names])
     return dict(zip(names, hv))
+
+
+# -- counted loops: fixed-step integration with gc.fori_loop, its gradient and ys of a scan given only a length ------
+FLOW = {"a": _normal(3, 3, scale=0.4), "b": _normal(3, scale=0.1)}
+
+
+@gc.export(y0=gc.spec(("batch", 3)), params=FLOW)
+def euler_flow(y0, params):
+    """Ten explicit Euler steps of dy/dt = tanh(y A + b) (a loop with nothing to scan over), the
+    trajectory's per-step norms in reverse (a reverse scan given only its length), and the gradient
+    of a loss on the end point w.r.t. the parameters and y0."""
+    def field(y):
+        return F.tanh(y @ params["a"] + params["b"])
+    y = gc.fori_loop(0, 10, lambda i, y: y + 0.1 * field(y), y0)
+    _, norms = gc.scan(lambda y, _: (y + 0.1 * field(y), F.sum(y * y, axis=1)), y, length=4, reverse=True)
+    loss = F.mean(y ** 2) + F.mean(norms)
+    return {"y": y, "norms": norms, "loss": loss, "grads": gc.grad(loss, [params["a"], params["b"], y0])}
 
 
 # -- a CNN with batch norm, one Adam training step ----------------------------------------------------------------

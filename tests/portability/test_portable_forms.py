@@ -23,6 +23,7 @@ from gcompile.passes import optimize
 from .constructs import CONSTRUCTS
 
 AVOIDED = [c for c in CONSTRUCTS if c.name in ("backward-scan", "negative-pad", "scan-outer-read")]
+UNREAD = next(c for c in CONSTRUCTS if c.name == "scan-unread-input")
 
 
 def on_onnxruntime(model: onnx.ModelProto, feeds: dict) -> list:
@@ -130,5 +131,36 @@ def test_small_int64_constants_are_constants_in_the_loop_body():
     x, w = rng.standard_normal((2, 3)).astype(np.float32), (0.5 * rng.standard_normal((3, 3))).astype(np.float32)
     want = evaluate(trace(fn, [x.astype(np.float64), w.astype(np.float64)]).graph, [x, w])
     for got in run_both(cf.model, {"x": x, "w": w}):
+        for value, expected in zip(got, want):
+            np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5 * max(1, np.abs(expected).max()))
+
+
+def counted(h0, w):
+    """Scans without xs (a scan given `length`, forwards and in reverse, and a fori_loop), whose
+    steps read a captured weight; their gradients add the backward loops."""
+    h, ys = gc.scan(lambda h, _: (F.tanh(h @ w), F.sum(h, axis=1)), h0, length=3)
+    g, zs = gc.scan(lambda h, _: (h * np.float32(0.9) + F.sin(h), h[:, 0]), h, length=4, reverse=True)
+    k = gc.fori_loop(0, 2, lambda i, c: F.tanh(c @ w), g)
+    loss = F.sum(k ** 2) + F.sum(ys * ys) + F.sum(zs)
+    return [loss, ys, zs, *gc.grad(loss, [w, h0])]
+
+
+@pytest.mark.parametrize("batch", [2, "batch"], ids=["static size", "symbolic size"])
+def test_portable_scans_without_xs_are_counted_loops(batch):
+    """A scan with nothing to scan over is a Loop with a trip count in the portable form: OpenVINO
+    (2026.4) ran the ort-cpu target's Scan over an unread placeholder for one step instead of three."""
+    traced = trace(counted, [gc.spec((batch, 3)), gc.spec((3, 3))])
+    optimize(traced.graph)
+    rng = np.random.default_rng(5)
+    feeds = {"h0": rng.standard_normal((2, 3)).astype(np.float32),
+             "w": (0.5 * rng.standard_normal((3, 3))).astype(np.float32)}
+    want = evaluate(traced.graph, [v.astype(np.float64) for v in feeds.values()])
+    model = to_onnx(traced.graph, traced.input_names, target="portable")[0]
+    assert [n.op_type for n in _nodes(model.graph)].count("Loop") == 3
+    assert not UNREAD.find(model)                                 # the backward Scans have residuals to read
+    plain = to_onnx(traced.graph, traced.input_names, target="ort-cpu")[0]
+    assert UNREAD.find(plain)
+    for got in [*run_both(model, feeds), on_onnxruntime(plain, feeds)]:
+        assert len(got) == len(want)
         for value, expected in zip(got, want):
             np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5 * max(1, np.abs(expected).max()))
