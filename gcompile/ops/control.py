@@ -219,7 +219,13 @@ def _scan_blocks(step, carry, xs, length: int, reverse: bool, k: int, checkpoint
     def rest(c):
         return _unrolled(step, c, [x[main:] for x in xs], length - main, reverse)
 
-    if main == length:
+    return _then_rest(blocked, rest, carry, main == length, reverse)
+
+
+def _then_rest(blocked, rest, carry, whole: bool, reverse: bool):
+    """The loop as its blocks (`blocked`) then the remaining steps (`rest`), or the other way round
+    when it runs in reverse; ys joined in step order. `whole`: no steps remain."""
+    if whole:
         return blocked(carry)
     if reverse:
         carry, tail = rest(carry)
@@ -261,15 +267,7 @@ def _checkpointed(run, carry, xs, length: int, reverse: bool, k: int):
     def rest(c):
         return run(c, [x[main:] for x in xs], length - main)
 
-    if main == length:
-        return blocked(carry)
-    if reverse:
-        carry, tail = rest(carry)
-        carry, head = blocked(carry)
-    else:
-        carry, head = blocked(carry)
-        carry, tail = rest(carry)
-    return carry, [concat([a, b], axis=0) for a, b in zip(head, tail)]
+    return _then_rest(blocked, rest, carry, main == length, reverse)
 
 
 def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: Any, unroll: int | bool = 1,
