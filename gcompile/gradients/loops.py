@@ -144,8 +144,7 @@ def _cut(graph: Graph, tangent: set[int], variant: set[int], checkpoint: bool, c
     checkpoint every non-random one). Returns the consts and xs it reads (positions) and the values
     it needs saved by the forward loop (refs of `graph`, in id order)."""
     x_nodes = {r.node for r in x_in}
-    bound = {s for r in [*c_in, *x_in, *seed_in] for d in graph.type_of(r).shape if isinstance(d, str)
-             for s in dims.symbols(d)}
+    bound = dims.shape_symbols(graph.type_of(r).shape for r in [*c_in, *x_in, *seed_in])
     _, _, first = _walk(graph, c_in, x_in, seed_in,
                         lambda ref, node: node.op == "input" or not (ref.node in tangent
                                                                      or _recomputed(node, variant, checkpoint)
@@ -241,8 +240,12 @@ def _cheap_from_saved(graph: Graph, saved: list[ValueRef], variant: set[int], fr
 def _ragged(node, bound: set[str]) -> bool:
     """Whether an output of `node` has a dim no body input binds (a while loop's number of steps): its
     size may change from step to step, so the forward loop cannot stack it; the backward recomputes it."""
-    return not is_random(node) and any(s not in bound for t in node.outputs for d in t.shape if isinstance(d, str)
-                                       for s in dims.symbols(d))
+    return not is_random(node) and _unbound(node, bound)
+
+
+def _unbound(node, bound: set[str]) -> bool:
+    """Whether an output of `node` has a dim with a symbol not in `bound`."""
+    return not dims.shape_symbols(t.shape for t in node.outputs) <= bound
 
 
 def _recomputed(node, variant: set[int], checkpoint: bool) -> bool:
@@ -336,11 +339,11 @@ def _draw_refs(body: Graph, source: str) -> list[ValueRef]:
     such a node holds a body (a loop or branch draws inside it: the outputs are not the draws) or
     its values change shape from step to step."""
     refs = []
-    bound = {s for r in body.inputs for d in body.type_of(r).shape if isinstance(d, str) for s in dims.symbols(d)}
+    bound = dims.shape_symbols(body.type_of(r).shape for r in body.inputs)
     for node in body.topo_order():
         if node.op == "input" or not is_random(node):
             continue
-        if bodies(node) or _ragged(node, bound):
+        if bodies(node) or _unbound(node, bound):
             raise UnsupportedError(
                 f"reverse mode through a while loop whose step draws random numbers inside a nested loop or "
                 f"branch ({node.op}; checkpoint_every makes a loop): the backward would draw them again, and "

@@ -58,6 +58,12 @@ def symbols(dim: Dim) -> list[str]:
     return sorted(_parse(dim)[1].elements())
 
 
+def shape_symbols(shapes) -> set[str]:
+    """Every symbol in the dims of the given shapes: those that bind a loop body's sizes, or that a
+    value's size depends on."""
+    return {s for shape in shapes for d in shape if isinstance(d, str) for s in symbols(d)}
+
+
 def solve(dim: Dim, size: int) -> tuple[str, int] | None:
     """(symbol, value) where `dim` is k·symbol (one symbol, to the first power) and k divides `size`:
     a value of that dim binds the symbol too ("3*batch" of size 6 gives batch = 2). None otherwise."""

@@ -285,7 +285,8 @@ def fori_loop(lower: int, upper: int, body: Callable[[Tensor, Any], Any], init: 
     return value
 
 
-def _scan_parts(node_inputs: list, n_consts: int, n_carry: int) -> tuple[list, list, list]:
+def scan_parts(node_inputs: list, n_consts: int, n_carry: int) -> tuple[list, list, list]:
+    """A scan node's operands (or anything aligned with them) as (consts, carries, xs)."""
     return node_inputs[:n_consts], node_inputs[n_consts:n_consts + n_carry], node_inputs[n_consts + n_carry:]
 
 
@@ -293,7 +294,7 @@ def _scan_infer(types, *, body: Graph, n_consts: int, n_carry: int, reverse: boo
     inner = [body.type_of(r) for r in body.inputs]
     if len(inner) != len(types):
         raise ShapeError(f"scan: {len(types)} operands for a body of {len(inner)} inputs")
-    consts, carries, xs = _scan_parts(list(zip(types, inner)), n_consts, n_carry)
+    consts, carries, xs = scan_parts(list(zip(types, inner)), n_consts, n_carry)
     outs = [body.type_of(r) for r in body.outputs]
     for (outer, step), new in zip(carries, outs):
         if not outer == step == new:
@@ -308,7 +309,7 @@ def _scan_infer(types, *, body: Graph, n_consts: int, n_carry: int, reverse: boo
 
 
 def _scan_reference(*arrays, body: Graph, n_consts: int, n_carry: int, reverse: bool, length, checkpoint: bool):
-    consts, carry, xs = _scan_parts(list(arrays), n_consts, n_carry)
+    consts, carry, xs = scan_parts(list(arrays), n_consts, n_carry)
     steps = xs[0].shape[0] if xs else int(length)
     ys: list = [None] * steps
     for t in (reversed(range(steps)) if reverse else range(steps)):
@@ -335,7 +336,7 @@ def scan_lower(ctx, names, node: Node, emit) -> list[str]:
     if isinstance(length, int):
         return _as_list(emit(ctx, names, node))
     nk = node.attrs["n_carry"]
-    carries = _scan_parts(names, node.attrs["n_consts"], nk)[1]
+    carries = scan_parts(names, node.attrs["n_consts"], nk)[1]
 
     def empty(branch) -> list[str]:
         return carries + [branch.emit("ConstantOfShape", [branch.shape_tensor(t.shape)],
@@ -354,24 +355,6 @@ def _as_list(names) -> list[str]:
     return [names] if isinstance(names, str) else list(names)
 
 
-def scan_operands(ctx, names, node: Node) -> tuple[list[str], list[str], list[str], list[tuple[str, TensorType]]]:
-    """(consts, carries, xs, tail) of a Scan for the scan node: a scan without xs (a fori_loop
-    whose index is unused) scans a placeholder of one byte per step, which its body takes as the
-    unread `tail` input (ONNX Runtime runs a Scan's steps faster than a Loop's)."""
-    a = node.attrs
-    consts, carries, xs = _scan_parts(names, a["n_consts"], a["n_carry"])
-    if xs:
-        return consts, carries, xs, []
-    length = a["length"]
-    if isinstance(length, int):
-        xs = [ctx.const(np.zeros(length, np.bool_))]
-    else:
-        xs = [ctx.emit("ConstantOfShape", [ctx.shape_tensor((length,))],
-                       value=helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(np.dtype(np.bool_)),
-                                                [1], [False]))]
-    return consts, carries, xs, [("step", _scalar(np.bool_))]
-
-
 def _closed_scan(ctx, names, node: Node) -> list[str]:
     """A forward Scan whose body reads nothing from outside it (loop-invariant operands, constants
     and shape tensors are state variables passed on unchanged: LowerContext.closed); a reverse
@@ -382,11 +365,11 @@ def _closed_scan(ctx, names, node: Node) -> list[str]:
     nk = a["n_carry"]
     if len(names) == a["n_consts"] + nk:
         return _counted_loop(ctx, names, node)
-    consts, carries, xs, tail = scan_operands(ctx, names, node)
+    consts, carries, xs = scan_parts(names, a["n_consts"], nk)
     body: Graph = a["body"]
-    graph = ctx.subgraph(body, consts + [None] * (len(names) - a["n_consts"]), tail=tail)
+    graph = ctx.subgraph(body, consts + [None] * (len(names) - a["n_consts"]))
     graph, states = ctx.closed(graph, {name: body.type_of(ref) for name, ref in zip(consts, body.inputs)})
-    if a["reverse"] and not tail:
+    if a["reverse"]:
         xs = [ctx.reverse(x, [0]) for x in xs]
     outs = _as_list(ctx.emit("Scan", states + carries + xs, n_out=len(states) + len(node.outputs), body=graph,
                              num_scan_inputs=len(xs)))[len(states):]
@@ -402,15 +385,22 @@ def _counted_loop(ctx, names, node: Node) -> list[str]:
     a = node.attrs
     nc, nk = a["n_consts"], a["n_carry"]
     body: Graph = a["body"]
-    graph = ctx.subgraph(body, names[:nc] + [None] * nk,
-                         head=[("iteration", _scalar(np.int64)), ("condition", _scalar(np.bool_))], echo=[1])
-    ys = [body.type_of(r) for r in body.outputs[nk:]]
-    _ys_as_rows(ctx, graph, ys)
+    graph = ctx.subgraph(body, names[:nc] + [None] * nk, head=_LOOP_HEAD, echo=[1])
+    _ys_as_rows(ctx, graph, [body.type_of(r) for r in body.outputs[nk:]])
     trips = ctx.dim_scalar(a["length"])
     outs = _as_list(ctx.emit("Loop", [trips, ctx.const(np.asarray(True)), *names[nc:]], n_out=len(node.outputs),
                              body=graph))
-    rows = [ctx.emit("Reshape", [y, ctx.shape_tensor(t.shape)]) for y, t in zip(outs[nk:], node.outputs[nk:])]
-    return outs[:nk] + ([ctx.reverse(y, [0]) for y in rows] if a["reverse"] else rows)
+    ys = _rows_stacked(ctx, outs[nk:], node.outputs[nk:])
+    return outs[:nk] + ([ctx.reverse(y, [0]) for y in ys] if a["reverse"] else ys)
+
+
+# A Loop body's first inputs: the iteration number and the condition.
+_LOOP_HEAD = [("iteration", _scalar(np.int64)), ("condition", _scalar(np.bool_))]
+
+
+def _rows_stacked(ctx, stacked: list[str], types: list[TensorType]) -> list[str]:
+    """A Loop's scan outputs, made of the rows of _ys_as_rows, as the ys of `types`."""
+    return [ctx.emit("Reshape", [y, ctx.shape_tensor(t.shape)]) for y, t in zip(stacked, types)]
 
 
 def _ys_as_rows(ctx, graph, ys: list[TensorType]) -> None:
@@ -602,16 +592,14 @@ def _while_lower(ctx, names, node: Node):
     nc = a["n_consts"]
     body: Graph = a["body"]
     nk = len(names) - nc - 1
-    graph = ctx.subgraph(body, names[:nc] + [None] * nk,
-                         head=[("iteration", _scalar(np.int64)), ("condition", _scalar(np.bool_))])
+    graph = ctx.subgraph(body, names[:nc] + [None] * nk, head=_LOOP_HEAD)
     n_ys = a.get("n_ys", 0)
     _ys_as_rows(ctx, graph, [body.type_of(r) for r in body.outputs[1 + nk:]])
     outs = _as_list(ctx.emit("Loop", ["", *names[nc:]], n_out=len(node.outputs), body=graph))
     if not n_ys:
         return outs
     ctx.bind_symbol(a["steps"], ctx.emit("Shape", [outs[nk]], start=0, end=1))
-    return outs[:nk] + [ctx.emit("Reshape", [y, ctx.shape_tensor(t.shape)])
-                        for y, t in zip(outs[nk:], node.outputs[nk:])]
+    return outs[:nk] + _rows_stacked(ctx, outs[nk:], node.outputs[nk:])
 
 
 # The VJP rule differentiates the body with gc.grad, so gradients/loops.py supplies it (ARCHITECTURE.md §2).

@@ -16,7 +16,7 @@ removes what only the dropped outputs needed. hoist_loop_sums (below) moves accu
 """
 from __future__ import annotations
 
-from ..ir.dims import product, symbols
+from ..ir.dims import product, shape_symbols
 from ..ir.graph import Graph, Node, ValueRef, extract, tensor_type
 from ..ops.control import narrow_scan, scan_uses
 from .base import PassResult, replace_uses
@@ -99,7 +99,7 @@ def _hoist_one(graph: Graph, node: Node) -> bool:
     a, body = node.attrs, node.attrs["body"]
     nc, nk = a["n_consts"], a["n_carry"]
     used = scan_uses(graph, node)
-    bound = _bound_symbols(body)
+    bound = shape_symbols(body.type_of(r).shape for r in body.inputs)   # the same at every step
     for i in range(nk):
         acc, out = body.inputs[nc + i], body.outputs[i]
         if i not in used or acc in body.outputs or body.outputs.count(out) != 1:
@@ -113,16 +113,11 @@ def _hoist_one(graph: Graph, node: Node) -> bool:
     return False
 
 
-def _bound_symbols(body: Graph) -> set[str]:
-    """The symbols of the body inputs' dims: the same at every step (the scan's operands bind them)."""
-    return {s for r in body.inputs for d in body.type_of(r).shape if isinstance(d, str) for s in symbols(d)}
-
-
 def _steady(body: Graph, ref: ValueRef, bound: set[str]) -> bool:
     """Whether a per-step value has the same shape at every step, so that the loop can stack it: none
     of its dims is loop-local (the number of steps of a while loop inside the body, which a
     checkpointed while loop's backward runs, changes from step to step)."""
-    return all(s in bound for d in body.type_of(ref).shape if isinstance(d, str) for s in symbols(d))
+    return shape_symbols([body.type_of(ref).shape]) <= bound
 
 
 def _sum_terms(body: Graph, out: ValueRef, acc: ValueRef) -> list[tuple] | None:

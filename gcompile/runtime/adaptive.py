@@ -172,33 +172,33 @@ class AdaptiveSession:
                 self._times[variant].append(elapsed)
             if last:
                 self._cold.add(variant)
-            read = self._read_load()
+            cores = self._read_load()
             if self._left > 0:
                 self._left -= 1
                 self._since_choice += 1
-                if read and self._cores_at_choice is None:
-                    self._cores_at_choice = self._cores_used
-                elif read:
-                    moved = abs(self._cores_used - self._cores_at_choice) >= LOAD_SHIFT
+                if cores is not None and self._cores_at_choice is None:
+                    self._cores_at_choice = cores
+                elif cores is not None and self._cores_at_choice is not None:
+                    moved = abs(cores - self._cores_at_choice) >= LOAD_SHIFT
                     # two readings in a row: a burst of another process's work is not a new load
                     if moved and self._moved and self._since_choice >= FIRST_EXPLOIT:
                         self._left = 0
                     self._moved = moved
         return result
 
-    def _read_load(self) -> bool:
-        """Reads the other processes' load when LOAD_WINDOW has passed since the last reading:
-        whether self._cores_used now holds a new figure."""
+    def _read_load(self) -> float | None:
+        """The cores the other processes used since the last reading, when LOAD_WINDOW has passed
+        since it (also kept in self._cores_used); None otherwise, or where the load is unknown."""
         now = self._clock()
         then, used = self._reading
         if now - then < LOAD_WINDOW:
-            return False
+            return None
         total = self._load()
         self._reading = (now, total)
         if total is None or used is None:
-            return False
+            return None
         self._cores_used = (total - used) / (now - then)
-        return True
+        return self._cores_used
 
     # -- the InferenceSession surface gcompile uses ----------------------------------------------
     def run(self, output_names, input_feed, run_options=None):
