@@ -183,4 +183,5 @@ def _root(node, ins, batched, size):
     body, captured = trace_body(
         lambda params: [_as_batched(batch_graph(a["body"], list(zip(params, flags)), size)[0], size)],
         [t.type for t in ins])
-    return [apply("root", [*captured, *ins], body=body, x_index=len(captured) + xi, source=a["source"])]
+    return [apply("root", [*captured, *ins], body=body, x_index=len(captured) + xi,
+                  **{k: v for k, v in a.items() if k not in ("body", "x_index")})]

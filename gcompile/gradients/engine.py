@@ -69,6 +69,23 @@ def _forward_set(graph: Graph, inputs: list[ValueRef], within: set[ValueRef]) ->
     return reached
 
 
+def _refuse_outer_paths(graph: Graph, outputs: list[Tensor], inputs: list[Tensor]) -> None:
+    """Inside a loop body, an output and an input that both belong to an enclosing trace are two
+    captured values to the body, with no path between them there: the gradient would be zeros even
+    where the output depends on the input outside. Refused, saying where to take it instead."""
+    for y in outputs:
+        if y.graph is graph:
+            continue
+        reach = _backward_set(y.graph, [y.ref])
+        for x in inputs:
+            if x.graph is y.graph and x.ref in reach and x.ref != y.ref:
+                raise GcompileError(
+                    f"gc.grad inside a loop body (or branch) of outputs computed outside it, with respect to inputs "
+                    f"they depend on outside it: the body sees both as captured values, with no path between them. "
+                    f"Compute the outputs inside the body (call the function there, e.g. gc.vjp inside the step) "
+                    f"or take the gradient outside the loop (at {user_location()})")
+
+
 def grad(outputs: Tensor | Sequence[Tensor], inputs: Sequence[Tensor], grad_outputs: Any = None) -> list[Tensor]:
     """Gradients of `outputs` (weighted by `grad_outputs`, default ones: gcompile's own callers
     rely on that; the public gc.grad refuses a non-scalar output without one) w.r.t. each of `inputs`.
@@ -99,6 +116,7 @@ def grad(outputs: Tensor | Sequence[Tensor], inputs: Sequence[Tensor], grad_outp
                                 f"(at {user_location()}){hint}")
     # Inside a loop body, Tensors of the enclosing function are captured (the gradient is then the
     # body's, through the captured value); Tensors of unrelated traces are refused.
+    _refuse_outer_paths(graph, outputs, inputs)
     inputs, outputs = [as_tensor(x) for x in inputs], [as_tensor(y) for y in outputs]
     for x in inputs:
         if x.dtype.kind != "f":

@@ -12,8 +12,13 @@ its output is x*. Its VJP traces the partials (J, u and (∂g/∂θ)ᵀ u) into 
 whose inputs x and θ are independent, and inlines it reading the root's *output* as x: the
 gradient's graph then depends on x*(θ) through the root again, so differentiating it a second
 time gives the second derivative of the implicit function (J's dependence on x* included).
-J is built one VJP per element of x, so x needs a static shape (small systems: this is a dense
-solve; a large one wants a matrix-free solver, not given here).
+adjoint="dense" (the default) builds J one VJP per element of x, so x needs a static shape and the
+solve costs O(n³): right for small systems. adjoint="iterative" never forms J: it solves Jᵀu = -x̄
+by a gc.while_loop of products with Jᵀ (a VJP of g) and J (a JVP, by the double-VJP trick), so x
+may be large or of symbolic shape (a batch of equilibria, say): conjugate gradients on the
+normal equations for custom_root, which converge for any invertible J, and for fixed_point the
+iteration u <- x̄ + (∂f/∂x)ᵀu, one VJP a step, which converges wherever the forward iteration does
+(the same contraction, transposed). Being loops of traced ops, these differentiate again too.
 """
 from __future__ import annotations
 
@@ -33,49 +38,77 @@ from ..ir.registry import supply_vjp
 from ..ops.control import while_loop
 from ..ops.solvers import solve
 from .engine import grad
+from .transforms import jvp, vjp
 
 __all__ = ["custom_root", "fixed_point"]
 
 
-def _operands(what: str, x0: Any, params: tuple) -> tuple[str, Tensor, list[Tensor]]:
-    """The caller's source line, x0 and the params as Tensors; x0 must be float and static (J is
-    built one backward pass per element of x)."""
+ADJOINTS = ("dense", "iterative")
+
+
+def _operands(what: str, x0: Any, params: tuple, adjoint: str, jacobian: bool,
+              adjoint_steps: int) -> tuple[str, Tensor, list[Tensor]]:
+    """The caller's source line, x0 and the params as Tensors; x0 must be float, and static where
+    `jacobian` (something builds J one backward pass per element of x)."""
     where = user_location()
+    if adjoint not in ADJOINTS:
+        raise GcompileError(f"{what}: adjoint must be one of {', '.join(map(repr, ADJOINTS))}, got {adjoint!r} "
+                            f"(at {where})")
+    if isinstance(adjoint_steps, bool) or not isinstance(adjoint_steps, (int, np.integer)) or adjoint_steps < 1:
+        raise GcompileError(f"{what}: adjoint_steps must be a positive int, got {adjoint_steps!r} (at {where})")
     x0 = as_tensor(x0)
-    if x0.dtype.kind != "f" or not dims.is_static(x0.shape):
-        raise ShapeError(f"{what}: x must be a float Tensor of static shape, got {x0.type} (at {where})")
+    if x0.dtype.kind != "f":
+        raise ShapeError(f"{what}: x must be a float Tensor, got {x0.type} (at {where})")
+    if jacobian and not dims.is_static(x0.shape):
+        hint = "adjoint='iterative'" + (" and a solver= that needs no Jacobian (Newton's method builds one)"
+                                        if what == "custom_root" else "")
+        raise ShapeError(f"{what}: x is {x0.type}; building ∂g/∂x one VJP per element needs a static shape. "
+                         f"For a symbolic or large x, pass {hint} (at {where})")
     return where, x0, [as_tensor(p) for p in params]
 
 
 def custom_root(g: Callable[..., Any], x0: Any, *params: Any,
                 solver: Callable[[Callable[[Tensor], Tensor], Tensor], Any] | None = None,
-                tol: float = 1e-6, max_steps: int = 50) -> Tensor:
+                tol: float = 1e-6, max_steps: int = 50, adjoint: str = "dense", adjoint_steps: int = 1000) -> Tensor:
     """x* with g(x*, *params) = 0, found from x0 by `solver(h, x0)` (any traced code: a gc.while_loop,
     a fixed number of steps; h(x) = g(x, *params)), by default Newton's method until
     max|g(x)| <= tol or max_steps steps. The result differentiates by the implicit function
     theorem (one linear solve with ∂g/∂x at x*, no reversal of the solver's loop), w.r.t. params
-    and the Tensors g closes over; x0 and the solver get no gradient. x is one float Tensor of
-    static shape; g returns one value per element of x."""
-    where, x0, args = _operands("custom_root", x0, params)
+    and the Tensors g closes over; x0 and the solver get no gradient. x is one float Tensor; g
+    returns one value per element of x.
+
+    adjoint="dense" solves the linear system with J = ∂g/∂x built whole (x of static shape, small
+    systems); adjoint="iterative" by conjugate gradients on the normal equations, with products by
+    J and Jᵀ only, until max|Jᵀu + x̄| <= tol or adjoint_steps steps: for large x, or x of
+    symbolic shape (with a solver= of one's own, since Newton's method builds J)."""
+    where, x0, args = _operands("custom_root", x0, params, adjoint, adjoint == "dense" or solver is None,
+                                adjoint_steps)
 
     def h(x):
         return as_tensor(g(x, *args))
     x_star = (solver or (lambda h, x: newton(h, x, tol, max_steps)))(h, x0)
-    return _root(g, as_tensor(x_star), args, where)
+    method = "dense" if adjoint == "dense" else "normal-cg"
+    return _root(g, as_tensor(x_star), args, where, method, tol, adjoint_steps)
 
 
-def fixed_point(f: Callable[..., Any], x0: Any, *params: Any, tol: float = 1e-6, max_steps: int = 1000) -> Tensor:
+def fixed_point(f: Callable[..., Any], x0: Any, *params: Any, tol: float = 1e-6, max_steps: int = 1000,
+                adjoint: str = "dense", adjoint_steps: int = 1000) -> Tensor:
     """x* = f(x*, *params), iterating x <- f(x, *params) from x0 (a gc.while_loop) until
     max|f(x) - x| <= tol or max_steps steps; differentiated by the implicit function theorem as the
-    root of f(x, θ) - x (custom_root), never by reversing the iteration."""
-    where, x0, args = _operands("fixed_point", x0, params)
+    root of f(x, θ) - x (custom_root), never by reversing the iteration.
+
+    adjoint="dense" solves with ∂f/∂x built whole (x of static shape); adjoint="iterative" by the
+    iteration u <- x̄ + (∂f/∂x)ᵀu, one VJP of f a step, until it moves by at most tol or
+    adjoint_steps steps: it converges wherever the forward iteration does, for any shape of x."""
+    where, x0, args = _operands("fixed_point", x0, params, adjoint, adjoint == "dense", adjoint_steps)
 
     def step(v):
         x, fx, k = v
         return fx, as_tensor(f(fx, *args)), k + 1
     _, x_star, _ = while_loop(lambda v: F.logical_and(F.max(F.abs(v[1] - v[0])) > tol, v[2] < max_steps), step,
                               (x0, as_tensor(f(x0, *args)), np.int64(1)))
-    return _root(lambda x, *p: as_tensor(f(x, *p)) - x, x_star, args, where)
+    method = "dense" if adjoint == "dense" else "richardson"
+    return _root(lambda x, *p: as_tensor(f(x, *p)) - x, x_star, args, where, method, tol, adjoint_steps)
 
 
 def newton(h: Callable[[Tensor], Tensor], x0: Tensor, tol: float = 1e-6, max_steps: int = 50) -> Tensor:
@@ -102,16 +135,67 @@ def _flat_solve(a: Tensor, b: Tensor) -> Tensor:
     return F.reshape(solve(a, F.reshape(b, (-1,))), b.shape)
 
 
-def _root(g: Callable[..., Any], x_star: Tensor, params: list[Tensor], where: str) -> Tensor:
+def _root(g: Callable[..., Any], x_star: Tensor, params: list[Tensor], where: str, adjoint: str, tol: float,
+          adjoint_steps: int) -> Tensor:
     x_star = F.stop_gradient(x_star)
     body, captured = trace_body(lambda v: [as_tensor(g(v[0], *v[1:]))], [x_star.type] + [p.type for p in params])
     if body.type_of(body.outputs[0]) != x_star.type:
         raise ShapeError(f"custom_root: g returns {body.type_of(body.outputs[0])} for an x of type {x_star.type}; "
                          f"it must return one value per element of x (at {where})")
-    return apply("root", [*captured, x_star, *params], body=body, x_index=len(captured), source=where)
+    return apply("root", [*captured, x_star, *params], body=body, x_index=len(captured), source=where,
+                 adjoint=adjoint, tol=float(tol), adjoint_steps=int(adjoint_steps))
 
 
-def _root_vjp(grads, inputs, outputs, *, body: Graph, x_index: int, source: str):
+def _dense_adjoint(r: Tensor, x: Tensor, x_bar: Tensor) -> Tensor:
+    """u with Jᵀu = -x̄, J = ∂r/∂x built whole."""
+    return -_flat_solve(F.swapaxes(_jacobian(r, x), 0, 1), x_bar)
+
+
+def _dot(a: Tensor, b: Tensor) -> Tensor:
+    return F.sum(a * b)
+
+
+def _normal_cg_adjoint(residual: Callable[[Tensor], Tensor], x: Tensor, x_bar: Tensor, tol: float,
+                       steps: int) -> Tensor:
+    """u with Jᵀu = -x̄ by conjugate gradients on the normal equations (Craig's method: u = Jy with
+    JᵀJy = -x̄), which needs J only as products: Jᵀc is a VJP of the residual at x, Jc a JVP. It
+    converges for any invertible J (at the pace of J's squared condition number)."""
+    def transposed(c: Tensor) -> Tensor:   # traced in the loop's body: a gradient there starts there
+        return vjp(residual, x)[1](c)[0]
+
+    def forward(c: Tensor) -> Tensor:
+        return jvp(residual, (x,), (c,))[1]
+
+    def step(v):
+        u, r, p, rr, k = v
+        alpha = rr / F.maximum(_dot(p, p), np.finfo(x.dtype).tiny)
+        r = r - alpha * transposed(p)
+        new_rr = _dot(r, r)
+        return u + alpha * p, r, forward(r) + new_rr / F.maximum(rr, np.finfo(x.dtype).tiny) * p, new_rr, k + 1
+    r0 = -x_bar
+    u, *_ = while_loop(lambda v: F.logical_and(F.max(F.abs(v[1])) > tol, v[4] < steps), step,
+                       (F.zeros_like(x_bar), r0, forward(r0), _dot(r0, r0), np.int64(0)))
+    return u
+
+
+def _richardson_adjoint(residual: Callable[[Tensor], Tensor], x: Tensor, x_bar: Tensor, tol: float,
+                        steps: int) -> Tensor:
+    """u with Jᵀu = -x̄ for the residual f(x) - x of a fixed point, by u <- u + (Jᵀu + x̄), that is
+    u <- x̄ + (∂f/∂x)ᵀu: one VJP a step, converging as the forward iteration x <- f(x) does."""
+    def change(u: Tensor) -> Tensor:   # traced in the loop's body: a gradient there starts there
+        return vjp(residual, x)[1](u)[0] + x_bar
+
+    def step(v):
+        u, moved, k = v
+        u = u + moved
+        return u, change(u), k + 1
+    u, *_ = while_loop(lambda v: F.logical_and(F.max(F.abs(v[1])) > tol, v[2] < steps), step,
+                       (x_bar, change(x_bar), np.int64(0)))
+    return u
+
+
+def _root_vjp(grads, inputs, outputs, *, body: Graph, x_index: int, source: str, adjoint: str, tol: float,
+              adjoint_steps: int):
     (x_bar,) = grads
     result: list[Tensor | None] = [None] * len(inputs)
     wrt = [i for i, t in enumerate(inputs) if i != x_index and t.dtype.kind == "f"]
@@ -121,7 +205,14 @@ def _root_vjp(grads, inputs, outputs, *, body: Graph, x_index: int, source: str)
     def partials(v: list[Tensor]) -> list[Tensor]:
         ins, seed = v[:-1], v[-1]
         r = inline(body, ins)[0]
-        u = -_flat_solve(F.swapaxes(_jacobian(r, ins[x_index]), 0, 1), seed)   # Jᵀ u = -x̄
+        x = ins[x_index]
+        if adjoint == "dense":
+            u = _dense_adjoint(r, x, seed)
+        else:
+            def residual(z: Tensor) -> Tensor:
+                return inline(body, [z if i == x_index else t for i, t in enumerate(ins)])[0]
+            solve_iteratively = _normal_cg_adjoint if adjoint == "normal-cg" else _richardson_adjoint
+            u = solve_iteratively(residual, x, seed, tol, adjoint_steps)
         return grad([r], [ins[i] for i in wrt], [u])
 
     try:

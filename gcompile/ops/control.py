@@ -676,7 +676,7 @@ defop("cond", infer=_cond_infer, reference=_cond_reference, lower=_cond_lower, v
 
 
 # -- root: implicit differentiation ---------------------------------------------------------------------------
-def _root_infer(types, *, body: Graph, x_index: int, source: str):
+def _root_infer(types, *, body: Graph, x_index: int, source: str, adjoint: str, tol: float, adjoint_steps: int):
     inner = [body.type_of(r) for r in body.inputs]
     if inner != list(types):
         raise ShapeError(f"root: operands {[str(t) for t in types]} for a body of inputs {[str(t) for t in inner]}")
@@ -692,8 +692,9 @@ def _root_lower(ctx, names, node: Node):
 
 
 # x = root(..., x*, ...): the solution x* of body(..., x, ...) = 0 found by any solver, passed on; its VJP,
-# by the implicit function theorem, is one linear solve (gradients/implicit.py supplies it).
-defop("root", infer=_root_infer, reference=lambda *arrays, body, x_index, source: arrays[x_index],
+# by the implicit function theorem, is one linear solve, by the method `adjoint` names (gradients/implicit.py
+# supplies it).
+defop("root", infer=_root_infer, reference=lambda *arrays, body, x_index, **_: arrays[x_index],
       lower=_root_lower, vjp=supplied_vjp("root"))
 
 __all__: list[str] = []   # gc.scan, gc.fori_loop, gc.while_loop: exported by gcompile/__init__.py

@@ -254,6 +254,65 @@ def test_custom_root_with_a_solver_of_ones_own_and_its_errors():
                                        solver=lambda h, x: x), [t])
 
 
+def test_iterative_adjoints_agree_with_the_dense_solve_to_second_order():
+    """adjoint='iterative' (conjugate gradients on the normal equations for custom_root, u <- x̄ + (∂f/∂x)ᵀu
+    for fixed_point) solves the same system as the dense solve, to the same derivatives."""
+    b = RNG.standard_normal(3) * 0.5
+
+    def fixed(a, b, adjoint):
+        return F.sum(gc.fixed_point(lambda x, a: 0.5 * F.tanh(x @ a) + b, F.zeros_like(b), a, tol=1e-12,
+                                    adjoint=adjoint) ** 2)
+
+    def root(a, d, adjoint):
+        x = gc.custom_root(_g, F.full((3,), 0, a.dtype), a, d, tol=1e-12, adjoint=adjoint)
+        return F.sum(x * x) + F.sum(x)
+    for order in (1, 2):
+        for loss, inputs in ((fixed, [W, b]), (root, [W, D])):
+            dense, iterative = (check_grad(lambda p, q, loss=loss, adjoint=adjoint: loss(p, q, adjoint), inputs,
+                                           order=order, symbolic=False, rtol=1e-6)[1]
+                                for adjoint in ("dense", "iterative"))
+            assert iterative == pytest.approx(dense, rel=1e-8)
+
+
+def test_iterative_adjoints_take_a_batch_of_equilibria_of_symbolic_size():
+    """A batch of equilibria (a deep-equilibrium layer): x is (batch, 3) with the batch symbolic, which the
+    dense solve (J built one VJP per element) refuses; the iterative adjoints take it, to second order."""
+    def equilibria(z, a):
+        return gc.fixed_point(lambda x, a: 0.5 * F.tanh(x @ a + z), F.zeros_like(z), a, tol=1e-12,
+                              adjoint="iterative")
+
+    def roots(z, a):   # the same equilibria as roots, found by a solver that needs no Jacobian
+        return gc.custom_root(lambda x, a: x - 0.5 * F.tanh(x @ a + z), F.zeros_like(z), a, adjoint="iterative",
+                              tol=1e-12, solver=lambda h, x: gc.fori_loop(0, 80, lambda i, x: x - h(x), x))
+    z = RNG.standard_normal((4, 3))
+    for solve in (equilibria, roots):   # z's axis 0 symbolic, as check_grads makes it
+        check_grads(lambda z, a, solve=solve: F.sum(solve(z, a) ** 3), [z, W], order=2, rtol=1e-6)
+    with pytest.raises(gc.errors.ShapeError, match="adjoint='iterative'"):
+        trace(lambda z, a: gc.fixed_point(lambda x, a: F.tanh(x @ a), F.zeros_like(z), a), [gc.spec(("n", 3)), W])
+    with pytest.raises(gc.errors.ShapeError, match="a solver= that needs no Jacobian"):
+        trace(lambda z, a: gc.custom_root(lambda x, a: x @ a - z, F.zeros_like(z), a, adjoint="iterative"),
+              [gc.spec(("n", 3)), W])
+    with pytest.raises(gc.errors.GcompileError, match="adjoint must be one of 'dense', 'iterative'"):
+        trace(lambda a: gc.fixed_point(lambda x, a: F.tanh(x @ a), F.full((3,), 0, a.dtype), a, adjoint="cg"), [W])
+
+
+def test_a_gradient_inside_a_loop_of_what_was_computed_outside_it_is_refused():
+    """In a loop body, y and x from outside are two captured values with no path between them: the
+    gradient would be zeros where y depends on x. Refused; computed inside the body it is right."""
+    def outside(x):
+        y = F.sin(x)
+        return gc.while_loop(lambda v: v[1] < 2, lambda v: (gc.grad([y], [x], [v[0]])[0], v[1] + 1),
+                             (F.ones_like(x), np.int64(0)))[0]
+
+    def inside(x):
+        return gc.while_loop(lambda v: v[1] < 2, lambda v: (gc.grad([F.sin(x)], [x], [v[0]])[0], v[1] + 1),
+                             (F.ones_like(x), np.int64(0)))[0]
+    x = np.array([0.3, 0.5, 0.9])
+    with pytest.raises(gc.errors.GcompileError, match="no path between them"):
+        trace(outside, [x])
+    np.testing.assert_allclose(evaluate(trace(inside, [x]).graph, [x])[0], np.cos(x) ** 2, rtol=1e-12)
+
+
 # -- gc.cond: a branch chosen at run time -----------------------------------------------------------------------
 def _branches(x, w):
     y = gc.cond(F.sum(x) > 0, lambda x: F.tanh(x @ w) * 2, lambda x: F.sin(x) * F.sum(w), x)
