@@ -608,19 +608,20 @@ defop("while", infer=_while_infer, reference=_while_reference, lower=_while_lowe
 # -- cond: a branch chosen at run time ------------------------------------------------------------------------
 def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any) -> Any:
     """true_fun(*operands) if pred else false_fun(*operands), as jax.lax.cond, with pred a bool scalar
-    Tensor known only at run time: an ONNX If, which runs one branch. Both branches return the same
-    structure of Tensors of the same dtypes and shapes. Differentiable: the backward is a `cond`
-    on the same pred whose branches are the two branches' VJPs (so every order is one too)."""
+    Tensor known only at run time: an ONNX If, which runs one branch. Each operand is a Tensor or
+    nested tuples/lists/dicts of them, as jax.lax.cond's; both branches return the same structure
+    of Tensors of the same dtypes and shapes. Differentiable: the backward is a `cond` on the same
+    pred whose branches are the two branches' VJPs (so every order is one too)."""
     where = user_location()
     pred = as_tensor(pred)
     if pred.dtype != np.bool_ or pred.shape != ():
         raise TraceError(f"cond: pred must be a bool scalar Tensor, got {pred.type} (at {where})")
-    args = [as_tensor(x) for x in operands]
+    args, args_tree = _flatten(operands, "cond's operands")
     trees: list = []
 
     def branch(fun):
         def traced(v: list[Tensor]) -> list[Tensor]:
-            leaves, tree = _flatten(fun(*v), "cond's branch result")
+            leaves, tree = _flatten(fun(*pytree.unflatten(args_tree, v)), "cond's branch result")
             trees.append(tree)
             return leaves
         return trace_body(traced, [t.type for t in args])

@@ -276,6 +276,21 @@ def test_the_backward_of_a_cond_is_a_cond():
             np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("sign", [1, -1])
+def test_cond_operands_and_results_are_pytrees_with_ints(sign):
+    """As jax.lax.cond: an operand may be a dict of Tensors (it was refused as "a value of type
+    dict"), and an int leaf rides along with the float ones."""
+    def fn(x, w):
+        def then(d, k):
+            return {"a": F.tanh(d["p"] * w), "k": k + 1, "b": (d["q"] * 2,)}
+
+        def other(d, k):
+            return {"a": d["p"] * d["q"], "k": k * 3, "b": (w * 1.0,)}
+        out = gc.cond(F.sum(x * w) > 0, then, other, {"p": x, "q": x * x}, np.int64(2))
+        return F.sum(out["a"]) + F.sum(out["b"][0] ** 2) * F.cast(out["k"], x.dtype)
+    check_grad(fn, [sign * np.array([0.3, 0.5]), np.array([1.0, 2.0])], order=2, symbolic=False)
+
+
 def test_cond_branches_must_agree():
     with pytest.raises(gc.TraceError, match="both must return the same dtypes and shapes"):
         trace(lambda x: gc.cond(F.sum(x) > 0, lambda x: x, lambda x: x[:1], x), [X])
