@@ -399,8 +399,9 @@ _LOOP_HEAD = [("iteration", _scalar(np.int64)), ("condition", _scalar(np.bool_))
 
 
 def _rows_stacked(ctx, stacked: list[str], types: list[TensorType]) -> list[str]:
-    """A Loop's scan outputs, made of the rows of _ys_as_rows, as the ys of `types`."""
-    return [ctx.emit("Reshape", [y, ctx.shape_tensor(t.shape)]) for y, t in zip(stacked, types)]
+    """A Loop's scan outputs, made of the rows of _ys_as_rows, as the ys of `types` (allowzero: a
+    zero-sized dim, an empty batch, stays zero where ONNX would copy the rows' 1)."""
+    return [ctx.emit("Reshape", [y, ctx.shape_tensor(t.shape)], allowzero=1) for y, t in zip(stacked, types)]
 
 
 def _ys_as_rows(ctx, graph, ys: list[TensorType]) -> None:

@@ -68,6 +68,25 @@ def test_a_run_time_number_of_steps():
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("target", ["ort-cpu", "portable"])
+def test_an_empty_batch_at_run_time(target):
+    """A batch of zero examples: the stacked carries the backward reads are rows (steps, 1, 0, 3),
+    which the Reshape after the Loop read as (steps, 1, 3) (an ONNX 0 copies the input's dim) and
+    failed; likewise the ys of a scan with no xs, a counted Loop on the portable target."""
+    def fn(x, w, steps):
+        def body(v):
+            h, k = v
+            return F.tanh(h @ w) + h * 0.5, k + 1
+        h, _ = gc.while_loop(lambda v: v[1] < steps, body, (x, np.int64(0)))
+        h2, ys = gc.scan(lambda c, _: (F.sin(c @ w), c * 2), h, None, length=3)
+        return gc.grad(F.sum(h2 * h2) + F.sum(ys), [x, w])
+    cf = gc.compile(fn, gc.spec(("n", 3)), gc.spec((3, 3)), gc.spec((), np.int64), provider="cpu", target=target)
+    for steps in (0, 1, 3):
+        gx, gw = cf(np.zeros((0, 3), np.float32), W.astype(np.float32), np.int64(steps))
+        assert gx.shape == (0, 3)
+        np.testing.assert_array_equal(gw, np.zeros((3, 3)))
+
+
 def test_a_data_dependent_stop():
     """Iterate x <- x - 0.5 * tanh(x * w) until |x| < tol: the number of steps depends on the
     values (and stays the same for the small shifts of the central difference)."""
