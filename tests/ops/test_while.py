@@ -170,6 +170,19 @@ def test_per_example_gradients_through_a_loop_of_a_shared_count():
     check_grad(fn, [np.stack([X, 2 * X]), W], symbolic=False)
 
 
+def test_per_example_gradients_through_checkpoint_every_blocks():
+    """checkpoint_every's inner while carries the outer loop's step counter, which no example changes:
+    batched, it came out of the inner loop marked per-example, the outer loop's condition became
+    per-example and the gradient inside vmap was refused as stopping at a different step for each."""
+    def fn(xs, w):
+        def per(x):
+            h, _ = gc.while_loop(lambda v: v[1] < 5, lambda v: (F.sin(v[0] * w) + v[0], v[1] + 1), (x, np.int64(0)),
+                                 checkpoint_every=2)
+            return gc.grad(F.sum(h * h), [x])[0]
+        return F.sum(gc.vmap(per)(xs) ** 2)
+    check_grad(fn, [RNG.standard_normal((3, 2)), np.array([1.1, 0.7])], symbolic=False)
+
+
 def test_per_example_gradients_of_loops_stopping_at_different_steps_are_refused():
     def per(x):
         y = gc.while_loop(lambda v: F.sum(v * v) < 4, lambda v: v * 1.5 + 0.1, x)
