@@ -4,7 +4,10 @@ elementwise ops, and the walk that emits the batched version of recorded nodes.
 A batching rule receives a node of the per-example trace and its operands already replaced: each
 either batched (its batch axis is axis 0) or shared by every example (as it was). It records the
 batched computation with ordinary traced ops and returns the outputs, each with the batch axis
-first. A rule is called only when some operand is batched; a node reading none is copied as it is.
+first, or as it is (its per-example shape) where it is the same for every example: a count of
+elements, a loop's step counter that reads no batched value (marked batched, it would make the
+condition of an enclosing loop per-example). A rule is called only when some operand is batched;
+a node reading none is copied as it is.
 
 Which ops batch how: an op declaring Trait.ELEMENTWISE is batched generically (operand ranks
 aligned, the op applied as it is); the others have a rule in RULES (batching_rules.py and
@@ -37,10 +40,6 @@ NOT_BATCHED: dict[str, str] = {
     "fill": "a fill has no operands: it is the same for every example",
     "arange": "a range has no operands (its length is an attribute): it is the same for every example",
 }
-
-# Ops whose outputs stay per-example when an operand is batched (their value is the same for every example).
-UNBATCHED_OUTPUTS = {"count"}
-
 
 def batching_rule(*ops: str) -> Callable[[Rule], Rule]:
     def register(rule: Rule) -> Rule:
@@ -131,12 +130,13 @@ def batch_node(node: Node, ins: list[Tensor], batched: list[bool], size) -> list
     if node.recompute:                       # a gc.checkpoint region stays one
         for new in graph.nodes_since(mark):
             new.recompute = new.recompute or new.op != "constant"
-    unbatched = node.op in UNBATCHED_OUTPUTS
-    for i, out in enumerate(outs):
-        expected = node.outputs[i].shape if unbatched else (size,) + tuple(node.outputs[i].shape)
-        if tuple(out.shape) != tuple(expected):
-            raise AssertionError(f"vmap rule of {node.op}: {out.type} for {node.outputs[i]}")
-    return [(out, not unbatched) for out in outs]
+    result = []
+    for out, per_example in zip(outs, node.outputs):
+        shared = tuple(out.shape) == tuple(per_example.shape)   # the same for every example
+        if not shared and tuple(out.shape) != (size, *per_example.shape):
+            raise AssertionError(f"vmap rule of {node.op}: {out.type} for {per_example}")
+        result.append((out, not shared))
+    return result
 
 
 def batch_graph(graph: Graph, inputs: list[tuple[Tensor, bool]], size) -> list[tuple[Tensor, bool]]:

@@ -86,9 +86,8 @@ def _scan(node, ins, batched, size):
             kb[i] = True
     outs = apply_n("scan", [*captured, *consts, *carries, *xs], **{**a, "body": new_body,
                                                                     "n_consts": len(captured) + nc})
-    finals = [c if b else broadcast(c, size) for c, b in zip(outs[:nk], kb)]
-    ys = [F.swapaxes(y, 0, 1) if b else broadcast(y, size) for y, b in zip(outs[nk:], out_flags[nk:])]
-    return finals + ys
+    ys = [F.swapaxes(y, 0, 1) if b else y for y, b in zip(outs[nk:], out_flags[nk:])]
+    return outs[:nk] + ys   # the carries and ys no batched value reaches stay unbatched
 
 
 @batching_rule("while")
@@ -122,8 +121,8 @@ def _while(node, ins, batched, size):
     n_consts = len(captured) + nc
     if not masked:
         outs = apply_n("while", [*captured, *consts, first, *carries], **{**a, "body": new_body, "n_consts": n_consts})
-        ys = [F.swapaxes(y, 0, 1) if b else broadcast(y, size) for y, b in zip(outs[nk:], out_flags[1 + nk:])]
-        return [c if b else broadcast(c, size) for c, b in zip(outs, kb)] + ys
+        ys = [F.swapaxes(y, 0, 1) if b else y for y, b in zip(outs[nk:], out_flags[1 + nk:])]
+        return outs[:nk] + ys   # the carries (a step counter) and ys no batched value reaches stay unbatched
     if n_ys:
         raise UnsupportedError(f"vmap: the while loop at {a['source']} stops at a different step for each example "
                                "and stacks a value per step (a gradient taken through it inside the vmapped "

@@ -399,8 +399,9 @@ _LOOP_HEAD = [("iteration", _scalar(np.int64)), ("condition", _scalar(np.bool_))
 
 
 def _rows_stacked(ctx, stacked: list[str], types: list[TensorType]) -> list[str]:
-    """A Loop's scan outputs, made of the rows of _ys_as_rows, as the ys of `types`."""
-    return [ctx.emit("Reshape", [y, ctx.shape_tensor(t.shape)]) for y, t in zip(stacked, types)]
+    """A Loop's scan outputs, made of the rows of _ys_as_rows, as the ys of `types` (allowzero: a
+    zero-sized dim, an empty batch, stays zero where ONNX would copy the rows' 1)."""
+    return [ctx.emit("Reshape", [y, ctx.shape_tensor(t.shape)], allowzero=1) for y, t in zip(stacked, types)]
 
 
 def _ys_as_rows(ctx, graph, ys: list[TensorType]) -> None:
@@ -608,19 +609,20 @@ defop("while", infer=_while_infer, reference=_while_reference, lower=_while_lowe
 # -- cond: a branch chosen at run time ------------------------------------------------------------------------
 def cond(pred: Any, true_fun: Callable[..., Any], false_fun: Callable[..., Any], *operands: Any) -> Any:
     """true_fun(*operands) if pred else false_fun(*operands), as jax.lax.cond, with pred a bool scalar
-    Tensor known only at run time: an ONNX If, which runs one branch. Both branches return the same
-    structure of Tensors of the same dtypes and shapes. Differentiable: the backward is a `cond`
-    on the same pred whose branches are the two branches' VJPs (so every order is one too)."""
+    Tensor known only at run time: an ONNX If, which runs one branch. Each operand is a Tensor or
+    nested tuples/lists/dicts of them, as jax.lax.cond's; both branches return the same structure
+    of Tensors of the same dtypes and shapes. Differentiable: the backward is a `cond` on the same
+    pred whose branches are the two branches' VJPs (so every order is one too)."""
     where = user_location()
     pred = as_tensor(pred)
     if pred.dtype != np.bool_ or pred.shape != ():
         raise TraceError(f"cond: pred must be a bool scalar Tensor, got {pred.type} (at {where})")
-    args = [as_tensor(x) for x in operands]
+    args, args_tree = _flatten(operands, "cond's operands")
     trees: list = []
 
     def branch(fun):
         def traced(v: list[Tensor]) -> list[Tensor]:
-            leaves, tree = _flatten(fun(*v), "cond's branch result")
+            leaves, tree = _flatten(fun(*pytree.unflatten(args_tree, v)), "cond's branch result")
             trees.append(tree)
             return leaves
         return trace_body(traced, [t.type for t in args])

@@ -68,6 +68,25 @@ def test_a_run_time_number_of_steps():
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("target", ["ort-cpu", "portable"])
+def test_an_empty_batch_at_run_time(target):
+    """A batch of zero examples: the stacked carries the backward reads are rows (steps, 1, 0, 3),
+    which the Reshape after the Loop read as (steps, 1, 3) (an ONNX 0 copies the input's dim) and
+    failed; likewise the ys of a scan with no xs, a counted Loop on the portable target."""
+    def fn(x, w, steps):
+        def body(v):
+            h, k = v
+            return F.tanh(h @ w) + h * 0.5, k + 1
+        h, _ = gc.while_loop(lambda v: v[1] < steps, body, (x, np.int64(0)))
+        h2, ys = gc.scan(lambda c, _: (F.sin(c @ w), c * 2), h, None, length=3)
+        return gc.grad(F.sum(h2 * h2) + F.sum(ys), [x, w])
+    cf = gc.compile(fn, gc.spec(("n", 3)), gc.spec((3, 3)), gc.spec((), np.int64), provider="cpu", target=target)
+    for steps in (0, 1, 3):
+        gx, gw = cf(np.zeros((0, 3), np.float32), W.astype(np.float32), np.int64(steps))
+        assert gx.shape == (0, 3)
+        np.testing.assert_array_equal(gw, np.zeros((3, 3)))
+
+
 def test_a_data_dependent_stop():
     """Iterate x <- x - 0.5 * tanh(x * w) until |x| < tol: the number of steps depends on the
     values (and stays the same for the small shifts of the central difference)."""
@@ -149,6 +168,19 @@ def test_per_example_gradients_through_a_loop_of_a_shared_count():
     def fn(xs, w):
         return F.sum(gc.vmap(lambda x: gc.grad(loss(x, w, 3), [x])[0])(xs) ** 2)
     check_grad(fn, [np.stack([X, 2 * X]), W], symbolic=False)
+
+
+def test_per_example_gradients_through_checkpoint_every_blocks():
+    """checkpoint_every's inner while carries the outer loop's step counter, which no example changes:
+    batched, it came out of the inner loop marked per-example, the outer loop's condition became
+    per-example and the gradient inside vmap was refused as stopping at a different step for each."""
+    def fn(xs, w):
+        def per(x):
+            h, _ = gc.while_loop(lambda v: v[1] < 5, lambda v: (F.sin(v[0] * w) + v[0], v[1] + 1), (x, np.int64(0)),
+                                 checkpoint_every=2)
+            return gc.grad(F.sum(h * h), [x])[0]
+        return F.sum(gc.vmap(per)(xs) ** 2)
+    check_grad(fn, [RNG.standard_normal((3, 2)), np.array([1.1, 0.7])], symbolic=False)
 
 
 def test_per_example_gradients_of_loops_stopping_at_different_steps_are_refused():
@@ -333,6 +365,21 @@ def test_the_backward_of_a_cond_is_a_cond():
         got = cf(x.astype(np.float32), W.astype(np.float32))
         for g, e in zip(got, evaluate(cf.graph, [x, W])):
             np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_cond_operands_and_results_are_pytrees_with_ints(sign):
+    """As jax.lax.cond: an operand may be a dict of Tensors (it was refused as "a value of type
+    dict"), and an int leaf rides along with the float ones."""
+    def fn(x, w):
+        def then(d, k):
+            return {"a": F.tanh(d["p"] * w), "k": k + 1, "b": (d["q"] * 2,)}
+
+        def other(d, k):
+            return {"a": d["p"] * d["q"], "k": k * 3, "b": (w * 1.0,)}
+        out = gc.cond(F.sum(x * w) > 0, then, other, {"p": x, "q": x * x}, np.int64(2))
+        return F.sum(out["a"]) + F.sum(out["b"][0] ** 2) * F.cast(out["k"], x.dtype)
+    check_grad(fn, [sign * np.array([0.3, 0.5]), np.array([1.0, 2.0])], order=2, symbolic=False)
 
 
 def test_cond_branches_must_agree():
