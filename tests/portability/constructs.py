@@ -137,6 +137,10 @@ def _grouped_conv_transposes(model):
     return found
 
 
+def _cumprods(model):
+    return [_where(n) for n in _nodes(model, "CumProd")]
+
+
 def _log_softmax(model):
     return [_where(n) for n in _nodes(model, "LogSoftmax")]
 
@@ -192,6 +196,9 @@ CONSTRUCTS = [
               "gradient): onnx's ReferenceEvaluator (1.23) slices the weight by output channels and writes one "
               "output channel per group (\"cannot reshape array\", or a broadcast error; onnx/onnx#8446)",
               _grouped_conv_transposes),
+    Construct("cumprod", "openvino",
+              "CumProd (opset 26): OpenVINO's ONNX front end (2026.4) has no conversion for it (\"No conversion rule "
+              "found for operations: CumProd-26\")", _cumprods),
     Construct("log-softmax", "onnx-reference",
               "LogSoftmax: onnx's ReferenceEvaluator (1.23) computes it as log(Softmax(x)), -inf once a row's "
               "logits spread more than about 104", _log_softmax),
