@@ -286,9 +286,15 @@ def transpose_geometry(ctx, node) -> tuple[list, list, list, list]:
 
 
 def _lower_conv_transpose(ctx, names, node):
-    """A ConvTranspose, with the rows transpose_geometry says it cannot give padded on or sliced."""
+    """A ConvTranspose, with the rows transpose_geometry says it cannot give padded on or sliced;
+    grouped with more than one channel per group, for a target that does not take that
+    (Target.grouped_conv_transpose), the Conv of _conv_transpose_as_conv."""
     a = node.attrs
-    kernel = ctx.graph.type_of(node.inputs[1]).shape[2:]
+    w_shape = ctx.graph.type_of(node.inputs[1]).shape
+    if a["groups"] > 1 and (w_shape[0] // a["groups"], w_shape[1]) != (1, 1) \
+            and not ctx.target.grouped_conv_transpose and _stuffed_reach(ctx, node) is not None:
+        return _conv_transpose_as_conv(ctx, names, node)
+    kernel = w_shape[2:]
     pad, extra, output_padding, crops = transpose_geometry(ctx, node)
     attrs = dict(group=a["groups"], output_padding=output_padding, **window_attrs(kernel, a["stride"], pad,
                                                                                    a["dilation"]))
@@ -303,6 +309,54 @@ def _lower_conv_transpose(ctx, names, node):
         axes, starts, ends = zip(*crops)
         y = ctx.emit("Slice", [y, ctx.int64s(starts), ctx.int64s(ends), ctx.int64s([2 + k for k in axes])])
     return y
+
+
+def _stuffed_reach(ctx, node) -> tuple[list, list] | None:
+    """For _conv_transpose_as_conv: the amounts per spatial axis to pad x, stuffed with stride - 1
+    zeros after each element (stride x its length), on each side (negative: crop) for the Conv;
+    None where a crop would take all of a static axis (its rows then are all padding)."""
+    a = node.attrs
+    x_size, w_shape = ctx.graph.type_of(node.inputs[0]).shape[2:], ctx.graph.type_of(node.inputs[1]).shape
+    begins, ends = [], []
+    for size, k, s, d, (p0, p1), op in zip(x_size, w_shape[2:], a["stride"], a["dilation"], a["pad"],
+                                          a["output_padding"]):
+        begins.append(d * (k - 1) - p0)
+        ends.append(d * (k - 1) - p1 + op - (s - 1))
+        if isinstance(size, int) and size * s + min(0, begins[-1]) + min(0, ends[-1]) <= 0:
+            return None
+    return begins, ends
+
+
+def _conv_transpose_as_conv(ctx, names, node):
+    """A grouped ConvTranspose as the Conv it is the adjoint of: x with stride - 1 zeros after each
+    element of each spatial axis, padded by dilation x (kernel - 1) less the padding (plus the
+    output_padding at the end; a negative amount crops), convolved (stride 1, the same dilation and
+    groups) with the kernel regrouped to (C_out, C_in/groups, *kernel) and flipped. onnx's
+    ReferenceEvaluator (1.23) computes a ConvTranspose with groups of more than one channel wrongly
+    (it slices the weight by output channels and writes one channel per group; onnx/onnx#8446)."""
+    a = node.attrs
+    groups, stride, dilation = a["groups"], a["stride"], a["dilation"]
+    w_shape = ctx.graph.type_of(node.inputs[1]).shape
+    nsp, per_in, per_out, kernel = len(stride), w_shape[0] // groups, w_shape[1], list(w_shape[2:])
+    spatial = list(range(2, 2 + nsp))
+    w = ctx.emit("Reshape", [names[1], ctx.int64s([groups, per_in, per_out, *kernel])])
+    w = ctx.emit("Transpose", [w], perm=[0, 2, 1, *(k + 1 for k in spatial)])
+    w = ctx.reverse(ctx.emit("Reshape", [w, ctx.int64s([groups * per_out, per_in, *kernel])]), spatial)
+    x = names[0]
+    if any(s > 1 for s in stride):
+        rows = ctx.emit("Unsqueeze", [x, ctx.int64s([3 + 2 * k for k in range(nsp)])])   # (N, C, S0, 1, S1, 1, ...)
+        rows = ctx.pad(rows, [0] * (2 + 2 * nsp), [0, 0, *(v for s in stride for v in (0, s - 1))])
+        size = ctx.emit("Mul", [ctx.emit("Shape", [x]), ctx.int64s([1, 1, *stride])])
+        x = ctx.emit("Reshape", [rows, size])
+    reach = _stuffed_reach(ctx, node)
+    assert reach is not None
+    begins, ends = reach
+    if min(0, *begins, *ends) < 0:
+        x = ctx.emit("Slice", [x, ctx.int64s([max(0, -b) for b in begins]),
+                               ctx.int64s([e if e < 0 else ctx.INT64_MAX for e in ends]), ctx.int64s(spatial)])
+    pads = [(max(0, b), max(0, e)) for b, e in zip(begins, ends)]
+    return ctx.emit("Conv", [x, w, *names[2:]], group=groups,
+                    **window_attrs(kernel, [1] * nsp, pads, dilation))
 
 
 def _lower_conv_weight_grad(ctx, names, node):

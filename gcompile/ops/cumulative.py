@@ -79,11 +79,35 @@ def _scan_reference(accumulate, identity):
 def _lower_scan(onnx_op):
     def lower(ctx, names, node):
         a = node.attrs
-        if onnx_op == "CumProd" and ctx.opset < 26:
+        if onnx_op == "CumProd" and (ctx.opset < 26 or not ctx.target.cumprod):
+            if isinstance(ctx.graph.type_of(node.inputs[0]).shape[a["axis"]], int):
+                return _lower_cumprod_doubling(ctx, names[0], node)
             return _lower_cumprod_masked(ctx, names[0], node)
         return ctx.emit(onnx_op, [names[0], ctx.const(np.asarray(a["axis"], np.int64))],
                         exclusive=int(a["exclusive"]), reverse=int(a["reverse"]))
     return lower
+
+
+def _lower_cumprod_doubling(ctx, x, node):
+    """CumProd without the op (before opset 26, or for a target without it: OpenVINO 2026.4 has no
+    conversion for CumProd-26) along a static axis: Hillis-Steele steps, y times y moved 1, 2, 4,
+    ... positions along the scan with ones moved in (after moving x one position for an
+    exclusive scan), ⌈log2 n⌉ products."""
+    a = node.attrs
+    t = ctx.graph.type_of(node.inputs[0])
+    axis, n, rank = a["axis"], t.shape[a["axis"]], len(t.shape)
+    one = ctx.const(np.ones((), t.dtype))
+
+    def moved(v, step):
+        begins, ends = [0] * rank, [0] * rank
+        begins[axis], ends[axis] = (-step, step) if a["reverse"] else (step, -step)
+        return ctx.pad(v, begins, ends, fill=one)
+    y = moved(x, 1) if a["exclusive"] and n > 0 else x
+    step = 1
+    while step < n:
+        y = ctx.emit("Mul", [y, moved(y, step)])
+        step *= 2
+    return y if y != x else ctx.emit("Identity", [x])
 
 
 def _lower_cumprod_masked(ctx, x, node):

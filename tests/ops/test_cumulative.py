@@ -69,6 +69,23 @@ def test_cumprod_over_a_symbolic_axis_at_old_and_new_opsets(opset, exclusive, re
         np.testing.assert_allclose(cf(x), np_scan(np.cumprod, x, 0, reverse, exclusive, 1), rtol=1e-5)
 
 
+@pytest.mark.parametrize("n", [1, 5, 8, "n"])
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_portable_cumprod_has_no_cumprod_op(n, exclusive, reverse):
+    """The portable target writes no CumProd (OpenVINO 2026.4 has no conversion for CumProd-26):
+    along a static axis ⌈log2 n⌉ products of moved copies, along a symbolic one the masked product."""
+    cf = gc.compile(lambda x: F.cumprod(x, 1, exclusive=exclusive, reverse=reverse), gc.spec((2, n, 3)),
+                    target="portable", provider="cpu")
+    ops = {node.op_type for node in cf.model.graph.node}
+    assert "CumProd" not in ops and ("ReduceProd" in ops) == (n == "n")
+    size = 6 if n == "n" else n
+    x = rand(2, size, 3, seed=size, dtype=np.float32)
+    np.testing.assert_allclose(cf(x), np_scan(np.cumprod, x, 1, reverse, exclusive, 1), rtol=1e-5)
+    if n != "n" and n > 1:
+        assert ops >= {"Mul", "Slice", "Pad"}
+
+
 def test_cumsum_gradient_is_the_reverse_scan_and_int_scans_have_none():
     x = rand(2, 5, seed=4)
     for options in ({}, {"reverse": True}, {"exclusive": True}, {"reverse": True, "exclusive": True}):

@@ -118,6 +118,29 @@ def _dynamic_conv_weights(model):
     return found
 
 
+def _grouped_conv_transposes(model):
+    """ConvTransposes with groups of more than one input or output channel (a depthwise one, one
+    channel in and out per group, is computed right)."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes = {v.name: v.type.tensor_type.shape for v in [*inferred.graph.value_info, *inferred.graph.input]}
+    constants = _constants(model)
+    found = []
+    for n in _nodes(model, "ConvTranspose"):
+        group = next((a.i for a in n.attribute if a.name == "group"), 1)
+        if group == 1:
+            continue
+        dims = list(constants[n.input[1]].dims) if n.input[1] in constants else \
+            [d.dim_value if d.HasField("dim_value") else None for d in shapes[n.input[1]].dim] \
+            if n.input[1] in shapes else [None, None]
+        if dims[0] != group or dims[1] != 1:
+            found.append(_where(n))
+    return found
+
+
+def _cumprods(model):
+    return [_where(n) for n in _nodes(model, "CumProd")]
+
+
 def _log_softmax(model):
     return [_where(n) for n in _nodes(model, "LogSoftmax")]
 
@@ -168,6 +191,14 @@ CONSTRUCTS = [
               "a Loop scan output other than a vector or a (1, ...) row: onnx's ReferenceEvaluator (1.23) joins "
               "a Loop's scan outputs with numpy.vstack, so a scalar per step gives (n, 1) and an (a, b) per step "
               "(n·a, b)", _loop_scan_outputs_not_rows),
+    Construct("grouped-conv-transpose", "onnx-reference",
+              "a ConvTranspose with group > 1 and more than one channel per group (a grouped convolution's input "
+              "gradient): onnx's ReferenceEvaluator (1.23) slices the weight by output channels and writes one "
+              "output channel per group (\"cannot reshape array\", or a broadcast error; onnx/onnx#8446)",
+              _grouped_conv_transposes),
+    Construct("cumprod", "openvino",
+              "CumProd (opset 26): OpenVINO's ONNX front end (2026.4) has no conversion for it (\"No conversion rule "
+              "found for operations: CumProd-26\")", _cumprods),
     Construct("log-softmax", "onnx-reference",
               "LogSoftmax: onnx's ReferenceEvaluator (1.23) computes it as log(Softmax(x)), -inf once a row's "
               "logits spread more than about 104", _log_softmax),

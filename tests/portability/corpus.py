@@ -6,8 +6,9 @@ tests/portability/runtimes.py. They are chosen for the constructs they lower to:
 gradients of an MLP, a conv net (convolution, relu, max pooling) and a pair potential, loops (an
 LSTM's forward and reverse Scans; counted loops with nothing to scan over; a scan RNN's Hessian-
 vector product, over a symbolic number of steps, so its Scans sit in Ifs), batch norm and Adam in
-one training step, attention with layer norm and gelu, and an imported ONNX model. Sizes are small:
-the whole corpus runs on every runtime in seconds.
+one training step, attention with layer norm and gelu, an imported ONNX model, grouped and
+depthwise convolutions' gradients (grouped transposed convolutions), and cumprod, sorting and
+pooling with ceil_mode. Sizes are small: the whole corpus runs on every runtime in seconds.
 
 Outputs that differ between runtimes by design (cnn_bn_adam's conv1 bias) are listed in
 harness.LOOSE.
@@ -189,3 +190,45 @@ def force_matching(positions, forces, params):
     loss = F.mean((-gx - forces) ** 2)
     return {"energy": energy, "loss": loss, "grads": gc.grad(loss, params)}
 
+
+
+# -- grouped and depthwise convolutions' gradients -------------------------------------------------------------------
+GROUPED = {"depthwise": _normal(4, 1, 3, 3, scale=0.5), "grouped": _normal(6, 2, 2, 2, scale=0.5),
+           "bias": _normal(6, scale=0.1)}
+
+
+@gc.export(x=gc.spec((2, 4, 9, 9)), params=GROUPED)
+def grouped_conv_grad(x, params):
+    """A depthwise convolution (stride 2, dilation 2, taps in the padding) and a grouped one (4 -> 6
+    channels in 2 groups): gradients w.r.t. the input and the kernels (the input gradients are
+    grouped transposed convolutions)."""
+    h = F.tanh(F.conv(x, params["depthwise"], stride=2, pad=2, dilation=2, groups=4))
+    h = F.conv(h, params["grouped"], params["bias"], stride=(2, 1), pad=(1, 2), groups=2)
+    loss = F.sum(h ** 2)
+    return {"loss": loss, "grads": gc.grad(loss, [x, *params.values()])}
+
+
+SALIENCY = {"k": _normal(3, 1, 3, 3, scale=0.5)}
+
+
+@gc.export(x=gc.spec(("batch", 3, 6, 6)), params=SALIENCY)
+def depthwise_saliency(x, params):
+    """The input gradient alone (a saliency map) of a depthwise convolution's squared output, at a
+    symbolic batch: the convolution's output is read only by the gradient's product with 2."""
+    return gc.grad(F.sum(F.conv(x, params["k"], groups=3) ** 2), [x])[0]
+
+
+# -- scans, sorting and pooling with ceil_mode, their gradient -------------------------------------------------------
+@gc.export(x=gc.spec(("batch", 2, 7, 7)))
+def scans_and_pools_grad(x):
+    """cumprod and a reverse cumsum, sort and top-k, and max and average pooling with ceil_mode and
+    padding (average pooling counting the padding and not), with their gradient."""
+    rows = F.reshape(x, (x.shape[0], -1))[:, :6]
+    scans = F.cumprod(rows * 0.5 + 1, axis=1, exclusive=True) * F.cumsum(rows, axis=1, reverse=True)
+    top, index = F.topk(rows, 3, axis=1)
+    a = F.max_pool(x, 3, stride=2, pad=1, ceil_mode=True)
+    b = F.avg_pool(x, 3, stride=2, pad=1, ceil_mode=True, count_include_pad=True)
+    c = F.avg_pool(x, 2, stride=2, pad=1, ceil_mode=True)
+    loss = F.sum(scans) + F.sum(F.sort(rows, axis=1)[:, :2] ** 2) + F.sum(top ** 2) + F.sum(a ** 2) \
+        + F.sum(b ** 3) + F.sum(c * c)
+    return {"loss": loss, "index": index, "x": gc.grad(loss, [x])[0]}

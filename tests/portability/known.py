@@ -15,7 +15,15 @@ class Known:
     why: str
 
 
-RUNTIME_FAILURES: list[Known] = []
+RUNTIME_FAILURES: list[Known] = [
+    Known("openvino", frozenset({"depthwise_saliency"}), "values off",
+          "OpenVINO 2026.4.1 folds a Multiply by a constant that follows a grouped convolution into that "
+          "convolution's weights where they are not constant, and another grouped convolution (or transposed "
+          "one) reading the same weights then runs with the scaled ones too: here the input gradient comes out "
+          "times 2 (the 2 of d(y**2)). Weights tied between two grouped convolutions with a scale between them "
+          "fail the same way at a static batch. An Identity, Reshape, Mul by 1 or Add of 0 on the weights is removed "
+          "and does not help (docs/targets.md, section 6); not yet reported upstream"),
+]
 CONSTRUCT_FAILURES: list[Known] = []
 
 

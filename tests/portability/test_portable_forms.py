@@ -164,3 +164,41 @@ def test_portable_scans_without_xs_are_counted_loops(batch):
         assert len(got) == len(want)
         for value, expected in zip(got, want):
             np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5 * max(1, np.abs(expected).max()))
+
+
+GROUPED = next(c for c in CONSTRUCTS if c.name == "grouped-conv-transpose")
+
+
+def grouped(x, w, v, stride, pad, dilation, output_padding):
+    """A grouped conv_transpose (4 -> 6 channels, 2 groups) and a grouped conv (4 -> 6 channels, 2
+    groups) with their gradients: the conv's input gradient is a grouped conv_transpose as well."""
+    u = F.conv_transpose(x, w, stride=stride, pad=pad, dilation=dilation, groups=2, output_padding=output_padding)
+    y = F.conv(F.tanh(x), v, stride=stride, pad=pad, dilation=dilation, groups=2)
+    loss = F.sum(u ** 2) + F.sum(y ** 3)
+    return [u, y, *gc.grad(loss, [x, w, v])]
+
+
+@pytest.mark.parametrize("stride, pad, dilation, output_padding", [
+    (1, 0, 1, 0), (2, 1, 1, 1), ((2, 3), ((2, 0), (1, 3)), (1, 2), (1, 2)), (3, 3, 2, 0)],
+    ids=["plain", "stride 2", "mixed", "crops"])
+@pytest.mark.parametrize("batch", [2, "batch"], ids=["static batch", "symbolic batch"])
+def test_portable_grouped_conv_transposes_are_convs(stride, pad, dilation, output_padding, batch):
+    """A ConvTranspose with more than one channel per group is, in the portable form, the Conv it is
+    the adjoint of over the input stuffed with zeros: onnx's ReferenceEvaluator (1.23) computes the
+    grouped ConvTranspose wrongly or fails on it (onnx/onnx#8446)."""
+    specs = [gc.spec((batch, 4, 7, 6)), gc.spec((4, 3, 2, 3)), gc.spec((6, 2, 3, 2))]
+    traced = trace(lambda x, w, v: grouped(x, w, v, stride, pad, dilation, output_padding), specs)
+    optimize(traced.graph)
+    rng = np.random.default_rng(11)
+    feeds = {"x": rng.standard_normal((2, 4, 7, 6)).astype(np.float32),
+             "w": (0.5 * rng.standard_normal((4, 3, 2, 3))).astype(np.float32),
+             "v": (0.5 * rng.standard_normal((6, 2, 3, 2))).astype(np.float32)}
+    want = evaluate(traced.graph, [v.astype(np.float64) for v in feeds.values()])
+    model = to_onnx(traced.graph, traced.input_names, target="portable")[0]
+    assert not GROUPED.find(model)
+    plain = to_onnx(traced.graph, traced.input_names, target="cuda")[0]   # the plain forms, no strategy
+    assert len(GROUPED.find(plain)) >= 2                          # conv_transpose and the conv's input gradient
+    for got in [*run_both(model, feeds), on_onnxruntime(plain, feeds)]:
+        assert len(got) == len(want)
+        for value, expected in zip(got, want):
+            np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5 * max(1, np.abs(expected).max()))

@@ -23,11 +23,15 @@ class Strategy:
 class Target:
     """A runtime gcompile lowers for: its name, what it promises, what its ONNX interpreter takes of
     the spec's constructs where runtimes differ (`negative_pads`: a Pad that crops with negative
-    amounts, which onnx's ReferenceEvaluator 1.23 refuses), and its strategies by op (tried in
-    registration order)."""
+    amounts, which onnx's ReferenceEvaluator 1.23 refuses; `grouped_conv_transpose`: a ConvTranspose
+    with groups of more than one channel, which that evaluator computes wrongly; `cumprod`: the
+    CumProd op of opset 26, which OpenVINO 2026.4 cannot convert), and its strategies by op (tried
+    in registration order)."""
     name: str
     summary: str
     negative_pads: bool = True
+    grouped_conv_transpose: bool = True
+    cumprod: bool = True
     strategies: dict[str, list[Strategy]] = field(default_factory=dict)
 
     def strategy_for(self, ctx: Any, node: Any) -> Strategy | None:
@@ -41,7 +45,8 @@ class Target:
 TARGETS: dict[str, Target] = {
     "portable": Target("portable", "the plain ai.onnx form of every op, avoiding constructs other runtimes "
                                    "refuse: runs on any ONNX runtime (the default for saved models)",
-                       negative_pads=False),
+                       negative_pads=False, grouped_conv_transpose=False,
+                       cumprod=False),
     "ort-cpu": Target("ort-cpu", "ONNX Runtime's CPU provider: plain forms, and where its kernels run them "
                                  "slowly, forms tuned to them (still plain ai.onnx, loadable anywhere)"),
     "cuda": Target("cuda", "ONNX Runtime's CUDA provider: the plain forms, which cuDNN runs directly"),
