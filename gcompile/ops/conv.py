@@ -291,9 +291,10 @@ def _lower_conv_transpose(ctx, names, node):
     (Target.grouped_conv_transpose), the Conv of _conv_transpose_as_conv."""
     a = node.attrs
     w_shape = ctx.graph.type_of(node.inputs[1]).shape
-    if a["groups"] > 1 and (w_shape[0] // a["groups"], w_shape[1]) != (1, 1) \
-            and not ctx.target.grouped_conv_transpose and _stuffed_reach(ctx, node) is not None:
-        return _conv_transpose_as_conv(ctx, names, node)
+    if a["groups"] > 1 and (w_shape[0] // a["groups"], w_shape[1]) != (1, 1) and not ctx.target.grouped_conv_transpose:
+        reach = _stuffed_reach(ctx, node)
+        if reach is not None:
+            return _conv_transpose_as_conv(ctx, names, node, *reach)
     kernel = w_shape[2:]
     pad, extra, output_padding, crops = transpose_geometry(ctx, node)
     attrs = dict(group=a["groups"], output_padding=output_padding, **window_attrs(kernel, a["stride"], pad,
@@ -327,11 +328,12 @@ def _stuffed_reach(ctx, node) -> tuple[list, list] | None:
     return begins, ends
 
 
-def _conv_transpose_as_conv(ctx, names, node):
+def _conv_transpose_as_conv(ctx, names, node, begins: list, ends: list):
     """A grouped ConvTranspose as the Conv it is the adjoint of: x with stride - 1 zeros after each
     element of each spatial axis, padded by dilation x (kernel - 1) less the padding (plus the
     output_padding at the end; a negative amount crops), convolved (stride 1, the same dilation and
-    groups) with the kernel regrouped to (C_out, C_in/groups, *kernel) and flipped. onnx's
+    groups) with the kernel regrouped to (C_out, C_in/groups, *kernel) and flipped (`begins`, `ends`:
+    _stuffed_reach's amounts). onnx's
     ReferenceEvaluator (1.23) computes a ConvTranspose with groups of more than one channel wrongly
     (it slices the weight by output channels and writes one channel per group; onnx/onnx#8446)."""
     a = node.attrs
@@ -348,9 +350,6 @@ def _conv_transpose_as_conv(ctx, names, node):
         rows = ctx.pad(rows, [0] * (2 + 2 * nsp), [0, 0, *(v for s in stride for v in (0, s - 1))])
         size = ctx.emit("Mul", [ctx.emit("Shape", [x]), ctx.int64s([1, 1, *stride])])
         x = ctx.emit("Reshape", [rows, size])
-    reach = _stuffed_reach(ctx, node)
-    assert reach is not None
-    begins, ends = reach
     if min(0, *begins, *ends) < 0:
         x = ctx.emit("Slice", [x, ctx.int64s([max(0, -b) for b in begins]),
                                ctx.int64s([e if e < 0 else ctx.INT64_MAX for e in ends]), ctx.int64s(spatial)])

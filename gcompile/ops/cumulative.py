@@ -111,8 +111,9 @@ def _lower_cumprod_doubling(ctx, x, node):
 
 
 def _lower_cumprod_masked(ctx, x, node):
-    """CumProd before opset 26: y_i = Π_j where(j scans into i, x_j, 1), one (n, n) mask per axis
-    (quadratic in the axis length; sizes may be symbolic)."""
+    """CumProd without the op along a symbolic axis (a static one takes _lower_cumprod_doubling):
+    y_i = Π_j where(j scans into i, x_j, 1), one (n, n) mask per axis (quadratic in the axis
+    length)."""
     a = node.attrs
     t = ctx.graph.type_of(node.inputs[0])
     axis, n = a["axis"], t.shape[a["axis"]]
