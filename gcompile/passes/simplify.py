@@ -95,13 +95,15 @@ def _tiling_pieces(graph: Graph, node: Node) -> tuple[int, list[ValueRef]] | Non
     return axis, [piece for _, _, _, piece in spans]
 
 
-def _phase_pieces(graph: Graph, node: Node) -> tuple[int, list[ValueRef]] | None:
-    """(axis, pieces by start) when `node` sums, for some step s > 1, the s slice_scatters that place
-    the phases start, start + s, ... (start = 0 .. s-1) of one axis, each a whole phase: the gradient
-    of x[..., 0::2] and x[..., 1::2], as rotary embeddings take them; else None."""
+def _phase_pieces(graph: Graph, node: Node) -> tuple[int, list[list[ValueRef]]] | None:
+    """(axis, the pieces of each phase by start) when `node` sums, for some step s > 1,
+    slice_scatters that place whole phases start, start + s, ... (start = 0 .. s-1) of one axis,
+    every phase at least once: the gradient of x[..., 0::2] and x[..., 1::2], as rotary
+    embeddings take them, or of x[:, 0::2, 0::2], x[:, 0::2, 1::2], ... as Swin's patch merging
+    does, where two pieces place the same phase and both count; else None."""
     if node.op != "add_n" or len(node.inputs) < 2:
         return None
-    phases: dict[int, ValueRef] = {}
+    phases: dict[int, list[ValueRef]] = {}
     layout = set()
     for ref in node.inputs:
         scatter = graph.nodes[ref.node]
@@ -109,7 +111,7 @@ def _phase_pieces(graph: Graph, node: Node) -> tuple[int, list[ValueRef]] | None
         if scatter.op != "slice_scatter" or len(a["axes"]) != 1 or not _same_type(graph, ref, node):
             return None
         layout.add((a["axes"][0], a["steps"][0], graph.type_of(scatter.inputs[0]).shape[a["axes"][0]]))
-        phases[a["starts"][0]] = scatter.inputs[0]
+        phases.setdefault(a["starts"][0], []).append(scatter.inputs[0])
     if len(layout) != 1:
         return None
     axis, step, length = layout.pop()
@@ -121,31 +123,47 @@ def _phase_pieces(graph: Graph, node: Node) -> tuple[int, list[ValueRef]] | None
 
 def _interleave_phases(graph: Graph) -> bool:
     """A sum of slice_scatters that place every phase of an axis (_phase_pieces) -> the pieces
-    interleaved: each gets a unit axis after that one, they are joined along it, and the result
-    takes the output's shape. Two spreading Pads and a sum (1.25 ms each at 4 x 4 x 256 x 64,
+    interleaved (_interleave). Two spreading Pads and a sum (1.25 ms each at 4 x 4 x 256 x 64,
     ONNX Runtime's Pad of a unit axis moving one element at a time) become one Concat."""
     placed: dict[int, list[int]] = {}
     existing = sorted(graph.nodes)
     for node in graph.topo_order():
-        found = _phase_pieces(graph, node)
-        if found is None:
-            continue
-        axis, pieces = found
-        out, inserted = node.outputs[0], []
-        for piece in pieces:
-            t = graph.type_of(piece)
-            shape = t.shape[:axis + 1] + (1,) + t.shape[axis + 1:]
-            inserted.append(graph.add_node("reshape", [piece], {"shape": shape}, [tensor_type(t.dtype, shape)],
-                                           node.order, node.source))
-        joined = t.shape[:axis + 1] + (len(pieces),) + t.shape[axis + 1:]
-        inserted.append(graph.add_node("concat", [n.out(0) for n in inserted], {"axis": axis + 1},
-                                       [tensor_type(out.dtype, joined)], node.order, node.source))
-        graph.replace_inputs(node, [inserted[-1].out(0)])
-        node.op, node.attrs = "reshape", {"shape": out.shape}
-        placed[node.id] = [n.id for n in inserted]
+        inserted = _interleave(graph, node)
+        if inserted is not None:
+            placed[node.id] = inserted
     if placed:
         graph.renumber([i for old in existing for i in (*placed.get(old, ()), old)])
     return bool(placed)
+
+
+def _interleave(graph: Graph, node: Node) -> list[int] | None:
+    """Rewrite `node` when it sums every phase of an axis: the pieces of one phase are summed (and
+    that sum, itself a sum of phases of another axis in a two-axis patch merging, interleaved in
+    turn), each phase gets a unit axis after that one, they are joined along it, and the result
+    takes the output's shape. Returns the ids of the nodes it added, in the order they run, or
+    None where `node` is no such sum."""
+    found = _phase_pieces(graph, node)
+    if found is None:
+        return None
+    axis, phases = found
+    out, inserted, unit = node.outputs[0], [], []
+    for terms in phases:
+        t = graph.type_of(terms[0])
+        piece = terms[0]
+        if len(terms) > 1:
+            total = graph.add_node("add_n", terms, {}, [t], node.order, node.source)
+            inserted += [*(_interleave(graph, total) or ()), total.id]
+            piece = total.out(0)
+        shape = t.shape[:axis + 1] + (1,) + t.shape[axis + 1:]
+        unit.append(graph.add_node("reshape", [piece], {"shape": shape}, [tensor_type(t.dtype, shape)],
+                                   node.order, node.source))
+        inserted.append(unit[-1].id)
+    joined = t.shape[:axis + 1] + (len(phases),) + t.shape[axis + 1:]
+    concat = graph.add_node("concat", [n.out(0) for n in unit], {"axis": axis + 1},
+                            [tensor_type(out.dtype, joined)], node.order, node.source)
+    graph.replace_inputs(node, [concat.out(0)])
+    node.op, node.attrs = "reshape", {"shape": out.shape}
+    return [*inserted, concat.id]
 
 
 def _broadcast_unexpanded(graph: Graph, inputs: list[ValueRef], pos: int) -> tuple | None:

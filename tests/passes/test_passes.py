@@ -228,6 +228,31 @@ def test_the_gradient_of_every_strided_phase_becomes_their_interleaving(shape, a
     np.testing.assert_allclose(gc.compile(fn, x, provider="cpu")(x), evaluate(_graph(fn, x), [x])[0], rtol=1e-12)
 
 
+@pytest.mark.parametrize("pieces", [
+    lambda x: (x[:, ::2], x[:, ::2], x[:, 1::2]),                       # one phase taken twice
+    lambda x: (x[:, 1::2], x[:, ::2], x[:, 1::2], x[:, 1::2]),         # out of order, one thrice
+    # Swin's patch merging: x[:, a::2, b::2] for the four (a, b), each written as two one-axis slices (as
+    # PyTorch's dynamo exporter does), so the outer scatters place each phase of axis 1 twice
+    lambda x: tuple(x[:, a::2][:, :, b::2] for a, b in ((0, 0), (1, 0), (0, 1), (1, 1))),
+])
+def test_a_phase_placed_by_several_pieces_keeps_every_piece(pieces):
+    """Each piece of a repeated phase counts: they are summed before the interleaving (the phases were
+    once kept by start, one piece each, and the rest of the gradient silently dropped)."""
+    x = RNG.standard_normal((2, 6, 4, 3))
+
+    def fn(x):
+        return gc.grad(F.add_n([F.sum(F.sin(p) * (i + 2)) for i, p in enumerate(pieces(x))]), [x])[0]
+    expected = np.zeros_like(x)
+    for i, index in enumerate(pieces(np.arange(x.size).reshape(x.shape))):
+        np.add.at(expected.reshape(-1), index.reshape(-1), (np.cos(x.reshape(-1)[index]) * (i + 2)).reshape(-1))
+    _check(simplify, fn, [x])
+    graph = _graph(fn, x)
+    optimize(graph, 2)
+    assert "concat" in _ops(graph) and "slice_scatter" not in _ops(graph)
+    np.testing.assert_allclose(evaluate(graph, [x])[0], expected, rtol=1e-12)
+    np.testing.assert_allclose(gc.compile(fn, x, provider="cpu")(x), expected, rtol=1e-12)
+
+
 def test_an_expand_feeding_an_op_that_broadcasts_anyway_is_dropped():
     b = RNG.standard_normal((1, 4))
     _check(simplify, lambda x: F.add_n([x, x * 2, F.broadcast_to(F.exp(b), (3, 4))]) * F.broadcast_to(b, (3, 4)),
