@@ -48,6 +48,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from torchvision_compat import import_torchvision
+
 import gcompile as gc
 import gcompile.functions as F
 
@@ -64,7 +66,7 @@ BAR_BATCH = 8
 
 
 def build(name: str, size: int):
-    import torchvision
+    torchvision = import_torchvision()
     kwargs = {"weights": None}
     if name.startswith("vit_"):          # a whole number of patches: 32 for /16 and /32, 28 for vit_h_14
         patch = int(name.rsplit("_", 1)[1])

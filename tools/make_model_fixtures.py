@@ -7,14 +7,19 @@ import them; see tools/README or docs/parity.md for the venv):
     .venv-tools/bin/python tools/make_model_fixtures.py [--out tests/data/models] [--only bert,gpt2]
 
 Each architecture is built from a small config with random weights (no download): 1 layer, hidden
-16, vocab 50. Each is exported twice, by the TorchScript exporter (`legacy`) and by the dynamo
-exporter (`dynamo`), with a dynamic batch axis, and saved as <name>_<exporter>.onnx beside one
-<name>.npz holding, for the batch sizes 2 and 3 (suffix _b2, _b3):
+16, vocab 50 for the transformers; one or two stages of width 8 to 16 on 16x16 images for Swin (V1 and
+V2), ConvNeXt and MobileNetV3, which keep each design's patterns (patch merging's strided slices,
+shifted windows, depthwise kernels wider than their input, squeeze-excitation). Each is exported three
+times, by the TorchScript exporter (`legacy`), by the dynamo exporter with its optimizer (`dynamo`) and
+without it (`dynamo_raw`, optimize=False, as torch.onnx.export(dynamo=True) is often called), with a
+dynamic batch axis, and saved as <name>_<exporter>.onnx beside one <name>.npz holding, for the batch
+sizes 2 and 3 (suffix _b2, _b3):
   in__<input>       the model's inputs
   y                 the first float output (last_hidden_state, logits)
   w                 fixed random weights of the scalar loss L = sum(y * w)
   grad__<input>     dL/d<input> for float inputs
-  grad__<param>     dL/d<param> for a few parameters (named as the ONNX initializer; `params` lists them;
+  grad__<param>     dL/d<param> for a few parameters, or every one for the vision zoo and Llama (named as
+                    the ONNX initializer; `params` lists them;
                     the dynamo exporter's optimizer folds some into other constants: params__<exporter>
                     lists those kept unchanged in its file, which the tests use)
 and, for the models in HVP, at batch 2, v__<first param> and hvp__<param> = d/dparam <dL/d(first param), v>.
@@ -30,10 +35,12 @@ import warnings
 import numpy as np
 import onnx
 import torch
+from torchvision_compat import import_torchvision
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCHES = (2, 3)
 HVP = {"bert"}
+EVERY_PARAM = None      # a model's parameter list: the gradient of every parameter is recorded
 
 
 def _ids(gen, batch, length, vocab=50):
@@ -123,8 +130,65 @@ def vision(gen):
     return model, lambda batch: {"x": torch.randn(batch, 3, 12, 12, generator=gen)}, ["0.0.weight", "7.weight"]
 
 
+def _image(gen):
+    return lambda batch: {"x": torch.randn(batch, 3, 16, 16, generator=gen)}
+
+
+def swin(gen):
+    """torchvision's Swin Transformer, two stages of two blocks (windows shifted in the second of each, with
+    their masks and rolls) and the patch merging between them, which slices x[..., a::2, b::2, :]."""
+    from torchvision.models.swin_transformer import SwinTransformer
+    model = SwinTransformer(patch_size=[2, 2], embed_dim=8, depths=[2, 2], num_heads=[1, 2], window_size=[2, 2],
+                            stochastic_depth_prob=0.0, num_classes=5)
+    return model, _image(gen), EVERY_PARAM
+
+
+def swin_v2(gen):
+    """Swin V2: scaled cosine attention, the log-spaced relative position MLP and PatchMergingV2."""
+    from torchvision.models.swin_transformer import PatchMergingV2, SwinTransformer, SwinTransformerBlockV2
+    model = SwinTransformer(patch_size=[2, 2], embed_dim=8, depths=[2, 2], num_heads=[1, 2], window_size=[2, 2],
+                            stochastic_depth_prob=0.0, num_classes=5, block=SwinTransformerBlockV2,
+                            downsample_layer=PatchMergingV2)
+    return model, _image(gen), EVERY_PARAM
+
+
+def convnext(gen):
+    """torchvision's ConvNeXt: a 4x4 stride-4 stem, 7x7 depthwise convolutions (on a 2x2 input in the second
+    stage, so most taps lie in the padding), channels-last LayerNorm, layer scale."""
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+    model = ConvNeXt([CNBlockConfig(8, 16, 1), CNBlockConfig(16, None, 1)], stochastic_depth_prob=0.0,
+                     num_classes=5)
+    return model, _image(gen), EVERY_PARAM
+
+
+def mobilenet_v3(gen):
+    """torchvision's MobileNetV3: inverted residuals with squeeze-excitation (hardsigmoid gates), hardswish,
+    depthwise 3x3 and 5x5 with stride 2, BatchNorm."""
+    from torchvision.models.mobilenetv3 import InvertedResidualConfig, MobileNetV3
+    setting = [InvertedResidualConfig(8, 3, 8, 8, True, "RE", 2, 1, 1.0),
+               InvertedResidualConfig(8, 5, 16, 12, True, "HS", 2, 1, 1.0),
+               InvertedResidualConfig(12, 3, 24, 12, False, "HS", 1, 1, 1.0)]
+    return MobileNetV3(setting, last_channel=16, num_classes=5), _image(gen), EVERY_PARAM
+
+
+def llama(gen):
+    """A Llama-style decoder (transformers' LlamaModel): RMSNorm, rotary embeddings, grouped-query attention
+    (4 query heads over 2 key/value heads), a gated SiLU MLP, a causal and padding mask."""
+    from transformers import LlamaConfig, LlamaModel
+    model = LlamaModel(LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
+                                   use_cache=False, attn_implementation="eager"))
+
+    def inputs(batch):
+        mask = torch.ones(batch, 6, dtype=torch.int64)
+        mask[0, :2] = 0
+        return {"input_ids": _ids(gen, batch, 6), "attention_mask": mask}
+    return model, inputs, EVERY_PARAM
+
+
 MODELS = {"bert": bert, "distilbert": distilbert, "gpt2": gpt2, "t5": t5, "vit": vit, "whisper": whisper,
-          "vision": vision}
+          "vision": vision, "swin": swin, "swin_v2": swin_v2, "convnext": convnext, "mobilenet_v3": mobilenet_v3,
+          "llama": llama}
 
 
 class Wrapped(torch.nn.Module):
@@ -169,8 +233,12 @@ def export(wrapped, args, names, exporter: str) -> onnx.ModelProto:
             return onnx.load_from_string(buffer.getvalue())
         batch = torch.export.Dim("batch", min=1, max=64)
         program = torch.onnx.export(wrapped, args, dynamo=True, input_names=names, output_names=["y"],
-                                    dynamic_shapes=(tuple({0: batch} for _ in names),), optimize=True)
-        return program.model_proto
+                                    dynamic_shapes=(tuple({0: batch} for _ in names),),
+                                    optimize=exporter == "dynamo")
+        proto = program.model_proto
+        for node in proto.graph.node:        # each node's Python stack and module path, most of a raw export's
+            del node.metadata_props[:]       # bytes (3.6 of Swin's 3.8 MB); the graph is the same without them
+        return proto
 
 
 def reference(wrapped, model, inputs: dict, params: list, gen, hvp: bool) -> dict:
@@ -201,6 +269,8 @@ def make(name: str, out: str, seed: int, exporters) -> None:
     model, make_inputs, params = MODELS[name](gen)
     model.eval()
     randomise(model, gen)
+    if params is EVERY_PARAM:
+        params = [p for p, _ in model.named_parameters()]
     batches = {b: make_inputs(b) for b in BATCHES}
     names = list(batches[BATCHES[0]])
     wrapped = Wrapped(model, names).eval()
@@ -233,8 +303,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "models"))
     parser.add_argument("--only", default=",".join(MODELS), help="comma-separated model names")
-    parser.add_argument("--exporters", default="legacy,dynamo")
+    parser.add_argument("--exporters", default="legacy,dynamo,dynamo_raw")
     args = parser.parse_args()
+    import_torchvision()
     os.makedirs(args.out, exist_ok=True)
     for seed, name in enumerate(MODELS):
         if name in args.only.split(","):

@@ -1,8 +1,10 @@
-"""Tiny transformers (BERT, DistilBERT, GPT-2, T5, ViT, Whisper) and a torchvision-block CNN, exported by
-both PyTorch exporters with a dynamic batch (tools/make_model_fixtures.py): imported with
-gc.load_onnx, compiled once with the batch symbolic and run at batch sizes 2 and 3 on ONNX Runtime
-(float32): outputs, gradients of L = sum(y * w) w.r.t. float inputs and a few parameters, and for
-BERT a Hessian-vector product, against PyTorch's stored results. Torch is not needed here."""
+"""Tiny transformers (BERT, DistilBERT, GPT-2, T5, ViT, Whisper, a Llama-style decoder), a torchvision-block
+CNN and a small vision zoo (Swin V1 and V2, ConvNeXt, MobileNetV3), exported by PyTorch's TorchScript
+exporter and by its dynamo exporter with and without its optimizer, with a dynamic batch
+(tools/make_model_fixtures.py): imported with gc.load_onnx, compiled once with the batch symbolic and
+run at batch sizes 2 and 3 on ONNX Runtime (float32): outputs, gradients of L = sum(y * w) w.r.t. float
+inputs and parameters (every one for the zoo and Llama), and for BERT a Hessian-vector product, against
+PyTorch's stored results. Torch is not needed here."""
 import os
 
 import numpy as np
@@ -12,8 +14,9 @@ import gcompile as gc
 import gcompile.functions as F
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "models")
-MODELS = ["bert", "distilbert", "gpt2", "t5", "vit", "whisper", "vision"]
-EXPORTERS = ["legacy", "dynamo"]
+MODELS = ["bert", "distilbert", "gpt2", "t5", "vit", "whisper", "vision", "swin", "swin_v2", "convnext",
+          "mobilenet_v3", "llama"]
+EXPORTERS = ["legacy", "dynamo", "dynamo_raw"]
 
 
 def close(got, expected, what):
