@@ -366,7 +366,7 @@ def check(name: str, exporter: str, size: int, max_params: float, seed: int = 0,
 
 
 def main() -> None:
-    import torchvision
+    torchvision = import_torchvision()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="", help="comma-separated (default: every classification model)")
     parser.add_argument("--exporters", default="legacy,dynamo")
