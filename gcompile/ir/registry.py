@@ -7,18 +7,14 @@ kinds have one signature each, written out as the Protocols below.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import UnsupportedError
 from .graph import Graph, Node, TensorType, ValueRef, bodies
-
-if TYPE_CHECKING:
-    from ..frontend.tensor import Tensor
-
 
 Rule = Callable[..., Any]   # a rule as defop receives it: its keyword arguments are the attributes it names
 
@@ -40,14 +36,24 @@ class LowerRule(Protocol):
     def __call__(self, ctx: Any, names: list[str], node: Node, /) -> str | list[str]: ...
 
 
+class Traced(Protocol):
+    """A value being traced, as VJP rules receive and return them: the tracer's Tensor
+    (frontend/tensor.py), which imports this registry, so the rule types name only what the
+    registry itself relies on."""
+    @property
+    def shape(self) -> tuple: ...
+    @property
+    def dtype(self) -> np.dtype: ...
+
+
 class VjpRule(Protocol):
     """Reverse mode, written with gcompile ops (so it differentiates again). `grads` has one entry
     per output, None where that output has no cotangent; the result has one entry per input, None
     where the input gets no gradient, with the input's dtype and its shape or one it broadcasts to:
     gc.grad sums the broadcast axes away (so a broadcasting op's rule returns its cotangents at the
     output's shape)."""
-    def __call__(self, grads: list[Tensor | None], inputs: list[Tensor], outputs: list[Tensor], /,
-                 **attrs: Any) -> list[Tensor | None]: ...
+    def __call__(self, grads: Sequence[Traced | None], inputs: Sequence[Traced], outputs: Sequence[Traced], /,
+                 **attrs: Any) -> Sequence[Traced | None]: ...
 
 
 class Trait(enum.Enum):
