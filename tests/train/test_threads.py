@@ -4,7 +4,6 @@ or a hyper-parameter change made meanwhile sees whole steps only.
 
 Trainer.step swapped its live and spare buffer sets without a lock: two threads of 500 steps left
 step_count at 992-996 and parameters up to 1e-3 off the serial run, without an error."""
-import sys
 import threading
 import time
 
@@ -12,6 +11,7 @@ import numpy as np
 
 import gcompile as gc
 
+from ..interleave import run_interleaved
 from .mlp import loss_fn, problem
 
 STEPS = 150
@@ -21,21 +21,6 @@ def _step():
     params, x, y = problem(np.float32)
     return gc.export_train_step(loss_fn, params, gc.optim.Adam(0.01), x, y, hyperparams={"lr": 0.01},
                                 provider="cpu"), x, y
-
-
-def _run_threads(*targets):
-    """Run the targets in threads at once, switching between them as often as Python can (so a
-    missing lock shows in a short run)."""
-    threads = [threading.Thread(target=t) for t in targets]
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
 
 
 def _serial(step, x, y, n):
@@ -64,7 +49,7 @@ def test_two_threads_stepping_one_trainer_equal_a_serial_run():
         except Exception as err:   # noqa: BLE001 - reported by the assertion below
             errors.append(err)
 
-    _run_threads(work, work)
+    run_interleaved([work, work])
     assert errors == []
     assert shared.step_count == 2 * STEPS
     serial = gc.runtime.Trainer(step)
@@ -96,7 +81,7 @@ def test_saves_and_reads_during_steps_see_whole_steps(tmp_path):
             saved.append(path)
             read.append(shared.state_dict())
 
-    _run_threads(work, watch)
+    run_interleaved([work, watch])
     assert len(saved) > 2
     resumed = gc.runtime.Trainer(step)
     for path in saved:
@@ -123,7 +108,7 @@ def test_hyperparameters_set_from_another_thread_apply_to_whole_steps():
             time.sleep(0.001)
         shared.hyperparams["lr"] = 0.0
 
-    _run_threads(work, zero_lr_soon)
+    run_interleaved([work, zero_lr_soon])
     params = shared.state_dict()
     k = next(i for i, (p, _) in enumerate(after) if _equal(p, params))   # Adam with lr 0 keeps the parameters
     assert STEPS // 3 <= k < STEPS
