@@ -187,7 +187,7 @@ class Trainer:
         hyper-parameters for this step only."""
         feeds = self._batch(batch)
         with self._lock:
-            feeds.update(self.hyperparams.feeds(self.step_count, hyperparams))
+            feeds.update(self.hyperparams.feeds(lambda: self.step_count, hyperparams))
             binding = self._session.io_binding()
             for name in self.layout.carried:
                 binding.bind_ortvalue_input(name, self._live[name])
@@ -289,13 +289,14 @@ class HyperParams(MutableMapping):
                              "hyper-parameters (the update would be NaN)")
         return arr
 
-    def feeds(self, step: int, overrides: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """The hyper-parameter inputs of the step after `step` applied ones: the values set, or
-        `overrides` for this step only, schedules called with `step`."""
+    def feeds(self, steps: Callable[[], int], overrides: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The hyper-parameter inputs of the next step: the values set, or `overrides` for this step
+        only, schedules called with the number of steps applied (asked of `steps` only for a
+        schedule: on a GPU reading the counter is a copy to the host)."""
         for name in overrides:
             self._known(name)
         values = {**self._values, **overrides}
-        return {name: self._value(name, value(step) if callable(value) else value)
+        return {name: self._value(name, value(steps()) if callable(value) else value)
                 for name, value in values.items()}
 
 
