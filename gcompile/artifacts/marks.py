@@ -156,7 +156,7 @@ class TrainExport(Export):
     params: Params = field(kw_only=True, compare=False, hash=False)
     optimizer: Optimizer = field(kw_only=True, compare=False, hash=False)
     options: StepOptions = field(kw_only=True, compare=False, hash=False)
-    traced_layout: list = field(default_factory=list, kw_only=True, compare=False, hash=False)
+    traced_layout: list[StepLayout] = field(default_factory=list, kw_only=True, compare=False, hash=False)
 
     @property
     def layout(self) -> StepLayout:

@@ -90,6 +90,10 @@ class StepOptions:
         unknown = [h for h in (self.hyperparams or {}) if not isinstance(h, str) or not h.isidentifier()]
         if unknown:
             raise GcompileError(f"hyperparams: names must be identifiers, got {unknown[0]!r}")
+        for name, default in (self.hyperparams or {}).items():
+            number = isinstance(default, (int, float, np.number)) and not isinstance(default, bool)
+            if not number or not np.isfinite(default):
+                raise GcompileError(f"hyperparams: the default of {name!r} must be a finite number, got {default!r}")
         clip = self.clip_grad_norm
         if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0):
             raise GcompileError(f"clip_grad_norm must be a positive number, got {clip!r}")

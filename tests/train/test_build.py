@@ -171,6 +171,8 @@ def test_option_errors_name_the_option():
         gc.export_train_step(lambda p, x: F.sum(x), params, adam, gc.spec((2,)), clip=1.0)
     with pytest.raises(GcompileError, match="@gc.export_train: clip_grad_norm must be a positive number, got -1"):
         gc.export_train(params=params, optimizer=adam, x=gc.spec((2,)), clip_grad_norm=-1)
+    with pytest.raises(GcompileError, match=r"the default of 'lr' must be a finite number, got nan"):
+        gc.export_train_step(lambda p, x: F.sum(x), params, adam, gc.spec((2,)), hyperparams={"lr": float("nan")})
     with pytest.raises(GcompileError, match="'temp' is neither a hyper-parameter of Adam"):
         gc.export_train(params=params, optimizer=adam, x=gc.spec((2,)), hyperparams={"temp": 1.0})(
             lambda p, x: F.sum(x))
