@@ -284,6 +284,31 @@ def test_a_float64_file_for_a_float32_model_says_how_to_convert(tmp_path):
                "input 'x': expected float32(2,), got float64(2,) (convert it with .astype(np.float32))")
 
 
+def test_a_shape_mismatch_of_the_right_dtype_gets_no_conversion_hint(tmp_path):
+    """It said 'expected float32(2,), got float32(3,) (convert it with .astype(np.float32))'."""
+    model = identity_model(tmp_path / "m.onnx", ["y"])
+    np.save(tmp_path / "x.npy", np.ones(3, np.float32))
+    result = invoke("run", model, "-i", f"x={tmp_path / 'x.npy'}")
+    user_error(result, "input 'x': expected float32(2,), got float32(3,)")
+    assert "astype" not in result.stderr
+
+
+def test_a_scalar_input_stays_a_scalar(tmp_path):
+    """run fed a 0-d input as shape (1,) (numpy's ascontiguousarray makes 0-d arrays 1-d), and an
+    elementwise model's output came back as (1,)."""
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "negate",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    np.save(tmp_path / "x.npy", np.array(2.0, np.float32))
+    ran = invoke("run", tmp_path / "m.onnx", "-i", f"x={tmp_path / 'x.npy'}", "-o", tmp_path / "out")
+    assert ran.exit_code == 0, ran.output
+    out = np.load(tmp_path / "out" / "y.npy")
+    assert out.shape == () and out == -2.0
+
+
 @pytest.mark.parametrize("command", ["inspect", "run"])
 def test_a_model_whose_input_is_not_a_tensor_is_refused(tmp_path, command):
     """A sequence input escaped as 'internal error: KeyError: 0'."""

@@ -1,5 +1,6 @@
 """Tracing, differentiating, optimising and lowering from several threads at once: each thread has
 its own trace frames, and the results are the models a sequential build gives, byte for byte."""
+import functools
 import gc
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import pytest
 import gcompile as gc_
 import gcompile.functions as F
 from gcompile.errors import TraceError
+
+from .interleave import run_interleaved
 
 
 def _function(k: int):
@@ -50,16 +53,7 @@ def test_sixteen_compiles_from_eight_threads_equal_sequential_builds():
         except Exception as err:  # noqa: BLE001 - reported by the assertion below
             errors.append(f"{type(err).__name__}: {err}")
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)   # switch threads often, so that their traces interleave
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_interleaved([functools.partial(work, t) for t in range(8)], interval=1e-5)   # traces interleave
     assert not errors, errors
     assert sorted(results) == list(range(16))
     for k, cf in results.items():

@@ -152,6 +152,36 @@ def test_node_script_continues_a_python_checkpoint(build, classifier, tmp_path, 
     np.testing.assert_allclose(got["losses"], losses, rtol=RTOL)
 
 
+_SKIP_IN_NODE = """
+import {createRequire} from 'node:module';
+import {pathToFileURL} from 'node:url';
+const [folder] = process.argv.slice(2);
+const ort = createRequire(import.meta.url)('onnxruntime-node');
+const {openBuild} = await import(pathToFileURL(`${folder}/gcompile.mjs`).href);
+const trainer = await (await openBuild(ort, folder)).trainer('train_step');
+const batch = nan => ({x: {data: [0.5, nan ? NaN : 1, -1, 2], dims: [2, 2]}, labels: {data: [0, 1], dims: [2]}});
+const before = (await trainer.values(['step']))['step'].data[0];
+const losses = [await trainer.step(batch(true)), await trainer.step(batch(false))];
+const step = (await trainer.values(['step']))['step'].data[0];
+console.log(JSON.stringify({losses, stepCount: trainer.stepCount, skippedSteps: trainer.skippedSteps,
+                            before: Number(before), step: Number(step)}));
+"""
+
+
+def test_the_web_trainer_counts_skipped_steps(build, tmp_path):
+    """A batch with a NaN is skipped by the step itself; the web Trainer counted every step as taken."""
+    _need(Node())
+    script = tmp_path / "skip.mjs"
+    script.write_text(_SKIP_IN_NODE)
+    done = subprocess.run(["node", str(script), build], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NODE_PATH": node_modules()})
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["losses"][0] is None or np.isnan(got["losses"][0])      # JSON writes NaN as null
+    assert np.isfinite(got["losses"][1])
+    assert (got["before"], got["step"], got["stepCount"], got["skippedSteps"]) == (0, 1, 1, 1)
+
+
 def test_page_trains_in_chromium_like_python(build, classifier, tmp_path):
     _need(Web())
     roots = {"/build/": build, "/node_modules/": node_modules(), "/": WEB}

@@ -25,7 +25,7 @@ from ..frontend.trace import Traced, trace
 from ..runtime.modelfile import random_feeds
 from ..training.layout import StepLayout
 from ..training.optim import Optimizer
-from ..training.step import Params, check_params, step_layout, trace_step
+from ..training.step import Params, StepOptions, check_params, step_layout, trace_step
 
 __all__ = ["export", "export_train"]
 
@@ -155,23 +155,33 @@ class TrainExport(Export):
     loss, and what `gcompile build` traces, writes and checks is the whole training step around it."""
     params: Params = field(kw_only=True, compare=False, hash=False)
     optimizer: Optimizer = field(kw_only=True, compare=False, hash=False)
+    options: StepOptions = field(kw_only=True, compare=False, hash=False)
+    traced_layout: list[StepLayout] = field(default_factory=list, kw_only=True, compare=False, hash=False)
 
     @property
     def layout(self) -> StepLayout:
-        return step_layout(self.params, self.optimizer, self.input_names)
+        """The layout of the last trace (the names of a has_aux loss's metrics are only known
+        once it ran), else the one the decorator's arguments give."""
+        if self.traced_layout:
+            return self.traced_layout[-1]
+        return step_layout(self.params, self.optimizer, self.input_names, self.options)
 
     def trace(self, fn: Callable) -> Traced:
         """The training step of loss function `fn`: loss, gradients and the optimizer's update."""
-        return trace_step(fn, self.params, self.optimizer, self.specs, self.input_names, self.name)[0]
+        traced, layout = trace_step(fn, self.params, self.optimizer, self.specs, self.input_names, self.name,
+                                    self.options)
+        self.traced_layout[:] = [layout]
+        return traced
 
     def finish(self, model: onnx.ModelProto) -> None:
         """Store the step's layout in its metadata, so gc.runtime.Trainer can run the saved file."""
         self.layout.attach(model)
 
     def check_feeds(self, model: onnx.ModelProto) -> dict[str, np.ndarray]:
-        """A random batch, the initial parameters and the initial optimizer state."""
+        """A random batch, the initial parameters, optimizer state and hyper-parameters."""
         state, count = self.layout.initial_state(self.params.values)
-        return {**random_feeds(model), **self.params.values, **state, "step": count}
+        hyper = {name: np.asarray(default, dtype) for name, default, dtype in self.layout.hyper}
+        return {**random_feeds(model), **self.params.values, **state, "step": count, **hyper}
 
     def manifest_extra(self) -> dict:
         """A "train_step" entry holding the layout, so a reader of the manifest knows how to feed the step."""
@@ -183,27 +193,33 @@ class TrainExport(Export):
 
 
 @overload
-def export_train(fn: _F, /, *, params: dict[str, np.ndarray], optimizer: Optimizer, name: str | None = None,
-                 **batch_specs: Any) -> _F: ...
+def export_train(fn: _F, /, *, params: Any, optimizer: Optimizer, name: str | None = None,
+                 **batch_specs_and_options: Any) -> _F: ...
 
 
 @overload
-def export_train(fn: None = None, /, *, params: dict[str, np.ndarray], optimizer: Optimizer, name: str | None = None,
-                 **batch_specs: Any) -> Callable[[_F], _F]: ...
+def export_train(fn: None = None, /, *, params: Any, optimizer: Optimizer, name: str | None = None,
+                 **batch_specs_and_options: Any) -> Callable[[_F], _F]: ...
 
 
-def export_train(fn: _F | None = None, /, *, params: dict[str, np.ndarray], optimizer: Optimizer,
-                 name: str | None = None, **batch_specs: Any) -> _F | Callable[[_F], _F]:
+def export_train(fn: _F | None = None, /, *, params: Any, optimizer: Optimizer, name: str | None = None,
+                 **batch_specs_and_options: Any) -> _F | Callable[[_F], _F]:
     """Mark a loss function for `gcompile build`, which writes its training step as NAME.onnx:
 
-        @gc.export_train(params=weights, optimizer=gc.optim.Adam(1e-3), x=gc.spec(("batch", 8)))
+        @gc.export_train(params=weights, optimizer=gc.optim.Adam(1e-3), x=gc.spec(("batch", 8)),
+                         hyperparams={"lr": 1e-3})
         def train_step(p, x): ...
 
-    The function's first parameter receives the params dict; every other positional
-    parameter needs a spec. The manifest marks the artifact as a training step
-    ("train_step": its input/output layout). The function is returned unchanged.
+    The function's first parameter receives the params (any pytree, as export_train_step takes);
+    every other positional parameter needs a spec. The keyword options of export_train_step
+    (StepOptions: has_aux, hyperparams, clip_grad_norm, skip_nonfinite) are taken by name beside
+    the specs, so no batch parameter may be called like one. The manifest marks the artifact as a
+    training step ("train_step": its input/output layout). The function is returned unchanged.
     """
     checked = check_params(params, optimizer)
+    batch_specs = {k: v for k, v in batch_specs_and_options.items() if k not in StepOptions.names()}
+    options = StepOptions.take("@gc.export_train", {k: v for k, v in batch_specs_and_options.items()
+                                                   if k in StepOptions.names()})
 
     def mark(f: _F) -> _F:
         label = getattr(f, "__qualname__", repr(f))
@@ -212,7 +228,11 @@ def export_train(fn: _F | None = None, /, *, params: dict[str, np.ndarray], opti
         if not positional:
             raise GcompileError(f"@gc.export_train on {label}: the loss function's first parameter receives "
                                 "the params dict; it has no positional parameter")
-        batch = positional[1:]
+        batch = [p for p in positional[1:] if p.name not in (options.hyperparams or {})]   # those go by keyword
+        reserved = [p.name for p in batch if p.name in StepOptions.names()]
+        if reserved:
+            raise GcompileError(f"@gc.export_train on {label}: batch parameter {reserved[0]!r} has the name of an "
+                                "option of the training step; rename it")
         unknown = [k for k in batch_specs if k not in {p.name for p in batch}]
         missing = [p.name for p in batch if p.name not in batch_specs]
         if unknown or missing:
@@ -222,11 +242,13 @@ def export_train(fn: _F | None = None, /, *, params: dict[str, np.ndarray], opti
                                 + f"batch parameters: {', '.join(p.name for p in batch) or 'none'}")
         try:
             specs = tuple(as_spec(batch_specs[p.name]) for p in batch)
+            options.check(f, optimizer)
         except GcompileError as err:
             raise GcompileError(f"@gc.export_train on {label}: {err}") from None
         artifact = _artifact_name("@gc.export_train", label, f, name)
-        step_layout(checked, optimizer, [p.name for p in batch])   # name clashes fail here, at the decorator
-        record = TrainExport(artifact, tuple(p.name for p in batch), specs, params=checked, optimizer=optimizer)
+        step_layout(checked, optimizer, [p.name for p in batch], options)   # name clashes fail here, at the decorator
+        record = TrainExport(artifact, tuple(p.name for p in batch), specs, params=checked, optimizer=optimizer,
+                             options=options)
         setattr(f, _MARK, record)
         return f
 

@@ -107,8 +107,9 @@ def format_type(dtype, shape: Shape) -> str:
 
 def astype_hint(expected, got) -> str:
     """For an array of dtype `got` given where `expected` is wanted: how to convert it, when
-    numpy can (between numbers and booleans), else ''."""
-    if expected.kind in "biuf" and got.kind in "biuf":
+    numpy can (between numbers and booleans), else '' (also when the dtypes already agree: a
+    caller reporting a wrong shape must not suggest a conversion)."""
+    if expected != got and expected.kind in "biuf" and got.kind in "biuf":
         return f" (convert it with .astype(np.{expected.name}))"
     return ""
 

@@ -424,21 +424,28 @@ def check_feeds(model, feeds: dict) -> dict[str, np.ndarray]:
             takes += "; optional: " + ", ".join(format_sig(e) for e in signature(optional))
         raise InputError(f"inputs do not match the model: {'; '.join(parts)} (the model takes {takes})")
     bound: dict[str, tuple[int, str]] = {}
-    checked = {}
-    for v in inputs + [v for v in optional if v.name in feeds]:
-        arr, want, dtype = np.asarray(feeds[v.name]), _dims(v), _dtype(v)
-        expected, got = format_type(dtype, want), format_type(arr.dtype, arr.shape)
-        text = dtype.kind == "U" and arr.dtype.kind in "UO"   # onnxruntime takes text of any width, or str objects
-        if (arr.dtype != dtype and not text) or arr.ndim != len(want) or any(
-                isinstance(d, int) and d != n for d, n in zip(want, arr.shape)):
-            raise InputError(f"input {v.name!r}: expected {expected}, got {got}{astype_hint(dtype, arr.dtype)}")
-        conflict = bind(bound, want, arr.shape, v.name)
-        if conflict:
-            symbol, n, first_n, first_name = conflict
-            raise InputError(f"symbolic dim {symbol!r} is {first_n} in input {first_name!r} but {n} in "
-                             f"input {v.name!r} (expected {expected}, got {got})")
-        checked[v.name] = np.ascontiguousarray(arr)
-    return checked
+    return {v.name: check_value(f"input {v.name!r}", feeds[v.name], _dtype(v), _dims(v), bound)
+            for v in inputs + [v for v in optional if v.name in feeds]}
+
+
+def check_value(label: str, value: Any, dtype: np.dtype, want: tuple, bound: dict[str, tuple[int, str]]) -> np.ndarray:
+    """`value` as a C-contiguous array, after checking it against a model input of `dtype` and
+    shape `want` (int dims fixed, symbols taking one size across the values checked with the same
+    `bound`, which records where each was bound). `label` names the value in errors ("input 'x'",
+    "batch input 'x'"): one phrasing for every caller that feeds a model, `gcompile run` and the
+    Trainer alike."""
+    arr = np.asarray(value)
+    expected, got = format_type(dtype, want), format_type(arr.dtype, arr.shape)
+    text = dtype.kind == "U" and arr.dtype.kind in "UO"   # onnxruntime takes text of any width, or str objects
+    if (arr.dtype != dtype and not text) or arr.ndim != len(want) or any(
+            isinstance(d, int) and d != n for d, n in zip(want, arr.shape)):
+        raise InputError(f"{label}: expected {expected}, got {got}{astype_hint(dtype, arr.dtype)}")
+    conflict = bind(bound, want, arr.shape, label)
+    if conflict:
+        symbol, n, first_n, first_label = conflict
+        raise InputError(f"symbolic dim {symbol!r} is {first_n} in {first_label} but {n} in {label} "
+                         f"(expected {expected}, got {got})")
+    return np.require(arr, requirements="C")   # not ascontiguousarray, which makes a 0-d array 1-d
 
 
 def run(session, model, feeds: dict) -> dict:

@@ -2,8 +2,8 @@
 model records them.
 
 A training-step model (gc.export_train_step, @gc.export_train) maps (params, buffers,
-optimizer state, step counter, hyper-parameters, batch) to (loss, metrics, new params, new
-buffers, new state, new step counter). Its
+optimizer state, step counter, hyper-parameters, batch) to (loss, metrics, whether the step was
+skipped as not finite, new params, new buffers, new state, new step counter). Its
 StepLayout travels as JSON in the model's metadata, so gc.runtime.Trainer can run a saved
 file without the Python code that exported it.
 """
@@ -18,12 +18,14 @@ import numpy as np
 import onnx
 from numpy.typing import ArrayLike
 
-from ..errors import GcompileError
+from ..errors import GcompileError, InputError
+from ..runtime.compiled import non_finite
 from ..runtime.modelfile import metadata_json
 
-__all__ = ["METADATA_KEY", "StepLayout"]
+__all__ = ["METADATA_KEY", "SKIPPED", "StepLayout", "check_finite"]
 
 METADATA_KEY = "gcompile.train_step"
+SKIPPED = "skipped"
 
 
 @dataclass(frozen=True)
@@ -33,8 +35,10 @@ class StepLayout:
     Inputs: the parameters, the buffers (state the loss function updates, such as BatchNorm's
     running statistics), the optimizer state, "step" (int64 scalar: steps taken so far), the
     hyper-parameters (scalars fed at each step), then the batch. Outputs: "loss", the auxiliary
-    outputs (metrics of a has_aux loss), "<name>.new" for every parameter, buffer and state
-    entry, and "step.new" (= step + 1).
+    outputs (metrics of a has_aux loss), "skipped" where the step guards against non-finite
+    values (skip_nonfinite: a bool scalar, true when the loss or a gradient was NaN or Inf and
+    everything carried came back unchanged), "<name>.new" for every parameter, buffer and state
+    entry, and "step.new" (= step + 1, or step for a skipped step).
     """
     params: tuple           # parameter names
     state: tuple            # (state name, its parameter, initial value)
@@ -42,6 +46,7 @@ class StepLayout:
     buffers: tuple = ()     # buffer names
     hyper: tuple = ()       # (name, default value, dtype name)
     aux: tuple = ()         # auxiliary output names
+    skip_nonfinite: bool = False   # the "skipped" output and its guard (files older than the guard have neither)
 
     def __post_init__(self):
         names = list(self.inputs) + list(self.outputs)
@@ -49,7 +54,7 @@ class StepLayout:
         if clashes:
             raise GcompileError(f"training step: the name {clashes[0]!r} is used twice (parameters, buffers, "
                                 "optimizer state '<param>.<slot>', 'step', hyper-parameters, batch inputs, "
-                                "auxiliary outputs and '<name>.new' outputs must all differ); rename it")
+                                "auxiliary outputs, 'skipped' and '<name>.new' outputs must all differ); rename it")
 
     @staticmethod
     def new(name: str) -> str:
@@ -63,6 +68,12 @@ class StepLayout:
     def hyper_names(self) -> tuple:
         return tuple(h[0] for h in self.hyper)
 
+    def label(self, name: str) -> str:
+        """A carried name as errors say it: "parameter 'w'", "optimizer state 'w.m'", ..."""
+        kind = ("parameter" if name in self.params else "buffer" if name in self.buffers
+                else "optimizer state" if name in self.state_names else "step counter")
+        return f"{kind} {name!r}"
+
     @property
     def carried(self) -> tuple:
         """What one step hands to the next: parameters, buffers, state and the step counter."""
@@ -74,7 +85,7 @@ class StepLayout:
 
     @property
     def outputs(self) -> tuple:
-        return ("loss",) + self.aux + tuple(self.new(n) for n in self.carried)
+        return ("loss",) + self.aux + (SKIPPED,) * self.skip_nonfinite + tuple(self.new(n) for n in self.carried)
 
     def initial_state(self, params: Mapping[str, ArrayLike]) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """(optimizer state, step counter) before the first step, for these parameter values."""
@@ -90,7 +101,7 @@ class StepLayout:
     def to_dict(self) -> dict:
         return {"params": list(self.params), "state": [list(s) for s in self.state], "batch": list(self.batch),
                 "buffers": list(self.buffers), "hyperparams": [list(h) for h in self.hyper], "aux": list(self.aux),
-                "step": "step", "loss": "loss", "outputs": list(self.outputs)}
+                "skip_nonfinite": self.skip_nonfinite, "step": "step", "loss": "loss", "outputs": list(self.outputs)}
 
     @classmethod
     def from_dict(cls, d: Any) -> StepLayout:
@@ -110,8 +121,11 @@ class StepLayout:
             except TypeError:
                 raise ValueError(f'"hyperparams" gives {name!r} the dtype {dtype!r}, which numpy does not know') \
                     from None
+        guard = d.get("skip_nonfinite", False)
+        if not isinstance(guard, bool):
+            raise ValueError(f'"skip_nonfinite" is {guard!r}, not true or false')
         return cls(params, state, _rows(d, "batch", None, "names"), _rows(d, "buffers", None, "names", required=False),
-                   hyper, _rows(d, "aux", None, "names", required=False))
+                   hyper, _rows(d, "aux", None, "names", required=False), guard)
 
     @classmethod
     def from_model(cls, model: onnx.ModelProto, source: str | None = None) -> StepLayout:
@@ -132,6 +146,17 @@ class StepLayout:
             raise GcompileError(f"{where}: its inputs/outputs do not match its {METADATA_KEY!r} metadata (was the "
                                 "file edited?)")
         return layout
+
+
+def check_finite(label: str, value: np.ndarray, buffer: bool = False) -> None:
+    """Refuse a parameter or optimizer state holding NaN or Inf, which a step would spread to every
+    later update without a word (the guard skips such steps, but the starting point is the user's).
+    A buffer may hold infinities (a -inf attention mask is often one) but not NaN."""
+    problem = non_finite(np.where(np.isinf(value), 0, value) if buffer else value)
+    if problem is not None:
+        raise InputError(f"{label} holds {problem}: a training step starts from finite parameters and optimizer "
+                         "state" + (" and buffers without NaN" if buffer else "")
+                         + "; every update from there on would be NaN")
 
 
 _NUMBER = (int, float)

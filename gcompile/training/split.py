@@ -37,7 +37,7 @@ from ..runtime.compiled import compile_traced
 from ..runtime.files import folder_lock, write_files
 from .layout import METADATA_KEY, StepLayout
 from .optim import Optimizer
-from .step import check_params, step_layout
+from .step import StepOptions, check_params, step_layout
 
 __all__ = ["SPLIT_KEY", "SplitStep", "export_split_step", "grad_name"]
 
@@ -166,7 +166,7 @@ def export_split_step(loss_fn: Callable, params: Any, optimizer: Optimizer, *bat
                             "need export_train_step for now")
     params = checked.values
     batch_names = argument_names(loss_fn, 1 + len(batch_specs))[1:]
-    layout = step_layout(checked, optimizer, batch_names)
+    layout = step_layout(checked, optimizer, batch_names, StepOptions(skip_nonfinite=False))   # no guard here yet
     _check_names(layout)
     n_params, n_state = len(layout.params), len(layout.state)
     param_specs = [spec(v.shape, v.dtype) for v in params.values()]

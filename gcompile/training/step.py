@@ -2,7 +2,9 @@
 
 The step is traced as one function of (params, buffers, optimizer state, step counter,
 hyper-parameters, batch): the user's loss, its gradient w.r.t. every parameter (gc.grad),
-optionally clipped to a global norm, and the optimizer's update written with gcompile ops.
+optionally clipped to a global norm, and the optimizer's update written with gcompile ops,
+behind a guard that keeps everything carried unchanged when the loss or a gradient is not
+finite (StepOptions.skip_nonfinite).
 Lowered, that is a single standard-ONNX model that any onnxruntime (CPU or CUDA) can run,
 with no training extension. Names follow gcompile.training.layout.StepLayout, which is also
 stored in the model's metadata.
@@ -19,7 +21,7 @@ import copy
 import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -29,14 +31,90 @@ from .. import functions as F
 from ..errors import GcompileError
 from ..frontend import pytree
 from ..frontend.spec import spec
-from ..frontend.tensor import recording_order
+from ..frontend.tensor import Tensor, recording_order
 from ..frontend.trace import Traced, argument_names, trace
 from ..gradients.engine import grad
 from ..runtime.compiled import CompiledFunction, compile_traced
-from .layout import StepLayout
+from .layout import SKIPPED, StepLayout, check_finite
 from .optim import Optimizer, clip_by_global_norm, state_name
 
-__all__ = ["TrainStep", "export_train_step"]
+__all__ = ["StepOptions", "TrainStep", "export_train_step"]
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """The options of a training step, the one set export_train_step and @gc.export_train both take
+    as keyword arguments.
+
+    has_aux: the loss function returns (loss, aux), whose aux pytree (metrics) becomes extra
+    outputs (Trainer.step then returns (loss, {name: value})).
+    hyperparams {name: default}: scalar model inputs fed at each step instead of constants; those
+    the optimizer has (gc.optim: "lr", "weight_decay", ...) replace its values, the others are
+    passed to the loss function as keyword arguments.
+    clip_grad_norm: scale the gradients so that their global L2 norm is at most this
+    (torch.nn.utils.clip_grad_norm_).
+    skip_nonfinite (default True): a step whose loss or any gradient holds NaN or Inf changes
+    nothing (parameters, buffers, optimizer state and step counter come back as they went in) and
+    says so in its "skipped" output, as PyTorch's GradScaler and optax's apply_if_finite skip such
+    steps. On by default because without it one bad batch makes every parameter NaN for good
+    while training goes on, and the test runs inside the same model run; False applies every
+    step as computed.
+    """
+    has_aux: bool = False
+    hyperparams: Mapping[str, float] | None = None
+    clip_grad_norm: float | None = None
+    skip_nonfinite: bool = True
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def take(cls, where: str, options: Mapping[str, Any]) -> StepOptions:
+        """The options given as keyword arguments to `where`; an error naming any it does not have."""
+        unknown = [k for k in options if k not in cls.names()]
+        if unknown:
+            raise GcompileError(f"{where}: no option {unknown[0]!r} (the options of a training step: "
+                                f"{', '.join(cls.names())})")
+        try:
+            return cls(**options)
+        except GcompileError as err:
+            raise GcompileError(f"{where}: {err}") from None
+
+    def __post_init__(self) -> None:
+        for flag in ("has_aux", "skip_nonfinite"):
+            if not isinstance(getattr(self, flag), bool):
+                raise GcompileError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+        if self.hyperparams is not None and not isinstance(self.hyperparams, Mapping):
+            raise GcompileError(f"hyperparams must be a dict {{name: default value}}, got {self.hyperparams!r}")
+        unknown = [h for h in (self.hyperparams or {}) if not isinstance(h, str) or not h.isidentifier()]
+        if unknown:
+            raise GcompileError(f"hyperparams: names must be identifiers, got {unknown[0]!r}")
+        for name, default in (self.hyperparams or {}).items():
+            number = isinstance(default, (int, float, np.number)) and not isinstance(default, bool)
+            if not number or not np.isfinite(default):
+                raise GcompileError(f"hyperparams: the default of {name!r} must be a finite number, got {default!r}")
+        clip = self.clip_grad_norm
+        if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0):
+            raise GcompileError(f"clip_grad_norm must be a positive number, got {clip!r}")
+
+    def check(self, loss_fn: Callable, optimizer: Optimizer) -> None:
+        """Every hyper-parameter goes to the optimizer or is a keyword argument of loss_fn."""
+        try:
+            parameters: Mapping[str, inspect.Parameter] = inspect.signature(loss_fn).parameters
+        except (TypeError, ValueError):
+            parameters = {}
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+        for name in self.hyperparams or {}:
+            if name in optimizer.hyperparameters:
+                if name == "momentum" and not getattr(optimizer, "momentum", 0):
+                    raise GcompileError("hyperparams: SGD's momentum decides whether it keeps a momentum buffer; "
+                                        "export with a non-zero momentum to feed it as an input")
+            elif not takes_any and (name not in parameters
+                                    or parameters[name].kind is parameters[name].POSITIONAL_ONLY):
+                raise GcompileError(f"hyperparams: {name!r} is neither a hyper-parameter of "
+                                    f"{type(optimizer).__name__} ({', '.join(optimizer.hyperparameters)}) nor a "
+                                    "keyword argument of the loss function")
 
 
 @dataclass(frozen=True)
@@ -57,7 +135,8 @@ class Params:
 
 
 def check_params(params: Any, optimizer: Any) -> Params:
-    """`params` as fresh numpy arrays by name, after checking names, dtypes and the optimizer."""
+    """`params` as fresh numpy arrays by name, after checking names, dtypes, values (finite) and the
+    optimizer."""
     if not isinstance(optimizer, Optimizer):
         raise GcompileError(f"optimizer must be a gc.optim optimizer (SGD, Adam, AdamW), got {optimizer!r}")
     leaves, tree = pytree.flatten(params)
@@ -75,18 +154,20 @@ def check_params(params: Any, optimizer: Any) -> Params:
             buffers.append(name)
         elif arr.dtype.kind != "f":
             raise GcompileError(f"params[{name!r}]: a parameter must be a floating-point array, got {arr.dtype.name}")
+        check_finite(f"params[{name!r}]", arr, buffer=is_buffer)
         values[name] = arr
     return Params(values, tuple(buffers), tree)
 
 
-def step_layout(params: Params, optimizer: Optimizer, batch_names: Sequence[str],
-                hyperparams: Mapping[str, float] | None = None, aux: Sequence[str] = ()) -> StepLayout:
+def step_layout(params: Params, optimizer: Optimizer, batch_names: Sequence[str], options: StepOptions,
+                aux: Sequence[str] = ()) -> StepLayout:
     """The names of the step model: the optimizer declares a state slot per parameter."""
     trained = params.trained
     state = tuple((state_name(p, slot), p, fill) for p in trained for slot, fill in optimizer.slots)
     dtype = np.result_type(*trained.values()).name
-    hyper = tuple((name, float(value), dtype) for name, value in (hyperparams or {}).items())
-    return StepLayout(tuple(trained), state, tuple(batch_names), params.buffers, hyper, tuple(aux))
+    hyper = tuple((name, float(value), dtype) for name, value in (options.hyperparams or {}).items())
+    return StepLayout(tuple(trained), state, tuple(batch_names), params.buffers, hyper, tuple(aux),
+                      options.skip_nonfinite)
 
 
 def _aux_names(tree: pytree.TreeDef) -> list[str]:
@@ -104,14 +185,20 @@ def _optimizer_with(optimizer: Optimizer, values: dict[str, Any]) -> Optimizer:
     return replaced
 
 
+def nonfinite(loss: Tensor, grads: Sequence[Tensor]) -> Tensor:
+    """A bool scalar: whether the loss or any gradient holds NaN or Inf. x·0 is ±0 for every finite
+    x and NaN for ±Inf and NaN, so one product and one sum per gradient find any (a sum of the
+    gradients themselves could overflow on finite values), and the scalars meet in one test."""
+    probes = [F.cast(F.sum(v * 0), np.float32) for v in (loss, *grads)]
+    return F.logical_not(F.isfinite(F.add_n(probes) if len(probes) > 1 else probes[0]))
+
+
 def trace_step(loss_fn: Callable, params: Params, optimizer: Optimizer, batch_specs: Sequence,
-               batch_names: Sequence[str], name: str, has_aux: bool = False,
-               hyperparams: Mapping[str, float] | None = None,
-               clip_grad_norm: float | None = None) -> tuple[Traced, StepLayout]:
+               batch_names: Sequence[str], name: str, options: StepOptions) -> tuple[Traced, StepLayout]:
     """(Traced step, its StepLayout)."""
-    hyperparams = dict(hyperparams or {})
+    hyperparams = dict(options.hyperparams or {})
     for_optimizer = [h for h in hyperparams if h in optimizer.hyperparameters]
-    layout = step_layout(params, optimizer, batch_names, hyperparams)
+    layout = step_layout(params, optimizer, batch_names, options)
     aux_names: list[str] = []
     counts = [len(layout.params) + len(layout.buffers), len(layout.state), 1, len(layout.hyper)]
 
@@ -125,11 +212,12 @@ def trace_step(loss_fn: Callable, params: Params, optimizer: Optimizer, batch_sp
         names = list(params.values)
         tree = pytree.unflatten(params.tree, [leaves_by_name[n] for n in names])
         result = loss_fn(tree, *batch, **{h: v for h, v in hyper.items() if h not in for_optimizer})
-        loss, aux = _split(result, has_aux)
+        loss, aux = _split(result, options.has_aux)
         trained = [leaves_by_name[n] for n in layout.params]
         grads = grad(loss, trained)
-        if clip_grad_norm is not None:
-            grads, _ = clip_by_global_norm(grads, clip_grad_norm)
+        unclipped = grads
+        if options.clip_grad_norm is not None:
+            grads, _ = clip_by_global_norm(grads, options.clip_grad_norm)
         after = dict(zip(names, pytree.flatten_like(params.tree, tree, "params")))
         t = count + 1
         opt = _optimizer_with(optimizer, {h: hyper[h] for h in for_optimizer})
@@ -137,43 +225,32 @@ def trace_step(loss_fn: Callable, params: Params, optimizer: Optimizer, batch_sp
         with recording_order(max(g.graph.nodes[g.ref.node].order for g in grads)):
             new_params, new_state = opt.update(dict(zip(layout.params, trained)), dict(zip(layout.params, grads)),
                                                state, t)
+            new = {**new_params, **{n: F.cast(after[n], params.values[n].dtype) for n in layout.buffers},
+                   **new_state, "step": t}
+            guard = {}
+            if options.skip_nonfinite:   # the step's own inputs pass through where it is skipped
+                skipped = nonfinite(loss, unclipped)
+                old = {**leaves_by_name, **state, "step": count}
+                new = {n: F.where(skipped, old[n], v) for n, v in new.items()}
+                guard = {SKIPPED: skipped}
         aux_leaves, aux_tree = pytree.flatten(aux)
-        aux_names.extend(_aux_names(aux_tree) if has_aux else [])
-        return {"loss": loss, **dict(zip(aux_names, aux_leaves)),
-                **{layout.new(n): new_params[n] for n in layout.params},
-                **{layout.new(n): F.cast(after[n], params.values[n].dtype) for n in layout.buffers},
-                **{layout.new(n): new_state[n] for n in layout.state_names}, layout.new("step"): t}
+        aux_names.extend(_aux_names(aux_tree) if options.has_aux else [])
+        return {"loss": loss, **dict(zip(aux_names, aux_leaves)), **guard,
+                **{layout.new(n): new[n] for n in layout.carried}}
 
     specs = [*(params.values[n] for n in layout.params + layout.buffers),
              *(spec(params.values[p].shape, params.values[p].dtype) for _, p, _ in layout.state),
              spec((), "int64"), *(spec((), dtype) for _, _, dtype in layout.hyper), *batch_specs]
     traced = trace(step_fn, specs, name=name, input_names=list(layout.inputs))
     if aux_names:
-        layout = step_layout(params, optimizer, batch_names, hyperparams, aux_names)
+        layout = step_layout(params, optimizer, batch_names, options, aux_names)
     return traced, layout
-
-
-def _check_hyperparams(loss_fn: Callable, optimizer: Optimizer, hyperparams: Mapping[str, float]) -> None:
-    """Every hyper-parameter goes to the optimizer or is a keyword argument of loss_fn."""
-    try:
-        parameters: Mapping[str, inspect.Parameter] = inspect.signature(loss_fn).parameters
-    except (TypeError, ValueError):
-        parameters = {}
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
-    for name in hyperparams:
-        if name in optimizer.hyperparameters:
-            if name == "momentum" and not getattr(optimizer, "momentum", 0):
-                raise GcompileError("hyperparams: SGD's momentum decides whether it keeps a momentum buffer; "
-                                    "export with a non-zero momentum to feed it as an input")
-        elif not takes_any and (name not in parameters or parameters[name].kind is parameters[name].POSITIONAL_ONLY):
-            raise GcompileError(f"hyperparams: {name!r} is neither a hyper-parameter of {type(optimizer).__name__} "
-                                f"({', '.join(optimizer.hyperparameters)}) nor a keyword argument of the loss function")
 
 
 def _split(result: Any, has_aux: bool) -> tuple[Any, Any]:
     if has_aux:
         if not isinstance(result, (tuple, list)) or len(result) != 2:
-            raise GcompileError(f"export_train_step(has_aux=True): the loss function must return a pair (loss, aux), "
+            raise GcompileError(f"has_aux=True: the loss function must return a pair (loss, aux), "
                                 f"got {type(result).__name__}")
         loss, aux = result
     else:
@@ -194,7 +271,8 @@ class TrainStep:
     any (and `loss` being (loss, aux) for a step exported with has_aux), or hand it to
     gc.runtime.Trainer, which keeps everything on the device. `.params` holds the initial
     parameters it was exported with, `.buffers` the initial buffers, `.tree(values)` rebuilds the
-    structure `params` was given in (a Module, a nested dict) from values by name.
+    structure `params` was given in (a Module, a nested dict) from values by name. A step the
+    guard skipped (skip_nonfinite) gives its inputs back: the new count equals the count.
     """
 
     def __init__(self, compiled: CompiledFunction, layout: StepLayout, params: dict[str, np.ndarray],
@@ -240,37 +318,28 @@ class TrainStep:
 
 
 def export_train_step(loss_fn: Callable, params: Any, optimizer: Optimizer, *batch_specs: Any,
-                      has_aux: bool = False, hyperparams: Mapping[str, float] | None = None,
-                      clip_grad_norm: float | None = None, provider: str = "auto", opset: int | None = None,
-                      optimize: int = 2, name: str = "train_step") -> TrainStep:
+                      provider: str = "auto", opset: int | None = None, optimize: int = 2, name: str = "train_step",
+                      **options: Any) -> TrainStep:
     """Compile one training step of `loss_fn` into a single ONNX model.
 
     loss_fn(params, *batch) receives `params` rebuilt around Tensors (a dict {name: Tensor} for a
-    dict, a Module for a Module) and the batch Tensors, and returns a floating-point scalar loss,
-    or with has_aux=True a pair (loss, aux) whose aux pytree (metrics) becomes extra outputs.
-    `params` holds the initial numpy values; each `batch_specs` entry is a gc.spec or an example
-    array, named after loss_fn's parameters.
+    dict, a Module for a Module) and the batch Tensors, and returns a floating-point scalar loss.
+    `params` holds the initial numpy values (finite: NaN or Inf is refused); each `batch_specs`
+    entry is a gc.spec or an example array, named after loss_fn's parameters.
 
-    hyperparams {name: default}: scalar model inputs fed at each step instead of constants; those
-    the optimizer has (gc.optim: "lr", "weight_decay", ...) replace its values, the others are passed
-    to loss_fn as keyword arguments. clip_grad_norm: scale the gradients so that their global L2
-    norm is at most this (torch.nn.utils.clip_grad_norm_).
+    Keyword options, the same as @gc.export_train takes (StepOptions): has_aux=False,
+    hyperparams=None, clip_grad_norm=None, skip_nonfinite=True.
 
     Model inputs: the parameters (dotted paths: "w", "fc1.weight"), the buffers, the optimizer
     state ("<param>.<slot>"), "step" (int64, steps taken), the hyper-parameters and the batch;
-    outputs: "loss", the aux outputs, "<name>.new" for every parameter, buffer and state entry,
-    and "step.new".
+    outputs: "loss", the aux outputs, "skipped" (with skip_nonfinite), "<name>.new" for every
+    parameter, buffer and state entry, and "step.new".
     """
     checked = check_params(params, optimizer)
-    unknown = [h for h in (hyperparams or {}) if not isinstance(h, str) or not h.isidentifier()]
-    if unknown:
-        raise GcompileError(f"hyperparams: names must be identifiers, got {unknown[0]!r}")
-    if clip_grad_norm is not None and not clip_grad_norm > 0:
-        raise GcompileError(f"clip_grad_norm must be a positive number, got {clip_grad_norm!r}")
-    _check_hyperparams(loss_fn, optimizer, hyperparams or {})
+    chosen = StepOptions.take("export_train_step", options)
+    chosen.check(loss_fn, optimizer)
     batch_names = argument_names(loss_fn, 1 + len(batch_specs))[1:]
-    traced, layout = trace_step(loss_fn, checked, optimizer, batch_specs, batch_names, name, has_aux, hyperparams,
-                                clip_grad_norm)
+    traced, layout = trace_step(loss_fn, checked, optimizer, batch_specs, batch_names, name, chosen)
     compiled = compile_traced(traced, provider=provider, opset=opset, optimize=optimize)
     layout.attach(compiled.model)
     return TrainStep(compiled, layout, checked.trained, checked.carried, checked.tree)

@@ -5,7 +5,9 @@ maps (params, optimizer state, step counter, batch) to (loss, new params, new st
 step counter). The Trainer keeps everything the step carries over in onnxruntime OrtValues
 on the session's device, in two buffer sets bound through IO binding: each step reads one
 set and writes the other, then they swap. Only the batch goes in and the loss comes out;
-parameters are copied to numpy only when `.params` is read.
+parameters are copied to numpy only when `.params` is read. That swap, and every read of the
+live set, happens under one lock: a Trainer may be shared by threads, whose steps then run one
+at a time (in some serial order), and a save or a read never sees half a step.
 
 Parameters go in and come back in one structure: whatever pytree export_train_step was given
 (a flat or nested dict, a gc.nn Module) or Trainer(path, params=...) is given, whose leaves are
@@ -17,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,11 +30,10 @@ from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError, name_mismatch
 from ..frontend import pytree
-from ..ir.dims import astype_hint, format_type
 from ..runtime import modelfile, npz
-from ..runtime.modelfile import signature
+from ..runtime.modelfile import check_value, signature
 from ..runtime.providers import PROVIDERS, make_session, resolve_provider
-from .layout import StepLayout
+from .layout import SKIPPED, StepLayout, check_finite
 
 if TYPE_CHECKING:
     from .step import TrainStep  # for the annotation only: running a saved step needs no tracing machinery
@@ -69,7 +72,13 @@ class Trainer:
     and step counter start from the layout's initial values. provider: 'auto', 'cpu' or 'cuda'
     (default: the compiled step's provider, else 'auto'). hyperparams: {name: value or schedule}
     for the step's hyper-parameter inputs, a schedule being called with the number of steps taken
-    (default: the values exported).
+    (default: the values exported); `.hyperparams` holds them and may be changed between steps.
+
+    Parameters and optimizer state must be finite (NaN or Inf is refused, naming the value; a buffer
+    may hold infinities, not NaN). A step exported with skip_nonfinite (the default) leaves
+    everything unchanged when its loss or a gradient is not finite: `.skipped_steps` counts those
+    (and the first one warns), `.step_count` the steps applied. Every method may be called from
+    several threads: steps run one at a time.
     """
 
     def __init__(self, step: TrainStep | onnx.ModelProto | str | os.PathLike, params: Any = None,
@@ -93,11 +102,10 @@ class Trainer:
         self._types = {e["name"]: (np.dtype(e["dtype"]), tuple(e["shape"]))
                        for e in signature(list(model.graph.input) + list(model.graph.output))}
         self._loss = ort.OrtValue.ortvalue_from_shape_and_type([], self._types["loss"][0], "cpu", 0)
-        self.hyperparams: dict[str, Any] = {name: default for name, default, _ in self.layout.hyper}
-        unknown = sorted(set(hyperparams or {}) - set(self.hyperparams))
-        if unknown:
-            raise InputError(f"the training step has no hyper-parameter {unknown[0]!r} (it has: "
-                             f"{', '.join(self.hyperparams) or 'none'})")
+        self._skipped_now = ort.OrtValue.ortvalue_from_shape_and_type([], np.bool_, "cpu", 0)
+        self._skipped = 0
+        self._lock = threading.RLock()   # re-entrant: a schedule called inside step may read the trainer
+        self.hyperparams = HyperParams(self.layout, self._types)
         self.hyperparams.update(hyperparams or {})
         given = {name: np.asarray(leaf) for name, leaf in zip(self._tree_names, leaves)}
         if self._tree.is_leaf or len(given) != len(leaves):
@@ -109,24 +117,26 @@ class Trainer:
         self._set({**given, **state, "step": step_count})
 
     # -- carried values ------------------------------------------------------------------------------
-    def _set(self, values: dict) -> None:
-        """Place copies of the carried values on the device (checked against the model) beside a
-        spare set. On CPU an OrtValue shares its numpy array's memory, hence the copies here
-        and in `_numpy`: the caller's arrays never become buffers the steps overwrite."""
+    def _set(self, values: dict, source: str = "") -> None:
+        """Place copies of the carried values on the device (checked against the model, and finite)
+        beside a spare set. On CPU an OrtValue shares its numpy array's memory, hence the copies
+        here and in `_numpy`: the caller's arrays never become buffers the steps overwrite.
+        `source` prefixes errors (the checkpoint read)."""
         import onnxruntime as ort
         live, spare = {}, {}
         for name in self.layout.carried:
-            arr = np.array(values[name], order="C")
             dtype, shape = self._types[name]
-            if arr.dtype != dtype or arr.shape != shape:
-                raise InputError(f"{name!r}: the training step expects {format_type(dtype, shape)}, "
-                                 f"got {format_type(arr.dtype, arr.shape)}{astype_hint(dtype, arr.dtype)}")
+            label = source + self.layout.label(name)
+            arr = np.array(check_value(label, values[name], dtype, shape, {}))
+            check_finite(label, arr, buffer=name in self.layout.buffers)
             live[name] = ort.OrtValue.ortvalue_from_numpy(arr, self._device, 0)
             spare[name] = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, self._device, 0)
-        self._live, self._spare = live, spare
+        with self._lock:
+            self._live, self._spare = live, spare
 
     def _numpy(self, names: tuple[str, ...]) -> dict[str, np.ndarray]:
-        return {n: np.array(self._live[n].numpy()) for n in names}
+        with self._lock:
+            return {n: np.array(self._live[n].numpy()) for n in names}
 
     @property
     def params(self) -> Any:
@@ -150,8 +160,16 @@ class Trainer:
 
     @property
     def step_count(self) -> int:
-        """Steps taken so far."""
-        return int(self._live["step"].numpy())   # int() copies
+        """Steps applied so far (a step the guard skipped does not count: see skipped_steps)."""
+        return int(self._numpy(("step",))["step"])
+
+    @property
+    def skipped_steps(self) -> int:
+        """Steps this Trainer skipped because their loss or a gradient was not finite (NaN or Inf),
+        leaving everything unchanged; always 0 for a step exported with skip_nonfinite=False. Counted
+        by this Trainer since it was made, not stored in checkpoints."""
+        with self._lock:
+            return self._skipped
 
     # -- stepping ------------------------------------------------------------------------------------
     def _batch(self, batch: tuple) -> dict[str, np.ndarray]:
@@ -159,50 +177,45 @@ class Trainer:
         if len(batch) != len(names):
             raise InputError(f"Trainer.step takes {len(names)} batch input(s) ({', '.join(names) or 'none'}), "
                              f"got {len(batch)}")
-        feeds = {}
-        for name, value in zip(names, batch):
-            arr = np.require(value, requirements="C")
-            dtype, shape = self._types[name]
-            if arr.dtype != dtype or arr.ndim != len(shape) or any(
-                    isinstance(d, int) and d != n for d, n in zip(shape, arr.shape)):
-                raise InputError(f"batch input {name!r}: expected {format_type(dtype, shape)}, "
-                                 f"got {format_type(arr.dtype, arr.shape)}{astype_hint(dtype, arr.dtype)}")
-            feeds[name] = arr
-        return feeds
-
-    def _hyper(self, overrides: dict) -> dict[str, np.ndarray]:
-        unknown = sorted(set(overrides) - set(self.hyperparams))
-        if unknown:
-            raise InputError(f"Trainer.step: the training step has no hyper-parameter {unknown[0]!r} (it has: "
-                             f"{', '.join(self.hyperparams) or 'none'})")
-        feeds = {}
-        for name, _, dtype in self.layout.hyper:
-            value = overrides.get(name, self.hyperparams[name])
-            feeds[name] = np.asarray(value(self.step_count) if callable(value) else value, dtype)
-        return feeds
+        bound: dict[str, tuple[int, str]] = {}   # one size per symbolic dim across the batch
+        return {name: check_value(f"batch input {name!r}", value, *self._types[name], bound)
+                for name, value in zip(names, batch)}
 
     def step(self, *batch: ArrayLike, **hyperparams: float) -> Any:
         """Run one training step on `batch`; returns the loss (computed before the update), or for a step
         with auxiliary outputs (has_aux) the pair (loss, {name: value}). Keyword arguments set
         hyper-parameters for this step only."""
         feeds = self._batch(batch)
-        feeds.update(self._hyper(hyperparams))
-        binding = self._session.io_binding()
-        for name in self.layout.carried:
-            binding.bind_ortvalue_input(name, self._live[name])
-            binding.bind_ortvalue_output(self.layout.new(name), self._spare[name])
-        for name, arr in feeds.items():
-            binding.bind_cpu_input(name, arr)
-        binding.bind_ortvalue_output("loss", self._loss)
-        for name in self.layout.aux:
-            binding.bind_output(name, "cpu")
-        self._session.run_with_iobinding(binding)
-        self._live, self._spare = self._spare, self._live
-        loss = float(self._loss.numpy())
-        if not self.layout.aux:
-            return loss
-        values = binding.get_outputs()[-len(self.layout.aux):]   # in the order bound: the aux outputs last
-        return loss, {name: np.array(v.numpy()) for name, v in zip(self.layout.aux, values)}
+        with self._lock:
+            feeds.update(self.hyperparams.feeds(lambda: self.step_count, hyperparams))
+            binding = self._session.io_binding()
+            for name in self.layout.carried:
+                binding.bind_ortvalue_input(name, self._live[name])
+                binding.bind_ortvalue_output(self.layout.new(name), self._spare[name])
+            for name, arr in feeds.items():
+                binding.bind_cpu_input(name, arr)
+            binding.bind_ortvalue_output("loss", self._loss)
+            if self.layout.skip_nonfinite:
+                binding.bind_ortvalue_output(SKIPPED, self._skipped_now)
+            for name in self.layout.aux:
+                binding.bind_output(name, "cpu")
+            self._session.run_with_iobinding(binding)
+            self._live, self._spare = self._spare, self._live
+            loss = float(self._loss.numpy())
+            if self.layout.skip_nonfinite and bool(self._skipped_now.numpy()):
+                self._skip()
+            if not self.layout.aux:
+                return loss
+            values = binding.get_outputs()[-len(self.layout.aux):]   # in the order bound: the aux outputs last
+            return loss, {name: np.array(v.numpy()) for name, v in zip(self.layout.aux, values)}
+
+    def _skip(self) -> None:
+        self._skipped += 1
+        if self._skipped == 1:
+            warnings.warn(f"Trainer.step: a step was skipped (after {self.step_count} applied) because its loss or "
+                          "a gradient is not finite (NaN or Inf); parameters, buffers and optimizer state are "
+                          "unchanged. trainer.skipped_steps counts such steps; this warning is given once per "
+                          "Trainer", RuntimeWarning, stacklevel=3)
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def _entries(self) -> dict[str, str]:
@@ -211,16 +224,80 @@ class Trainer:
                 **{f"state/{n}": n for n in self.layout.state_names}, "step": "step"}
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write parameters, buffers, optimizer state and step counter to an .npz file, atomically."""
-        values = {**self.state_dict(), **self.state, "step": self._live["step"].numpy()}
+        """Write parameters, buffers, optimizer state and step counter to an .npz file, atomically
+        (the values of one moment: a step running in another thread is wholly in or wholly out)."""
+        values = self._numpy(self.layout.carried)
         npz.write(path, {entry: values[name] for entry, name in self._entries().items()})
 
     def load(self, path: str | os.PathLike) -> None:
         """Resume from a checkpoint written by `save`: the next step is the one that would have followed.
-        The file is checked against this step's layout before any array is read (runtime/npz.py)."""
+        The file is checked against this step's layout before any array is read (runtime/npz.py), and
+        its parameters and optimizer state must be finite."""
         entries = self._entries()
         arrays = npz.read(path, {entry: self._types[name] for entry, name in entries.items()})
-        self._set({name: arrays[entry] for entry, name in entries.items()})
+        self._set({name: arrays[entry] for entry, name in entries.items()}, f"checkpoint {os.fspath(path)!r}: ")
+
+
+class HyperParams(MutableMapping):
+    """A Trainer's hyper-parameter values by name (`trainer.hyperparams`): a number, or a schedule
+    called with the number of steps applied. Only the step's own hyper-parameters may be set, and a
+    number is checked when set (a finite scalar), a schedule's value at each step."""
+
+    def __init__(self, layout: StepLayout, types: Mapping[str, tuple[np.dtype, tuple]]) -> None:
+        self._values: dict[str, Any] = {name: default for name, default, _ in layout.hyper}
+        self._types = {name: types[name][0] for name in self._values}
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self._known(name)
+        if not callable(value):
+            self._value(name, value)
+        self._values[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        self._known(name)
+        raise InputError(f"hyper-parameter {name!r} is an input of the training step: set it to a value, it cannot "
+                         "be removed")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return repr(self._values)
+
+    def _known(self, name: Any) -> None:
+        if name not in self._values:
+            raise InputError(f"the training step has no hyper-parameter {name!r} (it has: "
+                             f"{', '.join(self._values) or 'none'}); to feed one at each step, export the step with "
+                             f"hyperparams={{{name!r}: default}} (export_train_step or @gc.export_train)")
+
+    def _value(self, name: str, value: Any) -> np.ndarray:
+        """A hyper-parameter's feed: a finite scalar of its dtype."""
+        dtype = self._types[name]
+        try:
+            arr = np.asarray(value, dtype)
+        except (TypeError, ValueError):
+            raise InputError(f"hyper-parameter {name!r}: expected a number, got {value!r}") from None
+        arr = check_value(f"hyper-parameter {name!r}", arr, dtype, (), {})
+        if not np.isfinite(arr):
+            raise InputError(f"hyper-parameter {name!r} is {value!r}: a training step takes finite "
+                             "hyper-parameters (the update would be NaN)")
+        return arr
+
+    def feeds(self, steps: Callable[[], int], overrides: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The hyper-parameter inputs of the next step: the values set, or `overrides` for this step
+        only, schedules called with the number of steps applied (asked of `steps` only for a
+        schedule: on a GPU reading the counter is a copy to the host)."""
+        for name in overrides:
+            self._known(name)
+        values = {**self._values, **overrides}
+        return {name: self._value(name, value(steps()) if callable(value) else value)
+                for name, value in values.items()}
 
 
 def check_names(what: str, given: Mapping[str, Any], expected: Sequence[str]) -> None:

@@ -92,7 +92,7 @@ def test_state_layout_and_names():
     assert [v.name for v in step.model.graph.input] == [
         "w1", "b1", "w2", "b2", "w1.m", "w1.v", "b1.m", "b1.v", "w2.m", "w2.v", "b2.m", "b2.v", "step", "x", "y"]
     assert [v.name for v in step.model.graph.output] == [
-        "loss", "w1.new", "b1.new", "w2.new", "b2.new", "w1.m.new", "w1.v.new", "b1.m.new", "b1.v.new",
+        "loss", "skipped", "w1.new", "b1.new", "w2.new", "b2.new", "w1.m.new", "w1.v.new", "b1.m.new", "b1.v.new",
         "w2.m.new", "w2.v.new", "b2.m.new", "b2.v.new", "step.new"]
     state, count = step.initial_state()
     assert count.dtype == np.int64 and count.shape == () and count == 0

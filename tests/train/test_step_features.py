@@ -99,7 +99,7 @@ def test_has_aux_metrics_are_outputs_returned_by_each_step():
     np.testing.assert_allclose(value, ((pred - Y) ** 2).mean(), rtol=1e-5)
     np.testing.assert_allclose(metrics["mae"], np.abs(pred - Y).mean(), rtol=1e-5)
     assert metrics["pred"].shape == (8, 2)
-    with pytest.raises(GcompileError, match=r"has_aux=True\): the loss function must return a pair"):
+    with pytest.raises(GcompileError, match=r"has_aux=True: the loss function must return a pair"):
         gc.export_train_step(mse_loss, PARAMS, gc.optim.SGD(0.1), X, Y, has_aux=True)
     with pytest.raises(GcompileError, match="or pass has_aux=True if it returns"):
         gc.export_train_step(loss, PARAMS, gc.optim.SGD(0.1), X, Y)

@@ -112,7 +112,7 @@ def test_errors(tmp_path):
         trainer.step(x.astype(np.float64), y)
     with pytest.raises(InputError, match="missing 'b2'"):
         gc.runtime.Trainer(step, params={k: v for k, v in params.items() if k != "b2"})
-    with pytest.raises(InputError, match=r"'w1': the training step expects float32\(3, 6\)"):
+    with pytest.raises(InputError, match=r"^parameter 'w1': expected float32\(3, 6\), got float32\(6, 3\)$"):
         gc.runtime.Trainer(step, params={**params, "w1": np.zeros((6, 3), np.float32)})
     np.savez(tmp_path / "partial.npz", step=np.array(1, np.int64))
     with pytest.raises(InputError, match="missing 'params/w1'"):
@@ -143,6 +143,8 @@ def _edit_layout(layout: dict, edit: str):
         broken["state"] = [[name, param, True] for name, param, _ in layout["state"]]
     elif edit == "unknown dtype":
         broken["hyperparams"] = [["lr", 0.1, "float99"]]
+    elif edit == "guard not a flag":
+        broken["skip_nonfinite"] = "yes"
     return json.dumps(broken)
 
 
@@ -152,6 +154,7 @@ def _edit_layout(layout: dict, edit: str):
     ("state rows", '"state" is not a list of [slot name, parameter, initial value] rows'),
     ("state of no parameter", "'w9', which is not a parameter"), ("a true fill", '"state" is not a list'),
     ("unknown dtype", "'float99', which numpy does not know"),
+    ("guard not a flag", '"skip_nonfinite" is \'yes\', not true or false'),
 ])
 def test_a_saved_step_with_malformed_metadata_is_refused_naming_the_field(tmp_path, edit, fragment):
     """Trainer(path) used to raise json's JSONDecodeError or a KeyError from the layout's JSON."""
@@ -168,3 +171,52 @@ def test_a_saved_step_with_malformed_metadata_is_refused_naming_the_field(tmp_pa
             as err:
         gc.runtime.Trainer(tmp_path / "step.onnx", params=params, provider="cpu")
     assert fragment in str(err.value), str(err.value)
+
+
+def test_batch_inputs_that_disagree_on_a_symbolic_dim_are_refused_by_name():
+    """It raised ONNX Runtime's raw broadcasting error from inside the step."""
+    params, x, y = problem(np.float32)
+    step = gc.export_train_step(loss_fn, params, gc.optim.SGD(0.1), gc.spec(("batch", 3)), gc.spec(("batch", 2)),
+                                provider="cpu")
+    trainer = gc.runtime.Trainer(step)
+    with pytest.raises(InputError, match=r"^symbolic dim 'batch' is 16 in batch input 'x' but 5 in batch input 'y' "
+                                         r"\(expected float32\(batch, 2\), got float32\(5, 2\)\)$"):
+        trainer.step(x, y[:5])
+    with pytest.raises(InputError, match=r"^batch input 'x': expected float32\(batch, 3\), got float32\(16, 2\)$"):
+        trainer.step(x[:, :2], y)                    # the dtype fits: no '.astype' hint
+    assert trainer.step_count == 0
+
+
+def test_values_of_the_wrong_rank_are_refused_naming_them(tmp_path):
+    """A parameter of the wrong rank was refused with a conversion hint for a dtype that already
+    fitted; a hyper-parameter of the wrong rank was broadcast by ONNX Runtime without a word when
+    set on the Trainer, and failed inside ONNX Runtime when given to step."""
+    params, x, y = problem(np.float32)
+    step = gc.export_train_step(loss_fn, params, gc.optim.SGD(0.1), x, y, hyperparams={"lr": 0.1}, provider="cpu")
+    step.save(tmp_path / "step.onnx")
+    with pytest.raises(InputError, match=r"^parameter 'b1': expected float32\(6,\), got float32\(1, 6\)$"):
+        gc.runtime.Trainer(tmp_path / "step.onnx", params={**params, "b1": params["b1"][None]}, provider="cpu")
+    with pytest.raises(InputError, match=r"^hyper-parameter 'lr': expected float32\(\), got float32\(1,\)$"):
+        gc.runtime.Trainer(step, hyperparams={"lr": np.array([0.1])})
+    trainer = gc.runtime.Trainer(step)
+    with pytest.raises(InputError, match=r"^hyper-parameter 'lr': expected float32\(\), got float32\(2,\)$"):
+        trainer.step(x, y, lr=[0.1, 0.2])
+    with pytest.raises(InputError, match=r"^hyper-parameter 'lr': expected a number, got 'fast'$"):
+        trainer.step(x, y, lr="fast")
+    trainer.hyperparams["lr"] = lambda t: np.ones(2)
+    with pytest.raises(InputError, match=r"hyper-parameter 'lr': expected float32\(\), got float32\(2,\)"):
+        trainer.step(x, y)                           # a schedule's value is checked when it is used
+    assert trainer.step_count == 0
+
+
+def test_an_unknown_hyperparameter_says_how_to_export_one():
+    params, x, y = problem(np.float32)
+    step = gc.export_train_step(loss_fn, params, gc.optim.SGD(0.1), x, y, provider="cpu")
+    how = r"export the step with hyperparams=\{'lr': default\} \(export_train_step or @gc.export_train\)"
+    with pytest.raises(InputError, match=r"no hyper-parameter 'lr' \(it has: none\); to feed one at each step, " + how):
+        gc.runtime.Trainer(step, hyperparams={"lr": 0.1})
+    trainer = gc.runtime.Trainer(step)
+    for attempt in (lambda: trainer.step(x, y, lr=0.1), lambda: trainer.hyperparams.__setitem__("lr", 0.1)):
+        with pytest.raises(InputError, match=how):   # setting it on .hyperparams used to be ignored silently
+            attempt()
+    assert dict(trainer.hyperparams) == {}

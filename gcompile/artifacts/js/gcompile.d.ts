@@ -23,6 +23,8 @@ export interface StepLayout {
   hyperparams: [string, number, DType][];
   batch: string[];
   aux: string[];
+  /** the step leaves everything unchanged when its loss or a gradient is not finite (output "skipped") */
+  skip_nonfinite?: boolean;
   outputs: string[];
 }
 
@@ -86,8 +88,10 @@ export class Trainer {
   hyperparams: Record<string, Hyper>;
   /** the last step's auxiliary outputs (a has_aux loss's metrics) */
   readonly aux: Record<string, Tensor>;
-  /** steps taken so far */
+  /** steps applied so far */
   readonly stepCount: number;
+  /** steps skipped because their loss or a gradient was not finite (skip_nonfinite), since this Trainer was made */
+  readonly skippedSteps: number;
   /** parameters, buffers, optimizer state and "step": the names carried from step to step */
   readonly carried: string[];
   /** One step; returns the loss computed before the update. Hyper-parameters given here hold for this step. */

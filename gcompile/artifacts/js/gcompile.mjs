@@ -164,6 +164,7 @@ export class Trainer {
     this.hyperparams = Object.fromEntries((this.layout.hyperparams || []).map(([n, value]) => [n, value]));
     this.aux = {};
     this.stepCount = 0;
+    this.skippedSteps = 0;
     this.live = {};
   }
 
@@ -171,7 +172,9 @@ export class Trainer {
     return carried(this.layout);
   }
 
-  /** One step on `batch` (by name, or in the step's batch order); returns the loss before the update. */
+  /** One step on `batch` (by name, or in the step's batch order); returns the loss before the update.
+   * A step whose loss or a gradient is not finite changes nothing where the step was exported with
+   * skip_nonfinite (the default): skippedSteps counts those, stepCount the steps applied. */
   async step(batch, hyperparams = {}) {
     const names = this.layout.batch;
     const given = Array.isArray(batch) ? Object.fromEntries(batch.map((v, i) => [names[i], v])) : batch;
@@ -195,7 +198,9 @@ export class Trainer {
     }
     this.live = next;
     this.aux = Object.fromEntries((this.layout.aux || []).map(n => [n, out[n]]));
-    this.stepCount += 1;
+    // a step the guard skipped (its loss or a gradient not finite) gave back what it was fed
+    if (this.layout.skip_nonfinite && (await cpuData(out.skipped))[0]) this.skippedSteps += 1;
+    else this.stepCount += 1;
     return Number((await cpuData(out.loss))[0]);
   }
 
