@@ -112,7 +112,7 @@ def _feeds(model: bytes) -> dict:
 def time_variants(variants: dict, runs: int) -> dict[str, list[float]]:
     """Each variant's run times (seconds), the variants alternating within every round."""
     times: dict[str, list[float]] = {name: [] for name in variants}
-    for name, (session, feeds) in variants.items():
+    for session, feeds in variants.values():
         for _ in range(3):
             session.run(None, feeds)
     for _ in range(runs):

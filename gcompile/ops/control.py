@@ -105,6 +105,8 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
         raise GcompileError(f"scan: checkpoint_every={checkpoint_every!r} needs a static number of steps, not "
                             f"{length!r} (at {where})")
 
+    loop = random.new_loop()
+
     def build(indexed: bool) -> tuple[Any, Any]:
         """The loop; with `indexed`, each step's index rides along as one more xs and is one more word
         of the key of the step's random draws (ops/random.py)."""
@@ -112,7 +114,7 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
 
         def step(c: list[Tensor], x: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
             x, index = (x[:-1], x[-1]) if indexed else (x, None)
-            with random.iteration(index):
+            with random.iteration(loop, index):
                 result = f(pytree.unflatten(carry_tree, c), None if xs is None else pytree.unflatten(x_tree, x))
             if not isinstance(result, (tuple, list)) or len(result) != 2:
                 raise TraceError(f"scan: the step function must return a pair (carry, y), got "
@@ -482,10 +484,12 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
     each step run three times)."""
     where = user_location()
     carry, tree = _flatten(init_val, "while_loop's init_val")
-    if checkpoint_every is not None and (isinstance(checkpoint_every, bool)
-                                         or not isinstance(checkpoint_every, (int, np.integer)) or checkpoint_every < 1):
+    every = checkpoint_every
+    if every is not None and (isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1):
         raise GcompileError(f"while_loop: checkpoint_every must be a positive int, got {checkpoint_every!r} "
                             f"(at {where})")
+
+    loop = random.new_loop()
 
     def build(indexed: bool) -> Any:
         """The loop; with `indexed`, a step counter rides along as one more carry and is one more word of
@@ -499,7 +503,7 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
             return c
 
         def step(values: list[Tensor]) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-            with random.iteration(values[n] if indexed else None):
+            with random.iteration(loop, values[n] if indexed else None):
                 new, new_tree = _flatten(body_fun(pytree.unflatten(tree, values[:n])), "the value returned by body_fun")
             if new_tree != tree:
                 raise TraceError(f"while_loop: body_fun returned a value of another structure than init_val "

@@ -57,7 +57,7 @@ _START = 0x2545F491               # the key fold's starting value
 _SALT = (0x1B873593, 0x5BD1E995)  # tell the stream's two keys apart
 
 
-def mix(x: np.ndarray) -> np.ndarray:
+def mix(x) -> np.ndarray:
     """The 31-bit mixing function on numpy values (uint64 holding values below 2^31)."""
     x = np.asarray(x, np.uint64)
     for shift, multiplier in _ROUNDS:
@@ -182,9 +182,9 @@ class NeedsIndex(Exception):
 
 @dataclass
 class _Context:
-    words: list[Tensor | None]           # the key: int64 vectors and scalars, outermost first; None: a
+    words: list                          # the key: int64 vectors and scalars, outermost first; None: a
     seed: int                            # loop step's index not traced yet
-    drawn: list[int] = field(default_factory=lambda: [0])   # draws numbered so far (shared by nested loops)
+    drawn: list[int] = field(default_factory=lambda: [0])   # draws and loops numbered so far
 
     def key(self) -> Tensor:
         """The words as one int64 vector in the trace being recorded (captured into loop bodies)."""
@@ -230,16 +230,29 @@ def active() -> bool:
     return bool(_STACK.contexts)
 
 
-@contextlib.contextmanager
-def iteration(index: Tensor | None) -> Iterator[None]:
-    """Inside a loop body traced under a random_key context: draws take the step's `index` as one more
-    word of their key (None: the loop is traced without an index, and a draw raises NeedsIndex).
-    Nothing where no context is open."""
+def new_loop() -> int | None:
+    """A number for a loop about to be traced under a random_key context (None outside one): with the
+    step's index, one more pair of words of the key of its body's draws, so that two loops' steps
+    of the same index draw different masks."""
     if not _STACK.contexts:
+        return None
+    context = _STACK.contexts[-1]
+    context.drawn[0] += 1
+    return context.drawn[0] - 1
+
+
+@contextlib.contextmanager
+def iteration(loop: int | None, index: Tensor | None) -> Iterator[None]:
+    """Inside the body of loop number `loop` (new_loop) traced under a random_key context: draws
+    take (loop, the step's `index`) as two more words of their key, and are numbered from 0 again,
+    so a step's draws are the same however the loop is built (one body, unrolled, in blocks).
+    index None: the loop is traced without an index, and a draw raises NeedsIndex. Nothing where
+    no context is open."""
+    if loop is None or not _STACK.contexts:
         yield
         return
     outer = _STACK.contexts[-1]
-    _STACK.contexts.append(_Context([*outer.words, index], outer.seed, outer.drawn))
+    _STACK.contexts.append(_Context([*outer.words, np.int64(loop), index], outer.seed))
     try:
         yield
     finally:
@@ -252,7 +265,8 @@ T = TypeVar("T")
 def with_step_index(build: Callable[[bool], T]) -> T:
     """A loop front end's `build(indexed)`: without a step index first (most loops draw nothing, and
     need none); traced again with one when a draw in it asks for its key under a random_key
-    context. What the first attempt recorded is removed."""
+    context. What the first attempt recorded is removed, but for the inputs it made (Tensors of
+    enclosing traces captured by the body being traced, which its frame keeps)."""
     if not _STACK.contexts:
         return build(False)
     frame = current_frame()
@@ -260,7 +274,8 @@ def with_step_index(build: Callable[[bool], T]) -> T:
     try:
         return build(False)
     except NeedsIndex:
-        frame.forget_nodes(frame.graph.prune_since(mark, []))
+        captured = [node.out(0) for node in frame.graph.nodes_since(mark) if node.op == "input"]
+        frame.forget_nodes(frame.graph.prune_since(mark, captured))
         return build(True)
 
 

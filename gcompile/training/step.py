@@ -291,10 +291,13 @@ class TrainStep:
     def provider(self) -> str:
         return self.compiled.provider
 
-    def save(self, path: str | os.PathLike, **options: Any) -> None:
-        """Write the ONNX model to `path` atomically, as CompiledFunction.save (the layout
-        travels in the model's metadata)."""
-        self.compiled.save(path, **options)
+    def save(self, path: str | os.PathLike, target: str | None = None, **options: Any) -> None:
+        """Write the ONNX model to `path` atomically, as CompiledFunction.save (the layout travels in
+        the model's metadata), lowered for `target`: by default the model this step runs, so that a
+        Trainer of the file resumes a Trainer of this step bit for bit (docs/guide/training.md);
+        target="portable" for a file other runtimes run (docs/targets.md), whose plain forms round
+        differently from the ort-cpu target's."""
+        self.compiled.save(path, target=target or self.compiled.target, **options)
 
     def initial_state(self) -> tuple[dict, np.ndarray]:
         """(optimizer state, step counter) before the first step."""

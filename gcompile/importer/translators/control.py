@@ -138,10 +138,11 @@ def _while(n, body, trips, cond, initial):
     if limit is not None:
         go = F.logical_and(go, limit > 0)
     n_state = len(initial)
+    loop = random.new_loop()
 
     def step(values):
         i, carry = values[0], values[1:]
-        with random.iteration(i):   # the iteration number is one more word of the key of the body's draws
+        with random.iteration(loop, i):   # the iteration number: one more word of the key of its draws
             outs = n.run_graph(body, [i, np.array(True), *carry])
         if len(outs) < 1 + n_state:
             raise n.unsupported(f"its body gives {len(outs)} outputs for {n_state} carries and a condition")
