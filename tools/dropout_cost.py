@@ -8,10 +8,12 @@ Op rows: y = dropout(x, 0.1) on a float32 (rows, 1024) input, as ONNX Dropout (t
 RandomUniformLike + GreaterOrEqual + Cast + Mul (the mask from a uniform draw, written out), and as
 gcompile's keyed mask (F.dropout with key=). Step rows: a whole training step (MLP
 784-1024-1024-10, batch 256, dropout 0.1 after each hidden layer, softmax cross-entropy, Adam) whose
-two dropouts are ONNX Dropout or keyed masks (gc.export_train_step's default). Every variant runs
+two dropouts are ONNX Dropout or keyed masks (gc.export_train_step's default), and the benchmark's
+W12 (a causal language-model step whose attention weights, 8 × 8 × 256 × 256, go through dropout
+0.1) as it is and under gc.random_key (tools/bench/workloads/attention.py). Every variant runs
 in one session of `--threads` intra-op threads with spinning off, alternating variant by variant
 over `--runs` rounds, and the table shows each one's median and fastest time: on a machine shared
-with other work only the fastest are comparable. docs/notes/randomness.md holds the figures.
+with other work only the fastest are comparable. docs/performance.md holds the figures.
 """
 from __future__ import annotations
 
@@ -25,7 +27,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.workloads.attention import w12_setup  # noqa: E402
 
 import gcompile as gc  # noqa: E402
 import gcompile.functions as F  # noqa: E402
@@ -84,6 +89,19 @@ def _mlp_step(keyed: bool) -> bytes:
     return step.model.SerializeToString()
 
 
+def _w12(keyed: bool) -> tuple[bytes, list]:
+    """W12's model and inputs: its dropout the runtime's, or keyed by a step input."""
+    step, _, args = w12_setup()
+    if not keyed:
+        return gc.compile(step, *args, provider="cpu").model.SerializeToString(), args
+
+    def keyed_step(count, *args):
+        with gc.random_key(count):
+            return step(*args)
+    args = [np.array(3, np.int64), *args]
+    return gc.compile(keyed_step, *args, provider="cpu").model.SerializeToString(), args
+
+
 def _session(model: bytes, threads: int):
     import onnxruntime as ort
     options = ort.SessionOptions()
@@ -130,7 +148,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     print("| case | variant | median ms | fastest ms | fastest / ONNX Dropout |\n|---|---|---|---|---|")
     forms = {"ONNX Dropout": onnx_dropout(), "RandomUniformLike mask": uniform_mask(), "keyed mask": keyed_mask()}
-    for rows in (64, 256, 1024):
+    for rows in (64, 1024, 4096):
         x = np.random.default_rng(0).standard_normal((rows, 1024)).astype(np.float32)
         variants = {}
         for name, model in forms.items():
@@ -142,6 +160,12 @@ def main(argv=None) -> None:
         model = _mlp_step(keyed)
         steps[name] = (_session(model, args.threads), _feeds(model))
     _report("MLP training step", time_variants(steps, max(args.runs // 2, 5)))
+    w12 = {}
+    for name, keyed in (("ONNX Dropout", False), ("keyed mask", True)):
+        model, inputs = _w12(keyed)
+        session = _session(model, args.threads)
+        w12[name] = (session, dict(zip([i.name for i in session.get_inputs()], inputs)))
+    _report("W12 causal LM step", time_variants(w12, max(args.runs // 2, 5)))
 
 
 def _report(case: str, times: dict[str, list[float]]) -> None:
