@@ -3,6 +3,7 @@ graph) costs on ONNX Runtime's CPU provider, against the runtime's own draws.
 
     python tools/dropout_cost.py                        # the op alone at three sizes, and a training step
     python tools/dropout_cost.py --threads 2 --runs 60
+    python tools/dropout_cost.py --cpu-time --runs 20       # CPU seconds of one thread, on a busy machine
 
 Op rows: y = dropout(x, 0.1) on a float32 (rows, 1024) input, as ONNX Dropout (training mode), as
 RandomUniformLike + GreaterOrEqual + Cast + Mul (the mask from a uniform draw, written out), and as
@@ -127,17 +128,17 @@ def _feeds(model: bytes) -> dict:
     return feeds
 
 
-def time_variants(variants: dict, runs: int) -> dict[str, list[float]]:
-    """Each variant's run times (seconds), the variants alternating within every round."""
+def time_variants(variants: dict, runs: int, clock=time.perf_counter) -> dict[str, list[float]]:
+    """Each variant's run times (seconds of `clock`), the variants alternating within every round."""
     times: dict[str, list[float]] = {name: [] for name in variants}
     for session, feeds in variants.values():
         for _ in range(3):
             session.run(None, feeds)
     for _ in range(runs):
         for name, (session, feeds) in variants.items():
-            start = time.perf_counter()
+            start = clock()
             session.run(None, feeds)
-            times[name].append(time.perf_counter() - start)
+            times[name].append(clock() - start)
     return times
 
 
@@ -145,7 +146,13 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time the process's CPU seconds, not the wall clock (one thread: what a busy "
+                             "neighbour changes least)")
     args = parser.parse_args(argv)
+    if args.cpu_time and args.threads != 1:
+        parser.error("--cpu-time measures one thread's work: use it with --threads 1")
+    clock = time.process_time if args.cpu_time else time.perf_counter
     print("| case | variant | median ms | fastest ms | fastest / ONNX Dropout |\n|---|---|---|---|---|")
     forms = {"ONNX Dropout": onnx_dropout(), "RandomUniformLike mask": uniform_mask(), "keyed mask": keyed_mask()}
     for rows in (64, 1024, 4096):
@@ -154,18 +161,18 @@ def main(argv=None) -> None:
         for name, model in forms.items():
             session = _session(model, args.threads)
             variants[name] = (session, {session.get_inputs()[0].name: x})
-        _report(f"dropout ({rows}, 1024)", time_variants(variants, args.runs))
+        _report(f"dropout ({rows}, 1024)", time_variants(variants, args.runs, clock))
     steps = {}
     for name, keyed in (("ONNX Dropout", False), ("keyed mask", True)):
         model = _mlp_step(keyed)
         steps[name] = (_session(model, args.threads), _feeds(model))
-    _report("MLP training step", time_variants(steps, max(args.runs // 2, 5)))
+    _report("MLP training step", time_variants(steps, max(args.runs // 2, 5), clock))
     w12 = {}
     for name, keyed in (("ONNX Dropout", False), ("keyed mask", True)):
         model, inputs = _w12(keyed)
         session = _session(model, args.threads)
         w12[name] = (session, dict(zip([i.name for i in session.get_inputs()], inputs)))
-    _report("W12 causal LM step", time_variants(w12, max(args.runs // 2, 5)))
+    _report("W12 causal LM step", time_variants(w12, max(args.runs // 2, 5), clock))
 
 
 def _report(case: str, times: dict[str, list[float]]) -> None:

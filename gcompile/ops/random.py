@@ -11,7 +11,8 @@ the element's flat index. The same step on any runtime, resumed or not, gives th
 and the numpy reference computes the same bits.
 
 The hash works on 31-bit values held in uint32 (`mix`: xor-shifts and multiplications by odd
-constants modulo 2^31, a bijection of the 31-bit values). Every runtime computes it alike: uint32
+constants modulo 2^31, a bijection of the 31-bit values, with a second key xored in between its
+rounds for each element). Every runtime computes it alike: uint32
 products wrap modulo 2^32 in ONNX Runtime and numpy, OpenVINO's CPU plugin computes uint32 (and
 int64) in int32, whose products wrap to the same low bits, and the masks after each product, the
 shifts and the final comparison only ever see values below 2^31, where signed and unsigned
@@ -52,17 +53,19 @@ __all__: list[str] = []   # gc.random_key is exported by gcompile/__init__.py; F
 M31 = 0x7FFFFFFF
 _ROUNDS = ((15, 0x6DD4B597), (14, 0x6025A62F))   # (shift, odd multiplier) of each round of `mix`
 _LAST_SHIFT = 13
-_FINAL = (0x3DD8A51B, 16)        # the round after the second key is xored in
 _START = 0x2545F491               # the key fold's starting value
 _SALT = (0x1B873593, 0x5BD1E995)  # tell the stream's two keys apart
 
 
-def mix(x) -> np.ndarray:
-    """The 31-bit mixing function on numpy values (uint64 holding values below 2^31)."""
+def mix(x, key=None) -> np.ndarray:
+    """The 31-bit mixing function on numpy values (uint64 holding values below 2^31); `key` (below
+    2^31) is xored in after the first round."""
     x = np.asarray(x, np.uint64)
-    for shift, multiplier in _ROUNDS:
+    for i, (shift, multiplier) in enumerate(_ROUNDS):
         x = x ^ (x >> np.uint64(shift))
         x = (x * np.uint64(multiplier)) & np.uint64(M31)
+        if i == 0 and key is not None:
+            x = x ^ key
     return x ^ (x >> np.uint64(_LAST_SHIFT))
 
 
@@ -101,19 +104,17 @@ def _mask_reference(key, like, *, ratio, seed, stream, named, batch_dims):
     k2 = mix(k1 ^ np.uint64(c2))
     k1, k2 = (np.reshape(v, k.shape + (1,) * len(inner)) for v in (k1, k2))
     positions = np.arange(int(np.prod(inner, dtype=np.int64)), dtype=np.uint64).reshape(inner) & np.uint64(M31)
-    x = mix(positions ^ k1) ^ k2
-    multiplier, shift = _FINAL
-    x = (x * np.uint64(multiplier)) & np.uint64(M31)
-    x = x ^ (x >> np.uint64(shift))
-    return x >= np.uint64(threshold(ratio))
+    return mix(positions ^ k1, k2) >= np.uint64(threshold(ratio))
 
 
-def _emit_mix(ctx, x: str) -> str:
+def _emit_mix(ctx, x: str, key: str | None = None) -> str:
     """`mix` as ONNX nodes on uint32 values (BitShift takes unsigned types only); a value's bit 31
     takes no part (the shifts clear it, the products drop it)."""
-    for shift, multiplier in _ROUNDS:
+    for i, (shift, multiplier) in enumerate(_ROUNDS):
         x = _xor_shift(ctx, x, shift)
         x = _times(ctx, x, multiplier)
+        if i == 0 and key is not None:
+            x = ctx.emit("BitwiseXor", [x, key])
     return _xor_shift(ctx, x, _LAST_SHIFT)
 
 
@@ -136,8 +137,8 @@ def _times(ctx, x: str, multiplier: int) -> str:
 
 def _lower_mask(ctx, names, node):
     """The key's words folded into one 31-bit value per key (a few scalar ops each), the stream's
-    two keys from it, then per element: the position xored with the first key, mixed, xored with
-    the second key, one more round, compared with the threshold."""
+    two keys from it, then per element: the position xored with the first key, mixed with the
+    second key xored in after the first round, compared with the threshold (19 ops per element)."""
     a = node.attrs
     key, _ = names
     key_type, like_type = (ctx.graph.type_of(r) for r in node.inputs)
@@ -155,9 +156,9 @@ def _lower_mask(ctx, names, node):
         k1, k2 = (ctx.emit("Unsqueeze", [v, axes]) for v in (k1, k2))
     positions = ctx.emit("Reshape", [ctx.index_range(product(inner)), ctx.shape_tensor(inner)], allowzero=1)
     x = ctx.emit("BitwiseXor", [ctx.emit("Cast", [positions], to=TensorProto.UINT32), k1])
-    x = ctx.emit("BitwiseXor", [_emit_mix(ctx, x), k2])
-    multiplier, shift = _FINAL
-    x = _xor_shift(ctx, _times(ctx, x, multiplier), shift)
+    x = _emit_mix(ctx, x, k2)
+    if threshold(a["ratio"]) > M31:   # ratio 1: nothing kept (OpenVINO's int32 would read 2^31 as negative)
+        return ctx.emit("Less", [x, _u32(ctx, 0)])
     return ctx.emit("GreaterOrEqual", [x, _u32(ctx, threshold(a["ratio"]))])
 
 
@@ -170,6 +171,7 @@ defop("dropout_mask", infer=_mask_infer, reference=_mask_reference, lower=_lower
 
 def dropout_mask(key: Tensor, like: Tensor, ratio: float, seed: int, stream: int, named: bool,
                  batch_dims: int = 0) -> Tensor:
+    """Record a dropout_mask node (see the defop above): the keep mask of a draw of `stream`."""
     return apply("dropout_mask", [key, like], ratio=float(ratio), seed=int(seed), stream=int(stream),
                  named=bool(named), batch_dims=int(batch_dims))
 

@@ -119,13 +119,14 @@ def test_bad_keys_are_refused():
 
 # -- contexts, loops, branches -----------------------------------------------------------------------------------
 W = np.random.default_rng(3).standard_normal((6, 6)) * 0.4
+W32 = np.random.default_rng(4).standard_normal((32, 32)) * 0.2
 
 
 def _rnn(x, step, **scan_options):
     """A scan whose step drops half of its pre-activation, under the step's random_key."""
     with gc.random_key(step):
         def body(h, xt):
-            h = F.tanh(F.dropout(h @ W, 0.5, training=True) + xt)
+            h = F.tanh(F.dropout(h @ W32, 0.5, training=True) + xt)
             return h, h
         return gc.scan(body, x[0], x, **scan_options)[1]
 
@@ -133,7 +134,7 @@ def _rnn(x, step, **scan_options):
 def test_each_loop_step_draws_its_own_mask_whatever_the_loop_form():
     """The step's index is one more word of the key, so the masks are those of the step, not of the
     way the loop is built: unrolled, in blocks, checkpointed, all the same."""
-    x, step = RNG.standard_normal((6, 6)), np.int64(9)
+    x, step = RNG.standard_normal((6, 32)), np.int64(9)
     plain = gc.compile(lambda x, s: _rnn(x, s), x, step, provider="cpu")(x, step)
     for options in ({"unroll": True}, {"unroll": 4}, {"checkpoint_every": 2}, {"checkpoint": True},
                     {"checkpoint_every": (4, 2)}):
