@@ -205,22 +205,31 @@ _STACK = _Stack()
 
 
 @contextlib.contextmanager
-def random_key(key, seed: int = 0) -> Iterator[None]:
+def random_key(key=None, seed: int = 0) -> Iterator[None]:
     """Inside a traced function: the random draws recorded in this block (F.dropout in training, the
     layers and models built on it) are a pure function of (`seed`, `key`, the draw's place in the
     block, the element's position) instead of ONNX Runtime's generator. `key` is an int64 scalar
     or vector Tensor (or int): typically a step counter input, so that each step draws new masks
     and a run resumed at step t draws exactly the masks the uninterrupted run drew at step t, on
-    any ONNX runtime. gc.export_train_step opens one with its step counter. Loops inside the block
-    add their step's index to the key; gc.vmap adds each example's index (every example draws its
-    own mask)."""
-    key = as_tensor(key)
-    if key.dtype.kind not in "iu" or key.ndim > 1 or (key.ndim == 1 and not isinstance(key.shape[0], int)):
-        raise GcompileError(f"random_key: the key must be an integer scalar or vector of static length, got "
-                            f"{key.type} (at {user_location()})")
+    any ONNX runtime. gc.export_train_step opens one with its step counter; inside it (in a loss
+    function) `gc.random_key(seed=s)` keeps that key and draws other masks for another seed. Loops
+    inside the block add their step's index to the key; gc.vmap adds each example's index (every
+    example draws its own mask)."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise GcompileError(f"random_key: seed must be an int, got {seed!r} (at {user_location()})")
-    _STACK.contexts.append(_Context([key], int(seed)))
+    if key is None:
+        if not _STACK.contexts:
+            raise GcompileError(f"random_key: give a key (an int64 step counter, say); only inside another "
+                                f"random_key block (a training step's loss function) does it keep that one's "
+                                f"(at {user_location()})")
+        words = list(_STACK.contexts[-1].words)
+    else:
+        key = as_tensor(key)
+        if key.dtype.kind not in "iu" or key.ndim > 1 or (key.ndim == 1 and not isinstance(key.shape[0], int)):
+            raise GcompileError(f"random_key: the key must be an integer scalar or vector of static length, got "
+                                f"{key.type} (at {user_location()})")
+        words = [key]
+    _STACK.contexts.append(_Context(words, int(seed)))
     try:
         yield
     finally:

@@ -108,6 +108,24 @@ def test_edges():
         assert dz.shape == shape
 
 
+def test_a_seed_inside_a_training_step():
+    """gc.random_key(seed=s) in a loss function keeps the step's key: another seed, other masks; the
+    same seed, the same masks."""
+    params, x, labels = {"w": np.linspace(-1, 1, 12).reshape(4, 3)}, rand(8, 4), np.arange(8) % 3
+
+    def make(seed):
+        def loss(p, x, labels):
+            with gc.random_key(seed=seed):
+                return F.softmax_cross_entropy(F.dropout(x, 0.5, training=True) @ p["w"], labels)
+        return gc.export_train_step(loss, params, gc.optim.SGD(0.1), x, labels, provider="cpu")
+    steps = [make(s) for s in (0, 1, 1)]
+    slots, count = steps[0].initial_state()
+    losses = [float(step(params, slots, count, x, labels)[0]) for step in steps]
+    assert losses[1] == losses[2] != losses[0]
+    with pytest.raises(gc.GcompileError, match="give a key"):
+        trace(lambda x: gc.random_key(seed=1).__enter__(), [rand(3)])
+
+
 def test_bad_keys_are_refused():
     with pytest.raises(gc.GcompileError, match="key must be an integer scalar or vector"):
         trace(lambda x: F.dropout(x, 0.5, training=True, key=x), [rand(3)])
