@@ -71,9 +71,10 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
     dtype and shape); `xs` likewise, every leaf stacked on axis 0, or None with `length` steps.
     Returns (final carry, ys): ys stacks each step's y (any structure, or None) on a new axis 0.
     reverse=True runs from the last step to the first (ys stay aligned with xs). `f` is traced
-    once into a loop body, lowered to an ONNX Scan; `unroll=k` traces k steps per body
-    iteration (True or k >= length unrolls completely, as plain Python would). Tensors of the
-    enclosing function used in `f` (weights) are read by the loop, and get gradients.
+    once into a loop body (twice where it draws under gc.random_key: ops/random.py), lowered to
+    an ONNX Scan; `unroll=k` traces k steps per body iteration (True or k >= length unrolls
+    completely, as plain Python would). Tensors of the enclosing function used in `f` (weights)
+    are read by the loop, and get gradients.
 
     Reverse mode keeps each step's intermediates for the backward loop; checkpoint=True keeps
     only the carries and recomputes each step in the backward loop instead (less memory, more
