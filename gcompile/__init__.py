@@ -49,6 +49,7 @@ def _bind_public_names() -> None:
         from .importer import load as _load_module
         from .importer.torch import from_torch
         from .ops.control import cond, fori_loop, scan, while_loop
+        from .ops.random import random_key
         from .runtime import CompiledFunction, Jitted, compile, jit
         from .training.step import TrainStep, export_train_step
         public = {"functions": functions, "optim": optim, "runtime": runtime, "nn": nn, "export": export,
@@ -57,7 +58,7 @@ def _bind_public_names() -> None:
                   "export_train_step": export_train_step, "tree_util": tree_util,
                   "register_pytree_node": register_pytree_node, "register_dataclass": register_dataclass,
                   "vmap": vmap, "from_torch": from_torch, "scan": scan, "fori_loop": fori_loop,
-                  "while_loop": while_loop, "cond": cond}
+                  "while_loop": while_loop, "cond": cond, "random_key": random_key}
         for module in (_transforms, _checkpoint, _load_module, _implicit):
             public.update({name: getattr(module, name) for name in module.__all__})
         globals().update(public)
@@ -67,7 +68,8 @@ def _bind_public_names() -> None:
                                 *_transforms.__all__, *_checkpoint.__all__, *_load_module.__all__,
                                 *_implicit.__all__, "TrainStep",
                                 "export_train", "export_train_step", "tree_util", "register_pytree_node",
-                                "register_dataclass", "vmap", "from_torch", "scan", "fori_loop", "while_loop", "cond"]
+                                "register_dataclass", "vmap", "from_torch", "scan", "fori_loop", "while_loop", "cond",
+                                "random_key"]
         globals()["compile"] = compile   # last: its presence marks the library as loaded
     finally:
         _loading = False

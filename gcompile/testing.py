@@ -179,7 +179,8 @@ def _reference_check(case: _Case, eps: float, rtol: float, atol: float, what: st
     graph = trace(case.program(), args).graph
     if lowered and any(is_random(n) for n in graph.nodes.values()):
         raise AssertionError("check_grad compares ONNX Runtime's model with the reference evaluator, whose random "
-                             "draws differ: for a function that draws random numbers pass lowered=False")
+                             "draws differ: for a function that draws random numbers pass lowered=False, or give "
+                             "the draws a key (F.dropout(..., key=k), gc.random_key), which draws the same on both")
     values = evaluate(graph, args)
     analytic, grads = float(values[1]), values[2:]
     scale = sum(float(np.sum(np.abs(g) * np.abs(v))) for g, v in zip(grads, case.r))

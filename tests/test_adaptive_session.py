@@ -271,3 +271,21 @@ def test_models_over_the_size_limits_keep_one_session(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert not isinstance(_session_kinds(monkeypatch, ADAPT_MAX_BYTES=10), AdaptiveSession)
     assert not isinstance(_session_kinds(monkeypatch, ADAPT_MAX_NODES=1), AdaptiveSession)
+
+
+def test_without_one_thread_it_only_chooses_spinning(monkeypatch):
+    """one_thread=False (a Trainer's sessions): the variants keep the thread count, whose products
+    round alike, and the session still keeps the faster of spinning and sleeping workers."""
+    monkeypatch.setattr(adaptive, "EXPLOIT", 6)
+    delay, log, made = {SLEEP: 0.02, ONE: 0.001, SPIN: 0.01}, [], []
+    clock = Clock()
+
+    def make(threads, spin):
+        made.append(Variant(threads, spin))
+        return FakeSession(Variant(threads, spin), delay, log, clock)
+    session = AdaptiveSession(make, 2, clock, lambda: None, one_thread=False)
+    for _ in range(3):
+        run_comparison(session)
+        exploit(session)
+    assert ONE not in made and session.variant == SPIN
+    assert {variant for variant, _ in log} == {SLEEP, SPIN}

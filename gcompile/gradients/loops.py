@@ -274,7 +274,8 @@ def _while_vjp(grads, inputs, outputs, *, body: Graph, n_consts: int, source: st
     computes it: the forward loop also stacks each step's draws (every output of each random node)
     as ys, and the backward step reads them in place of its own (_draws). Random draws inside a
     loop nested in the step (checkpoint_every's blocks, say) are refused: that loop's draws cannot
-    be stacked step by step."""
+    be stacked step by step. (Keyed draws, ops/random.py, are no random nodes: pure functions of
+    their key, which holds the step's index, they are computed again like any other value.)"""
     nc = n_consts
     nk = len(inputs) - nc - 1
     consts, init = inputs[:nc], inputs[nc + 1:]
@@ -347,8 +348,9 @@ def _draw_refs(body: Graph, source: str) -> list[ValueRef]:
             raise UnsupportedError(
                 f"reverse mode through a while loop whose step draws random numbers inside a nested loop or "
                 f"branch ({node.op}; checkpoint_every makes a loop): the backward would draw them again, and "
-                f"they cannot be saved step by step. Draw them outside the inner {node.op}, or drop "
-                f"checkpoint_every (while_loop at {source})")
+                f"they cannot be saved step by step. Give the draws a key (F.dropout(..., key=k) or a "
+                f"gc.random_key block: a keyed mask is computed again, the same), draw them outside the inner "
+                f"{node.op}, or drop checkpoint_every (while_loop at {source})")
         refs += [node.out(i) for i in range(len(node.outputs))]
     return refs
 
@@ -376,8 +378,9 @@ def _cond_vjp(grads, inputs, outputs, *, then_body: Graph, else_body: Graph, sou
         return result
     if any(is_random(n) for body in (then_body, else_body) for n in body.nodes.values()):
         raise UnsupportedError(f"reverse mode through a gc.cond whose branch draws random numbers (dropout in "
-                               f"training): the backward branch would draw them again. Draw them outside the cond "
-                               f"and pass them in as operands (cond at {source})")
+                               f"training): the backward branch would draw them again. Give the draws a key "
+                               f"(F.dropout(..., key=k) or a gc.random_key block), or draw them outside the cond and "
+                               f"pass them in as operands (cond at {source})")
 
     def branch(body: Graph) -> Graph:
         def fn(v: list[Tensor]) -> list[Tensor]:

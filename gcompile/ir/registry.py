@@ -66,7 +66,8 @@ class Trait(enum.Enum):
     RANDOM             draws random numbers when run: two nodes never hold the same value, and a copy
                        would draw others. Never merged (passes/cse.py), folded (passes/fold.py) nor
                        recomputed (passes/recompute.py, gradients/loops.py); a loop whose body holds
-                       such an op counts as random too (is_random).
+                       such an op counts as random too (is_random). A keyed draw (ops/random.py) is a
+                       pure function of its key, not RANDOM.
     CHEAP              cheaper to compute again than to keep alive for the backward (elementwise math,
                        views, fills): passes/recompute.py with cheap=True copies it into the backward.
     BROADCASTS         the ONNX lowering broadcasts every operand to the output's shape (numpy rules),

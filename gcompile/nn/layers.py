@@ -158,7 +158,8 @@ class Embedding(Module):
 
 
 class Dropout(Module):
-    """Zeroes elements with probability p in training mode (scaling the rest by 1/(1-p))."""
+    """Zeroes elements with probability p in training mode (scaling the rest by 1/(1-p)); in a
+    training step the mask is a function of the step counter (F.dropout, gc.random_key)."""
 
     def __init__(self, p: float = 0.5) -> None:
         self.p = float(p)

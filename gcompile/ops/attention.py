@@ -31,7 +31,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     masks with torch's lower triangle (L, S); a boolean mask known when tracing (is_causal, a numpy
     array) is added as 0 / -inf, as torch's reference does, so a masked score of +inf or NaN gives
     NaN as there. dropout_p > 0 needs training=True (the attention weights go through F.dropout
-    with `seed`)."""
+    with `seed`: a keyed mask inside gc.random_key, as in a training step, else ONNX's Dropout)."""
     q, k, v = _promote(query, key, value)
     if q.dtype.kind != "f":
         raise ShapeError(f"scaled_dot_product_attention needs float tensors, got {q.dtype.name} "

@@ -34,7 +34,8 @@ from ..ir import dims
 from ..ir.evaluate import bind_symbols, evaluate
 from ..ir.graph import Graph, Node, TensorType, ValueRef, extract, tensor_type
 from ..ir.registry import defop, supplied_vjp
-from .basic import full
+from . import random
+from .basic import arange, full
 from .elementwise import logical_and
 from .indexing import concat, stack
 from .shape import reshape
@@ -70,9 +71,10 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
     dtype and shape); `xs` likewise, every leaf stacked on axis 0, or None with `length` steps.
     Returns (final carry, ys): ys stacks each step's y (any structure, or None) on a new axis 0.
     reverse=True runs from the last step to the first (ys stay aligned with xs). `f` is traced
-    once into a loop body, lowered to an ONNX Scan; `unroll=k` traces k steps per body
-    iteration (True or k >= length unrolls completely, as plain Python would). Tensors of the
-    enclosing function used in `f` (weights) are read by the loop, and get gradients.
+    once into a loop body (twice where it draws under gc.random_key: ops/random.py), lowered to
+    an ONNX Scan; `unroll=k` traces k steps per body iteration (True or k >= length unrolls
+    completely, as plain Python would). Tensors of the enclosing function used in `f` (weights)
+    are read by the loop, and get gradients.
 
     Reverse mode keeps each step's intermediates for the backward loop; checkpoint=True keeps
     only the carries and recomputes each step in the backward loop instead (less memory, more
@@ -99,50 +101,59 @@ def scan(f: Callable[[Any, Any], tuple[Any, Any]], init: Any, xs: Any = None, le
     length = _length(x_leaves, length, where)
     if unroll is not True and (isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1):
         raise GcompileError(f"scan: unroll must be a positive int or True, got {unroll!r} (at {where})")
-    y_tree: list = []
-
-    def step(c: list[Tensor], x: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
-        result = f(pytree.unflatten(carry_tree, c), None if xs is None else pytree.unflatten(x_tree, x))
-        if not isinstance(result, (tuple, list)) or len(result) != 2:
-            raise TraceError(f"scan: the step function must return a pair (carry, y), got {type(result).__name__} "
-                             f"(at {where})")
-        new, new_tree = _flatten(result[0], "the carry returned by scan's step function")
-        if new_tree != carry_tree:
-            raise TraceError(f"scan: the step function returned a carry of another structure than init "
-                             f"({len(new)} leaves for {len(c)}) (at {where})")
-        _check_types("scan", carry_tree, [t.type for t in c], [t.type for t in new], where)
-        ys, tree = _flatten(result[1], "scan's y") if result[1] is not None else ([], _NO_Y)
-        if y_tree and y_tree[0] != tree:
-            raise TraceError(f"scan: the step function's y changed structure between steps (at {where})")
-        y_tree[:] = [tree]
-        return new, ys
-
     levels = _levels(checkpoint_every, where)
     if levels and not isinstance(length, int):
         raise GcompileError(f"scan: checkpoint_every={checkpoint_every!r} needs a static number of steps, not "
                             f"{length!r} (at {where})")
 
-    def run(c: list[Tensor], x: list[Tensor], steps) -> tuple[list[Tensor], list[Tensor]]:
-        if unroll is not True and unroll == 1:
-            return _scan_node(step, c, x, steps, reverse, checkpoint)
-        if not isinstance(steps, int):
-            raise GcompileError(f"scan: unroll={unroll!r} needs a static number of steps, not {steps!r} "
-                                f"(at {where})")
-        if unroll is True or unroll >= steps:
-            return _unrolled(step, c, x, steps, reverse)
-        return _scan_blocks(step, c, x, steps, reverse, int(unroll), checkpoint)
+    loop = random.new_loop()
 
-    def nested(c: list[Tensor], x: list[Tensor], steps, levels: tuple[int, ...]):
-        """`run` over `steps`, in blocks of the first level's size shorter than `steps` (each block,
-        and the remainder, nested likewise with the next levels)."""
-        levels = tuple(k for k in levels if k < steps)
-        if not levels:
-            return run(c, x, steps)
-        return _checkpointed(lambda c, x, n: nested(c, x, n, levels[1:]), c, x, steps, reverse, levels[0])
+    def build(indexed: bool) -> tuple[Any, Any]:
+        """The loop; with `indexed`, each step's index rides along as one more xs and is one more word
+        of the key of the step's random draws (ops/random.py)."""
+        y_tree: list = []
 
-    final, ys = nested(carry, x_leaves, length, levels)
-    final_tree = pytree.unflatten(carry_tree, final)
-    return final_tree, (None if y_tree[0] is _NO_Y else pytree.unflatten(y_tree[0], ys))
+        def step(c: list[Tensor], x: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+            x, index = (x[:-1], x[-1]) if indexed else (x, None)
+            with random.iteration(loop, index):
+                result = f(pytree.unflatten(carry_tree, c), None if xs is None else pytree.unflatten(x_tree, x))
+            if not isinstance(result, (tuple, list)) or len(result) != 2:
+                raise TraceError(f"scan: the step function must return a pair (carry, y), got "
+                                 f"{type(result).__name__} (at {where})")
+            new, new_tree = _flatten(result[0], "the carry returned by scan's step function")
+            if new_tree != carry_tree:
+                raise TraceError(f"scan: the step function returned a carry of another structure than init "
+                                 f"({len(new)} leaves for {len(c)}) (at {where})")
+            _check_types("scan", carry_tree, [t.type for t in c], [t.type for t in new], where)
+            ys, tree = _flatten(result[1], "scan's y") if result[1] is not None else ([], _NO_Y)
+            if y_tree and y_tree[0] != tree:
+                raise TraceError(f"scan: the step function's y changed structure between steps (at {where})")
+            y_tree[:] = [tree]
+            return new, ys
+
+        def run(c: list[Tensor], x: list[Tensor], steps) -> tuple[list[Tensor], list[Tensor]]:
+            if unroll is not True and unroll == 1:
+                return _scan_node(step, c, x, steps, reverse, checkpoint)
+            if not isinstance(steps, int):
+                raise GcompileError(f"scan: unroll={unroll!r} needs a static number of steps, not {steps!r} "
+                                    f"(at {where})")
+            if unroll is True or unroll >= steps:
+                return _unrolled(step, c, x, steps, reverse)
+            return _scan_blocks(step, c, x, steps, reverse, int(unroll), checkpoint)
+
+        def nested(c: list[Tensor], x: list[Tensor], steps, levels: tuple[int, ...]):
+            """`run` over `steps`, in blocks of the first level's size shorter than `steps` (each block,
+            and the remainder, nested likewise with the next levels)."""
+            levels = tuple(k for k in levels if k < steps)
+            if not levels:
+                return run(c, x, steps)
+            return _checkpointed(lambda c, x, n: nested(c, x, n, levels[1:]), c, x, steps, reverse, levels[0])
+
+        leaves = x_leaves + [arange(length)] if indexed else x_leaves
+        final, ys = nested(carry, leaves, length, levels)
+        return pytree.unflatten(carry_tree, final), (None if y_tree[0] is _NO_Y else pytree.unflatten(y_tree[0], ys))
+
+    return random.with_step_index(build)
 
 
 def _length(xs: list[Tensor], length: int | None, where: str):
@@ -474,39 +485,50 @@ def while_loop(cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], i
     each step run three times)."""
     where = user_location()
     carry, tree = _flatten(init_val, "while_loop's init_val")
+    every = checkpoint_every
+    if every is not None and (isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1):
+        raise GcompileError(f"while_loop: checkpoint_every must be a positive int, got {checkpoint_every!r} "
+                            f"(at {where})")
 
-    def condition(values: list[Tensor]) -> Tensor:
-        c = as_tensor(cond_fun(pytree.unflatten(tree, values)))
-        if c.dtype != np.bool_ or c.shape != ():
-            raise TraceError(f"while_loop: cond_fun must return a bool scalar Tensor, got {c.type} (at {where})")
-        return c
+    loop = random.new_loop()
 
-    def step(values: list[Tensor]) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-        new, new_tree = _flatten(body_fun(pytree.unflatten(tree, values)), "the value returned by body_fun")
-        if new_tree != tree:
-            raise TraceError(f"while_loop: body_fun returned a value of another structure than init_val "
-                             f"(at {where})")
-        _check_types("while_loop", tree, [t.type for t in values], [t.type for t in new], where)
-        return condition(new), new, []
+    def build(indexed: bool) -> Any:
+        """The loop; with `indexed`, a step counter rides along as one more carry and is one more word of
+        the key of the step's random draws (ops/random.py)."""
+        n = len(carry)
 
-    if checkpoint_every is not None:
-        if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, (int, np.integer)) \
-                or checkpoint_every < 1:
-            raise GcompileError(f"while_loop: checkpoint_every must be a positive int, got {checkpoint_every!r} "
-                                f"(at {where})")
-        k = int(checkpoint_every)
+        def condition(values: list[Tensor]) -> Tensor:
+            c = as_tensor(cond_fun(pytree.unflatten(tree, values[:n])))
+            if c.dtype != np.bool_ or c.shape != ():
+                raise TraceError(f"while_loop: cond_fun must return a bool scalar Tensor, got {c.type} (at {where})")
+            return c
 
-        def block(values: list[Tensor]) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-            def inner(v: list[Tensor]) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-                go, new, _ = step(v[1:])
-                return logical_and(go, v[0] + 1 < k), [v[0] + 1, *new], []
-            # the outer loop runs a block only while the condition holds: its first step always runs
-            done, _ = while_node(inner, as_tensor(np.array(True)), [as_tensor(np.int64(0)), *values], where)
-            return condition(done[1:]), done[1:], []
-        finals, _ = while_node(block, condition(carry), carry, where)
-    else:
-        finals, _ = while_node(step, condition(carry), carry, where)
-    return pytree.unflatten(tree, finals)
+        def step(values: list[Tensor]) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+            with random.iteration(loop, values[n] if indexed else None):
+                new, new_tree = _flatten(body_fun(pytree.unflatten(tree, values[:n])), "the value returned by body_fun")
+            if new_tree != tree:
+                raise TraceError(f"while_loop: body_fun returned a value of another structure than init_val "
+                                 f"(at {where})")
+            _check_types("while_loop", tree, [t.type for t in values[:n]], [t.type for t in new], where)
+            return condition(new), (new + [values[n] + 1] if indexed else new), []
+
+        start = carry + [as_tensor(np.int64(0))] if indexed else carry
+        if checkpoint_every is not None:
+            k = int(checkpoint_every)
+
+            def block(values: list[Tensor]) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+                def inner(v: list[Tensor]) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+                    go, new, _ = step(v[1:])
+                    return logical_and(go, v[0] + 1 < k), [v[0] + 1, *new], []
+                # the outer loop runs a block only while the condition holds: its first step always runs
+                done, _ = while_node(inner, as_tensor(np.array(True)), [as_tensor(np.int64(0)), *values], where)
+                return condition(done[1:]), done[1:], []
+            finals, _ = while_node(block, condition(start), start, where)
+        else:
+            finals, _ = while_node(step, condition(start), start, where)
+        return pytree.unflatten(tree, finals[:n])
+
+    return random.with_step_index(build)
 
 
 def while_node(step: Callable[[list[Tensor]], tuple[Tensor, list[Tensor], list[Tensor]]], first: Tensor,

@@ -17,6 +17,7 @@ from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
+from . import random
 from .activations import softplus
 from .basic import cast
 from .elementwise import _promote, equal, exp, greater_equal, less, logical_and, rsqrt, where
@@ -403,13 +404,19 @@ defop("batch_norm", infer=_batch_norm_infer, reference=_batch_norm_reference, lo
 
 
 # -- dropout -----------------------------------------------------------------------------------------
-def dropout(x, ratio: float = 0.5, training: bool = False, seed: int | None = None) -> Tensor:
+def dropout(x, ratio: float = 0.5, training: bool = False, seed: int | None = None, key=None) -> Tensor:
     """Zero each element with probability `ratio` and scale the rest by 1/(1 - ratio) (training only).
 
-    training=False returns x. In training the ONNX Dropout draws the mask at run time; `seed`
-    fixes its generator. The numpy reference evaluator draws its own mask from the seed (a
-    different stream from onnxruntime's), so numeric gradient checks need a seed. ratio=1 drops
-    everything: x * 0 (zeros, NaN where x is infinite or NaN, as PyTorch), with a zero gradient.
+    training=False returns x. In training the mask is drawn from a key where there is one: `key`
+    (an int64 scalar or vector Tensor, or an int; the mask is then a pure function of key, `seed`
+    (default 0) and the position), else the innermost gc.random_key context, which
+    gc.export_train_step opens with its step counter (each draw of a step then has its own
+    stream: `seed` names it, else its place in the trace). Such a mask is the same on every
+    runtime and on the numpy reference evaluator, and a resumed training run draws the masks
+    the uninterrupted run would have. Without a key the mask is ONNX Dropout's, drawn by the
+    runtime (`seed` fixes its generator; the reference evaluator draws its own mask from it, a
+    different stream from onnxruntime's). ratio=1 drops everything: x * 0 (zeros, NaN where x is
+    infinite or NaN, as PyTorch), with a zero gradient; ratio=0 with a key returns x.
     """
     x = _float(x)
     if not 0 <= ratio <= 1:
@@ -418,6 +425,11 @@ def dropout(x, ratio: float = 0.5, training: bool = False, seed: int | None = No
         return x
     if ratio == 1:
         return x * 0
+    if key is not None or random.active():
+        if ratio == 0:
+            return x
+        keep = random.keyed_mask(x, ratio, seed, key)
+        return x * (cast(keep, x.dtype) * np.asarray(1 / (1 - ratio), x.dtype))
     return apply_n("dropout", [x], ratio=float(ratio), seed=None if seed is None else int(seed))[0]
 
 

@@ -96,18 +96,21 @@ class AdaptiveSession:
     run_with_iobinding, get_inputs, get_outputs, get_providers (anything else is the first
     variant's). `make(threads, spin)` makes one variant's session; `clock` times the calls, in
     seconds, and `load` gives the other processes' CPU seconds so far, or None where unknown (a
-    test's stand-in sessions advance a fake clock, and its load is a fake too)."""
+    test's stand-in sessions advance a fake clock, and its load is a fake too). one_thread=False
+    leaves one thread out of the variants: every variant then computes the same numbers (ONNX
+    Runtime's matrix products split their sums differently for another thread count, which
+    changes their rounding), only how fast differs."""
 
     def __init__(self, make: Callable[[int, bool], Any], threads: int,
                  clock: Callable[[], float] = time.perf_counter,
-                 load: Callable[[], float | None] = other_cpu_seconds) -> None:
+                 load: Callable[[], float | None] = other_cpu_seconds, one_thread: bool = True) -> None:
         self._make, self._clock, self._load = make, clock, load
         self._reading = (clock(), load())     # the last reading of the other processes' load
         self._cores_used: float | None = None  # by the other processes, over the last LOAD_WINDOW
         self._cores_at_choice: float | None = None
         self._since_choice, self._moved = 0, False
         # the first choice, then the challengers in turn
-        self._variants = [Variant(threads, False), Variant(1, False), Variant(threads, True)]
+        self._variants = [Variant(threads, False), *([Variant(1, False)] if one_thread else []), Variant(threads, True)]
         first = self._variants[0]
         self._sessions: dict[Variant, Any] = {first: make(*first)}
         self._cold = {first}       # variants whose next run is untimed: a first run, or one after a shrink

@@ -168,13 +168,15 @@ def _check_structure(model, path: str) -> None:
         raise GcompileError(f"{path} is not a valid ONNX model ({first_line(err)})") from None
 
 
-def session(f: ModelFile, provider: str):
+def session(f: ModelFile, provider: str, fixed_threads: bool = False):
     """An onnxruntime session for an opened model file: from its verified bytes, with its external
     data handed over from the verified mappings. (An onnxruntime older than 1.29 cannot take those:
-    it reads the model and its data again from beside the model's path.)"""
+    it reads the model and its data again from beside the model's path.) fixed_threads: see
+    providers.make_session."""
     if f.external and not external_data_from_memory():
-        return make_session(os.path.abspath(f.path), provider, nodes=len(f.model.graph.node))
-    return make_session(f.data, provider, f.external, nodes=len(f.model.graph.node))
+        return make_session(os.path.abspath(f.path), provider, nodes=len(f.model.graph.node),
+                            fixed_threads=fixed_threads)
+    return make_session(f.data, provider, f.external, nodes=len(f.model.graph.node), fixed_threads=fixed_threads)
 
 
 def check_manifest(path, data: bytes, external: Mapping[str, Any] | None = None) -> None:

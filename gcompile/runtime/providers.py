@@ -131,7 +131,7 @@ def session_options(nodes: int | None = None, threads: int | None = None, spin: 
 
 
 def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] | None = None,
-                 nodes: int | None = None, threads: int | None = None):
+                 nodes: int | None = None, threads: int | None = None, fixed_threads: bool = False):
     """A session for serialised model bytes or a model path (a path lets onnxruntime find external data).
 
     `external` maps the external data locations a model given as bytes refers to onto their
@@ -140,7 +140,10 @@ def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] 
     shares the machine by design (a distributed worker passes its share); the environment
     variable GCOMPILE_THREADS sets it for every session. Otherwise, on the CPU of a machine with
     several cores, for model bytes of at most adaptive.ADAPT_MAX_NODES nodes and ADAPT_MAX_BYTES,
-    the session picks its thread count by timing itself (runtime/adaptive.py)."""
+    the session picks its thread count by timing itself (runtime/adaptive.py), unless
+    `fixed_threads`: then it only picks whether idle workers spin, so that its numbers never
+    depend on timing (ONNX Runtime's matrix products round differently with another thread
+    count; a training run must give the same steps whenever it runs)."""
     ort = onnxruntime()
     threads = threads or configured_threads()
 
@@ -158,7 +161,7 @@ def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] 
     size = len(model) + sum(len(v) for v in (external or {}).values()) if isinstance(model, bytes) else None
     if threads is None and provider == "cpu" and cores > 1 and nodes is not None and nodes <= ADAPT_MAX_NODES \
             and size is not None and size <= ADAPT_MAX_BYTES:
-        return AdaptiveSession(make, cores)
+        return AdaptiveSession(make, cores, one_thread=not fixed_threads)
     return make(threads)
 
 

@@ -34,6 +34,7 @@ from ..frontend.spec import spec
 from ..frontend.tensor import Tensor, recording_order
 from ..frontend.trace import Traced, argument_names, trace
 from ..gradients.engine import grad
+from ..ops.random import random_key
 from ..runtime.compiled import CompiledFunction, compile_traced
 from .layout import SKIPPED, StepLayout, check_finite
 from .optim import Optimizer, clip_by_global_norm, state_name
@@ -211,7 +212,8 @@ def trace_step(loss_fn: Callable, params: Params, optimizer: Optimizer, batch_sp
         batch = flat[bounds[4]:]
         names = list(params.values)
         tree = pytree.unflatten(params.tree, [leaves_by_name[n] for n in names])
-        result = loss_fn(tree, *batch, **{h: v for h, v in hyper.items() if h not in for_optimizer})
+        with random_key(count):   # dropout masks: a pure function of the step counter (ops/random.py)
+            result = loss_fn(tree, *batch, **{h: v for h, v in hyper.items() if h not in for_optimizer})
         loss, aux = _split(result, options.has_aux)
         trained = [leaves_by_name[n] for n in layout.params]
         grads = grad(loss, trained)
@@ -289,10 +291,13 @@ class TrainStep:
     def provider(self) -> str:
         return self.compiled.provider
 
-    def save(self, path: str | os.PathLike, **options: Any) -> None:
-        """Write the ONNX model to `path` atomically, as CompiledFunction.save (the layout
-        travels in the model's metadata)."""
-        self.compiled.save(path, **options)
+    def save(self, path: str | os.PathLike, target: str | None = None, **options: Any) -> None:
+        """Write the ONNX model to `path` atomically, as CompiledFunction.save (the layout travels in
+        the model's metadata), lowered for `target`: by default the model this step runs, so that a
+        Trainer of the file resumes a Trainer of this step bit for bit (docs/guide/training.md);
+        target="portable" for a file other runtimes run (docs/targets.md), whose plain forms round
+        differently from the ort-cpu target's."""
+        self.compiled.save(path, target=target or self.compiled.target, **options)
 
     def initial_state(self) -> tuple[dict, np.ndarray]:
         """(optimizer state, step counter) before the first step."""

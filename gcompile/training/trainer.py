@@ -48,7 +48,7 @@ def _opened(step: Any) -> Iterator[tuple[onnx.ModelProto, Any, str | None, Calla
     (modelfile.opened), and the session is made from those bytes."""
     if isinstance(step, (str, os.PathLike)):
         with modelfile.opened(step) as f:
-            yield f.model, None, None, functools.partial(modelfile.session, f)
+            yield f.model, None, None, functools.partial(modelfile.session, f, fixed_threads=True)
         return
     if isinstance(step, onnx.ModelProto):
         model, params, provider = step, None, None
@@ -59,7 +59,8 @@ def _opened(step: Any) -> Iterator[tuple[onnx.ModelProto, Any, str | None, Calla
         raise GcompileError(f"Trainer takes a compiled training step (gc.export_train_step), an onnx.ModelProto "
                             f"or the path of a saved training-step model, got {type(step).__name__}")
     nodes = len(model.graph.node)
-    yield model, params, provider, functools.partial(make_session, model.SerializeToString(), nodes=nodes)
+    yield model, params, provider, functools.partial(make_session, model.SerializeToString(), nodes=nodes,
+                                                     fixed_threads=True)
 
 
 class Trainer:

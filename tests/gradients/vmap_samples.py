@@ -132,6 +132,9 @@ SAMPLES: dict[str, Sample] = {
     "topk": Sample(lambda x: F.topk(x, 2, axis=0), [rand(B, 3, 4)], [0]),
     "transpose": Sample(lambda x: F.transpose(x, (2, 0, 1)), [rand(B, 2, 3, 4)], [0]),
     "vector_norm": Sample(lambda x: F.vector_norm(x, 3, axis=-1), [rand(B, 3, 4)], [0]),
+    # per-example keys (a shared key with batched values draws per example: tests/ops/test_random.py)
+    "dropout_mask": Sample(lambda k: F.dropout(np.linspace(1.0, 2.0, 12).reshape(3, 4), 0.4, training=True, key=k),
+                           [ints(1000, B, 2)], [0]),
     "cond": Sample(_branch, [rand(B, 3), rand(B, 3)], [0, 0]),
     "root": Sample(_root, [rand(B, 3)], [0]),
     "while": Sample(_halve, [rand(B, 3) * np.array([[1.0], [10.0], [100.0]]), np.array([1.0, 5.0, 0.1])], [0, 0]),

@@ -6,9 +6,10 @@ tests/portability/runtimes.py. They are chosen for the constructs they lower to:
 gradients of an MLP, a conv net (convolution, relu, max pooling) and a pair potential, loops (an
 LSTM's forward and reverse Scans; counted loops with nothing to scan over; a scan RNN's Hessian-
 vector product, over a symbolic number of steps, so its Scans sit in Ifs), batch norm and Adam in
-one training step, attention with layer norm and gelu, an imported ONNX model, grouped and
-depthwise convolutions' gradients (grouped transposed convolutions), and cumprod, sorting and
-pooling with ceil_mode. Sizes are small: the whole corpus runs on every runtime in seconds.
+one training step, dropout's keyed masks in a training step (in a loop too), attention with layer
+norm and gelu, an imported ONNX model, grouped and depthwise convolutions' gradients (grouped
+transposed convolutions), and cumprod, sorting and pooling with ceil_mode. Sizes are small: the
+whole corpus runs on every runtime in seconds.
 
 Outputs that differ between runtimes by design (cnn_bn_adam's conv1 bias) are listed in
 harness.LOOSE.
@@ -115,6 +116,26 @@ class ConvBN(nn.Module):
 def cnn_bn_adam(model, x, labels):
     """Cross-entropy of a conv / batch norm / max-pool net; the step updates the parameters with
     Adam and carries batch norm's running statistics."""
+    return F.softmax_cross_entropy(model(x), labels)
+
+
+# -- dropout in a training step: masks hashed from the step counter, the same on every runtime -------------------
+class DropoutRNN(nn.Module):
+    def __init__(self):
+        self.fc, self.mix = nn.Linear(6, 12, rng=rng), nn.Linear(12, 12, rng=rng)
+        self.drop, self.out = nn.Dropout(0.3), nn.Linear(12, 3, rng=rng)
+
+    def forward(self, x):
+        h = self.drop(F.relu(self.fc(x)))
+        h, _ = gc.scan(lambda h, _: (F.tanh(self.mix(self.drop(h))), None), h, None, length=3)
+        return self.out(h)
+
+
+@gc.export_train(params=DropoutRNN(), optimizer=gc.optim.SGD(0.1), x=gc.spec(("batch", 6)),
+                 labels=gc.spec(("batch",), "int64"))
+def dropout_train(model, x, labels):
+    """Cross-entropy of a net with dropout before and inside a three-step loop (keyed masks: a hash of
+    the step counter, the loop's step and the position in integer ops); one SGD step."""
     return F.softmax_cross_entropy(model(x), labels)
 
 

@@ -27,6 +27,7 @@ from ...errors import TraceError, UnsupportedError
 from ...frontend.source import user_location
 from ...frontend.tensor import Tensor, as_tensor
 from ...frontend.trace import trace_body
+from ...ops import random
 from ...ops.control import cond_node, scan, while_node
 from ..table import onnx_op
 
@@ -137,10 +138,12 @@ def _while(n, body, trips, cond, initial):
     if limit is not None:
         go = F.logical_and(go, limit > 0)
     n_state = len(initial)
+    loop = random.new_loop()
 
     def step(values):
         i, carry = values[0], values[1:]
-        outs = n.run_graph(body, [i, np.array(True), *carry])
+        with random.iteration(loop, i):   # the iteration number: one more word of the key of its draws
+            outs = n.run_graph(body, [i, np.array(True), *carry])
         if len(outs) < 1 + n_state:
             raise n.unsupported(f"its body gives {len(outs)} outputs for {n_state} carries and a condition")
         more = _scalar_of(outs[0], np.bool_)
