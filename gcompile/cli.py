@@ -369,12 +369,8 @@ def grad_command(model, wrt, of, loss, target, order, out_path, opset):
     """Write a standard-ONNX model returning MODEL's outputs and their gradients (grad_<name>)."""
     from .importer.grad import gradient_model
     from .runtime import modelfile
-    from .runtime.files import atomic_write
     proto = gradient_model(model, wrt, of=of, loss=loss, target=target, order=order, opset=opset)
-    try:
-        atomic_write(out_path, proto.SerializeToString())
-    except OSError as err:
-        raise GcompileError(f"cannot write {out_path}: {err.strerror or err}") from None
+    modelfile.save(proto, out_path)
     for key, values in (("inputs", modelfile.graph_inputs(proto)), ("outputs", proto.graph.output)):
         say(f"  {key:<8} " + ", ".join(map(modelfile.format_sig, modelfile.signature(values))))
     defaults = [v.name for v in modelfile.optional_inputs(proto)]

@@ -1,7 +1,11 @@
-"""Saved ONNX model files: loading and validating them, their input/output signatures, and
-running them once on checked feeds (what Trainer, `gcompile run` and `build --check` share).
+"""Saved ONNX model files: saving them sealed, loading and verifying them, their input/output
+signatures, and running them once on checked feeds (what Trainer, `gcompile run` and `build
+--check` share).
 
 Everything here works from the ONNX file alone, so it handles any model, not only gcompile's.
+A file gcompile wrote is verified against its own seal (lowering/seal.py) and, inside a
+build folder, against the build's manifest.json; files of other tools have no seal and load as
+they are.
 """
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ import numpy as np
 
 from ..errors import GcompileError, InputError, UnsupportedError, name_mismatch
 from ..ir.dims import astype_hint, bind, format_type
+from ..lowering import seal
+from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, external_data_versions, serialize
+from .files import folder_lock, write_files
 from .providers import PROVIDERS, external_data_from_memory, make_session
 
 MANIFEST = "manifest.json"
@@ -35,6 +42,29 @@ class ModelFile(NamedTuple):
     external: dict[str, Any]         # external data location -> its contents (verified; memory-mapped)
 
 
+def save(model, path, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD) -> None:
+    """Write `model` to `path`, sealed (lowering/seal.py), atomically. A model of
+    `external_data_threshold` bytes or more keeps its weights beside it in PATH.<hash>.data,
+    named by its content (lowering.serialize.external_data_name).
+
+    The .onnx and its data change together: both are written in full before either is renamed
+    into place, the data file first (under a new name, so the old .onnx keeps its own data), the
+    .onnx last; then the data files of earlier versions of PATH are removed. A failure or kill at
+    any point leaves the old pair or the new pair. Saves into one folder take its lock
+    (runtime.files.folder_lock) and wait for each other. A GcompileError naming the file when it
+    cannot be written (a full disk, no permission); the old file is then still there."""
+    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    data, weights, location = serialize(model, name, external_data_threshold)
+    files = [(location, weights)] if weights is not None and location is not None else []
+    try:
+        with folder_lock(folder, wait=True):
+            older = [n for n in external_data_versions(name, os.listdir(folder)) if n != location]
+            write_files(folder, files + [(name, data)], remove=older)
+    except OSError as err:
+        raise GcompileError(f"cannot save {os.fspath(path)}: {err.strerror or err}; the file there, if any, is "
+                            "unchanged") from None
+
+
 def load(path):
     """An onnx.ModelProto from `path` (see `opened`); its external weights are not loaded
     (describing and feeding a model needs only their shapes)."""
@@ -45,11 +75,9 @@ def load(path):
 @contextlib.contextmanager
 def opened(path) -> Iterator[ModelFile]:
     """The model file at `path` read once: its bytes, the model parsed from those very bytes, and
-    its external data files memory-mapped, all verified against the manifest.json beside it
-    (check_manifest), so what is checked is what runs: give `session` the result. The mappings
-    close on exit. A GcompileError for a missing, unreadable, corrupt or refused file or a missing
-    external data file."""
-    import onnx
+    its external data files memory-mapped, all verified (`verify`), so what is checked is what
+    runs: give `session` the result. The mappings close on exit. A GcompileError for a missing,
+    unreadable, corrupt or refused file or a missing external data file."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise GcompileError(f"{path}: no such file")
@@ -58,17 +86,28 @@ def opened(path) -> Iterator[ModelFile]:
             data = fh.read()
     except OSError as err:
         raise GcompileError(f"{path} cannot be read ({err.strerror or err})") from None
-    try:
-        model = onnx.load_from_string(data)
-    except Exception as err:
-        raise GcompileError(f"{path} is not a valid ONNX model ({first_line(err)})") from None
+    model = parse(path, data)
     folder = os.path.dirname(os.path.abspath(path))
     _refuse_stray_external_data(model, path)
     with contextlib.ExitStack() as stack:
         external = {loc: stack.enter_context(_mapped(path, folder, loc)) for loc in sorted(set(external_files(model)))}
-        check_manifest(path, data, external)
+        verify(path, data, model, external)
         _check_structure(model, path)
         yield ModelFile(path, data, model, external)
+
+
+def parse(path, data):
+    """The onnx.ModelProto in `data`, the bytes of the file at `path`, after checking them against
+    their seal where they have one (check_seal): a GcompileError naming the file for a damaged
+    file or bytes that do not parse."""
+    import onnx
+    sealed = check_seal(path, data)
+    try:
+        return onnx.load_from_string(data)
+    except Exception as err:
+        raise GcompileError(f"{os.fspath(path)} is not a valid ONNX model ({first_line(err)})"
+                            + (" although its gcompile seal holds: was it written by another tool?" if sealed else "")
+                            ) from None
 
 
 @contextlib.contextmanager
@@ -179,14 +218,59 @@ def session(f: ModelFile, provider: str, fixed_threads: bool = False):
     return make_session(f.data, provider, f.external, nodes=len(f.model.graph.node), fixed_threads=fixed_threads)
 
 
+def verify(path, data, model, external: Mapping[str, Any] | None = None) -> None:
+    """Refuse a model file that is not what gcompile wrote: checked against the manifest.json
+    beside it (check_manifest), and, for a sealed file (whose bytes `parse` checked), its external
+    data against the sha256 the sealed bytes record. `data` are the bytes the caller read (and
+    will use), `model` the model parsed from them, `external` maps its external data locations to
+    the contents the caller will use (None: those beside the file, read here). Every loader
+    (modelfile.opened, so Trainer(path) and the CLI, and gc.load_onnx) calls this after `parse`."""
+    check_manifest(path, data, external)
+    locations = sorted(set(external_files(model)))
+    if not locations or seal.read(data) is None:
+        return
+    path = os.fspath(path)
+    recorded = metadata_json(model, seal.EXTERNAL_KEY, path)
+    if not isinstance(recorded, dict) or sorted(recorded) != locations:
+        raise GcompileError(f"{path} is sealed by gcompile but does not record the sha256 of its external data "
+                            f"{', '.join(locations)} ({seal.EXTERNAL_KEY!r}): the file was not written by gcompile")
+    with contextlib.ExitStack() as stack:
+        if external is None:
+            folder = os.path.dirname(os.path.abspath(path))
+            external = {loc: stack.enter_context(_mapped(path, folder, loc)) for loc in locations}
+        for location in locations:
+            if hashlib.sha256(external[location]).hexdigest() != recorded[location]:
+                raise GcompileError(f"{path}: its external data file {location} is damaged: its sha256 differs from "
+                                    f"the one the sealed model records; the data file was truncated or changed after "
+                                    "it was written: restore it or save the model again")
+
+
+def check_seal(path, data) -> bool:
+    """Whether the bytes `data` of the file at `path` are sealed (lowering/seal.py); a
+    GcompileError naming the file where they differ from what they were sealed with."""
+    path = os.fspath(path)
+    try:
+        expected = seal.read(data)
+    except ValueError as err:
+        raise GcompileError(f"{path} is damaged: its gcompile seal ({seal.KEY!r}, the sha256 it was written "
+                            f"with) is broken ({err}); the file was truncated or changed after it was written: "
+                            "restore it or save it again") from None
+    if expected is None:
+        return False
+    if hashlib.sha256(memoryview(data)[seal.SIZE:]).hexdigest() != expected:
+        raise GcompileError(f"{path} is damaged: its content does not match the sha256 gcompile sealed it "
+                            f"with ({seal.KEY!r}); the file was truncated or changed after it was written: restore "
+                            "it or save it again")
+    return True
+
+
 def check_manifest(path, data: bytes, external: Mapping[str, Any] | None = None) -> None:
     """Refuse a model file (or its external data) that is not the file `gcompile build` wrote,
     when the manifest.json beside it lists it: a modified or swapped artifact is never loaded.
 
     `data` are the bytes of the .onnx the caller read (and will use); `external` maps external
     data locations to the contents the caller will use (others listed are hashed from disk). A
-    manifest that cannot be read, or is not a gcompile manifest, refuses every file beside it.
-    Every loader (modelfile.opened, Trainer(path), gc.load_onnx) calls this."""
+    manifest that cannot be read, or is not a gcompile manifest, refuses every file beside it."""
     path = os.fspath(path)
     folder, name = os.path.split(os.path.abspath(path))
     manifest_path = os.path.join(folder, MANIFEST)
