@@ -269,7 +269,7 @@ def test_corrupt_or_missing_onnx(built, tmp_path, command, content):
 def test_truncated_onnx(built, tmp_path):
     path = tmp_path / "cut.onnx"
     path.write_bytes((built / "curvature.onnx").read_bytes()[:150])
-    user_error(invoke("inspect", path), "cut.onnx", "not a valid ONNX model")
+    user_error(invoke("inspect", path), "cut.onnx", "is damaged", "truncated")
 
 
 def test_failed_build_keeps_previous_artifacts(model, built):

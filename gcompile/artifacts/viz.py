@@ -360,8 +360,5 @@ def write(path, sections: list[tuple[str, object]], title: str) -> None:
         text = render_dot(sections)
     else:
         raise GcompileError(f"cannot draw to {path!r}: the output must end in .svg, .html or .dot")
-    try:
-        atomic_write(path, text.encode())
-    except OSError as err:
-        raise GcompileError(f"cannot write {path!r}: {err.strerror or err}") from None
+    atomic_write(path, text.encode())
 

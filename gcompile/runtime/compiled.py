@@ -20,7 +20,7 @@ from ..lowering.lower import TARGET_KEY
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, serialize
 from ..lowering.targets import DEFAULT_TARGET, target_for_provider
 from . import modelfile
-from .providers import make_session, resolve_provider
+from .providers import external_data_from_memory, make_session, resolve_provider
 
 _ORT_TYPES = {f"tensor({name})": np.dtype(dt) for name, dt in [
     ("float", "float32"), ("double", "float64"), ("float16", "float16"), ("int64", "int64"), ("int32", "int32"),
@@ -35,16 +35,24 @@ def _ort_value_type():
 
 def load_session(serialized: Serialized, provider: str, nodes: int | None = None):
     """An onnxruntime session for a serialised model (of `nodes` nodes, when known) and, for a
-    model too large for one protobuf, its external data: onnxruntime reads that only from beside
-    a model path, so both go to a scratch folder first."""
+    model too large for one protobuf, its external data: handed over in memory, or, where the
+    installed onnxruntime reads it only from beside a model path, written to a scratch folder
+    with the model first."""
     data, weights, location = serialized
     if weights is None or location is None:
         return make_session(data, provider, nodes=nodes)
-    with tempfile.TemporaryDirectory(prefix="gcompile-") as folder:
-        for file_name, blob in ((location, weights), ("model.onnx", data)):
-            with open(os.path.join(folder, file_name), "wb") as f:
-                f.write(blob)
-        return make_session(os.path.join(folder, "model.onnx"), provider, nodes=nodes)
+    if external_data_from_memory():
+        return make_session(data, provider, {location: weights}, nodes=nodes)
+    try:
+        with tempfile.TemporaryDirectory(prefix="gcompile-") as folder:
+            for file_name, blob in ((location, weights), ("model.onnx", data)):
+                with open(os.path.join(folder, file_name), "wb") as f:
+                    f.write(blob)
+            return make_session(os.path.join(folder, "model.onnx"), provider, nodes=nodes)
+    except OSError as err:
+        raise GcompileError(f"cannot write the model to a scratch folder, where this onnxruntime reads its "
+                            f"external data from ({err.strerror or err}): free space in {tempfile.gettempdir()} or "
+                            "set TMPDIR") from None
 
 
 def non_finite(value: np.ndarray) -> str | None:

@@ -63,6 +63,8 @@ def save(model, path, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD) ->
     except OSError as err:
         raise GcompileError(f"cannot save {os.fspath(path)}: {err.strerror or err}; the file there, if any, is "
                             "unchanged") from None
+    except GcompileError as err:   # the folder cannot be created or locked
+        raise GcompileError(f"cannot save {os.fspath(path)}: {err}") from None
 
 
 def load(path):
