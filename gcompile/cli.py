@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 
 import click
 
@@ -45,6 +46,13 @@ _QUIET = click.option("-q", "--quiet", is_flag=True, help="errors only: print no
 _DEBUG = click.option("--debug", is_flag=True, help="show the Python traceback of an error")
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A Python warning raised while a command runs, as the command's other warnings: one line on
+    stderr (none with -q)."""
+    if not logs.quiet():
+        click.echo(f"warning: {message}", err=True)
+
+
 def _guarded(command):
     """Turn exceptions into the documented exit codes and one-paragraph messages; set the
     log level from -v/-q/--debug, given before the command (`gcompile -v build`) or after it
@@ -59,7 +67,9 @@ def _guarded(command):
         quiet = quiet or group.get("quiet", False)
         logs.configure(-1 if quiet else verbose + group.get("verbose", 0))
         try:
-            return command(*args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                return command(*args, **kwargs)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except GcompileError as err:

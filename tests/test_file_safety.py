@@ -154,6 +154,47 @@ def test_a_build_replaces_only_its_own_files(built, tmp_path):
     assert (tmp_path / "model.py").exists()
 
 
+def test_a_build_killed_before_removing_a_dropped_artifact_is_finished_by_the_next_build(built, tmp_path):
+    (tmp_path / "model.py").write_text(model_text(2.0, big=False))              # `big` is dropped, `other` is new
+    proc = build_in_subprocess(tmp_path, ("unlink", 1))     # killed after the manifest, at the first removal
+    assert proc.returncode == 9, proc.stderr
+    manifest = json.loads((built / "manifest.json").read_text())
+    assert {e["name"] for e in manifest["artifacts"]} == {"small", "other"} and (built / "big.onnx").exists()
+    with pytest.raises(gc.GcompileError, match="big.onnx was dropped from the build"):
+        gc.load_onnx(built / "big.onnx")
+    refused = CliRunner().invoke(main, ["inspect", str(built / "big.onnx")])
+    assert refused.exit_code == 2 and "dropped from the build" in refused.stderr, refused.output
+    assert CliRunner().invoke(main, ["inspect", str(built / "other.onnx")]).exit_code == 0
+    result = CliRunner().invoke(main, ["build", str(tmp_path / "model.py"), "-o", str(built)])
+    assert result.exit_code == 0, result.output
+    assert sorted(os.listdir(built)) == ["manifest.json", "notes.txt", "other.onnx", "small.onnx"]
+
+
+def test_a_file_put_where_a_dropped_artifact_was_is_the_users(built, tmp_path):
+    (tmp_path / "model.py").write_text(model_text(2.0, big=False))
+    assert build_in_subprocess(tmp_path, ("unlink", 1)).returncode == 9
+    (built / "big.onnx").write_bytes(b"the user's own big.onnx, put there after the interrupted build")
+    assert CliRunner().invoke(main, ["build", str(tmp_path / "model.py"), "-o", str(built)]).exit_code == 0
+    assert (built / "big.onnx").read_bytes().startswith(b"the user's own")
+    no_temporary_files(built)
+
+
+def test_loading_a_file_a_build_folder_does_not_list_warns_unless_it_is_sealed(built, tmp_path):
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "neg",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    (built / "theirs.onnx").write_bytes(model.SerializeToString())
+    with pytest.warns(UserWarning, match="theirs.onnx is in the build folder .* does not list it"):
+        gc.load_onnx(built / "theirs.onnx")
+    gc.compile(lambda x: -x, gc.spec((2,)), provider="cpu").save(built / "mine.onnx")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gc.load_onnx(built / "mine.onnx")                                         # its seal checks it
+
+
 def test_a_nested_lock_of_one_folder_is_refused(tmp_path):
     from gcompile.runtime.files import folder_lock
     nested = "already being written by this process"

@@ -17,6 +17,7 @@ import mmap
 import os
 import re
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -31,6 +32,10 @@ from .providers import PROVIDERS, external_data_from_memory, make_session
 
 MANIFEST = "manifest.json"
 MANIFEST_LIMIT = 16 * 1024 ** 2   # bytes; a build's manifest takes about 1 KiB per artifact
+# The files of earlier builds that a build removes once its manifest is in place, {name: sha256}:
+# written before that manifest and removed after them, so a build killed in between leaves the
+# list for the next build to finish (artifacts/build.py) and for loaders to refuse those files.
+REMOVING = ".gcompile-removing.json"
 RANDOM_FEED_LIMIT = 1024 ** 3     # bytes of random inputs random_feeds makes (for `build --check`)
 
 
@@ -287,6 +292,7 @@ def check_manifest(path, data: bytes, external: Mapping[str, Any] | None = None)
     if len(entries) > 1:
         raise GcompileError(f"{manifest_path} lists {name} {len(entries)} times; the manifest refused {path}")
     if not entries:
+        _check_unlisted(path, data, manifest_path)
         return
     _check_sha256(path, hashlib.sha256(data).hexdigest(), entries[0].get("sha256"), manifest_path)
     listed = entries[0].get("external_data")
@@ -310,6 +316,35 @@ def check_manifest(path, data: bytes, external: Mapping[str, Any] | None = None)
     _check_sha256(target, digest.hexdigest(), listed.get("sha256"), manifest_path)
 
 
+def _check_unlisted(path: str, data, manifest_path: str) -> None:
+    """A file beside a build's manifest that the manifest does not list is no artifact of that
+    build: refused where the build dropped it but was stopped before removing it (REMOVING lists
+    it), with a warning where nothing checks it (no seal), loaded where its seal does."""
+    folder, name = os.path.split(os.path.abspath(path))
+    if name in read_removing(folder):
+        raise GcompileError(f"{path} was dropped from the build in {folder} ({manifest_path} no longer lists it), "
+                            "but that build was stopped before removing it: the next build into the folder removes "
+                            "it; rebuild, or load an artifact the manifest lists")
+    if seal.read(data) is None:
+        warnings.warn(f"{path} is in the build folder {folder} but {manifest_path} does not list it: it is not an "
+                      "artifact of that build, and nothing checks it", stacklevel=4)
+
+
+def read_removing(folder) -> dict[str, str]:
+    """{file name: sha256} of the files a build into `folder` removes once its manifest is in place
+    (REMOVING); empty where there is none, or where it cannot be read (it names files to delete:
+    only plain names with a valid sha256 count)."""
+    try:
+        raw = _read_limited(os.path.join(os.fspath(folder), REMOVING))
+        listed = _parse_json(raw) if raw is not None else None
+    except ValueError:
+        return {}
+    if not isinstance(listed, dict):
+        return {}
+    return {n: h for n, h in listed.items() if isinstance(h, str) and re.fullmatch(r"[0-9a-f]{64}", h)
+            and n == os.path.basename(n) and n not in ("", ".", "..")}
+
+
 def _check_sha256(path: str, actual: str, expected: Any, manifest_path: str) -> None:
     if not isinstance(expected, str) or not re.fullmatch(r"[0-9a-f]{64}", expected):
         raise GcompileError(f"{manifest_path} records no valid sha256 for {os.path.basename(path)} (got "
@@ -331,6 +366,19 @@ def read_manifest(folder) -> dict | None:
 
 def _read_manifest(path: str) -> dict | None:
     """The manifest at `path` (None if there is none); ValueError saying what is wrong with it."""
+    raw = _read_limited(path)
+    if raw is None:
+        return None
+    manifest = _parse_json(raw)
+    artifacts = manifest.get("artifacts") if isinstance(manifest, dict) else None
+    if not isinstance(artifacts, list) or not all(isinstance(e, dict) for e in artifacts):
+        raise ValueError('not a gcompile manifest: expected an object whose "artifacts" is a list of objects')
+    return manifest
+
+
+def _read_limited(path: str) -> bytes | None:
+    """The bytes of the file at `path` (None if there is none), at most MANIFEST_LIMIT of them; a
+    ValueError saying what is wrong."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MANIFEST_LIMIT + 1)
@@ -340,11 +388,7 @@ def _read_manifest(path: str) -> dict | None:
         raise ValueError(err.strerror or str(err)) from None
     if len(raw) > MANIFEST_LIMIT:
         raise ValueError(f"larger than {MANIFEST_LIMIT} bytes")
-    manifest = _parse_json(raw)
-    artifacts = manifest.get("artifacts") if isinstance(manifest, dict) else None
-    if not isinstance(artifacts, list) or not all(isinstance(e, dict) for e in artifacts):
-        raise ValueError('not a gcompile manifest: expected an object whose "artifacts" is a list of objects')
-    return manifest
+    return raw
 
 
 def _parse_json(raw: str | bytes) -> Any:
