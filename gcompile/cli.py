@@ -245,7 +245,7 @@ def run(artifact, inputs, out_dir, provider):
         raise GcompileError(f"onnxruntime failed running {artifact}{failure}") from None
     say(f"ran {artifact} on {result['provider']} in {result['run_ms']:.1f} ms")
     for name, value in result["outputs"].items():
-        say(f"  {_printable(name)}: {format_type(value.dtype, value.shape)}  {_summary(value)}")
+        say(f"  {modelfile.printable(name)}: {format_type(value.dtype, value.shape)}  {_summary(value)}")
     if out_dir:
         _write_outputs(out_dir, result["outputs"])
 
@@ -275,11 +275,6 @@ def output_file_names(names: list[str]) -> list[str]:
 
 
 _RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
-
-
-def _printable(name: str) -> str:
-    """An output name as printed: quoted where it holds characters a terminal would interpret."""
-    return name if name.isprintable() and name else repr(name)
 
 
 def _write_outputs(out_dir: str, outputs: dict) -> None:
@@ -318,8 +313,9 @@ def inspect(artifact):
         if not logs.quiet():
             click.echo(f"warning: {err}", err=True)
     info = describe(model)
-    say(f"{artifact}: graph {model.graph.name!r}, producer {model.producer_name or '?'} "
-               f"{model.producer_version}, ir_version {info['ir_version']}, opset {info['opset']}")
+    producer = " ".join(modelfile.printable(t) for t in (model.producer_name or "?", model.producer_version) if t)
+    say(f"{artifact}: graph {model.graph.name!r}, producer {producer}, ir_version {info['ir_version']}, "
+        f"opset {info['opset']}")
     for key in ("inputs", "optional_inputs", "outputs"):
         if key in info:
             say("optional inputs (default: the initializer of the same name):" if key == "optional_inputs"
@@ -332,7 +328,7 @@ def inspect(artifact):
     say(f"nodes: {_orders(info)}")
     say("op histogram:")
     for op, count in op_histogram(model):
-        say(f"  {op:<24} {count}")
+        say(f"  {modelfile.printable(op):<24} {count}")
 
 
 @main.command()
@@ -385,7 +381,8 @@ def grad_command(model, wrt, of, loss, target, order, out_path, opset):
         say(f"  {key:<8} " + ", ".join(map(modelfile.format_sig, modelfile.signature(values))))
     defaults = [v.name for v in modelfile.optional_inputs(proto)]
     if defaults:
-        say(f"  defaults {', '.join(defaults)} (the model's own values; feed them to override)")
+        say(f"  defaults {', '.join(map(modelfile.printable, defaults))} (the model's own values; feed them to "
+            "override)")
     say(f"wrote {out_path}")
 
 

@@ -19,8 +19,9 @@ its bodies read from the outer scope (weights a loop step uses) are drawn as das
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
-from xml.sax.saxutils import escape
+from xml.sax import saxutils
 
 import onnx
 
@@ -171,8 +172,18 @@ def _boxes(model, types: dict[str, str]) -> tuple[dict[str, Box], list[tuple[str
     return boxes, edges
 
 
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")   # characters XML 1.0 cannot hold, escaped or not
+
+
+def escape(text: str) -> str:
+    """`text` as SVG and HTML text. Names and doc_strings come from the file, which may be hostile:
+    markup is escaped, and characters no XML document may hold (control characters, which would
+    make the whole drawing unreadable) become U+FFFD."""
+    return saxutils.escape(_NOT_XML.sub("\ufffd", text))
+
+
 def _attr(text: str) -> str:
-    return escape(text, {'"': "&quot;"})
+    return escape(text).replace('"', "&quot;")
 
 
 def _path(points: list[tuple[float, float]], dx: float, dy: float) -> str:
@@ -323,7 +334,10 @@ def render_html(sections: list[tuple[str, object]], title: str) -> str:
 
 
 def _dot_text(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    """`text` as a quoted Graphviz string: quotes and backslashes escaped, line breaks as \\n, and
+    other control characters (a NUL would end the string for Graphviz) as U+FFFD."""
+    text = _NOT_XML.sub("\ufffd", text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n"))
+    return '"' + text.replace("\r", "\ufffd") + '"'
 
 
 def render_dot(sections: list[tuple[str, object]]) -> str:

@@ -110,11 +110,62 @@ def parse(path, data):
     import onnx
     sealed = check_seal(path, data)
     try:
-        return onnx.load_from_string(data)
+        model = onnx.load_from_string(data)
     except Exception as err:
         raise GcompileError(f"{os.fspath(path)} is not a valid ONNX model ({first_line(err)})"
                             + (" although its gcompile seal holds: was it written by another tool?" if sealed else "")
                             ) from None
+    _check_text(model, os.fspath(path))
+    return model
+
+
+def _check_text(model, path: str) -> None:
+    """Make the free-text fields of `model` (doc_strings, node and graph names, the producer) str
+    and refuse any other string field (what names a value, an op, a domain, a metadata entry)
+    that is not UTF-8 text, naming where it is, at any depth (loop bodies, functions). ONNX says
+    every string is UTF-8; protobuf hands over bytes where one is not, which every command that
+    prints or draws the model would trip over. Text that does not decode shows U+FFFD."""
+    def text(message, *fields: str) -> None:
+        for field in fields:
+            value = getattr(message, field)
+            if value.__class__ is bytes:
+                setattr(message, field, value.decode("utf-8", errors="replace"))
+
+    def names(values, where: str, *index) -> None:   # where.format(*index) names the place, on error only
+        if bytes in map(type, values):
+            value = next(v for v in values if isinstance(v, bytes))
+            raise GcompileError(f"{path}: {where.format(*index)} holds {value[:60]!r}, which is not UTF-8 text as "
+                                "ONNX requires of names: the file is damaged or was not written as ONNX")
+
+    def nodes(items, where: str) -> None:
+        for i, node in enumerate(items):   # written for speed: models may hold 10^5 nodes
+            if node.name.__class__ is bytes or node.doc_string.__class__ is bytes:
+                text(node, "name", "doc_string")
+            if bytes in map(type, (node.op_type, node.domain, *node.input, *node.output)):
+                names((node.op_type, node.domain, *node.input, *node.output), "{}.node[{}]", where, i)
+            for attribute in node.attribute:
+                text(attribute, "doc_string")
+                names((attribute.name, attribute.ref_attr_name), "{}.node[{}].attribute", where, i)
+                for j, body in enumerate([attribute.g] if attribute.HasField("g") else attribute.graphs):
+                    graph(body, f"{where}.node[{i}].attribute[{attribute.name!r}].graph[{j}]")
+
+    def graph(g, where: str) -> None:
+        text(g, "name", "doc_string")
+        for field in ("input", "output", "value_info", "initializer"):
+            for i, value in enumerate(getattr(g, field)):
+                text(value, "doc_string")
+                names((value.name, *(x for e in getattr(value, "external_data", ()) for x in (e.key, e.value))),
+                      "{}.{}[{}]", where, field, i)
+        nodes(g.node, where)
+
+    text(model, "producer_name", "producer_version", "domain", "doc_string")
+    names([x for e in model.metadata_props for x in (e.key, e.value)], "a metadata entry")
+    names([o.domain for o in model.opset_import], "an opset domain")
+    graph(model.graph, "graph")
+    for i, function in enumerate(model.functions):
+        text(function, "doc_string")
+        names((function.name, function.domain, *function.input, *function.output), "functions[{}]", i)
+        nodes(function.node, f"functions[{i}]")
 
 
 @contextlib.contextmanager
@@ -487,8 +538,14 @@ def signature(values) -> list[dict]:
 
 
 def format_sig(entry: dict) -> str:
-    """'name: dtype[shape]' for one signature() entry."""
-    return f"{entry['name']}: {format_type(np.dtype(entry['dtype']), tuple(entry['shape']))}"
+    """'name: dtype[shape]' for one signature() entry (the name quoted where it is not plain text)."""
+    return f"{printable(entry['name'])}: {format_type(np.dtype(entry['dtype']), tuple(entry['shape']))}"
+
+
+def printable(text: str) -> str:
+    """`text` as a terminal shows it safely: as it is where every character is printable, else
+    quoted with the others escaped (a name in a file may hold escape sequences or line breaks)."""
+    return text if text.isprintable() and text else repr(text)
 
 
 def graph_inputs(model) -> list:
