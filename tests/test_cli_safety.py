@@ -436,3 +436,54 @@ def test_hostile_strings_are_drawn_as_text_and_never_reach_the_terminal_raw(tmp_
     page.feed((tmp_path / "d.html").read_text())
     assert "script" not in {tag for tag, _ in page.found} and not [a for _, a in page.found if a]
     assert "\x00" not in (tmp_path / "d.dot").read_text()
+
+
+# -- damaged files of other tools (no seal): every command answers 0 or 2, never an internal error -----------------
+def unsealed_models():
+    """A model with a loop and one with initializers and a symbolic batch, as another tool would
+    save them (no seal: damage reaches the parser and every command's own reading)."""
+    import gcompile.functions as F
+
+    def running_sum(x):
+        def body(c, xi):
+            c = F.tanh(c + xi)
+            return c, c * 2.0
+        return F.sum(gcompile.scan(body, x[0], x)[1])
+    w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(3, 8)
+    return {"scan": (gcompile.compile(running_sum, gcompile.spec((4, 3)), provider="cpu"), (4, 3)),
+            "dense": (gcompile.compile(lambda x: F.tanh(x @ w) + F.sum(x), gcompile.spec(("batch", 3)),
+                                       provider="cpu"), (2, 3))}
+
+
+@pytest.mark.parametrize("name", ["scan", "dense"])
+def test_damaged_files_of_other_tools_are_exit_0_or_2_for_every_command(tmp_path, name):
+    compiled, shape = unsealed_models()[name]
+    data = compiled.model_for("portable").SerializeToString()
+    np.save(tmp_path / "x.npy", np.ones(shape, np.float32))
+    commands = {"inspect": [], "run": ["-i", f"x={tmp_path / 'x.npy'}"], "viz": ["-o", tmp_path / "d.html"]}
+    internal = []
+    for offset in range(0, len(data), 11):
+        for what, copy in ((f"bit flipped at {offset}", flip(data, offset)), (f"cut at {offset}", data[:offset])):
+            (tmp_path / "m.onnx").write_bytes(copy)
+            for command, args in commands.items():
+                result = invoke(command, tmp_path / "m.onnx", *args)
+                if result.exit_code not in (0, 2):
+                    internal.append((what, command, result.output[-200:]))
+    assert internal == []
+
+
+def flip(data: bytes, offset: int) -> bytes:
+    out = bytearray(data)
+    out[offset] ^= 1 << (offset * 5 % 8)
+    return bytes(out)
+
+
+def test_an_initializer_of_an_unknown_element_type_is_drawn():
+    """viz exited 1 (KeyError) on an initializer whose data_type no onnx knows (a damaged file)."""
+    from gcompile.artifacts.viz import tensor_types
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [2], [1.0, 2.0])]))
+    model.graph.initializer[0].data_type = 71
+    assert tensor_types(model)["w"] == "type 71(2,)"

@@ -84,7 +84,10 @@ def tensor_types(model) -> dict[str, str]:
             shapes[value.name], dtypes[value.name] = tuple(sig["shape"]), sig["dtype"]
     for t in model.graph.initializer:
         shapes[t.name] = tuple(t.dims)
-        dtypes[t.name] = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name
+        try:
+            dtypes[t.name] = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name
+        except KeyError:   # an element type this onnx does not know (a damaged or newer file)
+            dtypes[t.name] = f"type {t.data_type}"
     named = _name_unknown_dims(inferred, shapes)
     return {name: f"{dtypes[name]}{format_shape(tuple(named.get(d, d) for d in shape))}"
             for name, shape in shapes.items()}

@@ -611,7 +611,11 @@ def check_feeds(model, feeds: dict) -> dict[str, np.ndarray]:
         takes = ", ".join(format_sig(e) for e in signature(inputs)) or "no required inputs"
         if optional:
             takes += "; optional: " + ", ".join(format_sig(e) for e in signature(optional))
-        raise InputError(f"inputs do not match the model: {'; '.join(parts)} (the model takes {takes})")
+        groups = [n for n in extra if any(m.startswith(n + ".") for m in missing)]
+        hint = f"; {groups[0]!r} names a group of inputs ({groups[0]}.<name>: a module's weights, a dict's " \
+               f"entries): feed them from one state dict file (gcompile run: -i {groups[0]}=weights.npz, as " \
+               "Module.save writes)" if groups else ""
+        raise InputError(f"inputs do not match the model: {'; '.join(parts)} (the model takes {takes}){hint}")
     bound: dict[str, tuple[int, str]] = {}
     return {v.name: check_value(f"input {v.name!r}", feeds[v.name], _dtype(v), _dims(v), bound)
             for v in inputs + [v for v in optional if v.name in feeds]}
