@@ -511,3 +511,22 @@ def test_a_save_on_a_full_disk_does_not_keep_the_folder_locked_once_space_is_bac
             saver.kill()
     assert out == "saved\n" and saver.returncode == 0, err
     assert gc.load_onnx(tmp_path / "m.onnx") is not None
+
+
+@pytest.mark.parametrize("command", ["run-out", "viz", "grad"])
+def test_a_full_disk_at_any_moment_of_a_writing_command_is_exit_2(tmp_path, monkeypatch, command):
+    gc.compile(lambda x: x * 2.0, gc.spec((2,)), provider="cpu").save(tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", np.ones(2, np.float32))
+    target = tmp_path / "target"
+    args = {"run-out": ["run", tmp_path / "m.onnx", "-i", f"x={tmp_path / 'x.npy'}", "-o", target],
+            "viz": ["viz", tmp_path / "m.onnx", "-o", target / "d.svg"],
+            "grad": ["grad", tmp_path / "m.onnx", "--wrt", "x", "-o", target / "g.onnx"]}[command]
+
+    def check(disk, result):
+        if result.exit_code != 0:
+            assert result.exit_code == 2 and "No space left on device" in result.stderr, (disk.n, result.output)
+        if target.exists():
+            assert lock_is_free(target), disk.n
+            no_temporary_files(target)
+    invoke = CliRunner().invoke
+    assert each_disk_full_moment(monkeypatch, lambda: invoke(main, [str(a) for a in args]), check) >= 3
