@@ -337,8 +337,10 @@ def _write_outputs(out_dir: str, outputs: dict) -> None:
 def inspect(artifact):
     """Show ARTIFACT's inputs, outputs, opset, op histogram and node counts per gradient order."""
     from .artifacts.describe import describe, op_histogram
+    from .lowering import seal
     from .runtime import modelfile
-    model = modelfile.load(artifact)
+    with modelfile.opened(artifact) as opened:
+        model, sealed = opened.model, seal.read(opened.data) is not None
     try:
         modelfile.check_runnable(model, artifact)
     except GcompileError as err:   # still worth inspecting: say why it will not run, then describe it
@@ -358,6 +360,8 @@ def inspect(artifact):
     say(f"initializers: {len(model.graph.initializer)} ({info['parameters']} values)"
                + (f", external data in {', '.join(external)}" if external else ""))
     say(f"nodes: {_orders(info)}")
+    say("integrity: sealed by gcompile, its sha256 checked" if sealed else
+        "integrity: no gcompile seal (written by another tool, or saved again by one)")
     say("op histogram:")
     for op, count in op_histogram(model):
         say(f"  {modelfile.printable(op):<24} {count}")

@@ -179,6 +179,18 @@ def test_a_file_put_where_a_dropped_artifact_was_is_the_users(built, tmp_path):
     no_temporary_files(built)
 
 
+def test_a_hostile_removal_list_never_reaches_other_files(built, tmp_path):
+    (tmp_path / "mine.txt").write_text("outside the build folder")
+    listed = {name: hashlib.sha256(data).hexdigest() for name, data in
+              [("../mine.txt", b"outside the build folder"), ("notes.txt", b"the user's own file")]}
+    (built / ".gcompile-removing.json").write_text(json.dumps({**listed, "small.onnx": "not a sha256", "x": 5}))
+    assert CliRunner().invoke(main, ["build", str(tmp_path / "model.py"), "-o", str(built)]).exit_code == 0
+    assert (tmp_path / "mine.txt").exists() and (built / "notes.txt").exists() and (built / "small.onnx").exists()
+    no_temporary_files(built)
+    (built / ".gcompile-removing.json").write_bytes(b"[not json")
+    assert CliRunner().invoke(main, ["inspect", str(built / "small.onnx")]).exit_code == 0
+
+
 def test_loading_a_file_a_build_folder_does_not_list_warns_unless_it_is_sealed(built, tmp_path):
     from onnx import TensorProto, helper
     graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "neg",

@@ -148,7 +148,9 @@ def test_files_of_other_tools_and_resaved_files_load_unchecked(saved, tmp_path):
     resaved.doc_string = "edited by another tool"
     onnx.save(resaved, tmp_path / "resaved.onnx")
     gc.load_onnx(tmp_path / "resaved.onnx")
-    assert CliRunner().invoke(main, ["inspect", str(tmp_path / "resaved.onnx")]).exit_code == 0
+    described = CliRunner().invoke(main, ["inspect", str(tmp_path / "resaved.onnx")])
+    assert described.exit_code == 0 and "integrity: no gcompile seal" in described.stdout
+    assert "integrity: sealed by gcompile" in CliRunner().invoke(main, ["inspect", str(saved / "predict.onnx")]).stdout
 
 
 def test_build_and_grad_outputs_are_sealed_and_keep_protecting_themselves_when_copied(tmp_path):
