@@ -35,7 +35,7 @@ from ..errors import GcompileError, InputError, UnsupportedError
 from ..frontend.spec import Spec, spec
 from ..frontend.tensor import Tensor, current_frame
 from ..ir.dims import astype_hint, dtype_name, format_shape
-from ..runtime.modelfile import check_manifest, external_data_file
+from ..runtime.modelfile import external_data_file, parse, verify
 from .inline import Inliner
 from .table import np_dtype
 from .validate import check_model, declared_bytes, size_mismatch, tensor_array
@@ -50,7 +50,7 @@ def load_onnx(model: str | os.PathLike | bytes | bytearray | onnx.ModelProto) ->
     Initializers stored as external data are read from files beside the model (give its path);
     a location outside the model's folder (absolute, `..`, or a symlink out) is refused. Where
     a gcompile build's manifest.json beside the model lists it, the file and its external data
-    must have the sha256 the manifest records.
+    must have the sha256 the manifest records; a file gcompile saved must match its own seal.
     """
     folder = None                # where external data is read from: beside a model given by its path
     if isinstance(model, onnx.ModelProto):
@@ -68,8 +68,8 @@ def load_onnx(model: str | os.PathLike | bytes | bytearray | onnx.ModelProto) ->
             data = fh.read()
         if not data:
             raise GcompileError(f"{source}: the file is empty (0 bytes), not an ONNX model")
-        check_manifest(source, data)
-        proto = _parse(lambda: onnx.load_from_string(data), source)
+        proto = parse(source, data)
+        verify(source, data, proto)
         folder = os.path.dirname(os.path.abspath(source))
     else:
         raise GcompileError(f"load_onnx takes a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
