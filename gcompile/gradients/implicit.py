@@ -36,7 +36,7 @@ from ..ir import dims
 from ..ir.graph import Graph
 from ..ir.registry import supply_vjp
 from ..ops.control import while_loop
-from ..ops.solvers import solve
+from ..ops.solvers import MAX_SOLVE_SIZE, solve
 from .engine import grad
 from .transforms import jvp, vjp
 
@@ -79,6 +79,16 @@ def _operands(what: str, x0: Any, params: tuple, adjoint: str, jacobian: bool,
     return where, x0, [as_tensor(p) for p in params]
 
 
+def _dense_solvable(what: str, x: Tensor, where: str) -> None:
+    """Refuse, pointing at adjoint='iterative', an x with more elements than the dense solve takes."""
+    n = int(np.prod(x.shape))
+    if n > MAX_SOLVE_SIZE:
+        raise ShapeError(f"{what}: x is {x.type}, {n} unknowns; the dense solve with ∂g/∂x (adjoint='dense', and "
+                         f"custom_root's default Newton solver with it) is written out for at most {MAX_SOLVE_SIZE}. "
+                         "Pass adjoint='iterative': conjugate gradients with products by ∂g/∂x and its transpose, "
+                         f"no matrix, for any size (at {where})")
+
+
 def _settled(residual: Tensor, tol: float) -> Tensor:
     """residual <= tol, as a scalar that is false for NaN, cut from the gradient."""
     return F.stop_gradient(F.less_equal(residual, tol))
@@ -117,6 +127,8 @@ def custom_root(g: Callable[..., Any], x0: Any, *params: Any,
         return as_tensor(g(x, *args))
     steps = None
     if solver is None:
+        if not iterative:
+            _dense_solvable("custom_root", x0, where)
         x_star, steps = newton(h, x0, tol, max_steps, krylov_steps=adjoint_steps if iterative else None,
                                return_steps=True)
     else:
@@ -261,6 +273,8 @@ def _root_vjp(grads, inputs, outputs, *, body: Graph, x_index: int, source: str,
     wrt = [i for i, t in enumerate(inputs) if i != x_index and t.dtype.kind == "f"]
     if x_bar is None or not wrt:
         return result
+    if adjoint == "dense":
+        _dense_solvable("the implicit gradient", inputs[x_index], source)
 
     def partials(v: list[Tensor]) -> list[Tensor]:
         ins, seed = v[:-1], v[-1]

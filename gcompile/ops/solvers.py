@@ -43,7 +43,8 @@ def _square(types, what: str):
     if a.shape[-1] > MAX_SOLVE_SIZE:
         raise UnsupportedError(f"{what}: matrices of size {a.shape[-1]} are beyond the unrolled solver's bound "
                                f"({MAX_SOLVE_SIZE}): ONNX has no matrix solver op, and gcompile writes the "
-                               "elimination out step by step")
+                               "elimination out step by step. A large system solved for gc.custom_root or "
+                               "gc.fixed_point takes adjoint='iterative' (conjugate gradients, no matrix)")
     return a
 
 

@@ -322,6 +322,26 @@ def test_custom_root_iterative_solves_newton_steps_without_a_jacobian():
     assert small == large
 
 
+def test_a_dense_solve_over_more_unknowns_than_the_solver_takes_points_at_the_iterative_adjoint():
+    """x of 40 elements: the dense solve (J one VJP per element, Gauss-Jordan written out) stops at
+    MAX_SOLVE_SIZE unknowns; the refusal used to come from deep in the gradient's solve, naming a matrix
+    the user never made. It now names x and adjoint='iterative', which works (a forward-only fixed_point
+    of that size is fine: only its gradient solves)."""
+    b = RNG.standard_normal(40) * 0.5
+    x = np.zeros(40)
+    for _ in range(200):
+        x = 0.5 * np.tanh(x) + b
+    cases = [(gc.fixed_point, lambda x, b: 0.5 * F.tanh(x) + b), (gc.custom_root, lambda x, b: x - 0.5 * F.tanh(x) - b)]
+    for solve, f in cases:
+        def slope(b, solve=solve, f=f, **options):
+            return gc.grad(F.sum(solve(f, F.zeros_like(b), b, **options)), [b])[0]
+        with pytest.raises(gc.errors.ShapeError, match="40 unknowns.*at most 32. Pass adjoint='iterative'"):
+            trace(slope, [b])
+        g = evaluate(trace(lambda b, slope=slope: slope(b, adjoint="iterative", tol=1e-12), [b]).graph, [b])[0]
+        np.testing.assert_allclose(g, 1 / (1 - 0.5 / np.cosh(x) ** 2), rtol=1e-9)     # dx/db, elementwise
+    trace(lambda b: gc.fixed_point(cases[0][1], F.zeros_like(b), b), [b])
+
+
 def test_return_info_says_at_run_time_whether_the_solve_converged():
     """fixed_point and custom_root stopped by max_steps return their last iterate; return_info=True adds a
     RootInfo whose `converged` is decided at run time: one compiled function converges for one input and not
