@@ -3,9 +3,9 @@ no kernel for them.
 
 ONNX allows each op a set of element types (its schema's type constraints), and ONNX Runtime's
 CPU provider implements a subset of those: 1.31 has no int16 Max, Min, Where, ArgMax, ArgMin or
-Pad, no bool Where, no int8, int16 or uint8 Einsum, no uint8 CumSum, and no float16 or bool ScatterElements
-with a reduction; an op's lowering may also meet a dtype its ONNX op does not allow at all
-(ReduceSum and MatMul take no int8, int16 or bool; Neg no uint8). LowerContext.emit asks
+Pad, no bool Where, no int8, int16 or uint8 Einsum, no uint8 CumSum, no uint64 sum or product,
+and no float16 or bool ScatterElements with a reduction; an op's lowering may also meet a dtype
+its ONNX op does not allow at all (ReduceSum and MatMul take no int8, int16 or bool; Neg no uint8). LowerContext.emit asks
 `widening` before it emits a node: where the node's dtype is missing, its operands of that dtype
 are cast to the first wider dtype that has a kernel and its results cast back. That is exact:
 int8, int16 and uint8 values are int32 values, and integer arithmetic wraps the same way once
@@ -42,6 +42,8 @@ MISSING: dict[str, tuple[frozenset[np.dtype], Callable[[dict], bool]]] = {
     "Pad": (frozenset({_dtype("int16")}), _ALWAYS),
     "Einsum": (frozenset({_dtype("int8"), _dtype("int16"), _dtype("uint8")}), _ALWAYS),
     "CumSum": (frozenset({_dtype("uint8"), _dtype("uint32"), _dtype("uint64")}), _ALWAYS),
+    "ReduceSum": (frozenset({_dtype("uint32"), _dtype("uint64")}), _ALWAYS),     # sums of unsigned ints (numpy's)
+    "ReduceProd": (frozenset({_dtype("uint32"), _dtype("uint64")}), _ALWAYS),
     "Pow": (frozenset({_dtype("int8"), _dtype("int16"), _dtype("uint8")}), _ALWAYS),   # as an exponent too
     # ONNX Runtime's optimizer rewrites an int16 Clip whose bounds are equal into an int16 Where
     "Clip": (frozenset({_dtype("int16")}), _ALWAYS),
