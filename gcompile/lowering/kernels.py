@@ -5,9 +5,10 @@ ONNX allows each op a set of element types (its schema's type constraints), and 
 CPU provider implements a subset of those: 1.31 has no int16 Max, Min, Where, ArgMax, ArgMin or
 Pad, no bool Where, no int8, int16 or uint8 Einsum, no uint8 CumSum, no uint64 sum or product,
 and no float16 or bool ScatterElements with a reduction; an op's lowering may also meet a dtype
-its ONNX op does not allow at all (ReduceSum and MatMul take no int8, int16 or bool; Neg no uint8). LowerContext.emit asks
-`widening` before it emits a node: where the node's dtype is missing, its operands of that dtype
-are cast to the first wider dtype that has a kernel and its results cast back. That is exact:
+its ONNX op does not allow at all (ReduceSum and MatMul take no int8, int16 or bool; Neg no
+uint8). LowerContext.emit asks `widening` before it emits a node: where the node's dtype is
+missing, its operands of that dtype are cast to the first wider dtype that has a kernel and its
+results cast back. That is exact:
 int8, int16 and uint8 values are int32 values, and integer arithmetic wraps the same way once
 the result is cast back (ONNX Runtime's narrowing Cast keeps the low bits); bool values are 0 and
 1 (cast back, anything nonzero is true); a float16 operation computed in float32 and rounded once
