@@ -327,9 +327,12 @@ def _constant_of_shape(n, shape):
 
 @onnx_op("Range", symbolic=True)
 def _range(n, start, limit, delta):
-    if any(isinstance(v, Tensor) for v in (start, limit, delta)):
-        raise n.unsupported("Range whose bounds are computed at run time from data has a data-dependent length "
-                            "(refused); its bounds must be constants or sizes of the inputs")
+    data = [name for name, v in zip(("start", "limit", "delta"), (start, limit, delta)) if isinstance(v, Tensor)]
+    if data:
+        raise n.unsupported(f"its bounds must be known at import time (constants, initializers, or sizes of the "
+                            f"inputs computed from their shapes), but its {' and '.join(data)} "
+                            f"{'is' if len(data) == 1 else 'are'} computed at run time from data, which would make "
+                            "the length of its output depend on the data (refused)")
     if any(isinstance(v, SymInts) for v in (start, limit, delta)):
         return _symbolic_range(n, start, limit, delta)
     start, limit, delta = (v.reshape(-1)[0] for v in (start, limit, delta))
@@ -357,8 +360,8 @@ def _symbolic_range(n, start, limit, delta) -> Tensor:
     except NotSymbolic:
         pass
     if length is None or not sizes.is_dim(length):
-        raise n.unsupported(f"Range from {bounds[0]} to {bounds[1]} by {bounds[2]}: its length over symbolic dims must "
-                            "be a product of dims (a constant step dividing the span)"
+        raise n.unsupported(f"Range from {bounds[0]} to {bounds[1]} by {bounds[2]}: its length must be known at import "
+                            "time as a product of the model's dims (a constant step dividing the span)"
                             + ("" if length is None else f", but it is {length}"))
     values = F.arange(length, 0, step, dtype)
     if isinstance(first, int):
