@@ -14,9 +14,10 @@ import numpy as np
 
 from ... import functions as F
 from ...ir import dims
+from ...ops.indexing import slice_axes
 from ...ops.linalg import _LETTERS as EINSUM_LETTERS
 from ...ops.linalg import _canonical as canonical_einsum
-from ...ops.shape_rules import normalize_axis
+from ...ops.shape_rules import normalize_axes, normalize_axis
 from ..table import onnx_op, require_float, scalar_like
 from .shape import one_hot_mask
 
@@ -38,6 +39,11 @@ def _gemm(n, a, b, c=None):
     if c is not None and beta != 0.0:
         y = y + (c if beta == 1.0 else c * scalar_like(beta, y))
     return y
+
+
+@onnx_op("Det")
+def _det(n, x):
+    return F.det(require_float(n, x))
 
 
 @onnx_op("Einsum")
@@ -75,8 +81,15 @@ def _softmax(fn):
     return translate
 
 
+def _hardmax(x, axis):
+    """1 at the first maximum along the axis, 0 elsewhere (constant in x: no gradient flows)."""
+    size = x.shape[axis]
+    return F.one_hot(F.argmax(x, axis), size, axis=axis, dtype=x.dtype)
+
+
 onnx_op("Softmax")(_softmax(F.softmax))
 onnx_op("LogSoftmax")(_softmax(F.log_softmax))
+onnx_op("Hardmax")(_softmax(_hardmax))
 
 
 # -- normalisation -------------------------------------------------------------------------------------------
@@ -148,6 +161,31 @@ def _lp_normalization(n, x):
     norm = F.sum(F.abs(x), axis, keepdims=True) if p == 1 else F.sqrt(F.sum(x * x, axis, keepdims=True))
     zero = F.equal(norm, scalar_like(0, norm))
     return F.where(zero, scalar_like(0, x), x / F.where(zero, scalar_like(1, norm), norm))
+
+
+@onnx_op("MeanVarianceNormalization")
+def _mean_variance_normalization(n, x):
+    """(x - E x) / (sqrt(E (x - E x)²) + 1e-9) over `axes` (ONNX's function adds the 1e-9 after the root)."""
+    x = require_float(n, x)
+    _, xc, var = _moments(x, normalize_axes(n.attr("axes", [0, 2, 3]), x.ndim))
+    return xc / (F.sqrt(var) + scalar_like(1e-9, var))
+
+
+@onnx_op("LRN")
+def _lrn(n, x):
+    """x / (bias + alpha/size · Σ x²)^beta, the sum over the channels c - ⌊(size-1)/2⌋ .. c + ⌈(size-1)/2⌉
+    that exist: the squares padded with zeros along axis 1 and summed over `size` shifted slices."""
+    x = require_float(n, x)
+    size = n.attr("size")
+    channels = x.shape[1]
+    if not isinstance(channels, int):
+        raise n.unsupported(f"LRN over a symbolic number of channels {channels!r}")
+    before = (size - 1) // 2
+    squares = F.pad(x * x, ((0, 0), (before, size - 1 - before)) + ((0, 0),) * (x.ndim - 2))
+    total = F.add_n([slice_axes(squares, (1,), (i,), (i + channels,), (1,)) for i in range(size)]) if size > 1 \
+        else squares
+    alpha, beta, bias = n.attr("alpha", 1e-4), n.attr("beta", 0.75), n.attr("bias", 1.0)
+    return x / F.power(total * scalar_like(alpha / size, x) + scalar_like(bias, x), scalar_like(beta, x))
 
 
 @onnx_op("RMSNormalization")

@@ -1,4 +1,4 @@
-"""ONNX translators for reductions (ReduceSum ... ReduceLogSumExp, ArgMax, ArgMin) and CumSum.
+"""ONNX translators for reductions (ReduceSum ... ReduceLogSumExp, ArgMax, ArgMin), CumSum and CumProd.
 
 Each translator writes the ONNX op's semantics with gcompile ops, so the imported graph
 differentiates to any order through the existing VJP rules. ArgMax and ArgMin (integer results, no
@@ -72,9 +72,10 @@ def _arg_extremum(n, x):
     return F.min(F.where(hit, position, np.int64(np.iinfo(np.int64).max)), axis, keepdims=keep)
 
 
-# -- running sums ---------------------------------------------------------------------------------------------
-@onnx_op("CumSum")
-def _cumsum(n, x, axis):
+# -- running sums and products ------------------------------------------------------------------------------
+@onnx_op("CumSum", "CumProd")
+def _cumulative(n, x, axis):
     axis = normalize_axis(int(n.known(axis, "axis").reshape(-1)[0]), x.ndim)
-    total = F.cumsum(x, axis, reverse=bool(n.attr("reverse", 0)), exclusive=bool(n.attr("exclusive", 0)))
-    return F.cast(total, x.dtype)   # F.cumsum widens small ints as numpy does; ONNX keeps the dtype
+    scan = F.cumsum if n.op_type == "CumSum" else F.cumprod
+    total = scan(x, axis, reverse=bool(n.attr("reverse", 0)), exclusive=bool(n.attr("exclusive", 0)))
+    return F.cast(total, x.dtype)   # F's scans widen small ints as numpy does; ONNX keeps the dtype
