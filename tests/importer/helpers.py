@@ -31,12 +31,12 @@ def mlp_model(dtype=np.float32, seed=0):
 
 
 def single_node(op_type, inputs, n_outputs=1, opset=21, **attrs):
-    """A one-node model: float arrays in `inputs` (a list of (name, array)) become graph inputs,
-    integer ones initializers (as exporters write axes, targets of a fixed batch, ...); None skips
-    an optional input."""
-    names = [name if value is not None else "" for name, value in inputs]
-    floats = [(name, v) for name, v in inputs if v is not None and v.dtype.kind == "f"]
-    ints = [(name, v) for name, v in inputs if v is not None and v.dtype.kind != "f"]
+    """A one-node model: float arrays in `inputs` (a list of (name, array), or (name, array, "const")
+    for a float initializer) become graph inputs, integer ones initializers (as exporters write axes,
+    targets of a fixed batch, ...); None skips an optional input."""
+    names = [entry[0] if entry[1] is not None else "" for entry in inputs]
+    floats = [(name, v) for name, v, *const in inputs if v is not None and v.dtype.kind == "f" and not const]
+    ints = [(name, v) for name, v, *const in inputs if v is not None and (v.dtype.kind != "f" or const)]
     outs = [f"out{i}" for i in range(n_outputs)]
     graph = helper.make_graph(
         [helper.make_node(op_type, names, outs, **attrs)], op_type,

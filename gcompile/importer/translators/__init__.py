@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     elementwise,
     indexing,
     nn,
+    pooling,
     reduce,
     resize,
     rnn,
