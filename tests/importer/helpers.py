@@ -31,16 +31,19 @@ def mlp_model(dtype=np.float32, seed=0):
 
 
 def single_node(op_type, inputs, n_outputs=1, opset=21, **attrs):
-    """A one-node model: float arrays in `inputs` (a list of (name, array), or (name, array, "const")
-    for a float initializer) become graph inputs, integer ones initializers (as exporters write axes,
-    targets of a fixed batch, ...); None skips an optional input."""
+    """A one-node model: float arrays in `inputs` (a list of (name, array), or (name, array, role) with
+    role "const" for a float initializer or "input" for an integer graph input) become graph inputs,
+    integer ones initializers (as exporters write axes, targets of a fixed batch, ...); None skips an
+    optional input."""
     names = [entry[0] if entry[1] is not None else "" for entry in inputs]
-    floats = [(name, v) for name, v, *const in inputs if v is not None and v.dtype.kind == "f" and not const]
-    ints = [(name, v) for name, v, *const in inputs if v is not None and (v.dtype.kind != "f" or const)]
+    graph_input = [v is not None and (role == ["input"] or v.dtype.kind == "f" and role != ["const"])
+                   for _, v, *role in inputs]
+    floats = [(name, v) for (name, v, *_), g in zip(inputs, graph_input) if g]
+    ints = [(name, v) for (name, v, *_), g in zip(inputs, graph_input) if v is not None and not g]
     outs = [f"out{i}" for i in range(n_outputs)]
     graph = helper.make_graph(
         [helper.make_node(op_type, names, outs, **attrs)], op_type,
-        [helper.make_tensor_value_info(name, ELEM[v.dtype], v.shape) for name, v in floats],
+        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for name, v in floats],
         [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs],
         [numpy_helper.from_array(v, name) for name, v in ints])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), [v for _, v in floats]
@@ -65,8 +68,8 @@ def ort_run(proto, feeds: dict) -> list:
 
 def as_float64(proto):
     """A copy of `proto` computing in float64 where it computed in float32: its float32 inputs, outputs,
-    initializers, Constants and Cast targets (subgraphs included), for float64 gradient checks of
-    models written in float32."""
+    initializers, Constants (ConstantOfShape's default 0.0 too) and Cast targets (subgraphs included),
+    for float64 gradient checks of models written in float32."""
     copy = type(proto)()
     copy.CopyFrom(proto)
     _graph_to_float64(copy.graph)
@@ -86,6 +89,8 @@ def _graph_to_float64(graph) -> None:
     for t in graph.initializer:
         _tensor_to_float64(t)
     for node in graph.node:
+        if node.op_type == "ConstantOfShape" and not any(a.name == "value" for a in node.attribute):
+            node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.zeros(1))))  # its 0.0f
         for attr in node.attribute:
             if attr.type == AttributeProto.TENSOR:
                 _tensor_to_float64(attr.t)

@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     indexing,
     nn,
     pooling,
+    quantization,
     reduce,
     resize,
     rnn,
@@ -18,5 +19,6 @@ from . import (  # noqa: F401
     sequence,
     shape,
     signal,
+    text,
     transformer,
 )

@@ -137,6 +137,21 @@ def _scatter_elements(n, data, indices, updates):
     return _scatter(n, data, scatter, reduce)
 
 
+@onnx_op("ReverseSequence")
+def _reverse_sequence(n, x, lengths):
+    """The first lengths[b] steps of each batch entry b reversed along the time axis, the rest kept: a
+    gather along time at position length - 1 - t for t < length, t after."""
+    time, batch = n.attr("time_axis", 0), n.attr("batch_axis", 1)
+    if {time, batch} != {0, 1} or x.ndim < 2:
+        raise n.unsupported(f"time_axis {time} and batch_axis {batch} on a rank-{x.ndim} input (0 and 1, either way)")
+    steps = x.shape[time]
+    t = F.reshape(F.arange(steps), (steps, 1) if time == 0 else (1, steps))
+    length = F.reshape(F.cast(lengths, np.int64), (1, -1) if time == 0 else (-1, 1))
+    source = F.where(F.less(t, length), length - 1 - t, t)            # (time, batch) in the input's order
+    source = F.reshape(source, tuple(source.shape) + (1,) * (x.ndim - 2))
+    return F.take_along_axis(x, F.broadcast_to(source, tuple(x.shape)), time)
+
+
 @onnx_op("TopK")
 def _top_k(n, x, k):
     """F.topk: the k largest (or smallest) along the axis, ties in index order as ONNX says; the
