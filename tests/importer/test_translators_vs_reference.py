@@ -200,19 +200,28 @@ CASES = {
                      dict(mode="TFIDF", min_gram_length=1, max_gram_length=2, max_skip_count=2,
                           ngram_counts=[0, 3], ngram_indexes=[4, 0, 2, 1, 3], pool_int64s=[4, 2, 1, 2, 4, 1, 2],
                           weights=[0.5, 2.0, 1.5, 0.25, 3.0]), 21),
+    # edges: zero-size and length-1 axes, nothing to do
+    "tensor_scatter_no_update": ("TensorScatter", [("c", r(2, 4, 3)), ("u", r(2, 0, 3)), ("w", i64(1, 3))], 1, {}, 24),
+    "dft_length_one": ("DFT", [("x", r(3, 1, 2)), ("n", None), ("a", scalar(1))], 1, {}, 20),
+    "reverse_sequence_zero_lengths": ("ReverseSequence", [("x", r(3, 2, 2)), ("n", i64(0, 3))], 1, {}, 21),
+    "lp_pool_empty_batch": ("LpPool", [("x", r(0, 2, 5, 5))], 1, dict(kernel_shape=[2, 2], dilations=[2, 2]), 21),
+    "grid_sample_empty_grid": ("GridSample", [("x", r(1, 2, 3, 3)), ("g", u(1, 0, 4, 2))], 1, {}, 20),
 }
 NOT_DIFFERENTIABLE = {"hardmax_opset11", "tf_idf_skips", "quantize_per_axis_int8", "quantize_blocked_uint8",
                       "matmul_integer_column_zero_points", "qlinear_matmul_int8", "conv_integer_pads_groups",
                       "qlinear_conv_per_channel"}
 NOT_IN_ONNXRUNTIME = {"SwiGLU", "CausalConvWithState", "LinearAttention", "DeformConv"}
+# gradients checked on ONNX Runtime too, at static and symbolic sizes, as whole models (float64 ones: not those
+# with a Conv, which ONNX Runtime's CPU provider lacks in float64)
+ON_ONNXRUNTIME = {"dft_irfft_odd", "linear_attention_gated_delta_gqa", "rotary_4d_positions", "tensor_scatter_circular",
+                  "deform_conv_groups_mask_bias", "stft_window", "scatter_nd_min", "resize_tf_crop_linear",
+                  "attention_window_softcap_mode1", "dequantize_per_axis", "max_pool_indices"}
 
 
 def _reference_only(case) -> bool:
     """Ops and opsets ONNX Runtime 1.31 lacks: checked against onnx's ReferenceEvaluator."""
     op, *_, opset = CASES[case]
     return op in NOT_IN_ONNXRUNTIME or op == "Attention" and opset > 23
-# gcompile.functions ops with a float64 lowering on ONNX Runtime too, checked there as whole models
-ON_ONNXRUNTIME = {"dft_irfft_odd", "linear_attention_gated_delta_gqa", "rotary_4d_positions", "tensor_scatter_circular"}
 
 
 def _model(case, dtype):
