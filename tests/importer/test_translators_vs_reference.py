@@ -4,13 +4,15 @@ trigonometric functions, Pad's wrap mode and negative pads: each one-node model'
 ONNX Runtime's, or onnx's ReferenceEvaluator's for the ops ONNX Runtime 1.31 lacks, at attributes the
 conformance cases leave out, and its first- and second-order gradients (float64 central differences
 on gcompile's reference evaluator; the gcompile ops they are written with are checked on ONNX Runtime
-in tests/ops, and a few whole models here at static and symbolic sizes)."""
+in tests/ops, and a few whole models here at static and symbolic sizes), and gc.vmap of a few."""
 import numpy as np
 import pytest
 from onnx.reference import ReferenceEvaluator
 
 import gcompile as gc
 import gcompile.functions as F
+from gcompile.frontend.trace import trace
+from gcompile.ir.evaluate import evaluate
 from gcompile.testing import check_grad
 
 from .helpers import as_float64, assert_outputs_match, ort_run, sine_loss, single_node
@@ -260,3 +262,20 @@ def test_hardmax_passes_no_gradient_and_picks_the_first_maximum():
     y, g = cf(x)
     np.testing.assert_array_equal(y, [[0, 1, 0, 0], [1, 0, 0, 0]])
     np.testing.assert_array_equal(g, y)      # d/dx Σ hardmax(x)·x = hardmax(x): the one-hot is a constant
+
+
+@pytest.mark.parametrize("case", ["grid_sample_linear_zeros", "dft_complex_length", "rotary_4d_positions",
+                                  "lp_pool_p3_dilated", "roi_align_avg_adaptive", "max_pool_indices",
+                                  "linear_attention_linear_scale", "stft_window", "deform_conv_groups_mask_bias",
+                                  "scatter_nd_min", "attention_window_softcap_mode1"])
+def test_vmap_of_an_imported_model_is_its_examples_stacked(case):
+    """gc.vmap over a new batch axis of every input: the per-example results stacked (the translators'
+    gcompile ops batch by their own rules)."""
+    model, arrays = _model(case, np.float64)
+    f = gc.load_onnx(model)
+    batched = [np.stack([a * (1 + 0.1 * k) for k in range(3)]) for a in arrays]
+    got = evaluate(trace(lambda *xs: gc.vmap(lambda *ys: f(*ys))(*xs), batched).graph, batched)
+    for k in range(3):
+        example = [b[k] for b in batched]
+        for g, e in zip(got, evaluate(trace(lambda *xs: f(*xs), example).graph, example)):
+            np.testing.assert_allclose(g[k], e, rtol=1e-12, atol=1e-12)
