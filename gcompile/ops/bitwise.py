@@ -20,7 +20,7 @@ from .basic import cast
 from .division import floor_divide
 from .elementwise import _onnx, _promote, greater_equal, less, logical_and, logical_not, logical_or, not_equal, where
 from .indexing import take
-from .shape_rules import binary_broadcast, unary_any
+from .shape_rules import binary_broadcast
 
 __all__ = ["bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift"]
 
@@ -55,14 +55,23 @@ def bitwise_not(x) -> Tensor:
 
 invert = bitwise_not
 
+def _integer_operands(types, **_):
+    """Rule for the bitwise ops: integer operands only (on bools the public functions use the logical
+    ops; ONNX's Bitwise ops take integers)."""
+    for t in types:
+        if t.dtype.kind not in "iu":
+            raise ShapeError(f"bitwise ops take integer operands, got {t.dtype.name}")
+    return binary_broadcast(types) if len(types) == 2 else [types[0]]
+
+
 _TRAITS = {Trait.NONDIFF, Trait.CHEAP, Trait.ELEMENTWISE}
-defop("bitwise_and", infer=binary_broadcast, reference=np.bitwise_and, lower=_onnx("BitwiseAnd"),
+defop("bitwise_and", infer=_integer_operands, reference=np.bitwise_and, lower=_onnx("BitwiseAnd"),
       traits=_TRAITS | {Trait.BROADCASTS})
-defop("bitwise_or", infer=binary_broadcast, reference=np.bitwise_or, lower=_onnx("BitwiseOr"),
+defop("bitwise_or", infer=_integer_operands, reference=np.bitwise_or, lower=_onnx("BitwiseOr"),
       traits=_TRAITS | {Trait.BROADCASTS})
-defop("bitwise_xor", infer=binary_broadcast, reference=np.bitwise_xor, lower=_onnx("BitwiseXor"),
+defop("bitwise_xor", infer=_integer_operands, reference=np.bitwise_xor, lower=_onnx("BitwiseXor"),
       traits=_TRAITS | {Trait.BROADCASTS})
-defop("bitwise_not", infer=unary_any, reference=np.bitwise_not, lower=_onnx("BitwiseNot"), traits=_TRAITS)
+defop("bitwise_not", infer=_integer_operands, reference=np.bitwise_not, lower=_onnx("BitwiseNot"), traits=_TRAITS)
 
 
 def _powers_of_two(dtype: np.dtype, count: int) -> np.ndarray:
@@ -95,12 +104,10 @@ def left_shift(x, s) -> Tensor:
 
 def right_shift(x, s) -> Tensor:
     """x >> s (numpy.right_shift): ⌊x / 2**s⌋, sign-extending on signed types; a shift by a negative amount
-    or by the width or more gives the sign fill (-1 for negative x, else 0). Computed in int32 at least
-    (ONNX Runtime has no int16 Where)."""
+    or by the width or more gives the sign fill (-1 for negative x, else 0)."""
     x, s, bits = _shift_operands(x, s, "right_shift")
-    wide = x if x.dtype.itemsize >= 4 else cast(x, np.int32)
     top = bits - 1 if x.dtype.kind == "i" else bits       # 2**(bits-1) does not fit a signed type
     valid, index = _shift_index(s, top)
-    divisor = take(np.append(_powers_of_two(wide.dtype, top), np.ones(1, wide.dtype)), index)
-    fill = where(less(wide, 0), np.asarray(-1, wide.dtype), np.asarray(0, wide.dtype)) if x.dtype.kind == "i" else 0
-    return cast(where(valid, floor_divide(wide, divisor), fill), x.dtype)
+    divisor = take(np.append(_powers_of_two(x.dtype, top), np.ones(1, x.dtype)), index)
+    fill = where(less(x, 0), np.asarray(-1, x.dtype), np.asarray(0, x.dtype)) if x.dtype.kind == "i" else 0
+    return where(valid, floor_divide(x, divisor), fill)
