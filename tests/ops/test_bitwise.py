@@ -98,6 +98,16 @@ def test_floats_are_refused_with_the_operands_named():
         trace(lambda x: F.left_shift(x, x), [gc.spec((2,), np.bool_)])
 
 
+def test_the_ops_refuse_floats_and_bools_below_the_public_functions():
+    """The registry ops themselves (what a pass or the importer records): integers only."""
+    from gcompile.frontend.tensor import apply
+    for dtype in (np.float32, np.bool_):
+        with pytest.raises(ShapeError, match=f"bitwise ops take integer operands, got {np.dtype(dtype).name}"):
+            trace(lambda x: apply("bitwise_xor", [x, x]), [gc.spec((2,), dtype)])
+        with pytest.raises(ShapeError, match="bitwise ops take integer operands"):
+            trace(lambda x: apply("bitwise_not", [x]), [gc.spec((2,), dtype)])
+
+
 def test_results_pass_no_gradient():
     x = np.array([1.5, -2.0])
 
