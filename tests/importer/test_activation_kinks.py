@@ -60,7 +60,7 @@ KINKS = {
 # Elementwise translators of ops without a kink where they are finite (their gradient is checked by
 # tests/importer/test_translators.py), and those that are not activations of one float operand.
 SMOOTH = {"Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "Sin", "Cos", "Tan", "Softplus", "Gelu", "Mish", "Swish",
-          "Reciprocal", "Neg", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh"}
+          "Reciprocal", "Neg", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Acos", "Asin", "Atan"}
 NOT_ACTIVATIONS = {"IsNaN", "IsInf", "Not", "Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Less",
                    "LessOrEqual", "Greater", "GreaterOrEqual", "Sum", "Mean", "Where", "Mod", "BitShift",
                    "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"}

@@ -28,7 +28,7 @@ from ..table import COMPARISONS, SYMBOLIC_BINARY, SymInts, entrywise, onnx_op, r
 # -- elementwise: unary ------------------------------------------------------------------------------
 _UNARY = {"Sigmoid": F.sigmoid, "Tanh": F.tanh, "Exp": F.exp, "Log": F.log, "Sqrt": F.sqrt, "Erf": F.erf,
           "Sin": F.sin, "Cos": F.cos, "Tan": F.tan, "Floor": F.floor, "Ceil": F.ceil, "Round": F.round,
-          "Softplus": F.softplus}
+          "Softplus": F.softplus, "Acos": F.acos, "Asin": F.asin, "Atan": F.atan}
 
 
 def _unary(fn):

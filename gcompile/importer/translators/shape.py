@@ -284,7 +284,7 @@ def _trilu(n, x, k=None):
 @onnx_op("Pad")
 def _pad(n, x, pads=None, value=None, axes=None):
     mode = n.attr("mode", "constant")
-    if mode not in ("constant", "reflect", "edge"):
+    if mode not in ("constant", "reflect", "edge", "wrap"):
         raise n.unsupported(f"Pad mode {mode!r}")
     if n.opset < 11:
         flat, fill = n.attr("pads"), n.attr("value", 0.0)
@@ -295,9 +295,33 @@ def _pad(n, x, pads=None, value=None, axes=None):
     pairs = [(0, 0)] * x.ndim
     for i, a in enumerate(ax):
         pairs[a] = (flat[i], flat[i + len(ax)])
-    if any(p < 0 for pair in pairs for p in pair):
-        raise n.unsupported("negative pads (cropping)")
-    return F.pad(x, tuple(pairs), mode, fill)
+    cuts = [(a, -min(b, 0), _static(n, x.shape[a], "cropping") + min(e, 0)) for a, (b, e) in enumerate(pairs)
+            if min(b, e) < 0]
+    if cuts:                                     # negative pads crop, before the rest is padded
+        x = slice_axes(x, *zip(*[c + (1,) for c in cuts]))
+    return F.pad(x, tuple((max(b, 0), max(e, 0)) for b, e in pairs), mode, fill)
+
+
+@onnx_op("CenterCropPad")
+def _center_crop_pad(n, x, shape):
+    """Each of `axes` cropped or zero-padded to its target size around the centre (the odd element cut
+    from, or added at, the end)."""
+    target = n.ints(shape, "shape")
+    axes = [normalize_axis(a, x.ndim) for a in n.attr("axes", list(range(x.ndim)))]
+    if len(axes) != len(target):
+        raise n.unsupported(f"a shape of {len(target)} sizes for the axes {axes}")
+    cuts, pads = [], [(0, 0)] * x.ndim
+    for a, want in zip(axes, target):
+        size = _static(n, x.shape[a], "cropping or padding")
+        if want < size:
+            start = (size - want) // 2
+            cuts.append((a, start, start + want, 1))
+        elif want > size:
+            before = (want - size) // 2
+            pads[a] = (before, want - size - before)
+    if cuts:
+        x = slice_axes(x, *zip(*cuts))
+    return F.pad(x, tuple(pads)) if any(p != (0, 0) for p in pads) else F.identity(x)
 
 
 # -- constants -------------------------------------------------------------------------------------------------------
