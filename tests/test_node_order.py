@@ -159,3 +159,89 @@ def test_a_value_a_body_reads_from_outside_is_placed_before_it_and_merged_with_i
     assert [list(b.node[0].input) for b in branches] == [["a"], ["a"]]
     from gcompile.lowering.reads import node_reads
     assert node_reads(nodes[2]) == ["cond", "c"]
+
+
+def test_planned_peak_counts_the_values_alive_at_once_in_trace_order():
+    from gcompile.frontend.trace import trace
+    x = np.ones((2, 8), np.float32)                        # 64 bytes a value
+
+    def fn(x):
+        a = F.tanh(x)          # a: 64
+        b = F.tanh(a)          # a, b: 128
+        c = a * b              # a, b, c: 192, then a and b are freed
+        return F.sum(c), F.tanh(c)  # c, sum, tanh(c): 64 + 4 + 64
+    assert order.planned_peak(trace(fn, [x]).graph) == 192
+    assert order.planned_peak(trace(fn, [gc.spec(("n", 8))]).graph) is None
+
+
+def test_follow_order_puts_a_fused_node_where_its_pattern_was():
+    # ONNX Runtime's fused node comes last in its graph and would run last in its priority
+    # order; follow_order gives it the place of the node that made its output
+    reference = [node("Tanh", ["x"], "a"), node("Transpose", ["a"], "t"), node("MatMul", ["t", "g"], "w"),
+                 node("Neg", ["g"], "n"), node("Tanh", ["n"], "m"), node("Identity", ["w"], "out")]
+    fused = helper.make_node("FusedMatMul", ["a", "g"], ["w"], name="w/MatmulTransposeFusion/")
+    made = helper.make_node("Relu", ["w"], ["r"], name="r_new")            # a node of its own, read by none
+    optimized = [reference[0], reference[3], reference[4], reference[5], fused, made]
+    assert names(order.follow_order(optimized, reference)) == ["a", "w/MatmulTransposeFusion/", "n", "m", "out",
+                                                                "r_new"]
+
+
+def test_a_large_planned_peak_runs_in_trace_order_without_a_memory_pattern(monkeypatch):
+    from gcompile.lowering import lower
+    seen = []
+    import onnxruntime as ort
+    real = ort.InferenceSession
+
+    def spy(model, options, **kw):
+        seen.append((options.execution_order, options.enable_mem_pattern, options.graph_optimization_level))
+        return real(model, options, **kw)
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    monkeypatch.setattr(lower, "FILE_ORDER_MIN_BYTES", 1)
+    rng = np.random.default_rng(0)
+    ws = [rng.standard_normal((4, 4)).astype(np.float32) for _ in range(3)]
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+
+    def step(x, *ws):
+        h = x
+        for w in ws:
+            h = F.tanh(h @ w)
+        return gc.grad(F.sum(h * h), list(ws))
+    cf = gc.compile(step, x, *ws, provider="cpu")
+    assert {p.key: p.value for p in cf.model.metadata_props}[lower.ORDER_KEY] == "file"
+    # the optimizing session, then the session running ONNX Runtime's graph in the file's order
+    assert seen[0][0] == ort.ExecutionOrder.DEFAULT
+    assert seen[-1] == (ort.ExecutionOrder.PRIORITY_BASED, False, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    monkeypatch.setattr(lower, "FILE_ORDER_MIN_BYTES", 1 << 60)
+    default = gc.compile(step, x, *ws, provider="cpu")
+    assert lower.ORDER_KEY not in {p.key for p in default.model.metadata_props}
+    for a, b in zip(cf(x, *ws), default(x, *ws)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_the_ordered_model_keeps_onnx_runtimes_fused_nodes_in_the_files_order(monkeypatch):
+    # ONNX Runtime fuses the weight gradients' hᵀ·g into FusedMatMuls, nodes it numbers after all
+    # others (its priority order would run them last, holding h until the end of the step); in
+    # the session's graph every node keeps the place of the file's node that made its output
+    import onnx
+
+    from gcompile.frontend.trace import trace
+    from gcompile.lowering import lower
+    from gcompile.passes import optimize
+    monkeypatch.setattr(lower, "FILE_ORDER_MIN_BYTES", 1)
+    rng = np.random.default_rng(0)
+    ws = [rng.standard_normal((2, 6, 6)).astype(np.float32) for _ in range(3)]
+
+    def step(x, *ws):
+        h = x
+        for w in ws:
+            h = F.tanh(h @ w)
+        return gc.grad(F.sum(h * h), list(ws))
+    traced = trace(step, [rng.standard_normal((2, 5, 6)).astype(np.float32), *ws])
+    optimize(traced.graph)
+    model, _ = lower.to_onnx(traced.graph, traced.input_names, target="ort-cpu")
+    ordered = onnx.load_from_string(providers.ordered_model(model.SerializeToString(), list(model.graph.node)))
+    assert [n.op_type for n in ordered.graph.node].count("FusedMatMul") >= len(ws)
+    made_at = {out: i for i, n in enumerate(model.graph.node) for out in n.output}
+    places = [max(made_at[o] for o in n.output if o in made_at) for n in ordered.graph.node
+              if any(o in made_at for o in n.output)]
+    assert places == sorted(places)

@@ -70,6 +70,7 @@ def load_onnx(model: str | os.PathLike | bytes | bytearray | onnx.ModelProto) ->
             raise GcompileError(f"{source}: the file is empty (0 bytes), not an ONNX model")
         proto = parse(source, data)
         verify(source, data, proto)
+        del data     # the file's bytes: gone before the initializers become arrays (one copy fewer at once)
         folder = os.path.dirname(os.path.abspath(source))
     else:
         raise GcompileError(f"load_onnx takes a path, bytes or an onnx.ModelProto, got {type(model).__name__}")

@@ -13,11 +13,14 @@ from ..ir.graph import Graph
 from ..version import __version__
 from .context import LowerContext, value_info
 from .dedupe import dedupe_nodes
-from .order import schedule_order
+from .order import FILE_ORDER_MIN_BYTES, planned_peak, schedule_order
 from .targets import DEFAULT_TARGET, get_target
 from .versions import choose_opset, runtime_limits
 
 TARGET_KEY = "gcompile.target"   # the model metadata naming the target it was lowered for
+# The model metadata saying the nodes are written in the order they should run (order.py: set on
+# graphs of large planned peaks); runtime/providers.py then runs them in that order.
+ORDER_KEY = "gcompile.order"
 
 _recorders: list[Counter] = []
 
@@ -57,7 +60,10 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
         outputs.append(value_info(out_name, graph.type_of(ref)))
     inputs = [value_info(n, graph.type_of(r)) for n, r in zip(input_names, graph.inputs)]
     nodes = dedupe_nodes(ctx.nodes, set(graph.output_names))
-    nodes = schedule_order(nodes, graph.output_names)   # how ONNX Runtime loads and runs it: see order.py
+    peak = planned_peak(graph)
+    in_file_order = peak is not None and peak >= FILE_ORDER_MIN_BYTES
+    if not in_file_order:
+        nodes = schedule_order(nodes, graph.output_names)   # how ONNX Runtime loads and runs it: see order.py
     typed: dict = {}
     if value_types:   # each node output once, not the values that are graph inputs, initializers or outputs
         declared = set(input_names) | set(graph.output_names) | {t.name for t in ctx.initializers}
@@ -73,7 +79,7 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
     model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="gcompile", producer_version=__version__)
     model.ir_version = runtime_limits()[0]
-    helper.set_model_props(model, {TARGET_KEY: target})
+    helper.set_model_props(model, {TARGET_KEY: target, **({ORDER_KEY: "file"} if in_file_order else {})})
     for seen in _recorders:
         seen.update(ctx.lowerings)
     return model, ctx.float64_ops

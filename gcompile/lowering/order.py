@@ -20,14 +20,34 @@ of them at the very end, so the depth-first walk starts with them: each gradient
 as soon as its operands exist and they can be freed, as PyTorch's backward does. Those wait in
 the loader's list, so this is done for at most MAX_LAST_OUTPUTS outputs (a cost of that many
 times the node count); with more, they keep their place among the others.
+
+Memory. The depth-first walk decides every value's lifetime by itself, and on large training
+graphs it keeps values alive far longer than needed: a weight gradient's operands wait until
+the walk reaches its output, and a branch's gradient is finished long before the other branch
+reads it (a ResNet-50 step held twice the values PyTorch's backward holds). PyTorch frees each
+saved tensor as soon as its backward has run, and the trace order is that order: the forward
+as the user wrote it, then each VJP's nodes when the gradient reaches them, a weight's gradient
+beside the gradient it needs. So a graph whose values need much memory (planned_peak, at least
+FILE_ORDER_MIN_BYTES) keeps its trace order, and its session runs the file as written
+(runtime/providers.py: ONNX Runtime's priority order, which takes the ready node first in the
+file; follow_order keeps that order through ONNX Runtime's own rewrites). Its nodes ready long
+before their place are few (a gradient's pieces that read only forward values), which keeps
+the loader's lists short at such sizes.
 """
 from __future__ import annotations
 
+import heapq
+import math
 from collections import deque
 
+from ..ir.dims import is_static
+from ..ir.graph import Graph
 from .reads import node_reads
 
 MAX_LAST_OUTPUTS = 32
+# Graphs whose values planned_peak puts at this many bytes or more keep their trace order, run
+# in file order (the module's docstring): below it, the depth-first walk's lifetimes cost little.
+FILE_ORDER_MIN_BYTES = 256 << 20
 
 
 def schedule_order(nodes: list, output_names: list[str]) -> list:
@@ -93,3 +113,93 @@ def loader_waits(nodes) -> int:
     position = {out: i for i, node in enumerate(nodes) for out in node.output if out}
     return sum(i - 1 - max((position[name] for name in node_reads(node) if name in position), default=-1)
                for i, node in enumerate(nodes))
+
+
+def planned_peak(graph: Graph) -> int | None:
+    """The most bytes of node outputs alive at once when `graph` runs in its trace (id) order,
+    each value freed after its last reader and the graph outputs kept: what its run will need
+    in that order, before the runtime's own overheads. None where a value's shape is symbolic
+    (the sizes are known only at run time). Loop bodies' own values are not counted."""
+    nodes = graph.topo_order()
+    last: dict = {}
+    for node in nodes:
+        for ref in node.inputs:
+            last[ref] = node.id
+    kept = set(graph.outputs)
+    live = peak = 0
+    for node in nodes:
+        if node.op in ("input", "constant"):
+            continue
+        for t in node.outputs:
+            if not is_static(t.shape):
+                return None
+            live += math.prod(t.shape) * t.dtype.itemsize
+        peak = max(peak, live)
+        for ref in set(node.inputs):
+            producer = graph.nodes[ref.node]
+            if last[ref] == node.id and ref not in kept and producer.op not in ("input", "constant"):
+                live -= math.prod(producer.outputs[ref.index].shape) * producer.outputs[ref.index].dtype.itemsize
+        for i, t in enumerate(node.outputs):     # outputs nothing reads
+            if node.out(i) not in last and node.out(i) not in kept:
+                live -= math.prod(t.shape) * t.dtype.itemsize
+    return peak
+
+
+def follow_order(nodes: list, reference: list) -> list:
+    """`nodes`, a graph ONNX Runtime made from the graph of `reference` (fused, folded, with nodes
+    of its own), in `reference`'s order. ONNX Runtime numbers the nodes it makes after all others
+    and its priority order takes the ready node numbered first, so a fused weight-gradient
+    product would wait for the end of the step, holding its operands. Each node takes the place
+    of the reference node that made its last output (a fusion keeps its pattern's output names),
+    else of the reference node its name derives from ("name/FusionName/"), else the place of its
+    first reader (it is made just before it is needed); then the nodes are sorted topologically,
+    the ready node with the earliest place first (ties: as given). Deterministic."""
+    position = {}
+    for i, node in enumerate(reference):
+        position[node.name] = i
+        for out in node.output:
+            if out:
+                position["value:" + out] = i
+    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
+    readers: list[list[int]] = [[] for _ in nodes]
+    waiting = [0] * len(nodes)
+    for i, node in enumerate(nodes):
+        for p in sorted({producer[name] for name in node_reads(node) if name in producer}):
+            readers[p].append(i)
+            waiting[i] += 1
+    unplaced = float("inf")
+    places: list[float] = []
+    for node in nodes:
+        made = [position["value:" + out] for out in node.output if out and "value:" + out in position]
+        place = max(made) if made else position.get(node.name, position.get(node.name.split("/")[0]))
+        places.append(unplaced if place is None else place)
+    for i in reversed(_topological(readers, list(waiting))):   # the rest: their first reader's place
+        if places[i] == unplaced:
+            known = [places[r] for r in readers[i] if places[r] != unplaced]
+            places[i] = min(known) - 0.5 if known else float(len(reference))
+    ready = [(places[i], i) for i in range(len(nodes)) if waiting[i] == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(i)
+        for r in readers[i]:
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                heapq.heappush(ready, (places[r], r))
+    assert len(order) == len(nodes), "follow_order needs an acyclic node list"
+    return [nodes[i] for i in order]
+
+
+def _topological(readers: list[list[int]], waiting: list[int]) -> list[int]:
+    """Node indices in a topological order (Kahn's, first index first); `waiting` is consumed."""
+    queue = deque(i for i in range(len(readers)) if waiting[i] == 0)
+    order = []
+    while queue:
+        i = queue.popleft()
+        order.append(i)
+        for r in readers[i]:
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                queue.append(r)
+    return order

@@ -16,7 +16,7 @@ from ..frontend.trace import Traced
 from ..ir.dims import astype_hint, bind, dtype_name, format_shape
 from ..ir.graph import Graph
 from ..lowering import to_onnx
-from ..lowering.lower import TARGET_KEY
+from ..lowering.lower import ORDER_KEY, TARGET_KEY
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, serialize
 from ..lowering.targets import DEFAULT_TARGET, target_for_provider
 from . import modelfile
@@ -33,14 +33,15 @@ def _ort_value_type():
     return ort.OrtValue
 
 
-def load_session(serialized: Serialized, provider: str, nodes: int | None = None):
+def load_session(serialized: Serialized, provider: str, nodes: int | None = None, order=None):
     """An onnxruntime session for a serialised model (of `nodes` nodes, when known) and, for a
     model too large for one protobuf, its external data: handed over in memory, or, where the
     installed onnxruntime reads it only from beside a model path, written to a scratch folder
-    with the model first."""
+    with the model first. `order`: the model's nodes, when they are to run in the order written
+    (providers.make_session)."""
     data, weights, location = serialized
     if weights is None or location is None:
-        return make_session(data, provider, nodes=nodes)
+        return make_session(data, provider, nodes=nodes, order=order)
     if external_data_from_memory():
         return make_session(data, provider, {location: weights}, nodes=nodes)
     try:
@@ -87,8 +88,9 @@ class CompiledFunction:
             raise GcompileError("onnxruntime's CPU provider has no float64 kernel for: " + "; ".join(float64_ops)
                                 + ". Compile this function in float32, or run the saved model on a runtime "
                                   "that has these kernels")
+        in_order = {p.key: p.value for p in model.metadata_props}.get(ORDER_KEY) == "file"
         self._session = load_session(serialize(model, "model.onnx", EXTERNAL_DATA_THRESHOLD, seal=False), provider,
-                                     nodes=len(model.graph.node))
+                                     nodes=len(model.graph.node), order=model.graph.node if in_order else None)
         self._output_names = list(traced.graph.output_names)
 
     @property
@@ -112,7 +114,7 @@ class CompiledFunction:
         opset = next(o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx"))
         model, _ = to_onnx(self.traced.graph, self.traced.input_names, opset, name=self.traced.name, target=target)
         for p in self.model.metadata_props:
-            if p.key != TARGET_KEY:
+            if p.key not in (TARGET_KEY, ORDER_KEY):
                 model.metadata_props.add(key=p.key, value=p.value)
         return model
 
