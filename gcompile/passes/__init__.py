@@ -1,11 +1,10 @@
 """Graph -> graph rewrites, composed by `optimize` and run to a fixed point.
 
 Levels: 0 none; 1 dead code + common subexpressions + loop pruning; 2 adds constant folding,
-algebraic simplification, Gemm fusion, sums of products or reductions batched into one, sums of
-side-by-side slice placements joined into one concatenation and sums moved out of loops. Every
-pass also runs inside loop bodies. After them, the recompute pass copies the regions marked with
-gc.checkpoint into the backward (at every level), and with recompute=True also the cheap forward
-nodes (ARCHITECTURE.md §9.4).
+algebraic simplification, Gemm fusion, sums of products or reductions batched into one and sums
+moved out of loops. Every pass also runs inside loop bodies. After them, the recompute pass
+copies the regions marked with gc.checkpoint into the backward (at every level), and with
+recompute=True also the cheap forward nodes (ARCHITECTURE.md §9.4).
 """
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
 from .fold import fold_constants
 from .gemm import batch_products, fuse_gemm
-from .joins import join_slice_scatters
 from .loops import hoist_loop_sums, prune_loops
 from .recompute import recompute as recompute_pass
 from .simplify import simplify
@@ -27,8 +25,8 @@ from .simplify import simplify
 PIPELINES: dict[int, list[Callable[[Graph], PassResult]]] = {
     0: [],
     1: [eliminate_common_subexpressions, prune_loops, eliminate_dead_code],
-    2: [fold_constants, simplify, eliminate_common_subexpressions, fuse_gemm, batch_products, join_slice_scatters,
-        prune_loops, hoist_loop_sums, eliminate_dead_code],
+    2: [fold_constants, simplify, eliminate_common_subexpressions, fuse_gemm, batch_products, prune_loops,
+        hoist_loop_sums, eliminate_dead_code],
 }
 
 
@@ -45,5 +43,5 @@ def optimize(graph: Graph, level: int = 2, recompute: bool = False) -> Graph:
 
 
 __all__ = ["optimize", "PassResult", "replace_uses", "eliminate_dead_code", "eliminate_common_subexpressions",
-           "fold_constants", "simplify", "fuse_gemm", "batch_products", "join_slice_scatters", "prune_loops",
-           "hoist_loop_sums", "recompute_pass", "PIPELINES"]
+           "fold_constants", "simplify", "fuse_gemm", "batch_products", "prune_loops", "hoist_loop_sums",
+           "recompute_pass", "PIPELINES"]
