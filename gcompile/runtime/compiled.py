@@ -21,6 +21,7 @@ from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, serialize
 from ..lowering.targets import DEFAULT_TARGET, target_for_provider
 from . import modelfile
 from .providers import external_data_from_memory, make_session, resolve_provider
+from .subnormals import flushed
 
 _ORT_TYPES = {f"tensor({name})": np.dtype(dt) for name, dt in [
     ("float", "float32"), ("double", "float64"), ("float16", "float16"), ("int64", "int64"), ("int32", "int32"),
@@ -177,7 +178,8 @@ class CompiledFunction:
 
     def _run(self, feeds: dict[str, Any]) -> list[np.ndarray]:
         if not any(isinstance(v, _ort_value_type()) for v in feeds.values()):
-            return self._session.run(self._output_names, feeds)
+            with flushed():
+                return self._session.run(self._output_names, feeds)
         binding = self._session.io_binding()
         for name, value in feeds.items():
             if isinstance(value, np.ndarray):
@@ -186,7 +188,8 @@ class CompiledFunction:
                 binding.bind_ortvalue_input(name, value)
         for name in self._output_names:
             binding.bind_output(name, "cpu")
-        self._session.run_with_iobinding(binding)
+        with flushed():
+            self._session.run_with_iobinding(binding)
         return binding.copy_outputs_to_cpu()
 
     def flatten_args(self, args: Sequence) -> list:

@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import GcompileError
 from ..install_check import onnxruntime  # every first use of onnxruntime is checked (a doubled install)
 from .adaptive import ADAPT_MAX_BYTES, ADAPT_MAX_NODES, AdaptiveSession
+from .subnormals import keep_subnormals
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 _ERRORS, _SILENT = 3, 4   # onnxruntime log severities
@@ -120,9 +121,10 @@ def session_options(nodes: int | None = None, threads: int | None = None, spin: 
 
     `in_order`: the model is one ONNX Runtime has optimized already, its nodes in the order they
     are to run (ordered_model): the session runs them in that order (ONNX Runtime's priority
-    order, first ready node in the file first), optimizes nothing again and plans no memory
-    pattern. A pattern is one block per run for every value, planned from the first run, and
-    that run's blocks stay in the arena beside it: on such graphs it doubled the step's peak."""
+    order, first ready node in the file first), optimizes nothing again, plans no memory
+    pattern and allocates from the process's shared arena (shared_arena). A pattern is one
+    block per run for every value, planned from the first run, and that run's blocks stay in
+    the arena beside it: on such graphs it doubled the step's peak."""
     ort = onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL if in_order \
@@ -130,6 +132,8 @@ def session_options(nodes: int | None = None, threads: int | None = None, spin: 
     if in_order:
         options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
         options.enable_mem_pattern = False
+        shared_arena()
+        options.add_session_config_entry("session.use_env_allocators", "1")
     options.intra_op_num_threads = threads or os.cpu_count() or 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     if spin:
@@ -138,8 +142,28 @@ def session_options(nodes: int | None = None, threads: int | None = None, spin: 
         options.enable_mem_reuse = False
     if nodes is not None and nodes > MEMORY_PATTERN_MAX_NODES:
         options.enable_mem_pattern = False
+    # subnormal floats flushed to zero on the pool's threads (runtime/subnormals.py: the calling thread too)
+    options.add_session_config_entry("session.set_denormal_as_zero", "0" if keep_subnormals() else "1")
     options.log_severity_level = _SILENT      # also at run time: errors reach the caller as exceptions
     return options
+
+
+_ARENA_LOCK = threading.Lock()
+_arena_registered = [False]
+
+
+def shared_arena() -> None:
+    """Register one CPU memory arena for the process (ONNX Runtime's environment allocator), from
+    which the sessions of large graphs allocate: an arena keeps what a run took for the next
+    run, so sessions with arenas of their own (an adaptive session's variants, a training step
+    and its evaluation) each kept a whole step's memory, and a process running them in turn held
+    the sum where it needs the largest. Registered once, at the first such session."""
+    ort = onnxruntime()
+    with _ARENA_LOCK:
+        if not _arena_registered[0]:
+            info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+            ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
+            _arena_registered[0] = True
 
 
 def ordered_model(model: bytes, order: Sequence, nodes: int | None = None) -> bytes | None:

@@ -33,6 +33,7 @@ from ..frontend import pytree
 from ..runtime import modelfile, npz
 from ..runtime.modelfile import check_value, signature
 from ..runtime.providers import PROVIDERS, make_session, resolve_provider
+from ..runtime.subnormals import flushed
 from .layout import SKIPPED, StepLayout, check_finite
 
 if TYPE_CHECKING:
@@ -200,7 +201,8 @@ class Trainer:
                 binding.bind_ortvalue_output(SKIPPED, self._skipped_now)
             for name in self.layout.aux:
                 binding.bind_output(name, "cpu")
-            self._session.run_with_iobinding(binding)
+            with flushed():
+                self._session.run_with_iobinding(binding)
             self._live, self._spare = self._spare, self._live
             loss = float(self._loss.numpy())
             if self.layout.skip_nonfinite and bool(self._skipped_now.numpy()):

@@ -249,9 +249,9 @@ def test_take_of_evenly_stepping_constant_indices_grads():
 
 
 def test_a_select_gradient_places_the_slice_without_a_scatter():
-    # q, k and v selected from one tensor: their gradients are Pads, joined by the pass of
-    # passes/joins.py into one Concat; a scatter's index tensor, computed from constants, was
-    # folded by ONNX Runtime into a constant of the gradient's size per select
+    # q, k and v selected from one tensor: their gradients are Pads, which simplify joins into one
+    # Concat; a scatter's index tensor, computed from constants, was folded by ONNX Runtime into a
+    # constant of the gradient's size per select
     x = RNG.standard_normal((3, 2, 4)).astype(np.float32)
 
     def grad(x):
