@@ -170,8 +170,9 @@ def test_planned_peak_counts_the_values_alive_at_once_in_trace_order():
         b = F.tanh(a)          # a, b: 128
         c = a * b              # a, b, c: 192, then a and b are freed
         return F.sum(c), F.tanh(c)  # c, sum, tanh(c): 64 + 4 + 64
-    assert order.planned_peak(trace(fn, [x]).graph) == 192
-    assert order.planned_peak(trace(fn, [gc.spec(("n", 8))]).graph) is None
+    from gcompile.ir.memory import planned_peak
+    assert planned_peak(trace(fn, [x]).graph) == 192
+    assert planned_peak(trace(fn, [gc.spec(("n", 8))]).graph) is None
 
 
 def test_follow_order_puts_a_fused_node_where_its_pattern_was():
@@ -187,6 +188,7 @@ def test_follow_order_puts_a_fused_node_where_its_pattern_was():
 
 
 def test_a_large_planned_peak_runs_in_trace_order_without_a_memory_pattern(monkeypatch):
+    import gcompile.passes
     from gcompile.lowering import lower
     seen = []
     import onnxruntime as ort
@@ -196,7 +198,7 @@ def test_a_large_planned_peak_runs_in_trace_order_without_a_memory_pattern(monke
         seen.append((options.execution_order, options.enable_mem_pattern, options.graph_optimization_level))
         return real(model, options, **kw)
     monkeypatch.setattr(ort, "InferenceSession", spy)
-    monkeypatch.setattr(lower, "FILE_ORDER_MIN_BYTES", 1)
+    monkeypatch.setattr(gcompile.passes, "FILE_ORDER_MIN_BYTES", 1)
     rng = np.random.default_rng(0)
     ws = [rng.standard_normal((4, 4)).astype(np.float32) for _ in range(3)]
     x = rng.standard_normal((5, 4)).astype(np.float32)
@@ -211,7 +213,7 @@ def test_a_large_planned_peak_runs_in_trace_order_without_a_memory_pattern(monke
     # the optimizing session, then the session running ONNX Runtime's graph in the file's order
     assert seen[0][0] == ort.ExecutionOrder.DEFAULT
     assert seen[-1] == (ort.ExecutionOrder.PRIORITY_BASED, False, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    monkeypatch.setattr(lower, "FILE_ORDER_MIN_BYTES", 1 << 60)
+    monkeypatch.setattr(gcompile.passes, "FILE_ORDER_MIN_BYTES", 1 << 60)
     default = gc.compile(step, x, *ws, provider="cpu")
     assert lower.ORDER_KEY not in {p.key for p in default.model.metadata_props}
     for a, b in zip(cf(x, *ws), default(x, *ws)):
@@ -224,10 +226,11 @@ def test_the_ordered_model_keeps_onnx_runtimes_fused_nodes_in_the_files_order(mo
     # the session's graph every node keeps the place of the file's node that made its output
     import onnx
 
+    import gcompile.passes
     from gcompile.frontend.trace import trace
     from gcompile.lowering import lower
     from gcompile.passes import optimize
-    monkeypatch.setattr(lower, "FILE_ORDER_MIN_BYTES", 1)
+    monkeypatch.setattr(gcompile.passes, "FILE_ORDER_MIN_BYTES", 1)
     rng = np.random.default_rng(0)
     ws = [rng.standard_normal((2, 6, 6)).astype(np.float32) for _ in range(3)]
 
@@ -245,3 +248,34 @@ def test_the_ordered_model_keeps_onnx_runtimes_fused_nodes_in_the_files_order(mo
     places = [max(made_at[o] for o in n.output if o in made_at) for n in ordered.graph.node
               if any(o in made_at for o in n.output)]
     assert places == sorted(places)
+
+
+def test_a_training_step_with_a_memory_budget_runs_in_its_order_and_steps_as_the_default(monkeypatch):
+    from gcompile.lowering.lower import ORDER_KEY
+    from gcompile.runtime import providers as prov
+    made = []
+    real = prov.ordered_model
+
+    def spy(model, order, nodes=None):
+        made.append(len(order))
+        return real(model, order, nodes)
+    monkeypatch.setattr(prov, "ordered_model", spy)
+    rng = np.random.default_rng(0)
+    params = {f"w{i}": (rng.standard_normal((16, 16)) * 0.3).astype(np.float32) for i in range(4)}
+
+    def loss(p, x):
+        h = x
+        for i in range(4):
+            h = F.tanh(h @ p[f"w{i}"])
+        return F.sum(h * h)
+    x = rng.standard_normal((64, 16)).astype(np.float32)
+    steps = [gc.export_train_step(loss, params, gc.optim.SGD(0.1), x, provider="cpu", **budget)
+             for budget in ({}, {"memory_budget": 40_000})]
+    assert {p.key: p.value for p in steps[1].model.metadata_props}[ORDER_KEY] == "file"
+    trainers = [gc.runtime.Trainer(step) for step in steps]
+    assert made       # the budgeted step's session runs ONNX Runtime's graph in the file's order
+    for _ in range(3):
+        losses = [t.step(x) for t in trainers]
+        np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+    for name in params:
+        np.testing.assert_allclose(trainers[1].params[name], trainers[0].params[name], rtol=1e-5, atol=1e-6)

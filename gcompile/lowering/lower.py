@@ -13,7 +13,7 @@ from ..ir.graph import Graph
 from ..version import __version__
 from .context import LowerContext, value_info
 from .dedupe import dedupe_nodes
-from .order import FILE_ORDER_MIN_BYTES, planned_peak, schedule_order
+from .order import schedule_order
 from .targets import DEFAULT_TARGET, get_target
 from .versions import choose_opset, runtime_limits
 
@@ -59,9 +59,8 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
         ctx.nodes.append(helper.make_node("Identity", [names[ref]], [out_name], name=out_name))
         outputs.append(value_info(out_name, graph.type_of(ref)))
     inputs = [value_info(n, graph.type_of(r)) for n, r in zip(input_names, graph.inputs)]
-    nodes = dedupe_nodes(ctx.nodes, set(graph.output_names))
-    peak = planned_peak(graph)
-    in_file_order = peak is not None and peak >= FILE_ORDER_MIN_BYTES
+    nodes = dedupe_nodes(ctx.nodes, set(graph.output_names) | ctx.apart)   # (a recomputed copy stays a copy)
+    in_file_order = graph.run_in_order
     if not in_file_order:
         nodes = schedule_order(nodes, graph.output_names)   # how ONNX Runtime loads and runs it: see order.py
     typed: dict = {}

@@ -27,8 +27,8 @@ the walk reaches its output, and a branch's gradient is finished long before the
 reads it (a ResNet-50 step held twice the values PyTorch's backward holds). PyTorch frees each
 saved tensor as soon as its backward has run, and the trace order is that order: the forward
 as the user wrote it, then each VJP's nodes when the gradient reaches them, a weight's gradient
-beside the gradient it needs. So a graph whose values need much memory (planned_peak, at least
-FILE_ORDER_MIN_BYTES) keeps its trace order, and its session runs the file as written
+beside the gradient it needs. So a graph whose values need much memory (ir/memory.py; the graph's
+run_in_order, which passes.optimize sets) keeps its trace order, and its session runs the file as written
 (runtime/providers.py: ONNX Runtime's priority order, which takes the ready node first in the
 file; follow_order keeps that order through ONNX Runtime's own rewrites). Its nodes ready long
 before their place are few (a gradient's pieces that read only forward values), which keeps
@@ -37,17 +37,11 @@ the loader's lists short at such sizes.
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 
-from ..ir.dims import is_static
-from ..ir.graph import Graph
 from .reads import node_reads
 
 MAX_LAST_OUTPUTS = 32
-# Graphs whose values planned_peak puts at this many bytes or more keep their trace order, run
-# in file order (the module's docstring): below it, the depth-first walk's lifetimes cost little.
-FILE_ORDER_MIN_BYTES = 256 << 20
 
 
 def schedule_order(nodes: list, output_names: list[str]) -> list:
@@ -113,36 +107,6 @@ def loader_waits(nodes) -> int:
     position = {out: i for i, node in enumerate(nodes) for out in node.output if out}
     return sum(i - 1 - max((position[name] for name in node_reads(node) if name in position), default=-1)
                for i, node in enumerate(nodes))
-
-
-def planned_peak(graph: Graph) -> int | None:
-    """The most bytes of node outputs alive at once when `graph` runs in its trace (id) order,
-    each value freed after its last reader and the graph outputs kept: what its run will need
-    in that order, before the runtime's own overheads. None where a value's shape is symbolic
-    (the sizes are known only at run time). Loop bodies' own values are not counted."""
-    nodes = graph.topo_order()
-    last: dict = {}
-    for node in nodes:
-        for ref in node.inputs:
-            last[ref] = node.id
-    kept = set(graph.outputs)
-    live = peak = 0
-    for node in nodes:
-        if node.op in ("input", "constant"):
-            continue
-        for t in node.outputs:
-            if not is_static(t.shape):
-                return None
-            live += math.prod(t.shape) * t.dtype.itemsize
-        peak = max(peak, live)
-        for ref in set(node.inputs):
-            producer = graph.nodes[ref.node]
-            if last[ref] == node.id and ref not in kept and producer.op not in ("input", "constant"):
-                live -= math.prod(producer.outputs[ref.index].shape) * producer.outputs[ref.index].dtype.itemsize
-        for i, t in enumerate(node.outputs):     # outputs nothing reads
-            if node.out(i) not in last and node.out(i) not in kept:
-                live -= math.prod(t.shape) * t.dtype.itemsize
-    return peak
 
 
 def follow_order(nodes: list, reference: list) -> list:

@@ -214,11 +214,11 @@ class CompiledFunction:
 
 def compile_traced(traced: Traced, provider: str = "auto", opset: int | None = None,
                    optimize: int = 2, check_numerics: bool = False, recompute: bool = False,
-                   target: str | None = None) -> CompiledFunction:
+                   target: str | None = None, memory_budget: int | None = None) -> CompiledFunction:
     """Optimise, lower for `target` (by default the provider's: lowering/targets) and load."""
     from ..passes import optimize as run_passes
     resolved = resolve_provider(provider)
-    run_passes(traced.graph, optimize, recompute=recompute)
+    run_passes(traced.graph, optimize, recompute=recompute, memory_budget=memory_budget)
     model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=traced.name,
                                  target=target or target_for_provider(resolved))
     return CompiledFunction(traced, model, resolved, float64_ops, check_numerics)

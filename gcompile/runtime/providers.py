@@ -109,6 +109,12 @@ def quiet_onnxruntime() -> Iterator[None]:
 # a training step after a matmul silently kept every element. An inference-mode Dropout of someone
 # else's model then runs as the copy it is.
 DISABLED_OPTIMIZERS = ["Pad_Fusion", "MatMulScaleFusion", "EliminateDropout"]
+# Also off for graphs run in their own order (ordered_model): merging equal nodes would merge the
+# recompute pass's copies back into their originals (tying them to the forward again); constant
+# folding turned fills of static shape into constants held for the session's life (a max pool's
+# gradient's zeros: 25 MB of a ResNet-50 step's session), which gcompile's own folding leaves to
+# run time on purpose (over 4,096 elements).
+ORDERED_DISABLED = ["CommonSubexpressionElimination", "ConstantFolding"]
 
 
 def session_options(nodes: int | None = None, threads: int | None = None, spin: bool = False,
@@ -179,10 +185,12 @@ def ordered_model(model: bytes, order: Sequence, nodes: int | None = None) -> by
         path = os.path.join(folder, "optimized.onnx")
         options = session_options(nodes, 1)
         options.optimized_model_filepath = path
+        shared_arena()     # (what optimizing allocates is then reused by the runs, not left in the process's heap)
+        options.add_session_config_entry("session.use_env_allocators", "1")
         try:
             with quiet_onnxruntime():
                 ort.InferenceSession(model, options, providers=[PROVIDERS["cpu"]],
-                                     disabled_optimizers=DISABLED_OPTIMIZERS)
+                                     disabled_optimizers=DISABLED_OPTIMIZERS + ORDERED_DISABLED)
             optimized = onnx.load(path)
         except Exception:
             return None
