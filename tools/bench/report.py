@@ -140,6 +140,9 @@ def zoo_tables(runs: list[tuple[str, dict]]) -> str:
     cols = ["model", "size", "parameters", "gcompile ms (quiet)"] + [f"× PyTorch ({title})" for _, title in conditions]
     cols += ["peak MB, gcompile", "peak MB, PyTorch", "× PyTorch (memory)", "MB after compiling",
              "gradient error, gcompile / PyTorch float32"]
+    budgeted = any("gcompile:budget" in row["memory"] for _, row in rows)
+    if budgeted:
+        cols += ["budget MiB", "peak MB with it", "× PyTorch (memory)", "time ÷ default (quiet)"]
     out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for key, row in rows:
         memory = row["memory"]
@@ -150,6 +153,12 @@ def zoo_tables(runs: list[tuple[str, dict]]) -> str:
         ours, theirs = memory["gcompile"]["peak_mb"], memory["torch"]["peak_mb"]
         cells += [_mb(ours), _mb(theirs), f"{ours / theirs:.2f}", _mb(memory["gcompile"]["ready_mb"]),
                   _error(row.get("grad_error"))]
+        if budgeted and "gcompile:budget" in memory:
+            peak_mb = memory["gcompile:budget"]["peak_mb"]
+            cells += [_mb(row["budget_mb"]), _mb(peak_mb), f"{peak_mb / theirs:.2f}",
+                      fmt_ratio(ratios(row["passes"].get("quiet", []), "gcompile:budget", "gcompile"))]
+        elif budgeted:
+            cells += ["—"] * 4
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 

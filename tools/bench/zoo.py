@@ -251,10 +251,18 @@ def gradient_check(module, inputs: dict, labels, gcompile_grads: list) -> dict:
 
 
 # -- one model's row ----------------------------------------------------------------------------------------
-def zoo_model(name: str, small: bool, runs: int, repeat: int, busy: int, check: bool, log=print) -> dict:
+# The plan a memory budget is held against leaves out the runtime's own overhead: the budget asked
+# for a target peak is this share of what the target leaves once gcompile is ready.
+BUDGET_SHARE = 0.7
+
+
+def zoo_model(name: str, small: bool, runs: int, repeat: int, busy: int, check: bool, log=print,
+              budget: float | None = None) -> dict:
     """One model through both systems: exported, each system's memory in a fresh process, then
     `repeat` passes of alternating timing, quiet and beside `busy` neighbours, and the gradient
-    check. The row holds every figure and the model's facts."""
+    check. With `budget` (a fraction of PyTorch's peak), gcompile again with a memory budget aimed
+    at that peak ("gcompile:budget"): BUDGET_SHARE of what the target leaves above gcompile's
+    memory once ready. The row holds every figure and the model's facts."""
     import tempfile
 
     import torch
@@ -265,8 +273,13 @@ def zoo_model(name: str, small: bool, runs: int, repeat: int, busy: int, check: 
         meta = export(name, small, folder)
         log(f"{name}: {meta['param_count']:,} parameters, exported in {meta['export_s']:.1f} s")
         memory = {system: measure_memory(system, folder) for system in ("torch", "gcompile")}
+        budget_bytes = None
+        if budget is not None:
+            room = budget * memory["torch"]["peak_mb"] - memory["gcompile"]["ready_mb"]
+            budget_bytes = int(max(room * BUDGET_SHARE, 16) * 2**20)
+            memory["gcompile:budget"] = measure_memory("gcompile", folder, {"memory_budget": budget_bytes})
         for system, m in memory.items():
-            log(f"{name}: {system:8s} peak {m['peak_mb']:7.0f} MB, ready {m['ready_mb']:7.0f} MB "
+            log(f"{name}: {system:15s} peak {m['peak_mb']:7.0f} MB, ready {m['ready_mb']:7.0f} MB "
                 f"(imports {m['imported_mb']:.0f} MB)")
         torch.set_num_threads(os.cpu_count() or 1)
         module = torch_module(folder)
@@ -277,6 +290,9 @@ def zoo_model(name: str, small: bool, runs: int, repeat: int, busy: int, check: 
         cf, args = gcompile_step(folder)
         build_s = time.perf_counter() - t0
         calls = {"gcompile": lambda: cf(*args), "torch": torch_step(module, inputs, labels)}
+        if budget_bytes is not None:
+            budgeted, budget_args = gcompile_step(folder, memory_budget=budget_bytes)
+            calls["gcompile:budget"] = lambda: budgeted(*budget_args)
         conditions = ["quiet"] + (["busy"] if busy else [])
         passes: dict = {c: [] for c in conditions}
         for _ in range(repeat):
@@ -292,16 +308,17 @@ def zoo_model(name: str, small: bool, runs: int, repeat: int, busy: int, check: 
                 f"PyTorch float32 {errors['torch']['all']:.1e}")
     return {"label": model.label, "size": "small" if small else model.size, "params": meta["param_count"],
             "weights_mb": meta["weights_mb"], "export_s": meta["export_s"], "build_s": build_s,
-            "memory": memory, "passes": passes, "grad_error": errors, "onnx_nodes": len(cf.model.graph.node)}
+            "memory": memory, "passes": passes, "grad_error": errors, "onnx_nodes": len(cf.model.graph.node),
+            "budget_mb": budget_bytes / 2**20 if budget_bytes else None}
 
 
 def zoo_bench(names: list[str], small: bool, runs: int, repeat: int, busy: int, check: bool = True,
-              log=print) -> dict:
+              log=print, budget: float | None = None) -> dict:
     """zoo_model for each name, the rows keyed by name."""
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}: one of {', '.join(MODELS)}")
-    return {name: zoo_model(name, small, runs, repeat, busy, check, log) for name in names}
+    return {name: zoo_model(name, small, runs, repeat, busy, check, log, budget) for name in names}
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "memory":
