@@ -15,6 +15,15 @@ def names(nodes):
     return [n.name for n in nodes]
 
 
+def tanh_step(x, *ws):
+    """A tanh network's loss and the gradients of its weights."""
+    h = x
+    for w in ws:
+        h = F.tanh(h @ w)
+    loss = F.sum(h * h)
+    return loss, gc.grad(loss, list(ws))
+
+
 def node(op, inputs, output):
     return helper.make_node(op, inputs, [output], name=output)
 
@@ -98,15 +107,8 @@ def test_a_silu_network_emits_each_derivative_piece_once():
 def test_the_order_is_deterministic_and_keeps_every_node():
     rng = np.random.default_rng(0)
     ws = [rng.standard_normal((4, 4)).astype(np.float32) for _ in range(5)]
-
-    def step(x, *ws):
-        h = x
-        for w in ws:
-            h = F.tanh(h @ w)
-        loss = F.sum(h * h)
-        return loss, gc.grad(loss, list(ws))
     x = rng.standard_normal((3, 4)).astype(np.float32)
-    a, b = (gc.compile(step, x, *ws, provider="cpu") for _ in range(2))
+    a, b = (gc.compile(tanh_step, x, *ws, provider="cpu") for _ in range(2))
     assert a.model.SerializeToString() == b.model.SerializeToString()
     produced = {i.name for i in a.model.graph.input} | {t.name for t in a.model.graph.initializer}
     for n in a.model.graph.node:    # a topological order
@@ -202,21 +204,15 @@ def test_a_large_planned_peak_runs_in_trace_order_without_a_memory_pattern(monke
     rng = np.random.default_rng(0)
     ws = [rng.standard_normal((4, 4)).astype(np.float32) for _ in range(3)]
     x = rng.standard_normal((5, 4)).astype(np.float32)
-
-    def step(x, *ws):
-        h = x
-        for w in ws:
-            h = F.tanh(h @ w)
-        return gc.grad(F.sum(h * h), list(ws))
-    cf = gc.compile(step, x, *ws, provider="cpu")
+    cf = gc.compile(tanh_step, x, *ws, provider="cpu")
     assert {p.key: p.value for p in cf.model.metadata_props}[lower.ORDER_KEY] == "file"
     # the optimizing session, then the session running ONNX Runtime's graph in the file's order
     assert seen[0][0] == ort.ExecutionOrder.DEFAULT
     assert seen[-1] == (ort.ExecutionOrder.PRIORITY_BASED, False, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     monkeypatch.setattr(gcompile.passes, "FILE_ORDER_MIN_BYTES", 1 << 60)
-    default = gc.compile(step, x, *ws, provider="cpu")
+    default = gc.compile(tanh_step, x, *ws, provider="cpu")
     assert lower.ORDER_KEY not in {p.key for p in default.model.metadata_props}
-    for a, b in zip(cf(x, *ws), default(x, *ws)):
+    for a, b in zip(cf(x, *ws)[1], default(x, *ws)[1]):
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
@@ -233,13 +229,7 @@ def test_the_ordered_model_keeps_onnx_runtimes_fused_nodes_in_the_files_order(mo
     monkeypatch.setattr(gcompile.passes, "FILE_ORDER_MIN_BYTES", 1)
     rng = np.random.default_rng(0)
     ws = [rng.standard_normal((2, 6, 6)).astype(np.float32) for _ in range(3)]
-
-    def step(x, *ws):
-        h = x
-        for w in ws:
-            h = F.tanh(h @ w)
-        return gc.grad(F.sum(h * h), list(ws))
-    traced = trace(step, [rng.standard_normal((2, 5, 6)).astype(np.float32), *ws])
+    traced = trace(tanh_step, [rng.standard_normal((2, 5, 6)).astype(np.float32), *ws])
     optimize(traced.graph)
     model, _ = lower.to_onnx(traced.graph, traced.input_names, target="ort-cpu")
     ordered = onnx.load_from_string(providers.ordered_model(model.SerializeToString(), list(model.graph.node)))

@@ -47,17 +47,7 @@ MAX_LAST_OUTPUTS = 32
 def schedule_order(nodes: list, output_names: list[str]) -> list:
     """`nodes` (onnx NodeProtos in a topological order) reordered as the module docstring says.
     Deterministic: the result depends only on the input order."""
-    producer: dict[str, int] = {}
-    for i, node in enumerate(nodes):
-        for out in node.output:
-            if out:
-                producer[out] = i
-    readers: list[list[int]] = [[] for _ in nodes]
-    waiting = [0] * len(nodes)
-    for i, node in enumerate(nodes):
-        for p in sorted({producer[name] for name in node_reads(node) if name in producer}):
-            readers[p].append(i)
-            waiting[i] += 1
+    producer, readers, waiting = _dependencies(nodes)
     last = _output_groups(nodes, readers, producer, set(output_names))
     if len(set(last.values())) > MAX_LAST_OUTPUTS:
         last = {}
@@ -124,13 +114,7 @@ def follow_order(nodes: list, reference: list) -> list:
         for out in node.output:
             if out:
                 position["value:" + out] = i
-    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
-    readers: list[list[int]] = [[] for _ in nodes]
-    waiting = [0] * len(nodes)
-    for i, node in enumerate(nodes):
-        for p in sorted({producer[name] for name in node_reads(node) if name in producer}):
-            readers[p].append(i)
-            waiting[i] += 1
+    _, readers, waiting = _dependencies(nodes)
     unplaced = float("inf")
     places: list[float] = []
     for node in nodes:
@@ -153,6 +137,19 @@ def follow_order(nodes: list, reference: list) -> list:
                 heapq.heappush(ready, (places[r], r))
     assert len(order) == len(nodes), "follow_order needs an acyclic node list"
     return [nodes[i] for i in order]
+
+
+def _dependencies(nodes: list) -> tuple[dict[str, int], list[list[int]], list[int]]:
+    """(the index of the node making each value, the indices of each node's readers in order, how
+    many nodes each node reads from) of `nodes`, loop bodies' outer reads included."""
+    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
+    readers: list[list[int]] = [[] for _ in nodes]
+    waiting = [0] * len(nodes)
+    for i, node in enumerate(nodes):
+        for p in sorted({producer[name] for name in node_reads(node) if name in producer}):
+            readers[p].append(i)
+            waiting[i] += 1
+    return producer, readers, waiting
 
 
 def _topological(readers: list[list[int]], waiting: list[int]) -> list[int]:

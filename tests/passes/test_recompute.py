@@ -8,6 +8,8 @@ from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
 from gcompile.passes import optimize, recompute_pass
 
+from ..test_node_order import tanh_step
+
 RNG = np.random.default_rng(0)
 X, W = RNG.standard_normal((3, 4)), RNG.standard_normal((4, 4)) * 0.5
 
@@ -134,14 +136,7 @@ def test_second_order_graph_copies_per_order():
 
 # -- a memory budget ------------------------------------------------------------------------------------------
 DEEP = [RNG.standard_normal((32, 32)) * 0.3 for _ in range(6)]
-
-
-def deep_step(x, *ws):
-    h = x
-    for w in ws:
-        h = F.tanh(h @ w)
-    loss = F.sum(h * h)
-    return loss, gc.grad(loss, list(ws))
+deep_step = tanh_step
 
 
 def _planned(budget=None):

@@ -117,67 +117,59 @@ def swin_t(small: bool):
     return _images(lambda: tv.models.swin_t(weights=None), 8, 224, 1000)
 
 
-def _language_model(cls, config, inputs: dict):
+def _language_model(classes: tuple[str, str], small: bool, tiny: dict, full: dict, shapes: tuple, inputs=None):
+    """A transformers model (config class, model class) built from `tiny` or `full` (the config's
+    arguments) without a cache, on (batch, sequence) token ids from shapes[0] (small) or shapes[1],
+    or on inputs(config) where given."""
+    tf = _transformers()
+    config_class, model_class = (getattr(tf, name) for name in classes)
+    config = config_class(**(tiny if small else full))
     config.use_cache = False
-    return lambda: logits_of(cls(config)), inputs, config.vocab_size
+    batch, seq = shapes[0] if small else shapes[1]
+    made = inputs(config) if inputs else _tokens(batch, seq, config.vocab_size)
+    return lambda: logits_of(model_class(config)), made, config.vocab_size
 
 
-def gpt2(small: bool):
-    tf = _transformers()
-    GPT2Config, GPT2LMHeadModel = tf.GPT2Config, tf.GPT2LMHeadModel
-    if small:
-        config, batch, seq = GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=32), 2, 16
-    else:
-        config, batch, seq = GPT2Config(), 2, 128      # GPT-2 small: 12 layers, width 768, 124M parameters
-    return _language_model(GPT2LMHeadModel, config, _tokens(batch, seq, config.vocab_size))
+def gpt2(small: bool):          # GPT-2 small: 12 layers, width 768, 124M parameters
+    return _language_model(("GPT2Config", "GPT2LMHeadModel"), small,
+                           dict(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=32), {},
+                           ((2, 16), (2, 128)))
 
 
-def bert(small: bool):
-    tf = _transformers()
-    BertConfig, BertForMaskedLM = tf.BertConfig, tf.BertForMaskedLM
-    if small:
-        config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                            intermediate_size=64, max_position_embeddings=32)
-        batch, seq = 2, 16
-    else:
-        config, batch, seq = BertConfig(), 4, 128       # BERT-base: 12 layers, width 768
-    return _language_model(BertForMaskedLM, config, _tokens(batch, seq, config.vocab_size))
+def bert(small: bool):          # BERT-base: 12 layers, width 768
+    return _language_model(("BertConfig", "BertForMaskedLM"), small,
+                           dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                intermediate_size=64, max_position_embeddings=32), {},
+                           ((2, 16), (4, 128)))
 
 
-def llama(small: bool):
-    tf = _transformers()
-    LlamaConfig, LlamaForCausalLM = tf.LlamaConfig, tf.LlamaForCausalLM
-    if small:
-        config = LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
-        batch, seq = 2, 16
-    else:   # 8 layers, width 768, grouped-query attention (12 heads sharing 4 key-value heads)
-        config = LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=8,
-                             num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=256)
-        batch, seq = 2, 128
-    return _language_model(LlamaForCausalLM, config, _tokens(batch, seq, config.vocab_size))
+def llama(small: bool):         # 8 layers, width 768, grouped-query attention (12 heads sharing 4 key-value heads)
+    return _language_model(("LlamaConfig", "LlamaForCausalLM"), small,
+                           dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32),
+                           dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=8,
+                                num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=256),
+                           ((2, 16), (2, 128)))
 
 
-def whisper(small: bool):
+def whisper(small: bool):       # Whisper-tiny's widths (4 + 4 layers, width 384), on 10 s of audio
     import torch
-    tf = _transformers()
-    WhisperConfig, WhisperForConditionalGeneration = tf.WhisperConfig, tf.WhisperForConditionalGeneration
-    if small:
-        config = WhisperConfig(vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1,
-                               encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
-                               decoder_ffn_dim=64, num_mel_bins=16, max_source_positions=16,
-                               max_target_positions=16)
-        batch, frames, tokens = 2, 32, 8
-    else:   # Whisper-tiny's widths (4 + 4 layers, width 384), on 10 s of audio
-        config = WhisperConfig(vocab_size=51865, d_model=384, encoder_layers=4, decoder_layers=4,
-                               encoder_attention_heads=6, decoder_attention_heads=6, encoder_ffn_dim=1536,
-                               decoder_ffn_dim=1536, num_mel_bins=80, max_source_positions=500,
-                               max_target_positions=448)
-        batch, frames, tokens = 2, 1000, 64
-    config.pad_token_id, config.bos_token_id, config.eos_token_id, config.decoder_start_token_id = 0, 1, 2, 1
-    inputs = {"input_features": torch.randn(batch, config.num_mel_bins, frames, generator=_generator()),
-              **_tokens(batch, tokens, config.vocab_size, "decoder_input_ids")}
-    return _language_model(WhisperForConditionalGeneration, config, inputs)
+    tokens = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+
+    def inputs(config):
+        frames, count = (32, 8) if small else (1000, 64)
+        return {"input_features": torch.randn(2, config.num_mel_bins, frames, generator=_generator()),
+                **_tokens(2, count, config.vocab_size, "decoder_input_ids")}
+    return _language_model(("WhisperConfig", "WhisperForConditionalGeneration"), small,
+                           dict(vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1,
+                                encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+                                decoder_ffn_dim=64, num_mel_bins=16, max_source_positions=16,
+                                max_target_positions=16, **tokens),
+                           dict(vocab_size=51865, d_model=384, encoder_layers=4, decoder_layers=4,
+                                encoder_attention_heads=6, decoder_attention_heads=6, encoder_ffn_dim=1536,
+                                decoder_ffn_dim=1536, num_mel_bins=80, max_source_positions=500,
+                                max_target_positions=448, **tokens),
+                           ((2, 8), (2, 64)), inputs)
 
 
 MODELS: dict[str, ZooModel] = {
