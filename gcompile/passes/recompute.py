@@ -131,7 +131,8 @@ def recompute(graph: Graph, cheap: bool = True, sequenced: bool = True) -> PassR
 
 
 # -- a memory budget -----------------------------------------------------------------------------------------
-_ROUNDS = 64          # rounds of choices before giving up on a budget
+_ROUNDS = 128         # rounds of choices before giving up on a budget
+_ROUND_SHARE = 0.1    # the most of the planned peak one round's choices set out to free: the peak moves
 
 
 def _flops(graph: Graph, node: Node) -> int:
@@ -216,8 +217,10 @@ def within_budget(graph: Graph, budget: int) -> tuple[int, int]:
     the forward no longer needs: a copy of such a value's node, made just before its first
     backward reader, frees it at the peak; the copy needs its operands, and those not alive at
     the peak are copied too (_closure). The values freeing the most bytes per operation of their
-    copies go first, until the excess is covered; a round that does not lower the planned peak
-    is taken back, its best choice alone tried, and failing that left out for good."""
+    copies go first, until the excess is covered or a tenth of the plan (a large batch of copies
+    moves the peak into the backward, where the copies live at once); a round that does not lower
+    the planned peak is taken back, its best choice alone tried, and failing that left out for
+    good. The lowest plan any round reached is kept."""
     size: dict = {}
     for node in graph.nodes.values():
         for i, t in enumerate(node.outputs):
@@ -235,6 +238,7 @@ def within_budget(graph: Graph, budget: int) -> tuple[int, int]:
             readers.setdefault(ref, []).append(node)
     chosen = {n.id for n in graph.nodes.values() if n.recompute}
     first, _ = peak(_budget_steps(graph, chosen, size), kept)
+    best = (first, set(chosen))        # the lowest plan seen, and its choice: a later round may do worse
     current, spent = first, 0
     left_out: set[int] = set()
     for _ in range(_ROUNDS):
@@ -263,7 +267,7 @@ def within_budget(graph: Graph, budget: int) -> tuple[int, int]:
         ranked.sort(key=lambda r: r[:2], reverse=True)
         picked, freed, round_cost = set(), 0, 0
         for _, _, node_id, needed, n, cost in ranked:
-            if freed >= current - budget or spent + round_cost + cost > forward:
+            if freed >= min(current - budget, current * _ROUND_SHARE) or spent + round_cost + cost > forward:
                 break
             picked |= {node_id} | needed
             freed += n
@@ -278,7 +282,10 @@ def within_budget(graph: Graph, budget: int) -> tuple[int, int]:
                 continue
         chosen |= picked
         spent += round_cost
-    final, _ = peak(_budget_steps(graph, chosen, size), kept)
+        planned = peak(_budget_steps(graph, chosen, size), kept)[0]
+        if planned < best[0]:
+            best = (planned, set(chosen))
+    final, chosen = best
     for node_id in chosen:
         graph.nodes[node_id].recompute = True
     if final > budget:
