@@ -87,9 +87,10 @@ def check_forward(program, reference, input_specs, arrays) -> None:
 
 def derivatives(program, positions):
     """x ↦ (outputs, ∇L, ∇⟨∇L, v⟩) with L = Σ⟨w_k, output_k⟩; w and v fixed random, size 1 on
-    symbolic dims (broadcast)."""
+    symbolic dims (broadcast). The program returns a tuple or list of outputs, or one."""
     def fn(*xs):
         outs = program(*xs)
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
         rng = np.random.default_rng(0)
 
         def weight(t):
