@@ -15,6 +15,7 @@ new threshold a case in its op's sampler (the test says which is missing).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -38,6 +39,12 @@ class Draw:
 
 class Unplaceable(LookupError):
     """The sampler has no way to place a geometry around this threshold."""
+
+
+def thresholds(strategy) -> list[tuple[str, int]]:
+    """(name, value) of each module constant the strategy's guard compares with (its `thresholds`)."""
+    module = sys.modules[strategy.lower.__module__]
+    return [(name, getattr(module, name)) for name in strategy.thresholds]
 
 
 def _value(rng, side: str, t: int, spread: int = 2) -> int:
@@ -173,7 +180,7 @@ def _taps(rng, taps: int, nsp: int) -> tuple:
     return _split(rng, taps, nsp, largest=13)
 
 
-# -- convolution weight gradients --------------------------------------------------------------------------
+# -- convolution geometries and weight gradients --------------------------------------------------------
 def _channels(rng, kind: str, ci: int | None = None) -> tuple[int, int, int]:
     """(input channels, output channels, groups) of a convolution: one group, depthwise (one input
     channel per group, one or two outputs each) or grouped."""
@@ -185,16 +192,36 @@ def _channels(rng, kind: str, ci: int | None = None) -> tuple[int, int, int]:
     return groups * ci, groups * int(rng.choice([1, 2, 3, 4, 8, 9])), groups
 
 
-def conv_weight_grad(rng, near: Near | None) -> Draw:
-    """The weight gradient op itself, of (x, g): its forward is what the strategies compute; its
-    gradients are convolutions of x and g, and its second order holds it again."""
+@dataclass
+class ConvGeometry:
+    batch: int
+    channels: int
+    filters: int        # output channels
+    groups: int
+    window: Window
+
+    def text(self) -> str:
+        return f"{self.batch} images of {self.channels} channels to {self.filters}, {self.window.text()}, " \
+               f"groups {self.groups}"
+
+
+def conv_geometry(rng, near: Near | None) -> ConvGeometry:
+    """A convolution (of 1 to 3 spatial axes) around a threshold of a strategy of conv or
+    conv_weight_grad, or as an edge of theirs ("padding_taps", "padding_taps_strided"; "empty_batch"
+    is the caller's), or free: one group, depthwise or grouped; with one group the filters often
+    around the output positions or twice them (the halves' guard)."""
     nsp = int(rng.choice([1, 2, 2, 2, 3]))
     kind = str(rng.choice(["one", "one", "depthwise", "grouped"]))
-    batch = int(rng.choice([1, 2, 3, 4]))
+    batch = int(rng.choice([1, 2, 3, 4, 8]))
     window = None
     ci = co = None
     name, side, t = near or (None, None, 0)
-    if name == "FEW_CHANNELS":          # input channels per group around it, output ones around it or fewer
+    if name == "HALVES_MIN_BATCH":
+        kind, nsp, batch = "one", int(rng.choice([1, 2])), _value(rng, side, t)
+        window = draw_window(rng, nsp, max_size=4)
+        positions = math.prod(window.out())
+        co = max(1, positions + int(rng.integers(1, positions + 1)))
+    elif name == "FEW_CHANNELS":        # input channels per group around it, output ones around it or fewer
         kind, ci = str(rng.choice(["one", "one", "grouped"])), _value(rng, side, t)
         co = int(rng.choice([ci, 1, 2, 3, t, t + 1]))
         window = draw_window(rng, nsp, max_size=3 if nsp == 3 else 6, stride=1 if rng.random() < 0.6 else None)
@@ -246,15 +273,13 @@ def conv_weight_grad(rng, near: Near | None) -> Draw:
     elif name not in (None, "empty_batch"):
         raise Unplaceable(name)
     window = window or draw_window(rng, nsp, max_size=3 if nsp == 3 else 6)
-    channels, co_drawn, groups = _channels(rng, kind, ci)
-    co = co_drawn if co is None else co * groups
-    x = _uniform(rng, (batch, channels, *window.size))
-    g = _uniform(rng, (batch, co, *window.out()))
-    attrs = dict(kernel=window.kernel, stride=window.stride, pad=window.pad, dilation=window.dilation, groups=groups)
-    inputs, specs = _batched(rng, name, [x, g], [0, 1])
-    return Draw(f"conv_weight_grad of x{x.shape} and g{g.shape}, {window.text()}, groups {groups}"
-                + (f", batch symbolic ({len(inputs[0])})" if specs else ""),
-                lambda x, g: apply("conv_weight_grad", [x, g], **attrs), inputs, specs, _sides(near))
+    channels, filters, groups = _channels(rng, kind, ci)
+    if co is not None:
+        filters = co * groups
+    elif kind == "one" and rng.random() < 0.5:      # filters around the positions and twice the positions
+        positions = math.prod(window.out())
+        filters = max(1, int(rng.choice([positions, 2 * positions])) + int(rng.integers(-1, 2)))
+    return ConvGeometry(batch, channels, filters, groups, window)
 
 
 def _strided(rng, nsp: int) -> tuple:
@@ -264,30 +289,33 @@ def _strided(rng, nsp: int) -> tuple:
     return tuple(stride)
 
 
+def conv_weight_grad(rng, near: Near | None) -> Draw:
+    """The weight gradient op itself, of (x, g): its forward is what the strategies compute; its
+    gradients are convolutions of x and g, and its second order holds it again."""
+    geo = conv_geometry(rng, near)
+    window = geo.window
+    x = _uniform(rng, (geo.batch, geo.channels, *window.size))
+    g = _uniform(rng, (geo.batch, geo.filters, *window.out()))
+    attrs = dict(kernel=window.kernel, stride=window.stride, pad=window.pad, dilation=window.dilation,
+                 groups=geo.groups)
+    inputs, specs = _batched(rng, near[0] if near else None, [x, g], [0, 1])
+    return Draw(f"conv_weight_grad of x{x.shape} and g{g.shape}, {window.text()}, groups {geo.groups}"
+                + (f", batch symbolic ({len(inputs[0])})" if specs else ""),
+                lambda x, g: apply("conv_weight_grad", [x, g], **attrs), inputs, specs, _sides(near))
+
+
 # -- convolutions and their transposes ----------------------------------------------------------------------
 def conv(rng, near: Near | None) -> Draw:
-    """F.conv with a bias sometimes; around the guard of its two halves: more filters than output
-    positions, up to twice as many, from HALVES_MIN_BATCH images."""
-    name, side, t = near or (None, None, 0)
-    nsp = int(rng.choice([1, 2, 2]))
-    batch = int(rng.choice([1, 2, 4, 7, 8, 9]))
-    if name == "HALVES_MIN_BATCH":
-        batch = _value(rng, side, t)
-    elif name not in (None, "padding_taps", "empty_batch"):
-        raise Unplaceable(name)
-    window = draw_window(rng, nsp, max_size=4, in_padding=name == "padding_taps")
-    positions = math.prod(window.out())
-    kind = "one" if rng.random() < 0.7 else str(rng.choice(["depthwise", "grouped"]))
-    channels, co, groups = _channels(rng, kind)
-    if kind == "one":                # filters around the positions and twice the positions
-        co = max(1, int(rng.choice([positions, 2 * positions])) + int(rng.integers(-1, 2)))
-    x = _uniform(rng, (batch, channels, *window.size))
-    w = _uniform(rng, (co, channels // groups, *window.kernel), scale=0.5)
-    b = _uniform(rng, (co,)) if rng.random() < 0.5 else None
-    kw = dict(stride=window.stride, pad=window.pad, dilation=window.dilation, groups=groups)
-    inputs, specs = _batched(rng, name, [x, w] + ([b] if b is not None else []), [0])
+    """F.conv with a bias sometimes, drawn as conv_geometry draws."""
+    geo = conv_geometry(rng, near)
+    window = geo.window
+    x = _uniform(rng, (geo.batch, geo.channels, *window.size))
+    w = _uniform(rng, (geo.filters, geo.channels // geo.groups, *window.kernel), scale=0.5)
+    b = _uniform(rng, (geo.filters,)) if rng.random() < 0.5 else None
+    kw = dict(stride=window.stride, pad=window.pad, dilation=window.dilation, groups=geo.groups)
+    inputs, specs = _batched(rng, near[0] if near else None, [x, w] + ([b] if b is not None else []), [0])
     return Draw(f"conv of x{x.shape} and w{w.shape}{' with a bias' if b is not None else ''}, {window.text()}, "
-                f"groups {groups}" + (f", batch symbolic ({len(inputs[0])})" if specs else ""),
+                f"groups {geo.groups}" + (f", batch symbolic ({len(inputs[0])})" if specs else ""),
                 lambda x, w, *b: F.conv(x, w, *b, **kw), inputs, specs, _sides(near))
 
 
@@ -343,11 +371,16 @@ def pool_scatter(rng, near: Near | None) -> Draw:
     stride = tuple(max(1, k + int(rng.integers(-1, 2))) for k in kernel)
     window = draw_window(rng, nsp, kernel=kernel, stride=stride, pool=True, size=1 if name else None)
     dtype = np.float64 if rng.random() < 0.15 else np.float32
-    shape = (int(rng.integers(1, 4)), int(rng.integers(1, 4)), *window.size)
+    zeros = int(rng.integers(1, 3)) if rng.random() < 0.4 else 0    # zero padding before the pool, as a model may write
+    shape = (int(rng.integers(1, 4)), int(rng.integers(1, 4)), *(n - 2 * zeros for n in window.size))
+    if min(shape) < 1:
+        zeros, shape = 0, (*shape[:2], *window.size)
     x = rng.permutation(np.linspace(-1, 1, math.prod(shape))).reshape(shape).astype(dtype)   # no ties
     kw = dict(kernel=window.kernel, stride=window.stride, pad=window.pad)
-    return Draw(f"max_pool's gradient at x{x.shape} {np.dtype(dtype).name}, {kw}",
-                lambda x: gc.grad(F.sum(F.max_pool(x, **kw) ** 2), [x])[0], [x])
+    padded = ((0, 0), (0, 0)) + ((zeros, zeros),) * nsp
+    return Draw(f"max_pool's gradient at x{x.shape} {np.dtype(dtype).name}"
+                + (f" padded with {zeros} zeros" if zeros else "") + f", {kw}",
+                lambda x: gc.grad(F.sum(F.max_pool(F.pad(x, padded), **kw) ** 2), [x])[0], [x])
 
 
 # -- softmax and friends --------------------------------------------------------------------------------------
@@ -466,24 +499,27 @@ def scan(rng, near: Near | None) -> Draw:
 def _reduction(fn: Callable, label: str):
     def sample(rng, near: Near | None) -> Draw:
         name = near[0] if near else None
-        if name not in (None, "empty_axis"):
+        if name not in (None, "empty_axis", "empty_batch"):
             raise Unplaceable(name)
         rank = int(rng.integers(1, 5))
         shape = [int(rng.choice([1, 1, 2, 3, 4])) for _ in range(rank)]
-        if name:
-            shape[int(rng.integers(rank))] = 0
         if rank > 1 and rng.random() < 0.5:        # leading axes (size-1 ones after them aside)
             axes = tuple(range(int(rng.integers(1, rank))))
         else:
             axes = tuple(int(a) for a in range(rank) if rng.random() < 0.5) or (0,)
+        if name == "empty_axis":
+            shape[int(rng.choice(axes))] = 0
+        elif name == "empty_batch":
+            axes = tuple(sorted({0, *axes}))
         keepdims = bool(rng.random() < 0.3)
         dtype = np.float64 if rng.random() < 0.2 else np.float32
         x = _uniform(rng, shape, dtype)
-        inputs, specs = _batch_specs(rng, [x], [0])
+        inputs, specs = _batched(rng, None if name == "empty_axis" else name, [x], [0])
         return Draw(f"{label} of x{x.shape} {np.dtype(dtype).name} over {axes}{', keepdims' if keepdims else ''}"
                     + (", axis 0 symbolic" if specs else ""), lambda x: fn(x, axes, keepdims=keepdims), inputs, specs)
-    sample.__doc__ = f"F.{label} over a random set of axes (leading or not; size-1 and symbolic axes among them, an " \
-                     "empty one as the edge \"empty_axis\"), keeping the dims or not, float32 or float64."
+    sample.__doc__ = f"F.{label} over a random set of axes (leading or not; size-1 and symbolic axes among them), " \
+                     "keeping the dims or not, float32 or float64; as the edge \"empty_axis\", an empty one among " \
+                     "them, as \"empty_batch\", axis 0 among them, symbolic and empty at run time."
     return sample
 
 
@@ -505,5 +541,5 @@ EDGES: dict[str, tuple[str, ...]] = {
     "softmax": ("empty",), "log_softmax": ("empty",), "softmax_cross_entropy": ("empty",),
     "scatter_add": ("negative_indices", "no_updates", "non_finite"),
     "scan": ("zero_steps",),
-    "reduce_sum": ("empty_axis",), "reduce_mean": ("empty_axis",),
+    "reduce_sum": ("empty_axis", "empty_batch"), "reduce_mean": ("empty_axis", "empty_batch"),
 }
