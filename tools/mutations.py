@@ -12,7 +12,7 @@ Before the mutations, the generic checks run once on the unpatched copy and must
     python tools/mutations.py                          # every mutation; exits 1 if one survives
     python tools/mutations.py --list                   # the mutations, their fixes and own tests
     python tools/mutations.py conv_flat_move_mask pow_zero_base --jobs 2 --suite
-    python tools/mutations.py --checks tests/lowering --no-baseline     # a quick look
+    python tools/mutations.py --checks tests/lowering,tests/fuzz --no-baseline     # a quick look
 
 Exits 0 when every mutation is caught, 1 when one survives (a generic check must be
 strengthened until it fails there) or a patch no longer applies or no longer reproduces its bug
@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     parser.add_argument("names", nargs="*", help="mutations to check (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     parser.add_argument("--suite", action="store_true", help="run the whole suite, not the generic subset")
-    parser.add_argument("--checks", nargs="+", metavar="PATH", help="run these tests as the generic checks instead")
+    parser.add_argument("--checks", metavar="PATHS", help="comma-separated tests to run as the generic checks instead")
     parser.add_argument("--jobs", type=int, default=1, help="mutations checked at once")
     parser.add_argument("--no-baseline", action="store_true", help="skip the run of the unpatched tree")
     parser.add_argument("--keep", action="store_true", help="keep each patched tree (its path is printed)")
@@ -238,7 +238,7 @@ def main(argv=None) -> int:
         for m in chosen:
             print(f"{m.name} (fixed in {m.fix}): {m.bug}\n    own tests: {', '.join(m.own_tests)}")
         return 0
-    generic = args.checks or (["tests"] if args.suite else list(GENERIC))
+    generic = args.checks.split(",") if args.checks else ["tests"] if args.suite else list(GENERIC)
     if not args.no_baseline:
         base = baseline(generic)
         if base.failed or base.code != 0:

@@ -36,8 +36,7 @@ from gcompile.lowering.lower import recorded_lowerings
 from gcompile.passes import base as passes_base
 from gcompile.testing import check_grad, direction
 
-from . import npsem
-from .coverage import recorded_rewrites
+from . import coverage, npsem
 
 # Every graph pass the fuzzer runs is followed by Graph.lint(), under pytest, tools/fuzz.py or a reproducer.
 passes_base.LINT = True
@@ -242,7 +241,9 @@ def run_program(program_def, seed: int, checks=CHECKS) -> Result:
     result = Result()
     program, reference = program_def.functions()
     arrays, ok, result.decisions = safe_point(program_def, reference, seed, batch=2 + seed % 2)
-    with recorded_lowerings() as result.lowerings, recorded_rewrites() as result.rewrites:
+    coverage.install()
+    fired = Counter(coverage.FIRED)
+    with recorded_lowerings() as result.lowerings:
         for name in checks:
             if not ok[name]:
                 result.skipped.append(name)
@@ -256,4 +257,5 @@ def run_program(program_def, seed: int, checks=CHECKS) -> Result:
                 if not isinstance(err, AssertionError):
                     text += "\n" + "".join(traceback.format_tb(err.__traceback__)[-3:])
                 result.failures.append(Failure(name, text, arrays))
+    result.rewrites = coverage.FIRED - fired
     return result

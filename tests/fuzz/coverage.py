@@ -2,24 +2,22 @@
 graph passes' rewrites, counted here.
 
 A rewrite is a pass, or a function of a pass module that decides or applies one rewrite (REWRITES);
-it is reached when a call of it changed the graph or found its pattern. Counting wraps those
-functions in their modules while a `recorded_rewrites()` block is open anywhere (the wrappers stay
-once installed, and count nothing outside such a block); the passes themselves are counted where
-`passes.base.run_pass` runs them. tests/fuzz/test_coverage.py checks that every name here exists, so
-a renamed rewrite is not silently left uncounted.
+it is reached when a call of it changed the graph or found its pattern. install() wraps those
+functions in their modules to count into FIRED (a run's counts are the difference of FIRED
+before and after it); the passes themselves are counted where `passes.base.run_pass` runs them.
+tests/fuzz/test_coverage.py checks that every name here exists, so a renamed rewrite is not
+silently left uncounted.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from gcompile.lowering.targets import TARGETS
-from gcompile.passes import PIPELINES
 from gcompile.passes.base import PassResult
 
 
@@ -43,28 +41,24 @@ REWRITES: dict[str, dict[str, Callable[[Any], bool] | None]] = {
 # the passes counted as a whole (each run that changed the graph), beside the functions above
 PASSES = ("fold_constants", "eliminate_common_subexpressions", "eliminate_dead_code", "recompute")
 
-_recorders: list[Counter] = []
+FIRED: Counter = Counter()     # rewrite -> how often it fired since install(): take differences
 _lock = threading.Lock()
 _installed: list[bool] = []
-
-
-def _record(name: str) -> None:
-    for seen in _recorders:
-        seen[name] += 1
 
 
 def _counting(name: str, fn: Callable, fired: Callable[[Any], bool]) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         result = fn(*args, **kwargs)
-        if _recorders and fired(result):
-            _record(name)
+        if fired(result):
+            FIRED[name] += 1
         return result
-    wrapper.__wrapped_rewrite__ = fn      # type: ignore[attr-defined]
     return wrapper
 
 
-def _install() -> None:
+def install() -> None:
+    """Wrap the rewrite functions of REWRITES in their modules, and passes.base.run_pass, so that
+    they count into FIRED (once per process; the wrappers change nothing else)."""
     with _lock:
         if _installed:
             return
@@ -79,24 +73,11 @@ def _install() -> None:
         def counted_run_pass(graph, p):
             result = run_pass(graph, p)
             name = getattr(getattr(p, "func", p), "__name__", "")
-            if _recorders and name in PASSES and result.changed:
-                _record(name)
+            if name in PASSES and result.changed:
+                FIRED[name] += 1
             return result
         base.run_pass = passes.run_pass = counted_run_pass
         _installed.append(True)
-
-
-@contextlib.contextmanager
-def recorded_rewrites() -> Iterator[Counter]:
-    """Within the block, counts the calls of each rewrite (module.function, or a pass's name) that
-    rewrote or matched, in every thread."""
-    _install()
-    seen: Counter = Counter()
-    _recorders.append(seen)
-    try:
-        yield seen
-    finally:
-        _recorders.remove(seen)
 
 
 def all_rewrites() -> list[str]:
@@ -107,8 +88,3 @@ def all_strategies() -> list[tuple[str, str]]:
     """(op, strategy name) of every target's strategies, as recorded_lowerings counts them."""
     return sorted({(s.op, s.name) for target in TARGETS.values() for found in target.strategies.values()
                    for s in found})
-
-
-def pipeline_passes() -> set[str]:
-    """The passes the optimisation levels run (the recompute pass runs after them at every level)."""
-    return {p.__name__ for pipeline in PIPELINES.values() for p in pipeline} | {"recompute"}

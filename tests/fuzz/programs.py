@@ -1298,10 +1298,18 @@ def gen_conv(g: Gen, x: Value):
             return None
         shape = x.shape[:2] + out
         pad_arg = g.d.choice((pad, pad[0][0] if all(p == (pad[0][0],) * 2 for p in pad) else pad))
-        if kind == 2:      # of x, or of relu(x) as most CNNs pool (simplify masks relu's gradient before the scatter)
-            relu = g.d.int(0, 2) == 0
-            src, src_np = (f"F.relu({x.name})", f"N.relu({x.name})") if relu else (x.name, x.name)
-            return g.add("max_pool+relu" if relu else "max_pool", f"F.max_pool({src}, {kernel}, {stride}, {pad_arg})",
+        if kind == 2:      # of x, of relu(x) as most CNNs pool (simplify masks relu's gradient before the
+            # scatter), or of x padded with zeros first (as a model's ZeroPad before a pool)
+            form = g.d.int(0, 3)
+            src, src_np, label = x.name, x.name, "max_pool"
+            if form == 0:
+                src, src_np, label = f"F.relu({x.name})", f"N.relu({x.name})", "max_pool+relu"
+            elif form == 1:
+                zeros = ((0, 0), (0, 0)) + ((1, 1),) * n
+                src, src_np, label = f"F.pad({x.name}, {zeros})", f"np.pad({x.name}, {zeros})", "max_pool+pad"
+                shape = x.shape[:2] + tuple((s + 2 + p0 + p1 - k) // st + 1
+                                            for s, k, st, (p0, p1) in zip(spatial, kernel, stride, pad))
+            return g.add(label, f"F.max_pool({src}, {kernel}, {stride}, {pad_arg})",
                          f"N.max_pool({src_np}, {kernel}, {stride}, {pad})", shape, x.mag, [x])
         cip = g.d.bool()
         return g.add("avg_pool", f"F.avg_pool({x.name}, {kernel}, {stride}, {pad_arg}, count_include_pad={cip})",

@@ -361,21 +361,23 @@ def conv_transpose(rng, near: Near | None) -> Draw:
 
 def pool_scatter(rng, near: Near | None) -> Draw:
     """Max pooling's gradient, x -> d/dx Σ max_pool(x)², which scatters into x's shape: windows
-    disjoint or overlapping (strides around the kernel), padding below the kernel, float64 too;
-    as the edge "one_by_one", over 1x1 inputs."""
+    disjoint or overlapping (strides around the kernel), padding below the kernel, x zero-padded
+    first sometimes (then negative, so that the zeros win), float64 too; as the edge
+    "one_by_one", over 1x1 inputs."""
     name = near[0] if near else None
     if name not in (None, "one_by_one"):
         raise Unplaceable(name)
     nsp = int(rng.choice([1, 2, 2]))
     kernel = tuple(int(rng.integers(1, 4)) for _ in range(nsp))
     stride = tuple(max(1, k + int(rng.integers(-1, 2))) for k in kernel)
-    window = draw_window(rng, nsp, kernel=kernel, stride=stride, pool=True, size=1 if name else None)
+    zeros = 0 if name or rng.random() < 0.5 else int(rng.integers(1, 3))   # zero padding first, as models write
+    size = 1 if name else tuple(int(rng.integers(1, 5)) + 2 * zeros for _ in kernel) if zeros else None
+    window = draw_window(rng, nsp, kernel=kernel, stride=stride, pool=True, size=size)
     dtype = np.float64 if rng.random() < 0.15 else np.float32
-    zeros = int(rng.integers(1, 3)) if rng.random() < 0.4 else 0    # zero padding before the pool, as a model may write
     shape = (int(rng.integers(1, 4)), int(rng.integers(1, 4)), *(n - 2 * zeros for n in window.size))
-    if min(shape) < 1:
-        zeros, shape = 0, (*shape[:2], *window.size)
     x = rng.permutation(np.linspace(-1, 1, math.prod(shape))).reshape(shape).astype(dtype)   # no ties
+    if zeros:
+        x = x - 1.5         # negative: a padded zero is the maximum of every window that holds one
     kw = dict(kernel=window.kernel, stride=window.stride, pad=window.pad)
     padded = ((0, 0), (0, 0)) + ((zeros, zeros),) * nsp
     return Draw(f"max_pool's gradient at x{x.shape} {np.dtype(dtype).name}"
