@@ -25,7 +25,7 @@ import gcompile as gc
 import gcompile.functions as F
 from gcompile.frontend.tensor import apply
 
-Near = tuple[str, str, int]     # (threshold name, "below" or "at", its value)
+Near = tuple[str, str, "int | None"]     # (threshold name, "below" or "at", its value) or (edge, "edge", None)
 
 
 @dataclass
@@ -82,6 +82,7 @@ def _batched(rng, name: str | None, inputs: list, batched: list[int]):
 
 
 def _sides(near: Near | None) -> dict:
+    """Draw.sides of a draw placed at `near`."""
     return {near[0]: near[1]} if near and near[1] != "edge" else {}
 
 
@@ -113,11 +114,11 @@ def draw_window(rng, nsp: int, *, size=None, kernel=None, stride=None, pad=None,
                 max_size: int = 6, pool: bool = False, in_padding: bool = False) -> Window:
     """A window over `nsp` spatial axes, what is not given (per axis: an int, or None) drawn: sizes
     1..max_size (1x1 inputs often), kernels up to 5 and wider than the input (padding up to the
-    kernel's reach and one more on each side, or "same" padding, the kernel's reach in all, often),
-    strides up to 3, dilations up to 2; every output
-    size at least 1. in_padding: on every axis some taps read only padding, before the input and
-    after it (a 3x3 on a 1x1, a 5x5 on a 2x2). pool: padding below the kernel on each side, and no
-    window wholly in the padding (max pooling's windows of padding are -inf)."""
+    kernel's reach and one more on each side, or often "same" padding, the kernel's reach in all),
+    strides up to 3, dilations up to 2; every output size at least 1. in_padding: on every axis
+    some taps read only padding, before the input and after it (a 3x3 on a 1x1, a 5x5 on a 2x2).
+    pool: padding below the kernel on each side, and no window wholly in the padding (max
+    pooling's windows of padding are -inf)."""
     def given(v, a):
         return v[a] if isinstance(v, (tuple, list)) else v
 
