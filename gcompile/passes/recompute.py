@@ -289,7 +289,10 @@ def within_budget(graph: Graph, budget: int) -> tuple[int, int]:
     for node_id in chosen:
         graph.nodes[node_id].recompute = True
     if final > budget:
+        outputs = sum(size[key] for key in kept)
+        floor = (f"; the step's outputs alone take {outputs / 2**20:.0f} MiB, which no recomputing frees"
+                 if outputs > budget else "")
         warnings.warn(f"memory_budget of {budget / 2**20:.0f} MiB not reached: recomputing within one forward "
-                      f"pass's operations plans {final / 2**20:.0f} MiB (without: {first / 2**20:.0f} MiB)",
+                      f"pass's operations plans {final / 2**20:.0f} MiB (without: {first / 2**20:.0f} MiB){floor}",
                       stacklevel=4)
     return first, final

@@ -182,6 +182,11 @@ def test_a_budget_out_of_reach_warns_with_the_figures_and_bad_budgets_are_refuse
     from gcompile.errors import GcompileError
     with pytest.warns(UserWarning, match=r"memory_budget of 0 MiB not reached: .* plans \d+ MiB \(without: \d+ MiB\)"):
         _planned(budget=1)
+    # outputs larger than the budget (a gradient of 2 MiB against 1 MiB): the warning says no recomputing can help
+    w = RNG.standard_normal((512, 512)).astype(np.float32)
+    with pytest.warns(UserWarning, match=r"not reached: .*; the step's outputs alone take 2 MiB, which no recomputing"):
+        gc.compile(lambda x: gc.grad(F.sum(F.tanh(x @ w)), [x]),
+                   np.ones((1024, 512), np.float32), provider="cpu", memory_budget=1 << 20)
     for bad in (0, -5, "1GB", True):
         with pytest.raises(GcompileError, match="memory_budget must be a positive number of bytes"):
             _planned(budget=bad)
