@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import GcompileError, ShapeError, TraceError
+from ..errors import GcompileError, ShapeError, TraceError, UnsupportedError
+from ..ir import dtypes
 from ..ir.dims import format_shape, product
 from ..ir.graph import Graph, Node, TensorType, ValueRef, tensor_type
 from ..ir.registry import get_op
@@ -265,10 +266,32 @@ def _captured(frame: _Frame, value: Tensor) -> Tensor:
 
 
 def apply_n(op_name: str, inputs: Sequence[Any], **attrs) -> list[Tensor]:
-    """Record one application of a registered op; returns its outputs as Tensors."""
+    """Record one application of a registered op; returns its outputs as Tensors. On a dtype ONNX
+    Runtime has no kernel for (ir/dtypes.py), the op is recorded in the compute dtype between casts."""
+    tensors = [as_tensor(x) for x in inputs]
+    try:
+        how = dtypes.route(op_name, [t.dtype for t in tensors])
+    except UnsupportedError as err:
+        raise UnsupportedError(f"{err} (at {user_location()})") from None
+    if how is None:
+        return _record(op_name, tensors, attrs)
+    narrow, wide, mode = how
+
+    def cast(x, dtype):
+        return x if x.dtype == dtype else _record("cast", [x], {"dtype": dtype})[0]
+
+    def add(x, c):
+        return _record("add", [x, as_tensor(c)], {})[0]
+    widened = [dtypes.to_compute(t, mode, cast, add) if t.dtype == narrow else t for t in tensors]
+    outs = _record(op_name, widened, attrs)
+    index = dtypes.INDEX_OUTPUTS.get(op_name, set())
+    return [dtypes.from_compute(y, narrow, mode, cast, add) if y.dtype == wide and i not in index else y
+            for i, y in enumerate(outs)]
+
+
+def _record(op_name: str, tensors: list[Tensor], attrs: dict) -> list[Tensor]:
     frame = current_frame()
     op = get_op(op_name)
-    tensors = [as_tensor(x) for x in inputs]
     try:
         out_types = op.infer([t.type for t in tensors], **attrs)
     except ShapeError as err:

@@ -23,6 +23,7 @@ from functools import partial
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..ir.dtypes import is_float
 from . import sizes
 from .sizes import NotSymbolic
 
@@ -77,7 +78,7 @@ def entries(value) -> np.ndarray:
     if not isinstance(value, (np.ndarray, np.generic)):
         raise NotSymbolic()                    # a run-time Tensor operand
     arr = np.asarray(value)
-    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
+    if is_float(arr.dtype) and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
         raise NotSymbolic()
     return np.asarray([int(v) for v in arr.reshape(-1)], dtype=object).reshape(arr.shape)
 
@@ -125,7 +126,7 @@ def check_dtype(value: np.ndarray, what: str) -> np.ndarray:
 def require_float(n, x, what: str = "input"):
     """`x` itself when it is a float operand of node `n`, else an UnsupportedError naming the node:
     translators whose gcompile ops take floats only refuse other dtypes here, with the ONNX node named."""
-    if np.dtype(x.dtype).kind != "f":
+    if not is_float(np.dtype(x.dtype)):
         raise n.unsupported(f"{n.op_type} on a {np.dtype(x.dtype).name} {what} is not supported (float only)")
     return x
 

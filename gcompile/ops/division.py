@@ -14,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.dtypes import is_float
 from ..ir.registry import Trait, defop
 from .elementwise import (
     _onnx,
@@ -83,13 +84,13 @@ def _lower_fmod(ctx, names, node):
     e = Emitter(ctx, node.outputs[0].dtype)
     a, b = e.wrap(names[0]), e.wrap(names[1])
     mod = lambda a, b: e("Mod", a, b, fmod=1)  # noqa: E731
-    return (mod(a, b) if e.dtype.kind == "f" else _integer_safe(e, a, b, mod)).name
+    return (mod(a, b) if is_float(e.dtype) else _integer_safe(e, a, b, mod)).name
 
 
 def _lower_remainder(ctx, names, node):
     e = Emitter(ctx, node.outputs[0].dtype)
     a, b = e.wrap(names[0]), e.wrap(names[1])
-    if e.dtype.kind != "f":
+    if not is_float(e.dtype):
         return _integer_safe(e, a, b, lambda a, b: e("Mod", a, b, fmod=0)).name
     r = e("Mod", a, b, fmod=1)          # fmod, moved to b's sign
     return e.where(_remainder_differs(e, r, b), r + b, r).name
@@ -98,7 +99,7 @@ def _lower_remainder(ctx, names, node):
 def _lower_floor_divide(ctx, names, node):
     e = Emitter(ctx, node.outputs[0].dtype)
     a, b = e.wrap(names[0]), e.wrap(names[1])
-    if e.dtype.kind != "f":        # a - a mod b is an exact multiple of b
+    if not is_float(e.dtype):        # a - a mod b is an exact multiple of b
         return _integer_safe(e, a, b, lambda a, b: (a - e("Mod", a, b, fmod=0)) / b).name
     # numpy's npy_divmod: (a - fmod(a, b)) / b is nearly an integer; step down where the remainder's
     # sign differs from b's, then round that to the nearest integer
@@ -113,7 +114,7 @@ def _lower_floor_divide(ctx, names, node):
 def _quotient_vjp(rounding):
     def vjp(g, ins, outs):
         a, b = ins
-        if a.dtype.kind != "f":
+        if not is_float(a.dtype):
             return [None, None]
         return [g[0], -(g[0] * rounding(a / b))]
     return vjp
@@ -121,7 +122,7 @@ def _quotient_vjp(rounding):
 
 def _int_safe_reference(fn):
     def reference(a, b):
-        if np.result_type(a, b).kind == "f":
+        if is_float(np.result_type(a, b)):
             return fn(a, b)
         return np.where(b == 0, 0, fn(a, np.where(b == 0, 1, b)))
     return reference

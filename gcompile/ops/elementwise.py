@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast
@@ -60,7 +61,7 @@ maximum, minimum = _binary("maximum"), _binary("minimum")
 
 
 def _float_or_none(x, grad):
-    return grad if x.dtype.kind == "f" else None
+    return grad if is_float(x.dtype) else None
 
 
 defop("add", infer=binary_broadcast, reference=np.add, lower=_onnx("Add"),
@@ -100,7 +101,7 @@ def _pow_vjp(g, ins, outs):
     # base 1 where y == 0: there y·x^(y-1) is 0 even at x = 0 (not 0·inf), so x**2 at 0 has finite
     # derivatives of every order (passes drop the where when y is a nonzero constant)
     gx = g[0] * y * power(where(equal(y, 0), 1, x), y - 1)
-    if y.dtype.kind != "f":
+    if not is_float(y.dtype):
         return [gx, None]
     # d/dy x^y = x^y·ln x is 0·(-inf) at x = 0; PyTorch's value there is 0 for y >= 0 (0^y is
     # constant in y), which ln 1 gives, with no NaN in the derivatives of this rule either
@@ -250,7 +251,7 @@ defop("where", infer=_where_infer, reference=np.where, lower=_lower_where, vjp=_
 def _unary(op) -> Callable[..., Tensor]:
     def fn(x) -> Tensor:
         x = as_tensor(x)
-        if x.dtype.kind != "f" and op not in ("neg", "abs", "sign"):
+        if not is_float(x.dtype) and op not in ("neg", "abs", "sign"):
             x = cast(x, np.float32)
         return apply(op, [x])
     fn.__name__ = op
@@ -368,7 +369,7 @@ def _lower_clip(ctx, names, node):
 
 def _clip_vjp(g, ins, outs, lo, hi, inclusive):
     x = ins[0]
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         return [None]
     above, below = (greater_equal, less_equal) if inclusive else (greater, less)
     inside = [test(x, bound) for test, bound in ((above, lo), (below, hi)) if bound is not None]

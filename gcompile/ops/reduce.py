@@ -6,6 +6,7 @@ from onnx import helper
 
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast, stop_gradient
@@ -48,7 +49,7 @@ def _lower_mean(ctx, x: str, t, out, axes, keepdims: bool) -> str:
 def _reduction(op):
     def fn(x, axis=None, keepdims: bool = False) -> Tensor:
         x = as_tensor(x)
-        if op in ("reduce_mean",) and x.dtype.kind != "f":
+        if op in ("reduce_mean",) and not is_float(x.dtype):
             x = cast(x, np.float32)
         axes = normalize_axes(axis, x.ndim)
         if not axes:
@@ -97,7 +98,7 @@ def _product_of_others(x: Tensor, axes) -> Tensor:
 
 def _prod_vjp(g, ins, outs, axes, keepdims):
     x = ins[0]
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         return [None]
     return [_kept(g[0], x, axes, keepdims) * _product_of_others(x, axes)]
 
@@ -112,7 +113,7 @@ def _np_extremum(fn, largest: bool):
     bool; numpy raises there, while ONNX Runtime gives it (so any() of nothing is False, all()
     True, and logsumexp of nothing -inf)."""
     def reference(x, axes, keepdims):
-        if x.dtype.kind == "f":
+        if is_float(x.dtype):
             identity = -np.inf if largest else np.inf
         elif x.dtype.kind == "b":
             identity = not largest
@@ -156,7 +157,7 @@ def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
 def nansum(x, axis=None, keepdims: bool = False) -> Tensor:
     """The sum over axes with NaN read as 0 (numpy.nansum, torch.nansum); NaN entries get no gradient."""
     x = as_tensor(x)
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         return sum(x, axis, keepdims)
     return sum(where(not_equal(x, x), zeros_scalar(x), x), axis, keepdims)
 
@@ -165,7 +166,7 @@ def nanmean(x, axis=None, keepdims: bool = False) -> Tensor:
     """The mean over axes of the entries that are not NaN (numpy.nanmean, torch.nanmean): NaN where a
     slice holds only NaN (or nothing); NaN entries get no gradient."""
     x = as_tensor(x)
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         x = cast(x, np.float32)
     kept = cast(equal(x, x), x.dtype)
     return nansum(x, axis, keepdims) / sum(kept, axis, keepdims)

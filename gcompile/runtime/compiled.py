@@ -20,6 +20,7 @@ from ..lowering.lower import TARGET_KEY
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, external_data_versions, serialize
 from ..lowering.targets import DEFAULT_TARGET, target_for_provider
 from .files import folder_lock, write_files
+from .host_types import from_host, needs_host_types, to_host, with_host_types
 from .providers import make_session, resolve_provider
 
 _ORT_TYPES = {f"tensor({name})": np.dtype(dt) for name, dt in [
@@ -79,8 +80,10 @@ class CompiledFunction:
             raise GcompileError("onnxruntime's CPU provider has no float64 kernel for: " + "; ".join(float64_ops)
                                 + ". Compile this function in float32, or run the saved model on a runtime "
                                   "that has these kernels")
-        self._session = load_session(serialize(model, "model.onnx", EXTERNAL_DATA_THRESHOLD), provider,
-                                     nodes=len(model.graph.node))
+        self._host_types = needs_host_types(model)
+        runnable = with_host_types(model) if self._host_types else model
+        self._session = load_session(serialize(runnable, "model.onnx", EXTERNAL_DATA_THRESHOLD), provider,
+                                     nodes=len(runnable.graph.node))
         self._output_names = list(traced.graph.output_names)
 
     @property
@@ -177,6 +180,14 @@ class CompiledFunction:
         return outputs
 
     def _run(self, feeds: dict[str, Any]) -> list[np.ndarray]:
+        if self._host_types:
+            feeds = {name: to_host(v) if isinstance(v, np.ndarray) else v for name, v in feeds.items()}
+            outputs = self._run_session(feeds)
+            types = [self.graph.type_of(ref) for ref in self.graph.outputs]
+            return [from_host(v, t.dtype) for v, t in zip(outputs, types)]
+        return self._run_session(feeds)
+
+    def _run_session(self, feeds: dict[str, Any]) -> list[np.ndarray]:
         if not any(isinstance(v, _ort_value_type()) for v in feeds.values()):
             return self._session.run(self._output_names, feeds)
         binding = self._session.io_binding()

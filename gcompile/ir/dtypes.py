@@ -1,0 +1,141 @@
+"""The element types gcompile traces, and how each is computed on ONNX Runtime's CPU kernels.
+
+Most dtypes are computed as they are. ONNX also defines dtypes for which ONNX Runtime (1.31, CPU)
+has few kernels or none: uint16, uint32 and uint64 have some, bfloat16 none but Cast and the ops
+that only move elements, and the 8- and 4-bit formats (float8 e4m3fn/e4m3fnuz/e5m2/e5m2fnuz, int4,
+uint4, float4 e2m1) exist in ONNX for storage, Cast and (de)quantization only. So that a model
+using them runs everywhere, each such dtype has a *compute dtype*: an op without a kernel for it is
+recorded on operands cast to the compute dtype, and its results cast back (frontend.tensor.apply_n
+calls `route`). The cast back gives the arithmetic ONNX and numpy define:
+
+- uint16 in int32 and uint32 in int64 hold every value exactly, and the cast back keeps the low
+  bits, so sums, differences and products wrap modulo 2**16 or 2**32 as numpy's do;
+- uint64 in int64 keeps the bits: wrapping arithmetic (add, sub, mul, neg, sums, products) is exact
+  on the bits, and ops that order values (max, argmax, sort, ...) run on the order-preserving map
+  v - 2**63; any other op on uint64 without a kernel is refused;
+- bfloat16 in float32, rounded back to nearest-even after each op, as PyTorch's CPU bfloat16 ops
+  and ml_dtypes compute it.
+
+The 8- and 4-bit formats take only Cast and the ops that move elements (ONNX defines no arithmetic
+on them): anything else asks for a cast first. numpy has no such dtypes: their arrays are ml_dtypes'
+(the library onnx itself reads them with), which is why they appear as np.dtype objects here.
+docs/reference/dtypes.md lists every dtype and where it is computed.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from ..errors import UnsupportedError
+
+# -- the catalogue ---------------------------------------------------------------------------------
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+FLOAT8 = tuple(np.dtype(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz,
+                                     ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz))
+FLOAT4 = np.dtype(ml_dtypes.float4_e2m1fn)
+INT4, UINT4 = np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4)
+NARROW_FLOATS = frozenset((*FLOAT8, FLOAT4))
+STORAGE = frozenset((*NARROW_FLOATS, INT4, UINT4))        # Cast, (de)quantization and moves only
+
+NATIVE = frozenset(np.dtype(t) for t in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
+                                         "uint8", "bool"))
+TRACED = NATIVE | {np.dtype(t) for t in ("uint16", "uint32", "uint64")} | {BFLOAT16} | STORAGE
+
+_BY_NAME = {d.name: d for d in TRACED}
+
+COMPUTE = {np.dtype("uint16"): np.dtype("int32"), np.dtype("uint32"): np.dtype("int64"),
+           np.dtype("uint64"): np.dtype("int64"), BFLOAT16: np.dtype("float32")}
+
+# Ops whose ONNX lowering only moves, repeats or converts elements (Cast, Reshape, Transpose,
+# Expand, Concat, Slice, Gather, Identity, control flow that carries values): ONNX Runtime's CPU
+# kernels for them take every dtype. tests/test_dtypes.py runs each on every routed dtype.
+MOVES = frozenset({"input", "constant", "cast", "identity", "stop_gradient", "reshape", "transpose", "expand",
+                   "concat", "slice", "gather", "after", "scan", "while", "cond"})
+
+# Ops with an ONNX Runtime 1.31 CPU kernel for the dtype itself (probed op by op; tests/test_dtypes.py
+# checks each against numpy).
+KERNELS = {
+    np.dtype("uint16"): frozenset({"add", "sub", "mul", "equal", "less", "less_equal", "greater", "greater_equal"}),
+    np.dtype("uint32"): frozenset({"add", "sub", "mul", "equal", "less", "less_equal", "greater", "greater_equal",
+                                   "maximum", "minimum", "matmul", "where"}),
+    np.dtype("uint64"): frozenset({"add", "sub", "mul", "equal", "less", "less_equal", "greater", "greater_equal",
+                                   "maximum", "minimum", "matmul"}),
+    BFLOAT16: frozenset(),
+}
+
+# uint64 through int64: ops exact on the bits (two's complement wraps as uint64 does) ...
+WRAPPING = frozenset({"add", "sub", "mul", "neg", "add_n", "reduce_sum", "reduce_prod", "cumsum", "einsum", "where",
+                      "pad", "gather_elements", "scatter_add", "scatter_add_elements", "slice_scatter"})
+# ... and ops that only compare values, run on v - 2**63 (an order-preserving map onto int64).
+ORDERING = frozenset({"reduce_max", "reduce_min", "argmax", "argmin", "topk", "clip"})
+# Outputs that are positions (int64 whatever the operands), never cast back.
+INDEX_OUTPUTS = {"argmax": {0}, "argmin": {0}, "topk": {1}}
+_UINT64_SHIFT = np.int64(-2**63)
+
+
+def is_float(dtype) -> bool:
+    """A floating-point dtype: numpy's (kind 'f') and bfloat16; the 8- and 4-bit float formats
+    only store values (they carry no gradient, as an integer cast does not)."""
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" and dtype not in NARROW_FLOATS or dtype == BFLOAT16
+
+
+def is_integer(dtype) -> bool:
+    """A signed or unsigned integer dtype, 4-bit ones included."""
+    dtype = np.dtype(dtype)
+    return dtype.kind in "iu" or dtype in (INT4, UINT4)
+
+
+def named(name: str) -> np.dtype | None:
+    """The dtype a name such as "bfloat16" or "float8_e4m3fn" stands for (numpy knows these names only
+    once ml_dtypes is imported), or None."""
+    return _BY_NAME.get(name)
+
+
+def as_dtype(dtype) -> np.dtype:
+    """np.dtype(dtype), also for the names of ml_dtypes' types; TypeError for what is no dtype."""
+    if isinstance(dtype, str) and dtype in _BY_NAME:
+        return _BY_NAME[dtype]
+    return np.dtype(dtype)
+
+
+def limits(dtype) -> tuple[float, float]:
+    """The smallest and largest finite value of a number dtype (ints and ml_dtypes' formats too)."""
+    dtype = np.dtype(dtype)
+    info = ml_dtypes.iinfo(dtype) if is_integer(dtype) else ml_dtypes.finfo(dtype)
+    return float(info.min), float(info.max)
+
+
+# -- routing ---------------------------------------------------------------------------------------
+def route(op_name: str, dtypes) -> tuple[np.dtype, np.dtype, str] | None:
+    """How to record `op_name` on operands of `dtypes`: None to record it as it is, else (dtype, compute
+    dtype, 'plain' or 'ordered') for the first operand dtype it has no kernel for. UnsupportedError
+    where the op cannot be computed exactly through the compute dtype."""
+    if op_name in MOVES:
+        return None
+    for dtype in dtypes:
+        if dtype in STORAGE:
+            raise UnsupportedError(
+                f"{op_name} on a {dtype.name} operand: the 8- and 4-bit formats only store values (ONNX defines "
+                "Cast, QuantizeLinear and DequantizeLinear for them); cast it to float32 or int32 first")
+        if dtype not in COMPUTE or op_name in KERNELS[dtype]:
+            continue
+        if dtype != np.dtype("uint64") or op_name in WRAPPING:
+            return dtype, COMPUTE[dtype], "plain"
+        if op_name in ORDERING:
+            return dtype, COMPUTE[dtype], "ordered"
+        raise UnsupportedError(
+            f"{op_name} on uint64: ONNX Runtime has no uint64 kernel for it, and int64 gives it the same result "
+            "only for values below 2**63; cast to int64 or float64 explicitly")
+    return None
+
+
+def to_compute(x, how: str, cast, add):
+    """x (a Tensor of a routed dtype) in its compute dtype; `cast` and `add` are the traced ops."""
+    wide = cast(x, COMPUTE[x.dtype])
+    return add(wide, np.asarray(_UINT64_SHIFT)) if how == "ordered" else wide
+
+
+def from_compute(y, dtype, how: str, cast, add):
+    """A result y computed by `to_compute`'s operands back in `dtype`."""
+    return cast(add(y, np.asarray(_UINT64_SHIFT)) if how == "ordered" else y, dtype)
