@@ -218,7 +218,7 @@ def _lift_array(value, dtype=None) -> Tensor:
         if hit is not None and hit[0] is value:
             return hit[1]
     arr = np.asarray(value, dtype=dtype)
-    if arr.dtype == object or arr.dtype.kind not in "biuf":
+    if arr.dtype not in dtypes.TRACED:
         raise TraceError(f"cannot use a value of type {type(value).__name__} (dtype {arr.dtype}) "
                          f"as a tensor (at {user_location()})")
     node = frame.graph.add_node("constant", [], {"value": arr}, [tensor_type(arr.dtype, arr.shape)],

@@ -23,6 +23,7 @@ from functools import partial
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..ir import dtypes
 from ..ir.dtypes import is_float
 from . import sizes
 from .sizes import NotSymbolic
@@ -61,6 +62,15 @@ class TensorSequence:
         self.items = list(items)
 
 
+class OptionalValue:
+    """An ONNX optional value (translators/sequence.py): its element (a Tensor, numpy array or
+    TensorSequence), or None when empty. Known at import: which it is never depends on data."""
+    __slots__ = ("element", "kind")
+
+    def __init__(self, element, kind: str = "tensor"):
+        self.element, self.kind = element, kind      # kind: "tensor" or "sequence", what it would hold
+
+
 def sym_or_const(values, dtype=np.int64):
     """SymInts for object entries holding a symbol, else a plain numpy array of `dtype`."""
     values = np.asarray(values, dtype=object)
@@ -97,9 +107,9 @@ SYMBOLIC_BINARY = {"Mul": sizes.mul, "Div": sizes.div, "ExactDiv": sizes.exact_d
                    **{op: partial(sizes.compare, op) for op in COMPARISONS}}
 
 
-# dtypes gcompile traces (ONNX's others: strings, bfloat16, float8, 4-bit, unsigned 16-64, complex)
-SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                                                   "uint8", "bool"))
+# dtypes gcompile traces (ir/dtypes.py; ONNX's others: strings, complex, float8e8m0, 2-bit ints)
+SUPPORTED_DTYPES = dtypes.TRACED
+PACKED = frozenset((dtypes.INT4, dtypes.UINT4, dtypes.FLOAT4))    # stored two values a byte
 
 
 def np_dtype(elem_type: int, what: str) -> np.dtype:

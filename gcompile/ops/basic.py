@@ -46,7 +46,7 @@ def _cast_vjp(g, ins, outs, dtype, saturate=True):
     return [cast(g[0], ins[0].dtype)]
 
 
-def _cast_reference(x, dtype, saturate=True):
+def cast_array(x, dtype, saturate=True):
     """numpy's astype, except that a float8 target saturates as ONNX's Cast (ml_dtypes would give NaN)."""
     if dtype in dtypes.FLOAT8 and saturate and not dtypes.is_integer(x.dtype):
         x = np.clip(x, *dtypes.limits(dtype))
@@ -60,7 +60,7 @@ def _lower_cast(ctx, names, node):
 
 defop("cast",
       infer=lambda types, dtype, saturate=True: [tensor_type(dtype, types[0].shape)],
-      reference=_cast_reference, lower=_lower_cast,
+      reference=cast_array, lower=_lower_cast,
       vjp=_cast_vjp, traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE, Trait.ELEMENTWISE})
 
 
