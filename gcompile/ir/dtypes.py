@@ -55,10 +55,10 @@ MOVES = frozenset({"input", "constant", "cast", "identity", "stop_gradient", "re
 # Ops with an ONNX Runtime 1.31 CPU kernel for the dtype itself (probed op by op; tests/test_dtypes.py
 # checks each against numpy).
 KERNELS = {
-    np.dtype("uint16"): frozenset({"add", "sub", "mul", "equal", "less", "less_equal", "greater", "greater_equal"}),
-    np.dtype("uint32"): frozenset({"add", "sub", "mul", "equal", "less", "less_equal", "greater", "greater_equal",
+    np.dtype("uint16"): frozenset({"add", "sub", "mul", "div", "equal", "less", "less_equal", "greater", "greater_equal"}),
+    np.dtype("uint32"): frozenset({"add", "sub", "mul", "div", "equal", "less", "less_equal", "greater", "greater_equal",
                                    "maximum", "minimum", "matmul", "where"}),
-    np.dtype("uint64"): frozenset({"add", "sub", "mul", "equal", "less", "less_equal", "greater", "greater_equal",
+    np.dtype("uint64"): frozenset({"add", "sub", "mul", "div", "equal", "less", "less_equal", "greater", "greater_equal",
                                    "maximum", "minimum", "matmul"}),
     BFLOAT16: frozenset(),
 }

@@ -81,8 +81,12 @@ def _div_vjp(g, ins, outs):
 
 
 def _div_reference(a, b):
-    if np.result_type(a, b).kind in "iu":   # ONNX Div truncates toward zero on integers
-        return np.trunc(a / b).astype(np.result_type(a, b))
+    dtype = np.result_type(a, b)
+    if dtype.kind in "iu":   # ONNX Div truncates toward zero on integers; exact (a / b in float64 is not, past 2**53)
+        a, b = a.astype(dtype), b.astype(dtype)
+        floored = np.floor_divide(a, b)
+        inexact = (a - floored * b != 0) & ((a < 0) != (b < 0))
+        return np.where(inexact, floored + 1, floored).astype(dtype)
     return np.divide(a, b)
 
 
