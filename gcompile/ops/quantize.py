@@ -24,8 +24,8 @@ from ..ir import dims as dim_rules
 from ..ir import dtypes
 from .basic import cast, stop_gradient
 from .elementwise import clip, round, where
-from .nonfinite import isnan
 from .indexing import take
+from .nonfinite import isnan
 from .shape import reshape
 from .shape_rules import normalize_axis
 

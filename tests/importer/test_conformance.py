@@ -53,13 +53,13 @@ def _leaves(values):
     for v in values:
         if isinstance(v, list):
             yield from _leaves(v)
-        else:
+        elif v is not None:          # an absent optional
             yield numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else np.asarray(v)
 
 
 def _rebuild(values, leaves):
     """`values`' structure (lists for sequences) with the leaves taken from the iterator `leaves`."""
-    return [_rebuild(v, leaves) if isinstance(v, list) else next(leaves) for v in values]
+    return [_rebuild(v, leaves) if isinstance(v, list) else None if v is None else next(leaves) for v in values]
 
 
 def _run(f, inputs, bind: str):
