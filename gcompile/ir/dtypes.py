@@ -43,7 +43,7 @@ TRACED = NATIVE | {np.dtype(t) for t in ("uint16", "uint32", "uint64")} | {BFLOA
 
 _BY_NAME = {d.name: d for d in TRACED}
 
-COMPUTE = {np.dtype("uint16"): np.dtype("int32"), np.dtype("uint32"): np.dtype("int64"),
+COMPUTE: dict[np.dtype, np.dtype] = {np.dtype("uint16"): np.dtype("int32"), np.dtype("uint32"): np.dtype("int64"),
            np.dtype("uint64"): np.dtype("int64"), BFLOAT16: np.dtype("float32")}
 
 # Ops whose ONNX lowering only moves, repeats or converts elements (Cast, Reshape, Transpose,
@@ -54,12 +54,11 @@ MOVES = frozenset({"input", "constant", "cast", "identity", "stop_gradient", "re
 
 # Ops with an ONNX Runtime 1.31 CPU kernel for the dtype itself (probed op by op; tests/test_dtypes.py
 # checks each against numpy).
+_UNSIGNED = frozenset({"add", "sub", "mul", "div", "equal", "less", "less_equal", "greater", "greater_equal"})
 KERNELS = {
-    np.dtype("uint16"): frozenset({"add", "sub", "mul", "div", "equal", "less", "less_equal", "greater", "greater_equal"}),
-    np.dtype("uint32"): frozenset({"add", "sub", "mul", "div", "equal", "less", "less_equal", "greater", "greater_equal",
-                                   "maximum", "minimum", "matmul", "where"}),
-    np.dtype("uint64"): frozenset({"add", "sub", "mul", "div", "equal", "less", "less_equal", "greater", "greater_equal",
-                                   "maximum", "minimum", "matmul"}),
+    np.dtype("uint16"): _UNSIGNED,
+    np.dtype("uint32"): _UNSIGNED | {"maximum", "minimum", "matmul", "where"},
+    np.dtype("uint64"): _UNSIGNED | {"maximum", "minimum", "matmul"},
     BFLOAT16: frozenset(),
 }
 

@@ -15,7 +15,7 @@ from onnx import helper
 
 from ..ir import dtypes
 
-_HOST = {**{d: np.dtype("float32") for d in (dtypes.BFLOAT16, *dtypes.NARROW_FLOATS)},
+_HOST: dict[np.dtype, np.dtype] = {**{d: np.dtype("float32") for d in (dtypes.BFLOAT16, *dtypes.NARROW_FLOATS)},
          dtypes.INT4: np.dtype("int8"), dtypes.UINT4: np.dtype("uint8")}
 
 

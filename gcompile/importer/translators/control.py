@@ -107,9 +107,8 @@ def _loop(n, trips=None, cond=None, *initial):
     count = n.ints(trips, "trip count")[0]
     if cond is not None and not bool(n.known(cond, "condition").reshape(-1)[0]):
         count = 0
-    if structured:                  # a sequence's length changes from step to step: unrolled
-        if count > UNROLL_LIMIT:
-            raise n.unsupported(f"it carries a sequence or an optional through {count} steps, more than the "
+    if structured and count > UNROLL_LIMIT:     # a sequence's length changes from step to step: unrolled
+        raise n.unsupported(f"it carries a sequence or an optional through {count} steps, more than the "
                                 f"{UNROLL_LIMIT} unrolled at import")
 
     def step(carry, i):
