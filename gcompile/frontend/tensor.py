@@ -282,7 +282,7 @@ def apply_n(op_name: str, inputs: Sequence[Any], **attrs) -> list[Tensor]:
 
     def add(x, c):
         return _record("add", [x, as_tensor(c)], {})[0]
-    widened = [dtypes.to_compute(t, mode, cast, add) if t.dtype == narrow else t for t in tensors]
+    widened = [dtypes.to_compute(t, mode, wide, cast, add) if t.dtype == narrow else t for t in tensors]
     outs = _record(op_name, widened, attrs)
     index = dtypes.INDEX_OUTPUTS.get(op_name, set())
     return [dtypes.from_compute(y, narrow, mode, cast, add) if y.dtype == wide and i not in index else y

@@ -10,9 +10,10 @@ calls `route`). The cast back gives the arithmetic ONNX and numpy define:
 
 - uint16 in int32 and uint32 in int64 hold every value exactly, and the cast back keeps the low
   bits, so sums, differences and products wrap modulo 2**16 or 2**32 as numpy's do;
+- ops that only order values (max, argmax, top-k, clip) run on uint32 in int32, on the
+  order-preserving map v - 2**31 (see ORDERING for why not in int64);
 - uint64 in int64 keeps the bits: wrapping arithmetic (add, sub, mul, neg, sums, products) is exact
-  on the bits, and ops that order values (max, argmax, sort, ...) run on the order-preserving map
-  v - 2**63; any other op on uint64 without a kernel is refused;
+  on the bits; any other op on uint64 without a kernel is refused;
 - bfloat16 in float32, rounded back to nearest-even after each op, as PyTorch's CPU bfloat16 ops
   and ml_dtypes compute it.
 
@@ -47,10 +48,19 @@ COMPUTE: dict[np.dtype, np.dtype] = {np.dtype("uint16"): np.dtype("int32"), np.d
            np.dtype("uint64"): np.dtype("int64"), BFLOAT16: np.dtype("float32")}
 
 # Ops whose ONNX lowering only moves, repeats or converts elements (Cast, Reshape, Transpose,
-# Expand, Concat, Slice, Gather, Identity, control flow that carries values): ONNX Runtime's CPU
-# kernels for them take every dtype. tests/test_dtypes.py runs each on every routed dtype.
+# Expand, Concat, Slice, Gather, Identity, control flow that carries values). Where ONNX Runtime 1.31
+# has no CPU kernel for one (MOVE_KERNELS lists those it has), it runs in a dtype holding every value
+# exactly (EXACT), so the cast back changes nothing. tests/test_dtypes.py runs each on every dtype.
 MOVES = frozenset({"input", "constant", "cast", "identity", "stop_gradient", "reshape", "transpose", "expand",
                    "concat", "slice", "gather", "after", "scan", "while", "cond"})
+_CARRIED = frozenset({"input", "constant", "cast", "after", "scan", "while", "cond"})
+MOVE_KERNELS = {
+    BFLOAT16: MOVES - {"expand"},
+    **{d: _CARRIED | {"identity", "stop_gradient", "reshape", "transpose"} for d in FLOAT8},
+    **{d: _CARRIED for d in (FLOAT4, INT4, UINT4)},
+}
+EXACT: dict[np.dtype, np.dtype] = {BFLOAT16: np.dtype("float32"), **{d: np.dtype("float32") for d in NARROW_FLOATS},
+                                   INT4: np.dtype("int8"), UINT4: np.dtype("uint8")}
 
 # Ops with an ONNX Runtime 1.31 CPU kernel for the dtype itself (probed op by op; tests/test_dtypes.py
 # checks each against numpy).
@@ -62,14 +72,17 @@ KERNELS = {
     BFLOAT16: frozenset(),
 }
 
-# uint64 through int64: ops exact on the bits (two's complement wraps as uint64 does) ...
+# uint64 through int64: ops exact on the bits (two's complement wraps as uint64 does).
 WRAPPING = frozenset({"add", "sub", "mul", "neg", "add_n", "reduce_sum", "reduce_prod", "cumsum", "einsum", "where",
                       "pad", "gather_elements", "scatter_add", "scatter_add_elements", "slice_scatter"})
-# ... and ops that only compare values, run on v - 2**63 (an order-preserving map onto int64).
+# Ops that only compare values. uint32 runs them in int32 on v - 2**31 (an order-preserving map), not in
+# int64: ONNX Runtime 1.31's int64 ReduceMax and ReduceMin order two values whose high 32 bits agree by
+# their low 32 bits as signed numbers (max(4294967295, 4294967294, 7, 1) is 7), which every uint32
+# value held in int64 would meet. For the same reason they are refused on uint64.
 ORDERING = frozenset({"reduce_max", "reduce_min", "argmax", "argmin", "topk", "clip"})
+ORDERED = {np.dtype("uint32"): np.dtype("int32")}
 # Outputs that are positions (int64 whatever the operands), never cast back.
 INDEX_OUTPUTS = {"argmax": {0}, "argmin": {0}, "topk": {1}}
-_UINT64_SHIFT = np.int64(-2**63)
 
 
 def is_float(dtype) -> bool:
@@ -110,31 +123,48 @@ def route(op_name: str, dtypes) -> tuple[np.dtype, np.dtype, str] | None:
     """How to record `op_name` on operands of `dtypes`: None to record it as it is, else (dtype, compute
     dtype, 'plain' or 'ordered') for the first operand dtype it has no kernel for. UnsupportedError
     where the op cannot be computed exactly through the compute dtype."""
-    if op_name in MOVES:
-        return None
     for dtype in dtypes:
+        if op_name in MOVES:
+            if dtype in MOVE_KERNELS and op_name not in MOVE_KERNELS[dtype]:
+                return dtype, EXACT[dtype], "plain"
+            continue
         if dtype in STORAGE:
             raise UnsupportedError(
                 f"{op_name} on a {dtype.name} operand: the 8- and 4-bit formats only store values (ONNX defines "
                 "Cast, QuantizeLinear and DequantizeLinear for them); cast it to float32 or int32 first")
         if dtype not in COMPUTE or op_name in KERNELS[dtype]:
             continue
+        if op_name in ORDERING and dtype in ORDERED:
+            return dtype, ORDERED[dtype], "ordered"
         if dtype != np.dtype("uint64") or op_name in WRAPPING:
             return dtype, COMPUTE[dtype], "plain"
-        if op_name in ORDERING:
-            return dtype, COMPUTE[dtype], "ordered"
         raise UnsupportedError(
             f"{op_name} on uint64: ONNX Runtime has no uint64 kernel for it, and int64 gives it the same result "
-            "only for values below 2**63; cast to int64 or float64 explicitly")
+            "only for values below 2**63 (its int64 orderings are wrong past 2**31: docs/reference/dtypes.md); "
+            "cast to int64 or float64 explicitly")
     return None
 
 
-def to_compute(x, how: str, cast, add):
-    """x (a Tensor of a routed dtype) in its compute dtype; `cast` and `add` are the traced ops."""
-    wide = cast(x, COMPUTE[x.dtype])
-    return add(wide, np.asarray(_UINT64_SHIFT)) if how == "ordered" else wide
+def runs_as_is(op_name: str, dtypes) -> bool:
+    """Whether a node of `op_name` on operands of `dtypes` may be recorded as it is (no routing): a
+    graph pass that builds a node checks this, so that it never undoes a routing."""
+    try:
+        return route(op_name, dtypes) is None
+    except UnsupportedError:
+        return False
+
+
+def _shift(dtype: np.dtype) -> np.ndarray:
+    """-2**(bits - 1) in `dtype`: added with wraparound, it maps an unsigned value onto the signed dtype
+    of its width in the same order."""
+    return np.asarray(np.iinfo(dtype).min, dtype)
+
+
+def to_compute(x, how: str, wide: np.dtype, cast, add):
+    """x (a Tensor of a routed dtype) in the compute dtype `wide`; `cast` and `add` are the traced ops."""
+    return add(cast(x, wide), _shift(wide)) if how == "ordered" else cast(x, wide)
 
 
 def from_compute(y, dtype, how: str, cast, add):
     """A result y computed by `to_compute`'s operands back in `dtype`."""
-    return cast(add(y, np.asarray(_UINT64_SHIFT)) if how == "ordered" else y, dtype)
+    return cast(add(y, _shift(y.dtype)) if how == "ordered" else y, dtype)

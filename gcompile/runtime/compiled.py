@@ -13,6 +13,7 @@ from numpy.typing import ArrayLike
 from ..errors import GcompileError, InputError
 from ..frontend import pytree
 from ..frontend.trace import Traced
+from ..ir import dtypes
 from ..ir.dims import astype_hint, bind, dtype_name, format_shape
 from ..ir.graph import Graph
 from ..lowering import to_onnx
@@ -80,6 +81,10 @@ class CompiledFunction:
             raise GcompileError("onnxruntime's CPU provider has no float64 kernel for: " + "; ".join(float64_ops)
                                 + ". Compile this function in float32, or run the saved model on a runtime "
                                   "that has these kernels")
+        if provider != "cuda" and any(t.dtype == dtypes.FLOAT4 for node in traced.graph.topo_order()
+                                      for t in node.outputs):
+            raise GcompileError("onnxruntime 1.31 has no kernel for float4_e2m1fn (not even Cast): this function "
+                                "traces and exports (gc.export), but cannot run here; cast to float32 before it")
         self._host_types = needs_host_types(model)
         runnable = with_host_types(model) if self._host_types else model
         self._session = load_session(serialize(runnable, "model.onnx", EXTERNAL_DATA_THRESHOLD), provider,

@@ -45,11 +45,16 @@ def with_host_types(model: onnx.ModelProto) -> onnx.ModelProto:
     for value in graph.output:
         dtype = _elem_dtype(value)
         if dtype in _HOST:
+            host = helper.np_dtype_to_tensor_dtype(_HOST[dtype])
+            value.type.tensor_type.elem_type = host
+            producer = next((n for n in graph.node if value.name in n.output), None)
+            if producer is not None and producer.op_type == "Identity":   # the lowering's output copy, which
+                producer.op_type = "Cast"                                  # has no kernel for 4-bit types
+                producer.attribute.append(helper.make_attribute("to", host))
+                continue
             inner = f"{value.name}__narrow"
             _rename_writes(graph, value.name, inner)
-            host = helper.np_dtype_to_tensor_dtype(_HOST[dtype])
             tail.append(helper.make_node("Cast", [inner], [value.name], to=host))
-            value.type.tensor_type.elem_type = host
     nodes = head + list(graph.node) + tail
     del graph.node[:]
     graph.node.extend(nodes)
