@@ -118,8 +118,9 @@ def test_every_new_dtype_moves_casts_and_crosses_onnxruntime_exactly(dtype):
     x = values.astype(dtype)
 
     def moves(x):
-        return (F.reshape(x, (4, 3)), F.transpose(x), F.concat([x, x], 0), x[1:, ::2], F.take(x, np.array([2, 0]), 0),
-                F.broadcast_to(x[:1], (2, 4)), F.identity(x), F.cast(x, np.float32), F.cast(F.cast(x, np.float32), dtype))
+        return (F.reshape(x, (4, 3)), F.transpose(x), F.concat([x, x], 0), x[1:, ::2],
+                F.take(x, np.array([2, 0]), 0), F.broadcast_to(x[:1], (2, 4)), F.identity(x), F.cast(x, np.float32),
+                F.cast(F.cast(x, np.float32), dtype))
     expected = (x.reshape(4, 3), x.T, np.concatenate([x, x]), x[1:, ::2], x[[2, 0]], np.broadcast_to(x[:1], (2, 4)),
                 x, x.astype(np.float32), x)
     ran, evaluated = _both(moves, x)
@@ -141,7 +142,7 @@ def test_casts_to_float8_saturate_unless_told_not_to():
         low, high = dtypes.limits(dtype)
         saturated = np.clip(x, low, high).astype(dtype)
         plain = x.astype(dtype)
-        ran, evaluated = _both(lambda x: (F.cast(x, dtype), F.cast(x, dtype, saturate=False)), x)
+        ran, evaluated = _both(lambda x, d=dtype: (F.cast(x, d), F.cast(x, d, saturate=False)), x)
         for got in (ran, evaluated):
             np.testing.assert_array_equal(got[0].astype(np.float32), saturated.astype(np.float32))
             np.testing.assert_array_equal(got[1].astype(np.float32), plain.astype(np.float32))
