@@ -10,8 +10,8 @@ calls `route`). The cast back gives the arithmetic ONNX and numpy define:
 
 - uint16 in int32 and uint32 in int64 hold every value exactly, and the cast back keeps the low
   bits, so sums, differences and products wrap modulo 2**16 or 2**32 as numpy's do;
-- ops that only order values (max, argmax, top-k, clip) run on uint32 in int32, on the
-  order-preserving map v - 2**31 (see ORDERING for why not in int64);
+- ops that only order values (max, argmax, top-k) run on uint32 in int32 and on uint64 in int64, on
+  the order-preserving map v - 2**31 (v - 2**63);
 - uint64 in int64 keeps the bits: wrapping arithmetic (add, sub, mul, neg, sums, products) is exact
   on the bits; any other op on uint64 without a kernel is refused;
 - bfloat16 in float32, rounded back to nearest-even after each op, as PyTorch's CPU bfloat16 ops
@@ -62,25 +62,26 @@ MOVE_KERNELS = {
 EXACT: dict[np.dtype, np.dtype] = {BFLOAT16: np.dtype("float32"), **{d: np.dtype("float32") for d in NARROW_FLOATS},
                                    INT4: np.dtype("int8"), UINT4: np.dtype("uint8")}
 
-# Ops with an ONNX Runtime 1.31 CPU kernel for the dtype itself (probed op by op; tests/test_dtypes.py
-# checks each against numpy).
+# Ops with an ONNX Runtime 1.31 CPU kernel for the dtype itself, for every ONNX op their lowering emits
+# (probed op by op; tests/test_dtypes.py checks each against numpy).
 _UNSIGNED = frozenset({"add", "sub", "mul", "div", "equal", "less", "less_equal", "greater", "greater_equal"})
+_WIDE_UNSIGNED = _UNSIGNED | {"maximum", "minimum", "matmul", "abs", "sign", "clip", "cumprod", "fmod", "remainder",
+                              "floor_divide"}
 KERNELS = {
     np.dtype("uint16"): _UNSIGNED,
-    np.dtype("uint32"): _UNSIGNED | {"maximum", "minimum", "matmul", "where"},
-    np.dtype("uint64"): _UNSIGNED | {"maximum", "minimum", "matmul"},
+    np.dtype("uint32"): _WIDE_UNSIGNED | {"where"},
+    np.dtype("uint64"): _WIDE_UNSIGNED,
     BFLOAT16: frozenset(),
 }
 
 # uint64 through int64: ops exact on the bits (two's complement wraps as uint64 does).
 WRAPPING = frozenset({"add", "sub", "mul", "neg", "add_n", "reduce_sum", "reduce_prod", "cumsum", "einsum", "where",
                       "pad", "gather_elements", "scatter_add", "scatter_add_elements", "slice_scatter"})
-# Ops that only compare values. uint32 runs them in int32 on v - 2**31 (an order-preserving map), not in
-# int64: ONNX Runtime 1.31's int64 ReduceMax and ReduceMin order two values whose high 32 bits agree by
-# their low 32 bits as signed numbers (max(4294967295, 4294967294, 7, 1) is 7), which every uint32
-# value held in int64 would meet. For the same reason they are refused on uint64.
-ORDERING = frozenset({"reduce_max", "reduce_min", "argmax", "argmin", "topk", "clip"})
-ORDERED = {np.dtype("uint32"): np.dtype("int32")}
+# Ops that only compare values run on v - 2**(bits - 1), an order-preserving map onto the signed dtype of
+# the same width: uint32 in int32 (cheaper than int64, whose orderings ONNX Runtime 1.31 gets wrong past
+# 2**31 and gcompile lowers through other ops: ops/integers.py), uint64 in int64.
+ORDERING = frozenset({"reduce_max", "reduce_min", "argmax", "argmin", "topk"})
+ORDERED: dict[np.dtype, np.dtype] = {np.dtype("uint32"): np.dtype("int32"), np.dtype("uint64"): np.dtype("int64")}
 # Outputs that are positions (int64 whatever the operands), never cast back.
 INDEX_OUTPUTS = {"argmax": {0}, "argmin": {0}, "topk": {1}}
 
@@ -140,8 +141,7 @@ def route(op_name: str, dtypes) -> tuple[np.dtype, np.dtype, str] | None:
             return dtype, COMPUTE[dtype], "plain"
         raise UnsupportedError(
             f"{op_name} on uint64: ONNX Runtime has no uint64 kernel for it, and int64 gives it the same result "
-            "only for values below 2**63 (its int64 orderings are wrong past 2**31: docs/reference/dtypes.md); "
-            "cast to int64 or float64 explicitly")
+            "only for values below 2**63; cast to int64 or float64 explicitly")
     return None
 
 

@@ -231,8 +231,8 @@ def _running_extreme(x, axis, largest: bool, what: str) -> tuple[Tensor, Tensor]
                                "scan's step count depends on the size")
     floating = is_float(x.dtype)
     key = stop_gradient(x)
-    if not largest:                       # the running minimum is the running maximum of -x (ties kept)
-        key = negative(key) if floating or x.dtype.kind == "i" else cast(key, np.int64) * -1
+    if not largest:     # the running minimum is the running maximum of -x (of ~x for integers, ties kept)
+        key = negative(key) if floating else as_tensor(np.invert(np.zeros((), x.dtype))) - key  # ~x: no overflow
     lowest = -np.inf if is_float(key.dtype) else np.iinfo(key.dtype).min
     index = broadcast_to(np.arange(n, dtype=np.int64).reshape((n,) + (1,) * (x.ndim - axis - 1)), x.shape)
     pads = [(0, 0)] * x.ndim

@@ -9,6 +9,7 @@ from ..ir import dims
 from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
+from . import integers
 from .basic import cast, stop_gradient
 from .cumulative import cumprod
 from .elementwise import equal, exp, log, not_equal, where, zeros_scalar
@@ -30,6 +31,9 @@ def _lower_reduce(onnx_op):
         t = ctx.graph.type_of(node.inputs[0])
         if onnx_op == "ReduceMean":
             return _lower_mean(ctx, names[0], t, node.outputs[0], a["axes"], a["keepdims"])
+        ordering = onnx_op in ("ReduceMax", "ReduceMin")
+        if integers.orders_wrongly(t.dtype) if ordering else integers.through_float(t.dtype):
+            return integers.reduction(ctx, onnx_op, names[0], t, a["axes"], a["keepdims"])
         return ctx.emit(onnx_op, [names[0], ctx.int64s(a["axes"])], keepdims=int(a["keepdims"]))
     return lower
 
