@@ -15,7 +15,9 @@ calls `route`). The cast back gives the arithmetic ONNX and numpy define:
 - uint64 in int64 keeps the bits: wrapping arithmetic (add, sub, mul, neg, sums, products) is exact
   on the bits; any other op on uint64 without a kernel is refused;
 - bfloat16 in float32, rounded back to nearest-even after each op, as PyTorch's CPU bfloat16 ops
-  and ml_dtypes compute it.
+  and ml_dtypes compute it;
+- int8, uint8 and int16 have kernels for most ops: the few without (MISSING: sums, products and
+  matrix products, and for int16 orderings, where and pad) run in int32 and wrap back as numpy's.
 
 The 8- and 4-bit formats take only Cast and the ops that move elements (ONNX defines no arithmetic
 on them): anything else asks for a cast first. numpy has no such dtypes: their arrays are ml_dtypes'
@@ -42,6 +44,7 @@ NATIVE = frozenset(np.dtype(t) for t in ("float16", "float32", "float64", "int8"
                                          "uint8", "bool"))
 TRACED = NATIVE | {np.dtype(t) for t in ("uint16", "uint32", "uint64")} | {BFLOAT16} | STORAGE
 
+_FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64", BFLOAT16))
 _BY_NAME = {d.name: d for d in TRACED}
 
 COMPUTE: dict[np.dtype, np.dtype] = {np.dtype("uint16"): np.dtype("int32"), np.dtype("uint32"): np.dtype("int64"),
@@ -74,6 +77,16 @@ KERNELS = {
     BFLOAT16: frozenset(),
 }
 
+# int8, uint8 and int16 have ONNX Runtime 1.31 CPU kernels for most ops, but not for these (its sessions
+# refuse them): they run in int32, which holds every value; the cast back wraps as numpy does.
+_FEW = frozenset({"reduce_sum", "reduce_prod", "matmul", "einsum", "cumsum", "cumprod", "gemm"})
+MISSING = {
+    np.dtype("int8"): _FEW,
+    np.dtype("uint8"): _FEW | {"neg"},
+    np.dtype("int16"): _FEW | {"maximum", "minimum", "clip", "pow", "reduce_max", "reduce_min", "argmax", "argmin",
+                               "where", "pad"},
+}
+
 # uint64 through int64: ops exact on the bits (two's complement wraps as uint64 does).
 WRAPPING = frozenset({"add", "sub", "mul", "neg", "add_n", "reduce_sum", "reduce_prod", "cumsum", "einsum", "where",
                       "pad", "gather_elements", "scatter_add", "scatter_add_elements", "slice_scatter"})
@@ -90,7 +103,7 @@ def is_float(dtype) -> bool:
     """A floating-point dtype: numpy's (kind 'f') and bfloat16; the 8- and 4-bit float formats
     only store values (they carry no gradient, as an integer cast does not)."""
     dtype = np.dtype(dtype)
-    return dtype.kind == "f" and dtype not in NARROW_FLOATS or dtype == BFLOAT16
+    return dtype in _FLOATS or dtype.kind == "f" and dtype not in NARROW_FLOATS
 
 
 def is_integer(dtype) -> bool:
@@ -120,14 +133,23 @@ def limits(dtype) -> tuple[float, float]:
 
 
 # -- routing ---------------------------------------------------------------------------------------
+_ROUTABLE = TRACED - NATIVE | set(MISSING)
+
+
 def route(op_name: str, dtypes) -> tuple[np.dtype, np.dtype, str] | None:
     """How to record `op_name` on operands of `dtypes`: None to record it as it is, else (dtype, compute
     dtype, 'plain' or 'ordered') for the first operand dtype it has no kernel for. UnsupportedError
     where the op cannot be computed exactly through the compute dtype."""
+    if _ROUTABLE.isdisjoint(dtypes):     # the common case, checked first: tracing calls this for every op
+        return None
     for dtype in dtypes:
         if op_name in MOVES:
             if dtype in MOVE_KERNELS and op_name not in MOVE_KERNELS[dtype]:
                 return dtype, EXACT[dtype], "plain"
+            continue
+        if dtype in MISSING:
+            if op_name in MISSING[dtype]:
+                return dtype, np.dtype("int32"), "plain"
             continue
         if dtype in STORAGE:
             raise UnsupportedError(

@@ -13,7 +13,7 @@ from gcompile.frontend.tensor import apply
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
 
-DTYPES = [np.dtype(t) for t in ("int32", "int64", "uint16", "uint32", "uint64")]
+DTYPES = [np.dtype(t) for t in ("int8", "uint8", "int16", "int32", "int64", "uint16", "uint32", "uint64")]
 
 
 def adversarial(dtype, count=24, seed=0) -> np.ndarray:
