@@ -269,31 +269,17 @@ def apply_n(op_name: str, inputs: Sequence[Any], **attrs) -> list[Tensor]:
     """Record one application of a registered op; returns its outputs as Tensors. On a dtype ONNX
     Runtime has no kernel for (ir/dtypes.py), the op is recorded in the compute dtype between casts."""
     tensors = [as_tensor(x) for x in inputs]
+    types = [t.type for t in tensors]
     try:
-        how = dtypes.route(op_name, [t.dtype for t in tensors])
+        how = dtypes.route(op_name, [t.dtype for t in types])
     except UnsupportedError as err:
         raise UnsupportedError(f"{err} (at {user_location()})") from None
-    if how is None:
-        return _record(op_name, tensors, attrs)
-    narrow, wide, mode = how
-
-    def cast(x, dtype):
-        return x if x.dtype == dtype else _record("cast", [x], {"dtype": dtype})[0]
-
-    def add(x, c):
-        return _record("add", [x, as_tensor(c)], {})[0]
-    widened = [dtypes.to_compute(t, mode, wide, cast, add) if t.dtype == narrow else t for t in tensors]
-    outs = _record(op_name, widened, attrs)
-    index = dtypes.INDEX_OUTPUTS.get(op_name, set())
-    return [dtypes.from_compute(y, narrow, mode, cast, add) if y.dtype == wide and i not in index else y
-            for i, y in enumerate(outs)]
-
-
-def _record(op_name: str, tensors: list[Tensor], attrs: dict) -> list[Tensor]:
+    if how is not None:
+        return _routed(op_name, tensors, attrs, *how)
     frame = current_frame()
     op = get_op(op_name)
     try:
-        out_types = op.infer([t.type for t in tensors], **attrs)
+        out_types = op.infer(types, **attrs)
     except ShapeError as err:
         shapes = ", ".join(f"{t.dtype.name}{format_shape(t.shape)}" for t in tensors)
         raise ShapeError(f"{op_name}: {err} (operands {shapes}; at {user_location()})") from None
@@ -302,6 +288,21 @@ def _record(op_name: str, tensors: list[Tensor], attrs: dict) -> list[Tensor]:
     node = frame.graph.add_node(op_name, [t.ref for t in tensors], attrs, out_types,
                                 order=frame.order, source=user_location())
     return [Tensor(frame.graph, node.out(i), t) for i, t in enumerate(out_types)]
+
+
+def _routed(op_name: str, tensors: list[Tensor], attrs: dict, narrow, wide, mode: str) -> list[Tensor]:
+    """op_name recorded on the operands of dtype `narrow` cast to `wide` (dtypes.to_compute), its
+    results cast back; the casts and the op itself are recorded by apply_n, which has kernels for them."""
+    def cast(x, dtype):
+        return x if x.dtype == dtype else apply_n("cast", [x], dtype=dtype)[0]
+
+    def add(x, c):
+        return apply_n("add", [x, as_tensor(c)])[0]
+    widened = [dtypes.to_compute(t, mode, wide, cast, add) if t.dtype == narrow else t for t in tensors]
+    outs = apply_n(op_name, widened, **attrs)
+    index = dtypes.INDEX_OUTPUTS.get(op_name, set())
+    return [dtypes.from_compute(y, narrow, mode, cast, add) if y.dtype == wide and i not in index else y
+            for i, y in enumerate(outs)]
 
 
 def apply(op_name: str, inputs: Sequence[Any], **attrs) -> Tensor:
