@@ -3,7 +3,7 @@ run on gcompile's numpy reference evaluator.
 
 A case is *op-supported* when every node of its model (If branches included) has a translator.
 Each such case either passes, is refused with an UnsupportedError (a feature gcompile does not
-express, such as uint16 data or dilated pooling: never a wrong result), or
+express, such as pooling with dilations: never a wrong result), or
 is listed in EXCLUDED with a reason. Anything else fails the test.
 
 Node tests feed every operand as a graph input, where exporters write axes, shapes, pads and the
