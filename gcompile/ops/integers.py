@@ -161,6 +161,10 @@ def reduction(ctx, op_type: str, x: str, t: TensorType, axes: Sequence[int], kee
     if n == 0:
         return ctx.emit("Expand", [identity, ctx.shape_tensor(out)])
     rows_shape = [t.shape[a] for a in kept]
+    if op_type == "ReduceSum" and axes == list(range(len(axes))):       # leading axes: a row of ones, no transpose
+        flat = ctx.emit("Reshape", [x, ctx.shape_tensor([n, dims.product(rows_shape)])], allowzero=1)
+        ones = ctx.emit("ConstantOfShape", [ctx.shape_tensor((1, n))], value=_tensor_attr(1, dtype))
+        return ctx.emit("Reshape", [ctx.emit("MatMul", [ones, flat]), ctx.shape_tensor(out)], allowzero=1)
     if kept + axes != list(range(len(t.shape))):
         x = ctx.emit("Transpose", [x], perm=kept + axes)
     if len(axes) > 1:
