@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 
 import click
 
@@ -45,6 +46,13 @@ _QUIET = click.option("-q", "--quiet", is_flag=True, help="errors only: print no
 _DEBUG = click.option("--debug", is_flag=True, help="show the Python traceback of an error")
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A Python warning raised while a command runs, as the command's other warnings: one line on
+    stderr (none with -q)."""
+    if not logs.quiet():
+        click.echo(f"warning: {message}", err=True)
+
+
 def _guarded(command):
     """Turn exceptions into the documented exit codes and one-paragraph messages; set the
     log level from -v/-q/--debug, given before the command (`gcompile -v build`) or after it
@@ -59,7 +67,9 @@ def _guarded(command):
         quiet = quiet or group.get("quiet", False)
         logs.configure(-1 if quiet else verbose + group.get("verbose", 0))
         try:
-            return command(*args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                return command(*args, **kwargs)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except GcompileError as err:
@@ -155,22 +165,52 @@ def build(model, out_dir, opset, optimize, check, recompute, external_data_thres
     say(f"wrote {len(result.manifest['artifacts'])} artifact(s) and {os.path.join(result.out_dir, 'manifest.json')}")
 
 
-def _parse_inputs(values, option: str = "--input") -> dict:
+def _parse_inputs(values, model, option: str = "--input") -> dict:
+    """Feeds from NAME=FILE.npy words, and from NAME=FILE.npz (or .safetensors): a state dict whose
+    entries feed the inputs NAME.<entry>, as @gc.export(NAME=module) names a module's weights."""
     from .runtime import npz
-    feeds = {}
+    feeds: dict = {}
     for item in values:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
-            raise GcompileError(f"{option} {item!r}: write it as NAME=path.npy")
-        if name in feeds:
-            raise GcompileError(f"{option} {name!r} given twice")
+            raise GcompileError(f"{option} {item!r}: write it as NAME=path.npy (or NAME=state.npz for a module's "
+                                "weights)")
         if not os.path.isfile(path):
             raise GcompileError(f"{option} {name}: file {path!r} not found")
-        try:
-            feeds[name] = npz.load_npy(path)
-        except (OSError, ValueError, EOFError) as err:
-            raise GcompileError(f"{option} {name}: cannot read {path!r} as a .npy array ({err})") from None
+        if path.lower().endswith((".npz", ".safetensors")):
+            given = _state_dict_feeds(model, option, name, path)
+        else:
+            try:
+                given = {name: npz.load_npy(path)}
+            except (OSError, ValueError, EOFError) as err:
+                raise GcompileError(f"{option} {name}: cannot read {path!r} as a .npy array ({err})") from None
+        twice = sorted(set(given) & set(feeds))
+        if twice:
+            raise GcompileError(f"{option} {twice[0]!r} given twice")
+        feeds.update(given)
     return feeds
+
+
+def _state_dict_feeds(model, option: str, name: str, path: str) -> dict:
+    """The inputs NAME.<entry> of `model`, each fed its entry of the state dict file at `path`
+    (gc.nn's Module.save writes one): the entries must be exactly those inputs, of their shapes."""
+    import numpy as np
+
+    from .nn import state
+    from .runtime import modelfile
+    wanted = {e["name"][len(name) + 1:]: e for e in modelfile.signature(modelfile.graph_inputs(model)
+                                                                           + modelfile.optional_inputs(model))
+              if e["name"].startswith(name + ".")}
+    if not wanted:
+        takes = ", ".join(modelfile.format_sig(e) for e in modelfile.signature(modelfile.graph_inputs(model)))
+        raise GcompileError(f"{option} {name}={path}: a state dict file feeds the inputs {name}.<entry>, and the "
+                            f"model has none (it takes {takes}); give one NAME=FILE.npy per input")
+    symbolic = sorted(n for n, e in wanted.items() if not all(isinstance(d, int) for d in e["shape"]))
+    if symbolic:
+        raise GcompileError(f"{option} {name}={path}: input {name}.{symbolic[0]} has a symbolic shape, which a state "
+                            "dict entry cannot be checked against; give it as its own .npy file")
+    arrays = state.read(path, {n: (np.dtype(e["dtype"]), tuple(e["shape"])) for n, e in wanted.items()})
+    return {f"{name}.{n}": np.asarray(arrays[n], dtype=e["dtype"]) for n, e in wanted.items()}
 
 
 def _summary(value) -> str:
@@ -205,7 +245,9 @@ class _NamedFiles(click.Command):
 
 @main.command(cls=_NamedFiles)
 @click.argument("artifact", type=click.Path(dir_okay=False))
-@click.option("-i", "--input", "inputs", multiple=True, metavar="NAME=FILE.npy", help="one per model input")
+@click.option("-i", "--input", "inputs", multiple=True, metavar="NAME=FILE.npy",
+              help="one per model input; NAME=FILE.npz (or .safetensors, a state dict such as gc.nn's Module.save "
+                   "writes) feeds the inputs NAME.<entry>, the weights of @gc.export(NAME=module)")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="write each output to OUT/<name>.npy (names made safe file names)")
 @_PROVIDER
@@ -218,7 +260,7 @@ def run(artifact, inputs, out_dir, provider):
     with modelfile.opened(artifact) as opened:
         model = opened.model
         modelfile.check_runnable(model, artifact)
-        feeds = _parse_inputs(inputs)
+        feeds = _parse_inputs(inputs, model)
         used = resolve_provider(provider)
         logs.logger.debug("running %s on %s with %s", artifact, used,
                           ", ".join(f"{k} {v.dtype}{list(v.shape)}" for k, v in feeds.items()) or "no inputs")
@@ -235,7 +277,7 @@ def run(artifact, inputs, out_dir, provider):
         raise GcompileError(f"onnxruntime failed running {artifact}{failure}") from None
     say(f"ran {artifact} on {result['provider']} in {result['run_ms']:.1f} ms")
     for name, value in result["outputs"].items():
-        say(f"  {_printable(name)}: {format_type(value.dtype, value.shape)}  {_summary(value)}")
+        say(f"  {modelfile.printable(name)}: {format_type(value.dtype, value.shape)}  {_summary(value)}")
     if out_dir:
         _write_outputs(out_dir, result["outputs"])
 
@@ -267,11 +309,6 @@ def output_file_names(names: list[str]) -> list[str]:
 _RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
 
 
-def _printable(name: str) -> str:
-    """An output name as printed: quoted where it holds characters a terminal would interpret."""
-    return name if name.isprintable() and name else repr(name)
-
-
 def _write_outputs(out_dir: str, outputs: dict) -> None:
     """Every output to OUT_DIR/<safe name>.npy, as one set (runtime.files.write_files); print the files."""
 
@@ -300,16 +337,19 @@ def _write_outputs(out_dir: str, outputs: dict) -> None:
 def inspect(artifact):
     """Show ARTIFACT's inputs, outputs, opset, op histogram and node counts per gradient order."""
     from .artifacts.describe import describe, op_histogram
+    from .lowering import seal
     from .runtime import modelfile
-    model = modelfile.load(artifact)
+    with modelfile.opened(artifact) as opened:
+        model, sealed = opened.model, seal.read(opened.data) is not None
     try:
         modelfile.check_runnable(model, artifact)
     except GcompileError as err:   # still worth inspecting: say why it will not run, then describe it
         if not logs.quiet():
             click.echo(f"warning: {err}", err=True)
     info = describe(model)
-    say(f"{artifact}: graph {model.graph.name!r}, producer {model.producer_name or '?'} "
-               f"{model.producer_version}, ir_version {info['ir_version']}, opset {info['opset']}")
+    producer = " ".join(modelfile.printable(t) for t in (model.producer_name or "?", model.producer_version) if t)
+    say(f"{artifact}: graph {model.graph.name!r}, producer {producer}, ir_version {info['ir_version']}, "
+        f"opset {info['opset']}")
     for key in ("inputs", "optional_inputs", "outputs"):
         if key in info:
             say("optional inputs (default: the initializer of the same name):" if key == "optional_inputs"
@@ -320,9 +360,11 @@ def inspect(artifact):
     say(f"initializers: {len(model.graph.initializer)} ({info['parameters']} values)"
                + (f", external data in {', '.join(external)}" if external else ""))
     say(f"nodes: {_orders(info)}")
+    say("integrity: sealed by gcompile, its sha256 checked" if sealed else
+        "integrity: no gcompile seal (written by another tool, or saved again by one)")
     say("op histogram:")
     for op, count in op_histogram(model):
-        say(f"  {op:<24} {count}")
+        say(f"  {modelfile.printable(op):<24} {count}")
 
 
 @main.command()
@@ -369,17 +411,14 @@ def grad_command(model, wrt, of, loss, target, order, out_path, opset):
     """Write a standard-ONNX model returning MODEL's outputs and their gradients (grad_<name>)."""
     from .importer.grad import gradient_model
     from .runtime import modelfile
-    from .runtime.files import atomic_write
     proto = gradient_model(model, wrt, of=of, loss=loss, target=target, order=order, opset=opset)
-    try:
-        atomic_write(out_path, proto.SerializeToString())
-    except OSError as err:
-        raise GcompileError(f"cannot write {out_path}: {err.strerror or err}") from None
+    modelfile.save(proto, out_path)
     for key, values in (("inputs", modelfile.graph_inputs(proto)), ("outputs", proto.graph.output)):
         say(f"  {key:<8} " + ", ".join(map(modelfile.format_sig, modelfile.signature(values))))
     defaults = [v.name for v in modelfile.optional_inputs(proto)]
     if defaults:
-        say(f"  defaults {', '.join(defaults)} (the model's own values; feed them to override)")
+        say(f"  defaults {', '.join(map(modelfile.printable, defaults))} (the model's own values; feed them to "
+            "override)")
     say(f"wrote {out_path}")
 
 
@@ -389,7 +428,8 @@ def grad_command(model, wrt, of, loss, target, order, out_path, opset):
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="the folder to write the output shards to")
 @click.option("-c", "--const", "constants", multiple=True, metavar="NAME=FILE.npy",
-              help="a model input fed unchanged to every call (parameters, a direction)")
+              help="a model input fed unchanged to every call (parameters, a direction); NAME=FILE.npz feeds "
+                   "the inputs NAME.<entry> from a state dict, as --input does for run")
 @click.option("--format", "fmt", type=click.Choice(["parquet", "npy"]), default="parquet", show_default=True,
               help="OUT/part-NNNNNN.parquet, or OUT/<output>/part-NNNNNN.npy")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
@@ -403,21 +443,27 @@ def map_command(artifact, data, out_dir, constants, fmt, workers, batch_size, ad
     """Evaluate ARTIFACT (.onnx) over every row of DATA with Ray Data (pip install 'gcompile[distributed]').
 
     DATA is a Parquet file or folder whose columns are named after the model's inputs, or one
-    NAME=PATH per input for .npy files (a file, a folder or a glob; rows along the first axis)."""
+    NAME=PATH per input for .npy files (a file, a folder or a glob; rows along the first axis):
+    gcompile map grad.onnx x=xs.npy -c w=w.npy -o grads."""
+    from .distributed.cluster import ray_log_level
     from .distributed.dataset import map_model
+    # Ray Data logs to the terminal at its own level, read from the environment as it runs: gcompile's (-q, -v)
+    os.environ.setdefault("RAY_DATA_LOG_LEVEL", logging.getLevelName(ray_log_level()))
     named = [d.partition("=") for d in data]
     if len(data) == 1 and not named[0][1]:
         source: object = data[0]
     elif all(sep and name and path for name, sep, path in named):
         source = {name: path for name, _, path in named}
     else:
-        raise GcompileError("DATA is one Parquet file or folder, or NAME=PATH for each .npy input")
-    result = map_model(artifact, source, out_dir, constants=_parse_inputs(constants, "--const"), format=fmt,
-                       batch_size=batch_size, workers=workers, provider=provider, address=address,
+        raise GcompileError("DATA is one Parquet file or folder, or NAME=PATH for each .npy input (e.g. x=xs.npy)")
+    from .runtime import modelfile
+    fixed = _parse_inputs(constants, modelfile.load(artifact), "--const")
+    result = map_model(artifact, source, out_dir, constants=fixed, format=fmt, batch_size=batch_size,
+                       workers=workers, provider=provider, address=address,
                        progress=logs.logger.isEnabledFor(logging.WARNING) and sys.stderr.isatty())
     mode = "in batches" if result["batched"] else "row by row"
-    click.echo(f"mapped {artifact} over {result['rows']} rows ({mode}) in {result['seconds']:.1f} s; "
-               f"wrote {fmt} shards to {out_dir}")
+    say(f"mapped {artifact} over {result['rows']} rows ({mode}) in {result['seconds']:.1f} s; wrote {fmt} shards to "
+        f"{out_dir}")
 
 
 if __name__ == "__main__":

@@ -269,7 +269,7 @@ def test_corrupt_or_missing_onnx(built, tmp_path, command, content):
 def test_truncated_onnx(built, tmp_path):
     path = tmp_path / "cut.onnx"
     path.write_bytes((built / "curvature.onnx").read_bytes()[:150])
-    user_error(invoke("inspect", path), "cut.onnx", "not a valid ONNX model")
+    user_error(invoke("inspect", path), "cut.onnx", "is damaged", "truncated")
 
 
 def test_failed_build_keeps_previous_artifacts(model, built):
@@ -351,3 +351,33 @@ def test_build_from_an_imported_module(tmp_path):
     result = gcompile.artifacts.build.build(module, tmp_path / "out")
     assert [e["name"] for e in result.manifest["artifacts"]] == ["predict", "curvature"]
     assert sorted(os.listdir(tmp_path / "out")) == ["curvature.onnx", "manifest.json", "predict.onnx"]
+
+
+def test_the_guide_feeds_a_modules_weights_to_run(tmp_path, monkeypatch):
+    """docs/guide/cli.md's classify.py, its saved weights and its two commands, as the page writes
+    them: `-i m=weights.npz` feeds every input m.<name> of @gc.export(m=model) from Module.save's file."""
+    import shlex
+
+    import gcompile as gc
+    with open(os.path.join(ROOT, "docs", "guide", "cli.md")) as fh:
+        text = fh.read()
+    blocks = [body for _, body in re.findall(r"^```(\w+)\n(.*?)^```$", text, re.S | re.M)]
+    first = next(i for i, body in enumerate(blocks) if body.startswith("# classify.py"))
+    model_py, save, shell = blocks[first:first + 3]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "classify.py").write_text(model_py)
+    namespace: dict = {}
+    exec(model_py + save, namespace)   # noqa: S102 - the guide's own code
+    commands = [shlex.split(line.split("#")[0]) for line in shell.splitlines() if line.strip()]
+    assert [c[:2] for c in commands] == [["gcompile", "build"], ["gcompile", "run"]]
+    for command in commands:
+        result = invoke(*command[1:])
+        assert result.exit_code == 0, result.output
+    assert invoke(*commands[1][1:], "-o", "res").exit_code == 0
+    x = np.ones((3, 4), np.float32)
+    np.testing.assert_allclose(np.load("res/output.npy"), gc.compile(namespace["model"], x)(x), rtol=1e-6)
+    wrong = invoke("run", "build/classify.onnx", "-i", "m=x.npy", "-i", "x=x.npy")
+    assert wrong.exit_code == 2 and "-i m=weights.npz" in wrong.stderr, wrong.output
+    np.savez("odd.npz", **{"0.weight": np.zeros((8, 4), np.float32)})
+    short = invoke("run", "build/classify.onnx", "-i", "m=odd.npz", "-i", "x=x.npy")
+    assert short.exit_code == 2 and "missing '0.bias'" in short.stderr, short.output

@@ -329,3 +329,161 @@ def test_an_input_given_as_two_words_gets_the_form_to_write(tmp_path, option):
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert f"{option} takes NAME=FILE.npy as one word: write {option} x=x.npy" in result.output, result.output
     assert "unexpected extra argument (extra)" in invoke("run", model, "extra").output   # other mistakes as before
+
+
+# -- strings a hostile file holds: not UTF-8, markup, terminal escapes ------------------------------------------------
+MARK = "MARKMARKMARKMARK"   # 16 characters, replaced in the serialised bytes by 16 others
+
+
+def marked_model(field: str):
+    """A model with a Loop (a subgraph) whose `field` holds MARK: the Loop's body copies -x."""
+    def text(name, value):
+        return MARK if field == name else value
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c_out"]),
+                              helper.make_node("Identity", ["x_in"], ["x_out"], name=text("body.node.name", "copy"),
+                                               doc_string=text("body.node.doc_string", "in the body"))],
+                             text("body.name", "body"),
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [2])],
+                             [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [2])])
+    x = text("input.name", "x")
+    nodes = [helper.make_node("Neg", [x], ["n"], name=text("node.name", "negate"),
+                              doc_string=text("node.doc_string", "model.py:3 order=0")),
+             helper.make_node("Loop", ["trips", "", "n"], ["y"], body=body, name="loop"),
+             helper.make_node("Relu", ["n"], ["r"], domain=text("node.domain", ""))]
+    graph = helper.make_graph(nodes, text("graph.name", "hostile"),
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]),
+                               helper.make_tensor_value_info("r", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor("trips", TensorProto.INT64, [], [1])],
+                              doc_string=text("graph.doc_string", ""))
+    imports = [helper.make_opsetid("", 18)] + ([helper.make_opsetid(MARK, 1)] if field == "node.domain" else [])
+    model = helper.make_model(graph, opset_imports=imports, producer_name=text("producer_name", "tool"),
+                              producer_version=text("producer_version", "1.0"), doc_string=text("doc_string", ""))
+    model.ir_version = 8
+    helper.set_model_props(model, {text("metadata.key", "k"): text("metadata.value", "v")})
+    return model
+
+
+TEXT_FIELDS = ["node.name", "node.doc_string", "graph.name", "graph.doc_string", "producer_name", "producer_version",
+               "doc_string", "body.node.name", "body.node.doc_string", "body.name"]
+NAME_FIELDS = ["input.name", "metadata.key", "metadata.value", "node.domain"]
+COMMANDS = {"inspect": [], "run": ["-i", "x=X"], "viz-svg": ["-o", "D.svg"], "viz-html": ["-o", "D.html"],
+            "viz-dot": ["-o", "D.dot"]}
+
+
+def run_command(command, path, tmp_path):
+    np.save(tmp_path / "x.npy", np.ones(2, np.float32))
+    args = [a.replace("X", str(tmp_path / "x.npy")).replace("D", str(tmp_path / "drawing"))
+            for a in COMMANDS[command]]
+    return invoke(command.split("-")[0], path, *args)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("field", TEXT_FIELDS + NAME_FIELDS)
+def test_text_that_is_not_utf8_is_shown_and_names_that_are_not_are_refused(tmp_path, field, command):
+    """A byte that is not UTF-8 in a node's doc_string made inspect and viz exit 1 (a regex on
+    bytes), in a node's name viz; every string field a command prints or draws is covered."""
+    path = tmp_path / "m.onnx"
+    path.write_bytes(marked_model(field).SerializeToString().replace(MARK.encode(), b"bad\xff\xfe text here."))
+    result = run_command(command, path, tmp_path)
+    if field in NAME_FIELDS:
+        user_error(result, "m.onnx", "not UTF-8 text")
+        with pytest.raises(gcompile.GcompileError, match="not UTF-8 text"):
+            gcompile.load_onnx(path)
+    else:
+        assert result.exit_code == 0 and "gcompile bug" not in result.output, result.output
+        assert "\\xff" not in result.output
+        if command == "inspect" and field == "graph.name":
+            assert "bad\ufffd\ufffd text here." in result.stdout
+
+
+HOSTILE = ["<script>alert(1)</script>", '"><img src=x onerror=alert(1)>', "]]><svg onload=alert(1)>",
+           "a\x1b[31mred\x1b[0m\r\nline", "nul\x00byte", "ctl\x01\x07\x0b\x0c", "&amp;&lt;", "'single' \\ back"]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_hostile_strings_are_drawn_as_text_and_never_reach_the_terminal_raw(tmp_path, hostile):
+    import html.parser
+    import xml.etree.ElementTree as ElementTree
+    model = marked_model("")
+    model.graph.name = model.graph.node[0].name = model.graph.node[0].doc_string = hostile
+    model.producer_name = hostile
+    model.graph.node[2].domain = "evil." + hostile
+    model.opset_import.append(helper.make_opsetid("evil." + hostile, 1))
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    described = invoke("inspect", path)
+    assert described.exit_code == 0, described.output
+    assert "\x1b" not in described.output and "\x00" not in described.output and "\r" not in described.output
+    for suffix in ("svg", "html", "dot"):
+        drawn = invoke("viz", path, "-o", tmp_path / f"d.{suffix}")
+        assert drawn.exit_code == 0, drawn.output
+    svg = (tmp_path / "d.svg").read_text()
+    tree = ElementTree.fromstring(svg)        # well-formed XML: nothing a browser refuses to draw
+    tags = {element.tag.split("}")[1] for element in tree.iter()}
+    assert tags <= {"svg", "defs", "marker", "path", "style", "g", "title", "rect", "text"}, tags
+    assert not [a for element in tree.iter() for a in element.attrib if a.lower().startswith("on")]
+
+    class Page(html.parser.HTMLParser):
+        found: list = []
+
+        def handle_starttag(self, tag, attrs):
+            self.found.append((tag, [name for name, _ in attrs if name.lower().startswith("on")]))
+    page = Page()
+    page.feed((tmp_path / "d.html").read_text())
+    assert "script" not in {tag for tag, _ in page.found} and not [a for _, a in page.found if a]
+    assert "\x00" not in (tmp_path / "d.dot").read_text()
+
+
+# -- damaged files of other tools (no seal): every command answers 0 or 2, never an internal error -----------------
+def unsealed_models():
+    """A model with a loop and one with initializers and a symbolic batch, as another tool would
+    save them (no seal: damage reaches the parser and every command's own reading)."""
+    import gcompile.functions as F
+
+    def running_sum(x):
+        def body(c, xi):
+            c = F.tanh(c + xi)
+            return c, c * 2.0
+        return F.sum(gcompile.scan(body, x[0], x)[1])
+    w = np.linspace(-1, 1, 24, dtype=np.float32).reshape(3, 8)
+    return {"scan": (gcompile.compile(running_sum, gcompile.spec((4, 3)), provider="cpu"), (4, 3)),
+            "dense": (gcompile.compile(lambda x: F.tanh(x @ w) + F.sum(x), gcompile.spec(("batch", 3)),
+                                       provider="cpu"), (2, 3))}
+
+
+@pytest.mark.parametrize("name", ["scan", "dense"])
+def test_damaged_files_of_other_tools_are_exit_0_or_2_for_every_command(tmp_path, name):
+    compiled, shape = unsealed_models()[name]
+    data = compiled.model_for("portable").SerializeToString()
+    np.save(tmp_path / "x.npy", np.ones(shape, np.float32))
+    commands = {"inspect": [], "run": ["-i", f"x={tmp_path / 'x.npy'}"], "viz": ["-o", tmp_path / "d.html"]}
+    internal = []
+    for offset in range(0, len(data), 11):
+        for what, copy in ((f"bit flipped at {offset}", flip(data, offset)), (f"cut at {offset}", data[:offset])):
+            (tmp_path / "m.onnx").write_bytes(copy)
+            for command, args in commands.items():
+                result = invoke(command, tmp_path / "m.onnx", *args)
+                if result.exit_code not in (0, 2):
+                    internal.append((what, command, result.output[-200:]))
+    assert internal == []
+
+
+def flip(data: bytes, offset: int) -> bytes:
+    out = bytearray(data)
+    out[offset] ^= 1 << (offset * 5 % 8)
+    return bytes(out)
+
+
+def test_an_initializer_of_an_unknown_element_type_is_drawn():
+    """viz exited 1 (KeyError) on an initializer whose data_type no onnx knows (a damaged file)."""
+    from gcompile.artifacts.viz import tensor_types
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [2], [1.0, 2.0])]))
+    model.graph.initializer[0].data_type = 71
+    assert tensor_types(model)["w"] == "type 71(2,)"

@@ -4,6 +4,7 @@ deterministically and atomically, loadable from any working directory."""
 import hashlib
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -150,7 +151,13 @@ def test_compiling_a_model_past_the_threshold_runs_from_external_data(monkeypatc
     loaded = []
     make_session = gcompile.runtime.compiled.make_session
     monkeypatch.setattr(gcompile.runtime.compiled, "make_session",
-                        lambda m, p, **kw: loaded.append(m) or make_session(m, p, **kw))
+                        lambda m, p, *args, **kw: loaded.append((m, args)) or make_session(m, p, *args, **kw))
     cf = gc.compile(predict, gc.spec(("batch", 32)))
-    assert len(loaded) == 1 and loaded[0].endswith("model.onnx")                     # from a path, not bytes
+    assert len(loaded) == 1
+    if gcompile.runtime.compiled.external_data_from_memory():                         # the data handed over in memory
+        model, (external,) = loaded[0]
+        location, = external
+        assert isinstance(model, bytes) and re.fullmatch(r"model\.onnx\.[0-9a-f]{16}\.data", location)
+    else:                                                                             # else from a path
+        assert loaded[0][0].endswith("model.onnx")
     np.testing.assert_allclose(cf(X), expected(X), rtol=1e-5, atol=1e-6)

@@ -64,7 +64,9 @@ def data_file(out, name):
 
 
 def tamper_model(path):
-    path.write_bytes(path.read_bytes().replace(b"gcompile", b"gcompilE"))   # still a valid model
+    """Swap the artifact for another model gcompile saved: whole and sealed, so only the manifest tells
+    (a damaged file is refused by its own seal first: tests/test_seal.py)."""
+    gc.compile(lambda x: x * 2.0, gc.spec((2, 32)), provider="cpu").save(path)
 
 
 def tamper_data(path):

@@ -10,8 +10,12 @@ A build changes DIR as one set:
   they were, and the next write into DIR removes a killed build's temporary files;
 - then the files are renamed into place: the external data files (named by their content,
   so an old .onnx keeps its own data), the .onnx files, manifest.json last; then the files
-  of the previous build that the new manifest no longer lists are deleted. Only files the old
-  or the new manifest lists, with the names a build writes, change; other files in DIR never do.
+  of the previous build that the new manifest no longer lists are deleted. Those are listed in
+  DIR/.gcompile-removing.json (runtime.modelfile.REMOVING), renamed into place before the
+  manifest and deleted after them: a build killed before it removed them leaves the list, the
+  next build removes them (where they still hold what was recorded), and loaders refuse them
+  meanwhile. Only files the old manifest or such a list names, with the names a build writes
+  (NAME.onnx, its data files, the web files), are ever removed; other files in DIR never change.
 A reader thus sees at every instant whole files, each .onnx with its own data; only during the
 renames (no data is written then) can a new .onnx sit beside the old manifest, and every gcompile
 loader refuses such a file (its sha256 is not the manifest's). A build killed exactly there
@@ -292,15 +296,19 @@ def build(model, out_dir, opset: int | None = None, check: bool = False, provide
             web_files += web.assets()
             manifest["web"] = {"module": web.MODULE, "types": web.TYPES}
         files = weights_files + model_files + web_files + [(MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())]
-        stale = sorted(set(_own_files(out_dir)) - {name for name, _ in files})
+        stale = {n: h for n, h in _previous_files(out_dir).items() if n not in {name for name, _ in files}}
+        if stale:   # renamed into place first: see modelfile.REMOVING
+            files.insert(0, (modelfile.REMOVING, (json.dumps(stale, indent=1, sort_keys=True) + "\n").encode()))
         logger.debug("writing %s to %s%s", ", ".join(name for name, _ in files), out_dir,
-                     f"; removing {', '.join(stale)}" if stale else "")
+                     f"; removing {', '.join(sorted(stale))}" if stale else "")
         bar.step("")
         try:
             with phase("write"):
-                write_files(out_dir, files, remove=stale)
+                write_files(out_dir, files, remove=sorted(stale))
         except OSError as err:
             raise GcompileError(f"cannot write the build to {out_dir!r}: {err.strerror or err}") from None
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(out_dir, modelfile.REMOVING))
     return BuildResult(out_dir, manifest, checks, times)
 
 
@@ -329,17 +337,46 @@ def _output_folder(out_dir: str):
         raise
 
 
-def _own_files(out_dir: str) -> list[str]:
-    """The files of the previous build in `out_dir`: those its manifest lists that have the names a
-    build writes (NAME.onnx and its data files; for the web, artifacts/web.py's). A manifest that
-    cannot be read lists none."""
+def _previous_files(out_dir: str) -> dict[str, str]:
+    """{name: sha256} of the files earlier builds wrote into `out_dir` that are still there: those
+    its manifest lists, and those a build stopped before removing them left in modelfile.REMOVING
+    that still hold what it recorded (a file of that name put there since is not the build's).
+    Only names a build writes count (NAME.onnx and its data files; for the web, artifacts/web.py's),
+    so a hand-edited list never reaches other files. A manifest that cannot be read lists none."""
+    found: dict[str, str] = {}
+    for name, digest in modelfile.read_removing(out_dir).items():
+        if _buildable(name) and _sha256(os.path.join(out_dir, name)) == digest:
+            found[name] = digest
     try:
-        manifest = modelfile.read_manifest(out_dir)
+        manifest = modelfile.read_manifest(out_dir) or {}
     except GcompileError:
-        return []
-    names = []
-    for entry in (manifest or {}).get("artifacts", []):
+        manifest = {}
+    listed = []
+    for entry in manifest.get("artifacts", []):
         external = entry.get("external_data")
-        listed = (entry.get("file"), external.get("file") if isinstance(external, dict) else None)
-        names += [n for n in listed if isinstance(n, str) and _OWN.fullmatch(n)]
-    return names + web.own_files(manifest or {})
+        listed += [(entry.get("file"), entry.get("sha256")),
+                   (external.get("file"), external.get("sha256")) if isinstance(external, dict) else (None, None)]
+    listed += [(name, None) for name in web.own_files(manifest)]
+    for name, digest in listed:
+        if isinstance(name, str) and _buildable(name) and os.path.isfile(os.path.join(out_dir, name)):
+            recorded = digest if isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest) else None
+            if (recorded := recorded or _sha256(os.path.join(out_dir, name))) is not None:
+                found[name] = recorded
+    return found
+
+
+def _buildable(name: str) -> bool:
+    """Whether `name` is a file name a build writes (other than manifest.json)."""
+    return bool(_OWN.fullmatch(name)) or web.is_own_file(name)
+
+
+def _sha256(path: str) -> str | None:
+    """The sha256 of the file at `path`, None where it cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()

@@ -19,8 +19,9 @@ its bodies read from the outer scope (weights a loop step uses) are drawn as das
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
-from xml.sax.saxutils import escape
+from xml.sax import saxutils
 
 import onnx
 
@@ -83,7 +84,10 @@ def tensor_types(model) -> dict[str, str]:
             shapes[value.name], dtypes[value.name] = tuple(sig["shape"]), sig["dtype"]
     for t in model.graph.initializer:
         shapes[t.name] = tuple(t.dims)
-        dtypes[t.name] = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name
+        try:
+            dtypes[t.name] = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name
+        except KeyError:   # an element type this onnx does not know (a damaged or newer file)
+            dtypes[t.name] = f"type {t.data_type}"
     named = _name_unknown_dims(inferred, shapes)
     return {name: f"{dtypes[name]}{format_shape(tuple(named.get(d, d) for d in shape))}"
             for name, shape in shapes.items()}
@@ -171,8 +175,18 @@ def _boxes(model, types: dict[str, str]) -> tuple[dict[str, Box], list[tuple[str
     return boxes, edges
 
 
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")   # characters XML 1.0 cannot hold, escaped or not
+
+
+def escape(text: str) -> str:
+    """`text` as SVG and HTML text. Names and doc_strings come from the file, which may be hostile:
+    markup is escaped, and characters no XML document may hold (control characters, which would
+    make the whole drawing unreadable) become U+FFFD."""
+    return saxutils.escape(_NOT_XML.sub("\ufffd", text))
+
+
 def _attr(text: str) -> str:
-    return escape(text, {'"': "&quot;"})
+    return escape(text).replace('"', "&quot;")
 
 
 def _path(points: list[tuple[float, float]], dx: float, dy: float) -> str:
@@ -323,7 +337,10 @@ def render_html(sections: list[tuple[str, object]], title: str) -> str:
 
 
 def _dot_text(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    """`text` as a quoted Graphviz string: quotes and backslashes escaped, line breaks as \\n, and
+    other control characters (a NUL would end the string for Graphviz) as U+FFFD."""
+    text = _NOT_XML.sub("\ufffd", text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n"))
+    return '"' + text.replace("\r", "\ufffd") + '"'
 
 
 def render_dot(sections: list[tuple[str, object]]) -> str:
@@ -360,8 +377,5 @@ def write(path, sections: list[tuple[str, object]], title: str) -> None:
         text = render_dot(sections)
     else:
         raise GcompileError(f"cannot draw to {path!r}: the output must end in .svg, .html or .dot")
-    try:
-        atomic_write(path, text.encode())
-    except OSError as err:
-        raise GcompileError(f"cannot write {path!r}: {err.strerror or err}") from None
+    atomic_write(path, text.encode())
 

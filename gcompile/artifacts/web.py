@@ -44,6 +44,11 @@ def init_bytes(values) -> bytes:
     return npz.to_bytes(values)
 
 
+def is_own_file(name: str) -> bool:
+    """Whether `name` is the name of a file a web build writes (the module, its types, an init file)."""
+    return name in (MODULE, TYPES) or bool(INIT.fullmatch(name))
+
+
 def own_files(manifest: dict) -> list[str]:
     """The web files a previous build's manifest lists (for build to remove when no longer written)."""
     web = manifest.get("web")

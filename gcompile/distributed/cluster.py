@@ -10,10 +10,12 @@ the address, within `timeout` seconds.
 """
 from __future__ import annotations
 
+import logging
 import socket
 from typing import Any
 
 from ..errors import GcompileError
+from ..logs import logger
 
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"   # + an empty SETTINGS
 _SETTINGS = 0x04
@@ -80,10 +82,17 @@ def connect(address: str | None = None, timeout: float = 5.0) -> Any:
                                 "call ray.shutdown() first, or pass that address")
         return ray
     try:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=ray_log_level())
     except ConnectionError as err:
         raise GcompileError(f"cannot join a Ray cluster at {address!r}: {err}") from None
     return ray
+
+
+def ray_log_level() -> int:
+    """The level for Ray's own loggers in this process: gcompile's (`gcompile -q`: errors only;
+    -v: Ray's info lines too), and never below WARNING without -v."""
+    level = logger.getEffectiveLevel()
+    return logging.INFO if level <= logging.INFO else max(level, logging.WARNING)
 
 
 def _same(address: str, current: str) -> bool:

@@ -219,13 +219,35 @@ def _dataset(ray: Any, data: Any, plan: _Plan) -> Any:
         parts = [_read_npy(ray, _npy_files(data[n]), n) for n in plan.data if n in data]
         return parts[0].zip(*parts[1:]) if len(parts) > 1 else parts[0]
     if isinstance(data, (str, os.PathLike)):
-        if not os.path.exists(data):
-            raise GcompileError(f"no dataset at {os.fspath(data)!r}")
         path = os.path.abspath(os.fspath(data))
-        plan.columns(ray.data.read_parquet(path, num_cpus=0))   # the schema only: no data is read
-        return ray.data.read_parquet(path, columns=plan.data, num_cpus=0)
+        try:
+            plan.columns(ray.data.read_parquet(path, num_cpus=0))   # the schema only: no data is read
+            return ray.data.read_parquet(path, columns=plan.data, num_cpus=0)
+        except (ValueError, OSError) as err:   # pyarrow's ArrowInvalid is a ValueError
+            raise GcompileError(f"cannot read {os.fspath(data)!r} as Parquet: {str(err).strip()[:500]}") from None
     raise GcompileError(f"data must be a Parquet file or folder, a dict {{input: .npy file/folder/glob}} or a Ray "
                         f"Dataset, got {type(data).__name__}")
+
+
+def _check_local_data(data: Any, plan: _Plan) -> None:
+    """Refuse data paths that hold nothing to read before starting Ray (which takes seconds): a
+    path given as Parquet that is no Parquet file or folder (a .npy file, the usual slip), an
+    input without .npy files."""
+    if isinstance(data, Mapping):
+        for name, where in data.items():
+            if name in plan.data:
+                _npy_files(where)
+    elif isinstance(data, (str, os.PathLike)):
+        path = os.path.abspath(os.fspath(data))
+        if not os.path.exists(path):
+            raise GcompileError(f"no dataset at {os.fspath(data)!r}")
+        if not (path.endswith(".parquet") if os.path.isfile(path) else
+                any(f.endswith(".parquet") for _, _, files in os.walk(path) for f in files)):
+            name = plan.data[0]
+            raise GcompileError(f"no Parquet file at {os.fspath(data)!r}: data given as one path is a Parquet file or "
+                                "a folder of them; give .npy files one per model input, as a dict {input: path} "
+                                f"({{{name!r}: {os.fspath(data)!r}}}; on the command line NAME=PATH: "
+                                f"{name}={os.fspath(data)})")
 
 
 def map_model(model: Any, data: Any, out: str | os.PathLike, *, constants: Mapping[str, Any] | None = None,
@@ -247,6 +269,7 @@ def map_model(model: Any, data: Any, out: str | os.PathLike, *, constants: Mappi
     plan = _Plan(proto, constants or {})
     out = os.path.abspath(os.fspath(out))
     _check_out(out, plan.outputs, format)
+    _check_local_data(data, plan)
     ray = connect(address)
     context = ray.data.DataContext.get_current()
     before = context.execution_options.preserve_order, context.enable_progress_bars
@@ -268,7 +291,8 @@ def _run(ray: Any, serialised: bytes, plan: _Plan, data: Any, out: str, fmt: str
     start = time.perf_counter()
     mapped = ds.map_batches(
         _Evaluator, fn_constructor_args=(ray.put(serialised), provider, max(1, int(cpus_per_worker)), plan),
-        batch_size=batch_size, batch_format="numpy", concurrency=workers, num_cpus=cpus_per_worker)
+        batch_size=batch_size, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=workers),
+        num_cpus=cpus_per_worker)
     sink = _sink_class()(out, fmt, plan.outputs)
     try:
         mapped.write_datasink(sink, ray_remote_args={"num_cpus": 0})

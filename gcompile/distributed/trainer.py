@@ -10,11 +10,12 @@ worker applies the update model to the same averaged gradient, so parameters sta
 bit-identical on all workers (`verify` checks it, `save` calls `verify`).
 
 Faults: a step either completes on every worker or leaves every worker where it was. When a
-worker dies or hangs (no progress within `timeout`), the survivors are rolled back to the state
-before the step (worker.rollback), the dead worker is replaced by a fresh one that copies a
-survivor's state, and the step is run again, bit-identically to a run without the fault; at
-most `restarts` times over the trainer's life, after which the error is raised (WorkerError)
-and the trainer is closed: resume from a checkpoint, on any number of workers.
+worker dies or hangs (falls far behind the others: found within seconds, distributed/stall.py),
+the survivors are rolled back to the state before the step (worker.rollback), the dead worker
+is replaced by a fresh one that copies a survivor's state, and the step is run again,
+bit-identically to a run without the fault; at most `restarts` times over the trainer's life,
+after which the error is raised (WorkerError) and the trainer is closed: resume from a
+checkpoint, on any number of workers.
 """
 from __future__ import annotations
 
@@ -35,11 +36,13 @@ from ..runtime.modelfile import signature
 from ..training.split import SplitStep
 from ..training.trainer import check_names
 from .cluster import WorkerError, connect
+from .stall import durations, stalled
 from .worker import PHASES, Worker, fingerprint
 
 __all__ = ["DistributedTrainer"]
 
 _PROBE_SECONDS = 10.0   # for a failed step's tasks to settle, and for each worker to answer `rollback`
+_POLL_SECONDS = 0.25    # how often a step's progress is checked while none of its tasks finishes
 _START_SECONDS = 120.0  # for new workers to start: a Ray worker process and two onnxruntime sessions
 
 
@@ -72,20 +75,23 @@ class DistributedTrainer:
     worker). address: the cluster's ('host:6379', 'ray://host:10001', 'auto'); None joins the
     Ray this process uses or starts a local one. cpus_per_worker: CPUs Ray reserves for each
     worker, also its onnxruntime threads. restarts: how many failed steps may be recovered by
-    replacing workers. timeout: seconds a step may take before its stuck workers count as hung.
+    replacing workers. stall: a worker still in a phase of the step ten times as long as the
+    others took (or as the phase took in the last step), and at least `stall` seconds, counts as
+    hung and is replaced (distributed/stall.py); timeout: seconds any step may take at most.
     reduction: 'mean' when the loss is a mean over the batch (shards weighted by their size),
     'sum' when it is a sum.
     """
 
     def __init__(self, step: Any, params: Mapping[str, ArrayLike] | None = None, provider: str | None = None, *,
                  workers: int = 2, address: str | None = None, cpus_per_worker: float = 1.0, restarts: int = 1,
-                 timeout: float = 300.0, reduction: str = "mean", connect_timeout: float = 5.0) -> None:
+                 timeout: float = 300.0, stall: float = 10.0, reduction: str = "mean",
+                 connect_timeout: float = 5.0) -> None:
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
             raise GcompileError(f"workers must be a positive integer, got {workers!r}")
         if reduction not in ("mean", "sum"):
             raise GcompileError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
-        if cpus_per_worker <= 0 or restarts < 0 or timeout <= 0:
-            raise GcompileError("cpus_per_worker and timeout must be > 0 and restarts >= 0")
+        if cpus_per_worker <= 0 or restarts < 0 or timeout <= 0 or stall <= 0:
+            raise GcompileError("cpus_per_worker, timeout and stall must be > 0 and restarts >= 0")
         split = as_split_step(step)
         self.layout = split.layout
         self._types = {e["name"]: (np.dtype(e["dtype"]), tuple(e["shape"]))
@@ -105,7 +111,8 @@ class DistributedTrainer:
         self._ray = connect(address, connect_timeout)
         self.address = self._ray.get_runtime_context().gcs_address
         self.provider = self._choose_provider(provider or split.provider or "auto", workers, cpus_per_worker)
-        self.num_workers, self.reduction, self.timeout = workers, reduction, float(timeout)
+        self.num_workers, self.reduction, self.timeout, self.stall = workers, reduction, float(timeout), float(stall)
+        self._took: dict[str, float] = {}   # seconds each phase of the last step took (distributed/stall.py)
         self.restarts_left = restarts
         self._cpus, self._models = cpus_per_worker, self._ray.put(models)
         self._workers: list[Any] = []
@@ -296,10 +303,7 @@ class DistributedTrainer:
         reduced = [w.reduce.remote(count, weights, *[outs[i][1 + j] for i in range(n)]) for j, w in enumerate(workers)]
         applied = [w.apply.remote(count, *reduced) for w in workers]
         phases = {"gradients": [o[0] for o in outs], "reduce": reduced, "apply": applied}
-        refs = [r for p in PHASES for r in phases[p]]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.timeout)
-        if len(ready) < len(refs):
-            raise _StepFailed(f"no progress within {self.timeout:g} s", phases)
+        self._watch(phases, start)
         try:
             metas, _, counts = (ray.get(phases[p]) for p in PHASES)
             metas, counts = list(metas), list(counts)
@@ -312,6 +316,23 @@ class DistributedTrainer:
             raise _StepFailed(f"the workers' step counters are {counts} after step {count + 1}", phases)
         self._wall = time.perf_counter() - start
         return float(sum(w * m[0] for w, m in zip(weights, metas)))
+
+    def _watch(self, phases: dict[str, list], start: float) -> None:
+        """Wait for every task of the step submitted at `start`, noting when each finishes; a
+        _StepFailed naming the workers stuck in it as soon as distributed/stall.py finds some."""
+        n = len(self._workers)
+        where = {ref.hex(): (phase, i) for phase in PHASES for i, ref in enumerate(phases[phase])}
+        pending, done = [r for p in PHASES for r in phases[p]], {}
+        while pending:
+            ready, pending = self._ray.wait(pending, num_returns=1, timeout=_POLL_SECONDS, fetch_local=False)
+            now = time.perf_counter()
+            done.update({where[r.hex()]: now for r in ready})
+            found = stalled(PHASES, n, start, done, now, self.stall, self.timeout, self._took) if pending else None
+            if found is not None:
+                phase, hung, ran, limit = found
+                raise _StepFailed(f"no progress: worker(s) {', '.join(map(str, sorted(hung)))} still in {phase} after "
+                                  f"{ran:.1f} s, against a limit of {limit:.1f} s", phases, hung=hung)
+        self._took = durations(PHASES, n, start, done)
 
     def timings(self) -> dict[str, float]:
         """Seconds of the last step: wall (as the driver saw it) and, per phase, the slowest worker's
@@ -328,7 +349,7 @@ class DistributedTrainer:
         """After a failed step: kill hung workers, roll survivors back to `count` steps, then either
         replace the dead and return (the caller runs the step again) or close and raise."""
         ray = self._ray
-        hung = failure.stuck() if failure.timed_out else set()
+        hung = failure.hung
         for i in hung:
             ray.kill(self._workers[i], no_restart=True)
         ray.wait(failure.refs(), num_returns=len(failure.refs()), timeout=_PROBE_SECONDS)   # let the rest settle
@@ -400,27 +421,16 @@ class DistributedTrainer:
 
 
 class _StepFailed(Exception):
-    """A step that did not complete on every worker; `phases` holds its object refs by phase."""
+    """A step that did not complete on every worker; `phases` holds its object refs by phase,
+    `hung` the workers found stuck in it (distributed/stall.py)."""
 
-    def __init__(self, message: str, phases: dict[str, list], cause: Exception | None = None) -> None:
+    def __init__(self, message: str, phases: dict[str, list], cause: Exception | None = None,
+                 hung: set[int] | None = None) -> None:
         super().__init__(message)
-        self.message, self.phases, self.cause = message, phases, cause
-        self.timed_out = message.startswith("no progress")
+        self.message, self.phases, self.cause, self.hung = message, phases, cause, hung or set()
 
     def refs(self) -> list:
         return [r for p in PHASES for r in self.phases[p]]
-
-    def stuck(self) -> set[int]:
-        """The workers holding up the first phase that did not finish: each phase needs only the one
-        before it, so a worker whose task of that phase is not done is the one that hangs."""
-        import ray
-        for phase in PHASES:
-            refs = self.phases[phase]
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            if len(ready) < len(refs):
-                done = {r.hex() for r in ready}
-                return {i for i, r in enumerate(refs) if r.hex() not in done}
-        return set()
 
 
 def _serialised(model: onnx.ModelProto, role: str) -> bytes:

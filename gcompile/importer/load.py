@@ -35,7 +35,7 @@ from ..errors import GcompileError, InputError, UnsupportedError
 from ..frontend.spec import Spec, spec
 from ..frontend.tensor import Tensor, current_frame
 from ..ir.dims import astype_hint, dtype_name, format_shape
-from ..runtime.modelfile import check_manifest, external_data_file
+from ..runtime.modelfile import external_data_file, parse, verify
 from .inline import Inliner
 from .table import OptionalValue, TensorSequence, np_dtype
 from .validate import check_model, declared_bytes, size_mismatch, tensor_array
@@ -50,7 +50,7 @@ def load_onnx(model: str | os.PathLike | bytes | bytearray | onnx.ModelProto) ->
     Initializers stored as external data are read from files beside the model (give its path);
     a location outside the model's folder (absolute, `..`, or a symlink out) is refused. Where
     a gcompile build's manifest.json beside the model lists it, the file and its external data
-    must have the sha256 the manifest records.
+    must have the sha256 the manifest records; a file gcompile saved must match its own seal.
     """
     folder = None                # where external data is read from: beside a model given by its path
     if isinstance(model, onnx.ModelProto):
@@ -68,8 +68,8 @@ def load_onnx(model: str | os.PathLike | bytes | bytearray | onnx.ModelProto) ->
             data = fh.read()
         if not data:
             raise GcompileError(f"{source}: the file is empty (0 bytes), not an ONNX model")
-        check_manifest(source, data)
-        proto = _parse(lambda: onnx.load_from_string(data), source)
+        proto = parse(source, data)
+        verify(source, data, proto)
         folder = os.path.dirname(os.path.abspath(source))
     else:
         raise GcompileError(f"load_onnx takes a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
@@ -148,6 +148,19 @@ def _symbol(name: str) -> str:
     return name if name and not name[0].isdigit() else f"d_{name}"
 
 
+_KINDS = {"sequence_type": "a sequence", "map_type": "a map", "optional_type": "an optional",
+          "sparse_tensor_type": "a sparse tensor"}
+
+
+def _tensor_type(what: str, type_proto):
+    """The tensor type of a graph input; an UnsupportedError naming what it is for any other kind."""
+    kind = type_proto.WhichOneof("value")
+    if kind != "tensor_type":
+        raise UnsupportedError(f"{what} is {_KINDS.get(kind, 'of no declared type')}, not a tensor: gcompile's "
+                               "model inputs are tensors, sequences of tensors and optionals")
+    return type_proto.tensor_type
+
+
 class OnnxModel:
     """A loaded ONNX model; call it on Tensors while tracing (see load_onnx).
 
@@ -182,10 +195,12 @@ class OnnxModel:
             return [self._spec(v) for v in self._inputs]
 
     def _spec(self, value_info) -> Spec:
-        if not value_info.type.HasField("tensor_type"):
-            raise UnsupportedError(f"input {value_info.name!r} is not a tensor (sequences, maps and optionals are "
-                                   "not supported)")
-        tt = value_info.type.tensor_type
+        kind = value_info.type.WhichOneof("value")
+        if kind in ("sequence_type", "optional_type"):
+            raise UnsupportedError(f"input {value_info.name!r} is {_KINDS[kind]}, not a tensor: it has no gc.spec; "
+                                   "call the model inside a traced function with a list of tensors for a sequence, "
+                                   "a tensor or None for an optional")
+        tt = _tensor_type(f"input {value_info.name!r}", value_info.type)
         dtype = np_dtype(tt.elem_type, f"input {value_info.name!r}")
         if not tt.HasField("shape"):
             raise GcompileError(f"input {value_info.name!r} declares no shape; give a gc.spec for it instead")
@@ -234,10 +249,7 @@ class OnnxModel:
                 raise InputError(f"{what} is a sequence of tensors: pass a list of them, got {type(value).__name__}")
             element = type_proto.sequence_type.elem_type
             return TensorSequence(self._input(f"{what}[{i}]", element, v) for i, v in enumerate(value))
-        if kind != "tensor_type":
-            raise UnsupportedError(f"{what} is a {kind or 'value of no type'}; gcompile imports tensors, sequences "
-                                   "of tensors and optionals")
-        tensor_type = type_proto.tensor_type
+        tensor_type = _tensor_type(what, type_proto)
         shape = tuple(d.dim_value if d.HasField("dim_value") else "?" for d in tensor_type.shape.dim) \
             if tensor_type.HasField("shape") else None
         return self._checked(what, value, np_dtype(tensor_type.elem_type, what), shape, exact=False)

@@ -1,23 +1,29 @@
 """The element types gcompile traces, and how each is computed on ONNX Runtime's CPU kernels.
 
 Most dtypes are computed as they are. ONNX also defines dtypes for which ONNX Runtime (1.31, CPU)
-has few kernels or none: uint16, uint32 and uint64 have some, bfloat16 none but Cast and the ops
-that only move elements, and the 8- and 4-bit formats (float8 e4m3fn/e4m3fnuz/e5m2/e5m2fnuz, int4,
+has few kernels or none: uint32 and uint64 have some, bfloat16 none but Cast and the ops that only
+move elements, and the 8- and 4-bit formats (float8 e4m3fn/e4m3fnuz/e5m2/e5m2fnuz, int4,
 uint4, float4 e2m1) exist in ONNX for storage, Cast and (de)quantization only. So that a model
 using them runs everywhere, each such dtype has a *compute dtype*: an op without a kernel for it is
 recorded on operands cast to the compute dtype, and its results cast back (frontend.tensor.apply_n
 calls `route`). The cast back gives the arithmetic ONNX and numpy define:
 
-- uint16 in int32 and uint32 in int64 hold every value exactly, and the cast back keeps the low
-  bits, so sums, differences and products wrap modulo 2**16 or 2**32 as numpy's do;
+- uint32 in int64 holds every value exactly, and the cast back keeps the low bits, so sums,
+  differences and products wrap modulo 2**32 as numpy's do (int64, not a wider cast at lowering,
+  so that ops/integers.py's exact forms apply to the int64 node);
 - ops that only order values (max, argmax, top-k) run on uint32 in int32 and on uint64 in int64, on
   the order-preserving map v - 2**31 (v - 2**63);
-- uint64 in int64 keeps the bits: wrapping arithmetic (add, sub, mul, neg, sums, products) is exact
-  on the bits; any other op on uint64 without a kernel is refused;
+- uint64 in int64 keeps the bits: wrapping arithmetic (add, sub, mul, neg, sums, products) and the
+  bitwise ops are exact on the bits; any other op on uint64 without a kernel is refused;
 - bfloat16 in float32, rounded back to nearest-even after each op, as PyTorch's CPU bfloat16 ops
-  and ml_dtypes compute it;
-- int8, uint8 and int16 have kernels for most ops: the few without (MISSING: sums, products and
-  matrix products, and for int16 orderings, where and pad) run in int32 and wrap back as numpy's.
+  and ml_dtypes compute it.
+
+int8, uint8, int16, uint16 and float16 are not routed here: where ONNX Runtime lacks a kernel for one
+node of theirs, lowering/kernels.py computes that node in a wider dtype and casts it back, which
+changes no value. Routed at tracing is what needs more than that one node's cast: bfloat16's
+rounding after each op, uint32 and uint64 (whose int64 nodes ops/integers.py must see to lower
+exactly, and their order-preserving maps), the 8- and 4-bit formats (which lowering cannot read),
+and the refusals.
 
 The 8- and 4-bit formats take only Cast and the ops that move elements (ONNX defines no arithmetic
 on them): anything else asks for a cast first. numpy has no such dtypes: their arrays are ml_dtypes'
@@ -47,7 +53,7 @@ TRACED = NATIVE | {np.dtype(t) for t in ("uint16", "uint32", "uint64")} | {BFLOA
 _FLOATS = frozenset(np.dtype(t) for t in ("float16", "float32", "float64", BFLOAT16))
 _BY_NAME = {d.name: d for d in TRACED}
 
-COMPUTE: dict[np.dtype, np.dtype] = {np.dtype("uint16"): np.dtype("int32"), np.dtype("uint32"): np.dtype("int64"),
+COMPUTE: dict[np.dtype, np.dtype] = {np.dtype("uint32"): np.dtype("int64"),
            np.dtype("uint64"): np.dtype("int64"), BFLOAT16: np.dtype("float32")}
 
 # Ops whose ONNX lowering only moves, repeats or converts elements (Cast, Reshape, Transpose,
@@ -71,25 +77,15 @@ _UNSIGNED = frozenset({"add", "sub", "mul", "div", "equal", "less", "less_equal"
 _WIDE_UNSIGNED = _UNSIGNED | {"maximum", "minimum", "matmul", "abs", "sign", "clip", "cumprod", "fmod", "remainder",
                               "floor_divide"}
 KERNELS = {
-    np.dtype("uint16"): _UNSIGNED,
     np.dtype("uint32"): _WIDE_UNSIGNED | {"where"},
     np.dtype("uint64"): _WIDE_UNSIGNED,
     BFLOAT16: frozenset(),
 }
 
-# int8, uint8 and int16 have ONNX Runtime 1.31 CPU kernels for most ops, but not for these (its sessions
-# refuse them): they run in int32, which holds every value; the cast back wraps as numpy does.
-_FEW = frozenset({"reduce_sum", "reduce_prod", "matmul", "einsum", "cumsum", "cumprod", "gemm"})
-MISSING = {
-    np.dtype("int8"): _FEW,
-    np.dtype("uint8"): _FEW | {"neg"},
-    np.dtype("int16"): _FEW | {"maximum", "minimum", "clip", "pow", "reduce_max", "reduce_min", "argmax", "argmin",
-                               "where", "pad"},
-}
-
 # uint64 through int64: ops exact on the bits (two's complement wraps as uint64 does).
 WRAPPING = frozenset({"add", "sub", "mul", "neg", "add_n", "reduce_sum", "reduce_prod", "cumsum", "einsum", "where",
-                      "pad", "gather_elements", "scatter_add", "scatter_add_elements", "slice_scatter"})
+                      "pad", "gather_elements", "scatter_add", "scatter_add_elements", "slice_scatter",
+                      "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"})
 # Ops that only compare values run on v - 2**(bits - 1), an order-preserving map onto the signed dtype of
 # the same width: uint32 in int32 (cheaper than int64, whose orderings ONNX Runtime 1.31 gets wrong past
 # 2**31 and gcompile lowers through other ops: ops/integers.py), uint64 in int64.
@@ -133,7 +129,7 @@ def limits(dtype) -> tuple[float, float]:
 
 
 # -- routing ---------------------------------------------------------------------------------------
-_ROUTABLE = TRACED - NATIVE | set(MISSING)
+_ROUTABLE = TRACED - NATIVE - {np.dtype("uint16")}      # uint16: lowering/kernels.py
 
 
 def route(op_name: str, dtypes) -> tuple[np.dtype, np.dtype, str] | None:
@@ -146,10 +142,6 @@ def route(op_name: str, dtypes) -> tuple[np.dtype, np.dtype, str] | None:
         if op_name in MOVES:
             if dtype in MOVE_KERNELS and op_name not in MOVE_KERNELS[dtype]:
                 return dtype, EXACT[dtype], "plain"
-            continue
-        if dtype in MISSING:
-            if op_name in MISSING[dtype]:
-                return dtype, np.dtype("int32"), "plain"
             continue
         if dtype in STORAGE:
             raise UnsupportedError(

@@ -1,4 +1,5 @@
-"""ONNX model bytes, with the weights of a model too large for one protobuf in an external data file.
+"""ONNX model bytes, with the weights of a model too large for one protobuf in an external data file;
+sealed (seal.py) for a file.
 
 Deterministic: equal models give equal bytes (the build's byte-identical rebuilds rely on it).
 """
@@ -14,12 +15,11 @@ from onnx import TensorProto
 from onnx.external_data_helper import set_external_data
 
 from ..errors import GcompileError
+from .seal import sealed
 
 EXTERNAL_DATA_THRESHOLD = 2 * 1024 ** 3   # protobuf cannot serialise a message of 2 GiB
 _MIN_EXTERNAL_TENSOR = 1024               # smaller initializers (axes, scalars) stay inline
 _ALIGN = 64
-
-
 class Serialized(NamedTuple):
     data: bytes                # the .onnx file
     weights: bytes | None      # its external data file, or None for a model kept in one file
@@ -39,18 +39,23 @@ def external_data_versions(model_file, names) -> list[str]:
     return [n for n in names if pattern.fullmatch(n)]
 
 
-def serialize(model: onnx.ModelProto, file_name: str, threshold: int = EXTERNAL_DATA_THRESHOLD) -> Serialized:
-    """The bytes of `model` saved as `file_name` and, when it keeps its weights in an external
-    data file beside it, that file's bytes and name (see external_data_name).
+def serialize(model: onnx.ModelProto, file_name: str, threshold: int = EXTERNAL_DATA_THRESHOLD,
+              seal: bool = True) -> Serialized:
+    """The bytes of `model` saved as `file_name`, sealed (seal.py) unless `seal`
+    is False (a model handed to a session in memory), and, when it keeps its weights in an
+    external data file beside it, that file's bytes and name (see external_data_name).
 
     A model whose size reaches `threshold` bytes keeps every initializer of 1 KiB or more
     in the data file instead, in graph order, 64-byte aligned, so equal models give equal
     files. `model` is left as it was.
     """
+    def written(weights: bytes | None = None, location: str | None = None) -> Serialized:
+        return Serialized(sealed(model, weights, location) if seal else model.SerializeToString(), weights, location)
+
     if threshold < 0:
         raise GcompileError(f"external_data_threshold must be >= 0 bytes, got {threshold}")
     if model.ByteSize() < threshold:
-        return Serialized(model.SerializeToString(), None, None)
+        return written()
     placed, chunks, offset = [], [], 0
     for tensor in model.graph.initializer:
         if not tensor.HasField("raw_data") or len(tensor.raw_data) < _MIN_EXTERNAL_TENSOR:
@@ -61,7 +66,7 @@ def serialize(model: onnx.ModelProto, file_name: str, threshold: int = EXTERNAL_
         chunks.append(tensor.raw_data)
         offset += len(tensor.raw_data)
     if not placed:
-        return Serialized(model.SerializeToString(), None, None)
+        return written()
     weights = b"".join(chunks)
     location = external_data_name(file_name, weights)
     moved = []
@@ -71,7 +76,7 @@ def serialize(model: onnx.ModelProto, file_name: str, threshold: int = EXTERNAL_
             set_external_data(tensor, location, start, len(raw))
             tensor.ClearField("raw_data")
             moved.append((tensor, raw))
-        return Serialized(model.SerializeToString(), weights, location)
+        return written(weights, location)
     finally:
         for tensor, raw in moved:
             del tensor.external_data[:]

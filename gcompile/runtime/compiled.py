@@ -18,11 +18,11 @@ from ..ir.dims import astype_hint, bind, dtype_name, format_shape
 from ..ir.graph import Graph
 from ..lowering import to_onnx
 from ..lowering.lower import TARGET_KEY
-from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, external_data_versions, serialize
+from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, serialize
 from ..lowering.targets import DEFAULT_TARGET, target_for_provider
-from .files import folder_lock, write_files
+from . import modelfile
 from .host_types import from_host, needs_host_types, to_host, with_host_types
-from .providers import make_session, resolve_provider
+from .providers import external_data_from_memory, make_session, resolve_provider
 
 _ORT_TYPES = {f"tensor({name})": np.dtype(dt) for name, dt in [
     ("float", "float32"), ("double", "float64"), ("float16", "float16"), ("int64", "int64"), ("int32", "int32"),
@@ -37,16 +37,24 @@ def _ort_value_type():
 
 def load_session(serialized: Serialized, provider: str, nodes: int | None = None):
     """An onnxruntime session for a serialised model (of `nodes` nodes, when known) and, for a
-    model too large for one protobuf, its external data: onnxruntime reads that only from beside
-    a model path, so both go to a scratch folder first."""
+    model too large for one protobuf, its external data: handed over in memory, or, where the
+    installed onnxruntime reads it only from beside a model path, written to a scratch folder
+    with the model first."""
     data, weights, location = serialized
     if weights is None or location is None:
         return make_session(data, provider, nodes=nodes)
-    with tempfile.TemporaryDirectory(prefix="gcompile-") as folder:
-        for file_name, blob in ((location, weights), ("model.onnx", data)):
-            with open(os.path.join(folder, file_name), "wb") as f:
-                f.write(blob)
-        return make_session(os.path.join(folder, "model.onnx"), provider, nodes=nodes)
+    if external_data_from_memory():
+        return make_session(data, provider, {location: weights}, nodes=nodes)
+    try:
+        with tempfile.TemporaryDirectory(prefix="gcompile-") as folder:
+            for file_name, blob in ((location, weights), ("model.onnx", data)):
+                with open(os.path.join(folder, file_name), "wb") as f:
+                    f.write(blob)
+            return make_session(os.path.join(folder, "model.onnx"), provider, nodes=nodes)
+    except OSError as err:
+        raise GcompileError(f"cannot write the model to a scratch folder, where this onnxruntime reads its "
+                            f"external data from ({err.strerror or err}): free space in {tempfile.gettempdir()} or "
+                            "set TMPDIR") from None
 
 
 def non_finite(value: np.ndarray) -> str | None:
@@ -87,7 +95,7 @@ class CompiledFunction:
                                 "traces and exports (gc.export), but cannot run here; cast to float32 before it")
         self._host_types = needs_host_types(model)
         runnable = with_host_types(model) if self._host_types else model
-        self._session = load_session(serialize(runnable, "model.onnx", EXTERNAL_DATA_THRESHOLD), provider,
+        self._session = load_session(serialize(runnable, "model.onnx", EXTERNAL_DATA_THRESHOLD, seal=False), provider,
                                      nodes=len(runnable.graph.node))
         self._output_names = list(traced.graph.output_names)
 
@@ -119,21 +127,10 @@ class CompiledFunction:
     def save(self, path: str | os.PathLike, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD,
              target: str = DEFAULT_TARGET) -> None:
         """Write the ONNX model, lowered for `target` (default: portable, for any ONNX runtime;
-        docs/targets.md), to `path` atomically. A model of `external_data_threshold`
-        bytes or more (default 2 GiB, the protobuf limit) keeps its weights beside it in
-        PATH.<hash>.data, named by its content (see lowering.serialize.external_data_name).
-
-        The .onnx and its data change together: both are written in full before either is
-        renamed into place, the data file first (under a new name, so the old .onnx keeps its
-        own data), the .onnx last; then the data files of earlier versions of PATH are removed.
-        A failure or kill at any point leaves the old pair or the new pair. Saves into one
-        folder take its lock (runtime.files.folder_lock) and wait for each other."""
-        folder, name = os.path.split(os.path.abspath(os.fspath(path)))
-        data, weights, location = serialize(self.model_for(target), name, external_data_threshold)
-        files = [(location, weights)] if weights is not None and location is not None else []
-        with folder_lock(folder, wait=True):
-            older = [n for n in external_data_versions(name, os.listdir(folder)) if n != location]
-            write_files(folder, files + [(name, data)], remove=older)
+        docs/targets.md), to `path`, sealed with its sha256 and atomically (runtime.modelfile.save:
+        a model of `external_data_threshold` bytes or more, default 2 GiB, the protobuf limit,
+        keeps its weights beside it in PATH.<hash>.data). Loading it verifies the seal."""
+        modelfile.save(self.model_for(target), path, external_data_threshold)
 
     def check_inputs(self, args: Sequence) -> dict[str, Any]:
         """Feeds for onnxruntime, after checking count, dtype and shape (symbols bound consistently)."""

@@ -33,9 +33,14 @@ _held: set[str] = set()   # folders this process has locked (a second lock would
 
 
 def atomic_write(path, data: bytes) -> None:
-    """Write `data` to `path` so readers see the old file or the new one, never a partial one."""
+    """Write `data` to `path` so readers see the old file or the new one, never a partial one; a
+    GcompileError naming the file where it cannot be written (a full disk, no permission)."""
     path = os.fspath(path)
-    write_files(os.path.dirname(os.path.abspath(path)), [(os.path.basename(path), data)])
+    try:
+        write_files(os.path.dirname(os.path.abspath(path)), [(os.path.basename(path), data)])
+    except OSError as err:
+        raise GcompileError(f"cannot write {path}: {err.strerror or err}; the file there, if any, is unchanged") \
+            from None
 
 
 def write_files(folder, files: Sequence[tuple[str, bytes]], remove: Iterable[str] = ()) -> None:
@@ -129,7 +134,10 @@ def folder_lock(folder, wait: bool = False) -> Iterator[None]:
     holds is a GcompileError naming it and the holder's process id; with it, wait for the holder.
     The lock file is removed on release."""
     folder = os.fspath(folder)
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as err:
+        raise GcompileError(f"cannot create {folder} to write into it: {err.strerror or err}") from None
     key = os.path.realpath(folder)
     if key in _held:
         raise GcompileError(f"{folder} is already being written by this process (a nested build or save "
@@ -150,6 +158,7 @@ def folder_lock(folder, wait: bool = False) -> Iterator[None]:
 
 
 def _acquire(path: str, folder: str, wait: bool) -> int:
+    """An open descriptor of the lock file at `path`, flocked; nothing stays open when this fails."""
     assert fcntl is not None
     while True:
         try:
@@ -157,22 +166,32 @@ def _acquire(path: str, folder: str, wait: bool) -> int:
         except OSError as err:
             raise GcompileError(f"cannot lock {folder} for writing: {path}: {err.strerror or err}") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip()
-            os.close(fd)
-            who = f"process {holder}" if holder.isdigit() else "another process"
-            raise GcompileError(f"{folder} is being written by another gcompile build or save ({who}); wait for "
-                                "it to finish or write elsewhere") from None
+            if _lock(fd, path, folder, wait):
+                return fd
         except BaseException:
             os.close(fd)
             raise
-        try:   # the holder we waited for may have removed the file we locked: lock the current one instead
-            same = os.path.samestat(os.fstat(fd), os.stat(path))
-        except FileNotFoundError:
-            same = False
-        if same:
+        os.close(fd)
+
+
+def _lock(fd: int, path: str, folder: str, wait: bool) -> bool:
+    """Flock `fd`, the lock file at `path`: True once locked, False where the holder we waited for
+    removed that file (lock the current one instead). Records this process's id in it, which a
+    full disk may prevent: the id only names the holder in another writer's error."""
+    assert fcntl is not None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip()
+        who = f"process {holder}" if holder.isdigit() else "another process"
+        raise GcompileError(f"{folder} is being written by another gcompile build or save ({who}); wait for "
+                            "it to finish or write elsewhere") from None
+    try:
+        same = os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
+    if same:
+        with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
-            return fd
-        os.close(fd)
+    return same

@@ -1,7 +1,11 @@
-"""Saved ONNX model files: loading and validating them, their input/output signatures, and
-running them once on checked feeds (what Trainer, `gcompile run` and `build --check` share).
+"""Saved ONNX model files: saving them sealed, loading and verifying them, their input/output
+signatures, and running them once on checked feeds (what Trainer, `gcompile run` and `build
+--check` share).
 
 Everything here works from the ONNX file alone, so it handles any model, not only gcompile's.
+A file gcompile wrote is verified against its own seal (lowering/seal.py) and, inside a
+build folder, against the build's manifest.json; files of other tools have no seal and load as
+they are.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import mmap
 import os
 import re
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -21,10 +26,17 @@ import numpy as np
 from ..errors import GcompileError, InputError, UnsupportedError, name_mismatch
 from ..ir.dims import astype_hint, bind, format_type
 from ..ir.dtypes import is_float
+from ..lowering import seal
+from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, external_data_versions, serialize
+from .files import folder_lock, write_files
 from .providers import PROVIDERS, external_data_from_memory, make_session
 
 MANIFEST = "manifest.json"
 MANIFEST_LIMIT = 16 * 1024 ** 2   # bytes; a build's manifest takes about 1 KiB per artifact
+# The files of earlier builds that a build removes once its manifest is in place, {name: sha256}:
+# written before that manifest and removed after them, so a build killed in between leaves the
+# list for the next build to finish (artifacts/build.py) and for loaders to refuse those files.
+REMOVING = ".gcompile-removing.json"
 RANDOM_FEED_LIMIT = 1024 ** 3     # bytes of random inputs random_feeds makes (for `build --check`)
 
 
@@ -34,6 +46,31 @@ class ModelFile(NamedTuple):
     data: bytes                      # the .onnx file's bytes, verified
     model: Any                       # onnx.ModelProto parsed from `data`; external weights not loaded
     external: dict[str, Any]         # external data location -> its contents (verified; memory-mapped)
+
+
+def save(model, path, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD) -> None:
+    """Write `model` to `path`, sealed (lowering/seal.py), atomically. A model of
+    `external_data_threshold` bytes or more keeps its weights beside it in PATH.<hash>.data,
+    named by its content (lowering.serialize.external_data_name).
+
+    The .onnx and its data change together: both are written in full before either is renamed
+    into place, the data file first (under a new name, so the old .onnx keeps its own data), the
+    .onnx last; then the data files of earlier versions of PATH are removed. A failure or kill at
+    any point leaves the old pair or the new pair. Saves into one folder take its lock
+    (runtime.files.folder_lock) and wait for each other. A GcompileError naming the file when it
+    cannot be written (a full disk, no permission); the old file is then still there."""
+    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    data, weights, location = serialize(model, name, external_data_threshold)
+    files = [(location, weights)] if weights is not None and location is not None else []
+    try:
+        with folder_lock(folder, wait=True):
+            older = [n for n in external_data_versions(name, os.listdir(folder)) if n != location]
+            write_files(folder, files + [(name, data)], remove=older)
+    except OSError as err:
+        raise GcompileError(f"cannot save {os.fspath(path)}: {err.strerror or err}; the file there, if any, is "
+                            "unchanged") from None
+    except GcompileError as err:   # the folder cannot be created or locked
+        raise GcompileError(f"cannot save {os.fspath(path)}: {err}") from None
 
 
 def load(path):
@@ -46,11 +83,9 @@ def load(path):
 @contextlib.contextmanager
 def opened(path) -> Iterator[ModelFile]:
     """The model file at `path` read once: its bytes, the model parsed from those very bytes, and
-    its external data files memory-mapped, all verified against the manifest.json beside it
-    (check_manifest), so what is checked is what runs: give `session` the result. The mappings
-    close on exit. A GcompileError for a missing, unreadable, corrupt or refused file or a missing
-    external data file."""
-    import onnx
+    its external data files memory-mapped, all verified (`verify`), so what is checked is what
+    runs: give `session` the result. The mappings close on exit. A GcompileError for a missing,
+    unreadable, corrupt or refused file or a missing external data file."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise GcompileError(f"{path}: no such file")
@@ -59,17 +94,79 @@ def opened(path) -> Iterator[ModelFile]:
             data = fh.read()
     except OSError as err:
         raise GcompileError(f"{path} cannot be read ({err.strerror or err})") from None
-    try:
-        model = onnx.load_from_string(data)
-    except Exception as err:
-        raise GcompileError(f"{path} is not a valid ONNX model ({first_line(err)})") from None
+    model = parse(path, data)
     folder = os.path.dirname(os.path.abspath(path))
     _refuse_stray_external_data(model, path)
     with contextlib.ExitStack() as stack:
         external = {loc: stack.enter_context(_mapped(path, folder, loc)) for loc in sorted(set(external_files(model)))}
-        check_manifest(path, data, external)
+        verify(path, data, model, external)
         _check_structure(model, path)
         yield ModelFile(path, data, model, external)
+
+
+def parse(path, data):
+    """The onnx.ModelProto in `data`, the bytes of the file at `path`, after checking them against
+    their seal where they have one (check_seal): a GcompileError naming the file for a damaged
+    file or bytes that do not parse."""
+    import onnx
+    sealed = check_seal(path, data)
+    try:
+        model = onnx.load_from_string(data)
+    except Exception as err:
+        raise GcompileError(f"{os.fspath(path)} is not a valid ONNX model ({first_line(err)})"
+                            + (" although its gcompile seal holds: was it written by another tool?" if sealed else "")
+                            ) from None
+    _check_text(model, os.fspath(path))
+    return model
+
+
+def _check_text(model, path: str) -> None:
+    """Make the free-text fields of `model` (doc_strings, node and graph names, the producer) str
+    and refuse any other string field (what names a value, an op, a domain, a metadata entry)
+    that is not UTF-8 text, naming where it is, at any depth (loop bodies, functions). ONNX says
+    every string is UTF-8; protobuf hands over bytes where one is not, which every command that
+    prints or draws the model would trip over. Text that does not decode shows U+FFFD."""
+    def text(message, *fields: str) -> None:
+        for field in fields:
+            value = getattr(message, field)
+            if value.__class__ is bytes:
+                setattr(message, field, value.decode("utf-8", errors="replace"))
+
+    def names(values, where: str, *index) -> None:   # where.format(*index) names the place, on error only
+        if bytes in map(type, values):
+            value = next(v for v in values if isinstance(v, bytes))
+            raise GcompileError(f"{path}: {where.format(*index)} holds {value[:60]!r}, which is not UTF-8 text as "
+                                "ONNX requires of names: the file is damaged or was not written as ONNX")
+
+    def nodes(items, where: str) -> None:
+        for i, node in enumerate(items):   # written for speed: models may hold 10^5 nodes
+            if node.name.__class__ is bytes or node.doc_string.__class__ is bytes:
+                text(node, "name", "doc_string")
+            if bytes in map(type, (node.op_type, node.domain, *node.input, *node.output)):
+                names((node.op_type, node.domain, *node.input, *node.output), "{}.node[{}]", where, i)
+            for attribute in node.attribute:
+                text(attribute, "doc_string")
+                names((attribute.name, attribute.ref_attr_name), "{}.node[{}].attribute", where, i)
+                for j, body in enumerate([attribute.g] if attribute.HasField("g") else attribute.graphs):
+                    graph(body, f"{where}.node[{i}].attribute[{attribute.name!r}].graph[{j}]")
+
+    def graph(g, where: str) -> None:
+        text(g, "name", "doc_string")
+        for field in ("input", "output", "value_info", "initializer"):
+            for i, value in enumerate(getattr(g, field)):
+                text(value, "doc_string")
+                names((value.name, *(x for e in getattr(value, "external_data", ()) for x in (e.key, e.value))),
+                      "{}.{}[{}]", where, field, i)
+        nodes(g.node, where)
+
+    text(model, "producer_name", "producer_version", "domain", "doc_string")
+    names([x for e in model.metadata_props for x in (e.key, e.value)], "a metadata entry")
+    names([o.domain for o in model.opset_import], "an opset domain")
+    graph(model.graph, "graph")
+    for i, function in enumerate(model.functions):
+        text(function, "doc_string")
+        names((function.name, function.domain, *function.input, *function.output), "functions[{}]", i)
+        nodes(function.node, f"functions[{i}]")
 
 
 @contextlib.contextmanager
@@ -180,14 +277,59 @@ def session(f: ModelFile, provider: str, fixed_threads: bool = False):
     return make_session(f.data, provider, f.external, nodes=len(f.model.graph.node), fixed_threads=fixed_threads)
 
 
+def verify(path, data, model, external: Mapping[str, Any] | None = None) -> None:
+    """Refuse a model file that is not what gcompile wrote: checked against the manifest.json
+    beside it (check_manifest), and, for a sealed file (whose bytes `parse` checked), its external
+    data against the sha256 the sealed bytes record. `data` are the bytes the caller read (and
+    will use), `model` the model parsed from them, `external` maps its external data locations to
+    the contents the caller will use (None: those beside the file, read here). Every loader
+    (modelfile.opened, so Trainer(path) and the CLI, and gc.load_onnx) calls this after `parse`."""
+    check_manifest(path, data, external)
+    locations = sorted(set(external_files(model)))
+    if not locations or seal.read(data) is None:
+        return
+    path = os.fspath(path)
+    recorded = metadata_json(model, seal.EXTERNAL_KEY, path)
+    if not isinstance(recorded, dict) or sorted(recorded) != locations:
+        raise GcompileError(f"{path} is sealed by gcompile but does not record the sha256 of its external data "
+                            f"{', '.join(locations)} ({seal.EXTERNAL_KEY!r}): the file was not written by gcompile")
+    with contextlib.ExitStack() as stack:
+        if external is None:
+            folder = os.path.dirname(os.path.abspath(path))
+            external = {loc: stack.enter_context(_mapped(path, folder, loc)) for loc in locations}
+        for location in locations:
+            if hashlib.sha256(external[location]).hexdigest() != recorded[location]:
+                raise GcompileError(f"{path}: its external data file {location} is damaged: its sha256 differs from "
+                                    f"the one the sealed model records; the data file was truncated or changed after "
+                                    "it was written: restore it or save the model again")
+
+
+def check_seal(path, data) -> bool:
+    """Whether the bytes `data` of the file at `path` are sealed (lowering/seal.py); a
+    GcompileError naming the file where they differ from what they were sealed with."""
+    path = os.fspath(path)
+    try:
+        expected = seal.read(data)
+    except ValueError as err:
+        raise GcompileError(f"{path} is damaged: its gcompile seal ({seal.KEY!r}, the sha256 it was written "
+                            f"with) is broken ({err}); the file was truncated or changed after it was written: "
+                            "restore it or save it again") from None
+    if expected is None:
+        return False
+    if hashlib.sha256(memoryview(data)[seal.SIZE:]).hexdigest() != expected:
+        raise GcompileError(f"{path} is damaged: its content does not match the sha256 gcompile sealed it "
+                            f"with ({seal.KEY!r}); the file was truncated or changed after it was written: restore "
+                            "it or save it again")
+    return True
+
+
 def check_manifest(path, data: bytes, external: Mapping[str, Any] | None = None) -> None:
     """Refuse a model file (or its external data) that is not the file `gcompile build` wrote,
     when the manifest.json beside it lists it: a modified or swapped artifact is never loaded.
 
     `data` are the bytes of the .onnx the caller read (and will use); `external` maps external
     data locations to the contents the caller will use (others listed are hashed from disk). A
-    manifest that cannot be read, or is not a gcompile manifest, refuses every file beside it.
-    Every loader (modelfile.opened, Trainer(path), gc.load_onnx) calls this."""
+    manifest that cannot be read, or is not a gcompile manifest, refuses every file beside it."""
     path = os.fspath(path)
     folder, name = os.path.split(os.path.abspath(path))
     manifest_path = os.path.join(folder, MANIFEST)
@@ -202,6 +344,7 @@ def check_manifest(path, data: bytes, external: Mapping[str, Any] | None = None)
     if len(entries) > 1:
         raise GcompileError(f"{manifest_path} lists {name} {len(entries)} times; the manifest refused {path}")
     if not entries:
+        _check_unlisted(path, data, manifest_path)
         return
     _check_sha256(path, hashlib.sha256(data).hexdigest(), entries[0].get("sha256"), manifest_path)
     listed = entries[0].get("external_data")
@@ -225,6 +368,35 @@ def check_manifest(path, data: bytes, external: Mapping[str, Any] | None = None)
     _check_sha256(target, digest.hexdigest(), listed.get("sha256"), manifest_path)
 
 
+def _check_unlisted(path: str, data, manifest_path: str) -> None:
+    """A file beside a build's manifest that the manifest does not list is no artifact of that
+    build: refused where the build dropped it but was stopped before removing it (REMOVING lists
+    it), with a warning where nothing checks it (no seal), loaded where its seal does."""
+    folder, name = os.path.split(os.path.abspath(path))
+    if name in read_removing(folder):
+        raise GcompileError(f"{path} was dropped from the build in {folder} ({manifest_path} no longer lists it), "
+                            "but that build was stopped before removing it: the next build into the folder removes "
+                            "it; rebuild, or load an artifact the manifest lists")
+    if seal.read(data) is None:
+        warnings.warn(f"{path} is in the build folder {folder} but {manifest_path} does not list it: it is not an "
+                      "artifact of that build, and nothing checks it", stacklevel=4)
+
+
+def read_removing(folder) -> dict[str, str]:
+    """{file name: sha256} of the files a build into `folder` removes once its manifest is in place
+    (REMOVING); empty where there is none, or where it cannot be read (it names files to delete:
+    only plain names with a valid sha256 count)."""
+    try:
+        raw = _read_limited(os.path.join(os.fspath(folder), REMOVING))
+        listed = _parse_json(raw) if raw is not None else None
+    except ValueError:
+        return {}
+    if not isinstance(listed, dict):
+        return {}
+    return {n: h for n, h in listed.items() if isinstance(h, str) and re.fullmatch(r"[0-9a-f]{64}", h)
+            and n == os.path.basename(n) and n not in ("", ".", "..")}
+
+
 def _check_sha256(path: str, actual: str, expected: Any, manifest_path: str) -> None:
     if not isinstance(expected, str) or not re.fullmatch(r"[0-9a-f]{64}", expected):
         raise GcompileError(f"{manifest_path} records no valid sha256 for {os.path.basename(path)} (got "
@@ -246,6 +418,19 @@ def read_manifest(folder) -> dict | None:
 
 def _read_manifest(path: str) -> dict | None:
     """The manifest at `path` (None if there is none); ValueError saying what is wrong with it."""
+    raw = _read_limited(path)
+    if raw is None:
+        return None
+    manifest = _parse_json(raw)
+    artifacts = manifest.get("artifacts") if isinstance(manifest, dict) else None
+    if not isinstance(artifacts, list) or not all(isinstance(e, dict) for e in artifacts):
+        raise ValueError('not a gcompile manifest: expected an object whose "artifacts" is a list of objects')
+    return manifest
+
+
+def _read_limited(path: str) -> bytes | None:
+    """The bytes of the file at `path` (None if there is none), at most MANIFEST_LIMIT of them; a
+    ValueError saying what is wrong."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MANIFEST_LIMIT + 1)
@@ -255,11 +440,7 @@ def _read_manifest(path: str) -> dict | None:
         raise ValueError(err.strerror or str(err)) from None
     if len(raw) > MANIFEST_LIMIT:
         raise ValueError(f"larger than {MANIFEST_LIMIT} bytes")
-    manifest = _parse_json(raw)
-    artifacts = manifest.get("artifacts") if isinstance(manifest, dict) else None
-    if not isinstance(artifacts, list) or not all(isinstance(e, dict) for e in artifacts):
-        raise ValueError('not a gcompile manifest: expected an object whose "artifacts" is a list of objects')
-    return manifest
+    return raw
 
 
 def _parse_json(raw: str | bytes) -> Any:
@@ -358,8 +539,14 @@ def signature(values) -> list[dict]:
 
 
 def format_sig(entry: dict) -> str:
-    """'name: dtype[shape]' for one signature() entry."""
-    return f"{entry['name']}: {format_type(np.dtype(entry['dtype']), tuple(entry['shape']))}"
+    """'name: dtype[shape]' for one signature() entry (the name quoted where it is not plain text)."""
+    return f"{printable(entry['name'])}: {format_type(np.dtype(entry['dtype']), tuple(entry['shape']))}"
+
+
+def printable(text: str) -> str:
+    """`text` as a terminal shows it safely: as it is where every character is printable, else
+    quoted with the others escaped (a name in a file may hold escape sequences or line breaks)."""
+    return text if text.isprintable() and text else repr(text)
 
 
 def graph_inputs(model) -> list:
@@ -425,7 +612,11 @@ def check_feeds(model, feeds: dict) -> dict[str, np.ndarray]:
         takes = ", ".join(format_sig(e) for e in signature(inputs)) or "no required inputs"
         if optional:
             takes += "; optional: " + ", ".join(format_sig(e) for e in signature(optional))
-        raise InputError(f"inputs do not match the model: {'; '.join(parts)} (the model takes {takes})")
+        groups = [n for n in extra if any(m.startswith(n + ".") for m in missing)]
+        hint = f"; {groups[0]!r} names a group of inputs ({groups[0]}.<name>: a module's weights, a dict's " \
+               f"entries): feed them from one state dict file (gcompile run: -i {groups[0]}=weights.npz, as " \
+               "Module.save writes)" if groups else ""
+        raise InputError(f"inputs do not match the model: {'; '.join(parts)} (the model takes {takes}){hint}")
     bound: dict[str, tuple[int, str]] = {}
     return {v.name: check_value(f"input {v.name!r}", feeds[v.name], _dtype(v), _dims(v), bound)
             for v in inputs + [v for v in optional if v.name in feeds]}

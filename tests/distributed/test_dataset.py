@@ -99,3 +99,32 @@ def test_datasets_that_do_not_fit_the_model_are_refused(tmp_path):
         map_model(f, data, tmp_path / "out", constants={"w": W}, workers=5, progress=False)
     with pytest.raises(GcompileError, match="no .npy files at"):
         map_model(f, {"x": str(tmp_path / "none-*.npy")}, tmp_path / "out", constants={"w": W}, progress=False)
+
+
+def test_gcompile_map_of_a_npy_file_given_as_parquet_says_name_equals_path(tmp_path):
+    """`gcompile map m.onnx xs.npy` exited 1 ("no files found ... this is a gcompile bug")."""
+    forward().save(tmp_path / "f.onnx")
+    np.save(tmp_path / "xs.npy", X)
+    result = CliRunner().invoke(main, ["map", str(tmp_path / "f.onnx"), str(tmp_path / "xs.npy"), "-o",
+                                       str(tmp_path / "out")])
+    assert result.exit_code == 2 and "gcompile bug" not in result.output, result.output
+    assert "no Parquet file at" in result.stderr and f"NAME=PATH: x={tmp_path / 'xs.npy'}" in result.stderr
+    (tmp_path / "folder").mkdir()
+    np.save(tmp_path / "folder" / "part.npy", X)
+    with pytest.raises(GcompileError, match="no Parquet file at .*folder.*{'x': "):
+        map_model(tmp_path / "f.onnx", tmp_path / "folder", tmp_path / "out", constants={"w": W}, progress=False)
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(GcompileError, match="cannot read .*bad.parquet.* as Parquet"):
+        map_model(tmp_path / "f.onnx", tmp_path / "bad.parquet", tmp_path / "out", constants={"w": W},
+                  progress=False)
+
+
+def test_gcompile_map_quiet_prints_nothing(tmp_path):
+    """`gcompile map -q` printed Ray Data's INFO lines (and its own summary)."""
+    forward().save(tmp_path / "f.onnx")
+    np.save(tmp_path / "x.npy", X[:20])
+    np.save(tmp_path / "w.npy", W)
+    result = CliRunner().invoke(main, ["map", "-q", str(tmp_path / "f.onnx"), f"x={tmp_path / 'x.npy'}", "-c",
+                                       f"w={tmp_path / 'w.npy'}", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0 and result.output == "", result.output
+    assert read_shards(tmp_path / "out")["output"].shape == (20, 2)

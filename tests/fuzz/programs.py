@@ -475,6 +475,9 @@ _CONDITIONS = [
     ("greater+stop_gradient", "F.greater(F.stop_gradient({p}), {q})", "N.greater({p}, {q})"),
     ("equal+floor", "F.equal(F.floor({p}), F.floor({q}))", "N.floor({p}) == N.floor({q})"),
     ("not_equal+floor", "F.not_equal(F.floor({p}), F.floor({q}))", "N.floor({p}) != N.floor({q})"),
+    ("floor+cast+bitwise_xor+bitwise_and+not_equal",
+     "F.not_equal((F.cast(F.floor({p} * 4), np.int32) ^ F.cast(F.floor({q} * 4), np.int32)) & 1, 0)",
+     "((N.floor({p} * 4).astype(np.int32) ^ N.floor({q} * 4).astype(np.int32)) & 1) != 0"),
 ]
 
 

@@ -82,11 +82,13 @@ def _conv_integer(x, w, x_zero, w_zero):
     return out
 
 
-@pytest.mark.parametrize("channels,split", [(3, False), (4, True)])
-def test_conv_integer_is_exact_whole_and_split_into_4_bit_halves(channels, split):
-    """A 9x9 kernel over `channels` channels sums 243 or 324 products per output: 243·255² < 2**24 (one
-    float32 Conv is exact), 324·255² is not (split into 4-bit halves). The extreme operands (255 - 0 times
-    0 - 255, the zero points at the other end) make every sum as large as it can be."""
+@pytest.mark.parametrize("channels,form", [(3, "whole"), (4, "split"), (810, "windows")])
+def test_conv_integer_is_exact_whole_split_into_4_bit_halves_and_as_windows(channels, form):
+    """A 9x9 kernel over `channels` channels sums 243, 324 or 65,610 products per output: 243·255² < 2**24
+    (one float32 Conv is exact), 324·255² is not (split into 4-bit halves), 65,610·16² is not even for the
+    halves (the windows contracted by an int32 Einsum; the sums pass 2**31 and wrap, as ONNX Runtime's
+    int32 accumulator does). The extreme operands (255 - 0 times 0 - 255, the zero points at the other end)
+    make every sum as large as it can be."""
     x = RNG.integers(0, 256, (2, channels, 10, 10)).astype(np.uint8)
     x[0] = 255
     x[0, 0, 0, 0] = 254                     # one odd sum: float32 cannot hold it past 2**24
@@ -96,13 +98,28 @@ def test_conv_integer_is_exact_whole_and_split_into_4_bit_halves(channels, split
     m = model([helper.make_node("ConvInteger", ["x", "w", "x_zero", "w_zero"], ["y"])],
               [("x", ["batch", channels, 10, 10], TensorProto.UINT8)], [("y", ["batch", 2, 2, 2], TensorProto.INT32)],
               [("w", w), ("x_zero", x_zero), ("w_zero", w_zero)], opset=21)
-    expected = _conv_integer(x, w, x_zero, w_zero)
-    assert (np.abs(expected).max() * 1.0 > 2 ** 24) == split        # past float32's exact integers
+    exact = _conv_integer(x, w, x_zero, w_zero)
+    assert (np.abs(exact).max() * 1.0 > 2 ** 24) == (form != "whole")        # past float32's exact integers
+    expected = exact.astype(np.int32)                                         # int32 wraps
     np.testing.assert_array_equal(ort_run(m, {"x": x})[0], expected)
     f = gc.load_onnx(m)
     traced = trace(lambda x: f(x), [gc.spec(("batch", channels, 10, 10), np.uint8)])
-    assert sum(n.op == "conv" for n in traced.graph.nodes.values()) == (4 if split else 1)
+    ops = [n.op for n in traced.graph.nodes.values()]
+    assert (ops.count("conv"), ops.count("einsum")) == {"whole": (1, 0), "split": (4, 0), "windows": (0, 1)}[form]
     for got in (gc.compile(f, gc.spec(("batch", channels, 10, 10), np.uint8), provider="cpu")(x),
                 evaluate(traced.graph, [x])[0]):
         assert got.dtype == np.int32
         np.testing.assert_array_equal(got, expected)
+
+
+def test_quantize_linears_precision_attribute_sets_the_division_dtype():
+    """QuantizeLinear's precision (opset 25): x / scale computed in float16 rounds 101.49 to 101.5, which
+    rounds half to even to 102 (in float32: 101); as onnx's reference implementation computes it."""
+    from onnx.reference import ReferenceEvaluator
+    x = np.array([101.49, 3.2, -7.7, 250.0], np.float32)
+    for precision, want in ((TensorProto.FLOAT16, 102), (TensorProto.FLOAT, 101)):
+        m = model([helper.make_node("QuantizeLinear", ["x", "s"], ["q"], precision=precision)],
+                  [("x", [4])], [("q", [4], TensorProto.UINT8)], [("s", np.float32(1.0))], opset=25)
+        expected = ReferenceEvaluator(m).run(None, {"x": x})[0]
+        assert expected[0] == want
+        np.testing.assert_array_equal(gc.compile(gc.load_onnx(m), gc.spec((4,)), provider="cpu")(x), expected)

@@ -263,6 +263,9 @@ def test_a_built_artifact_loads_when_untouched_and_is_refused_when_changed(tmp_p
 
     original = (out / "predict.onnx").read_bytes()
     (out / "predict.onnx").write_bytes(original.replace(b"predict", b"predicT"))
+    with pytest.raises(gc.GcompileError, match="predict.onnx is damaged"):    # its own seal refuses it first
+        gc.load_onnx(str(out / "predict.onnx"))
+    gc.compile(lambda x: x * 2, x).save(out / "predict.onnx")                  # whole, but not the build's
     with pytest.raises(gc.GcompileError, match=f"predict.onnx: its sha256 is [0-9a-f]{{64}}, but .* records "
                                                f"{manifest['sha256']}"):
         gc.load_onnx(str(out / "predict.onnx"))
@@ -272,6 +275,9 @@ def test_without_a_manifest_entry_there_is_no_check(tmp_path):
     out, data_file = _built(tmp_path)
     _flip_last_byte(out / data_file)
     os.rename(out / "manifest.json", out / "manifest.json.old")
+    with pytest.raises(gc.GcompileError, match="external data file .* is damaged"):   # the model's own seal
+        gc.load_onnx(str(out / "predict.onnx"))
+    _flip_last_byte(out / data_file)
     assert [p.shape for p in gc.load_onnx(str(out / "predict.onnx")).params.values()] == [(16, 16)]
     manifest = json.loads((out / "manifest.json.old").read_text())
     manifest["artifacts"] = []                       # a manifest that does not list the model

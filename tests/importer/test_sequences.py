@@ -157,3 +157,33 @@ def test_a_loop_of_no_steps_leaves_an_empty_sequence_that_cannot_be_joined():
     with pytest.raises(gc.UnsupportedError, match=r"ConcatFromSequence.*an empty sequence"):
         f = gc.load_onnx(_optional_loop_model(0))
         gc.compile(f, gc.spec(("batch", 3), "float64"), gc.spec((3,), "float64"), provider="cpu")
+
+
+@pytest.mark.parametrize("kind, type_proto", [
+    ("a sequence", helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))),
+    ("an optional", helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))),
+])
+def test_a_sequence_or_optional_input_has_no_spec(kind, type_proto):
+    """input_specs() says what the input is (it gives tensors' specs); a sequence is called with a list."""
+    first = "SequenceAt" if kind == "a sequence" else "OptionalGetElement"
+    m = model([helper.make_node(first, ["s", "p0"] if kind == "a sequence" else ["s"], ["y"])], [("s", [2])],
+              [("y", [2])], [("p0", np.int64(0))], opset=20)
+    m.graph.input[0].type.CopyFrom(type_proto)
+    f = gc.load_onnx(m)
+    with pytest.raises(gc.UnsupportedError, match=f"input 's' is {kind}, not a tensor: it has no gc.spec"):
+        f.input_specs()
+    if kind == "a sequence":
+        with pytest.raises(gc.InputError, match="input 's' is a sequence of tensors: pass a list of them, got Tensor"):
+            gc.compile(lambda x: f(x), gc.spec((2,)), provider="cpu")
+    x = np.arange(2, dtype=np.float32)
+    np.testing.assert_array_equal(gc.compile(lambda x: f([x] if kind == "a sequence" else x), gc.spec((2,)),
+                                             provider="cpu")(x), x)
+
+
+def test_a_map_input_is_refused_by_what_it_is():
+    m = model([helper.make_node("Identity", ["s"], ["y"])], [("s", [2])], [("y", [2])], opset=20)
+    m.graph.input[0].type.CopyFrom(helper.make_map_type_proto(
+        TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))
+    f = gc.load_onnx(m)
+    with pytest.raises(gc.UnsupportedError, match="input 's' is a map, not a tensor"):
+        gc.compile(lambda x: f(x), gc.spec((2,)), provider="cpu")

@@ -12,6 +12,7 @@ import gcompile.functions as F
 from gcompile.frontend.tensor import apply
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
+from gcompile.ops.cumulative import accumulator_dtype
 
 DTYPES = [np.dtype(t) for t in ("int8", "uint8", "int16", "int32", "int64", "uint16", "uint32", "uint64")]
 
@@ -83,6 +84,7 @@ def _cases(dtype):
     """(name, traced function of x (4, 6) and y (4, 6), numpy/Python expectation) for every op on dtype."""
     signed, bits = dtype.kind == "i", 8 * dtype.itemsize
     info = np.iinfo(dtype)
+    acc = accumulator_dtype(dtype)          # sums and products accumulate as numpy's (int64, uint64)
     lo, hi = (-(2 ** 53) - 1, 2 ** 62 + 7) if dtype == np.int64 else (2 ** 31 + 1, 2 ** 63 + 5) \
         if dtype == np.uint64 else (int(info.min) // 3 + 1, int(info.max) // 3 * 2 + 1)
     cases = [
@@ -96,11 +98,11 @@ def _cases(dtype):
         ("clip_low", lambda x, y: F.clip(x, lo), lambda x, y: np.maximum(x, np.asarray(lo, dtype))),
         ("sign", lambda x, y: F.sign(x), lambda x, y: np.sign(x)),
         ("abs", lambda x, y: F.abs(x), lambda x, y: exact(abs, dtype, x)),
-        ("sum", lambda x, y: F.sum(x), lambda x, y: folded(sum, x, dtype)),
-        ("sum_axis1", lambda x, y: F.sum(x, 1), lambda x, y: folded(sum, x, dtype, rows=True)),
+        ("sum", lambda x, y: F.sum(x), lambda x, y: folded(sum, x, acc)),
+        ("sum_axis1", lambda x, y: F.sum(x, 1), lambda x, y: folded(sum, x, acc, rows=True)),
         ("prod_axis1", lambda x, y: F.prod(x, 1),
-         lambda x, y: folded(math.prod, x, dtype, rows=True)),
-        ("prod_axes", lambda x, y: F.prod(x[:, :3], (0, 1)), lambda x, y: folded(math.prod, x[:, :3], dtype)),
+         lambda x, y: folded(math.prod, x, acc, rows=True)),
+        ("prod_axes", lambda x, y: F.prod(x[:, :3], (0, 1)), lambda x, y: folded(math.prod, x[:, :3], acc)),
         ("cumsum", lambda x, y: F.cumsum(x, 1), lambda x, y: np.cumsum(x, 1)),
         ("cumprod", lambda x, y: F.cumprod(x, 1), lambda x, y: np.cumprod(x, 1)),
         ("cummax", lambda x, y: F.cummax(x, 1)[0], lambda x, y: np.maximum.accumulate(x, 1)),
@@ -153,12 +155,12 @@ def test_integer_ops_are_exact_at_adversarial_values(dtype):
 def test_integer_reductions_over_a_symbolic_axis_and_an_empty_one(dtype, rows):
     """Over a symbolic count (which may be 0: the reduction's identity) and inside a static shape."""
     x = adversarial(dtype, 30, seed=2)[: rows * 6].reshape(rows, 6)
-    info = np.iinfo(dtype)
+    info, acc = np.iinfo(dtype), accumulator_dtype(dtype)
 
     def fn(x):
         return F.max(x, 0), F.min(x, 0), F.sum(x, 0), F.prod(x[:, :2], 0), F.argmax(x, 1), F.max(x, 1)
     expected = {"max": np.max(x, 0, initial=info.min), "min": np.min(x, 0, initial=info.max),
-                "sum": folded(sum, x.T, dtype, rows=True), "prod": folded(math.prod, x[:, :2].T, dtype, rows=True),
+                "sum": folded(sum, x.T, acc, rows=True), "prod": folded(math.prod, x[:, :2].T, acc, rows=True),
                 "argmax": np.argmax(x, 1) if rows else np.zeros(0, np.int64), "max1": np.max(x, 1, initial=info.min)}
     check(run_everywhere(fn, [gc.spec(("n", 6), dtype)], [x]), expected)
 

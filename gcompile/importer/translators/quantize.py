@@ -9,16 +9,22 @@ DequantizeLinear translator looks its operand up there.
 
 The integer products are exact: differences of 8-bit values multiplied in int32 (MatMul), or, for
 the convolutions, which ONNX Runtime's CPU computes in floats only, in float32 on operands split into
-4-bit halves where a sum of products could pass 2**24 (float32's exact integers).
+4-bit halves where a sum of products could pass 2**24 (float32's exact integers), and past what even
+the halves keep exact, as the input's windows (strided slices) contracted with the weight by an
+int32 Einsum.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ... import functions as F
 from ...frontend.tensor import Tensor, as_tensor
-from ...ir import dtypes
-from ..table import TRANSLATORS, np_dtype, onnx_op
+from ...ir import dims, dtypes
+from ...ops.windows import pool_geometry, windows
+from ..table import TRANSLATORS, np_dtype, onnx_op, require_float
+from .nn import spatial_attrs
 
 _EXACT = 2 ** 24       # float32 holds every integer up to this
 
@@ -41,6 +47,9 @@ def _quantize_linear(n, x, scale, zero_point=None):
     dtype = np_dtype(n.attr("output_dtype"), f"{n.describe()} output_dtype") if n.attr("output_dtype") else None
     if isinstance(zero_point, np.ndarray) and zero_point.dtype in dtypes.FLOAT8 and np.any(zero_point != 0):
         raise n.unsupported("a float8 zero point is 0 in ONNX (its value is not added)")
+    if n.attr("precision"):        # the dtype the division is computed in (opset 25)
+        work = np_dtype(n.attr("precision"), f"{n.describe()} precision")
+        x, scale = F.cast(x, work), F.cast(scale, work)
     q = F.quantize_linear(x, scale, zero_point, dtype=dtype, saturate=bool(n.attr("saturate", 1)), **_params(n))
     if isinstance(q, Tensor):
         n.inliner.notes.setdefault("quantized", {})[q.ref] = (x, scale, zero_point, _params(n))
@@ -61,13 +70,14 @@ def _dequantize_linear(n, q, scale, zero_point=None):
 
 @onnx_op("DynamicQuantizeLinear")
 def _dynamic_quantize_linear(n, x):
-    """uint8 with the scale and zero point that map [min(x, 0), max(x, 0)] onto [0, 255]."""
-    x = F.cast(x, np.float32)
-    top, bottom = F.maximum(F.max(x), np.float32(0)), F.minimum(F.min(x), np.float32(0))
+    """uint8 with the scale and zero point that map [min(x, 0), max(x, 0)] onto [0, 255], in x's float
+    dtype (float32 in ONNX; float64 for gradient checks)."""
+    x = require_float(n, x)
+    zero, one = np.zeros((), x.dtype), np.ones((), x.dtype)
+    top, bottom = F.maximum(F.max(x), zero), F.minimum(F.min(x), zero)
     span = top - bottom
-    scale = F.where(F.equal(span, np.float32(0)), np.float32(1), span) / np.float32(255)
-    zero = F.round(F.clip(-bottom / scale, 0, 255))
-    zero_point = F.cast(zero, np.uint8)
+    scale = F.where(F.equal(span, zero), one, span) / np.asarray(255, x.dtype)
+    zero_point = F.cast(F.round(F.clip(-bottom / scale, 0, 255)), np.uint8)
     return F.quantize_linear(x, scale, zero_point), scale, zero_point
 
 
@@ -104,8 +114,7 @@ def _conv_exact(n, x, w):
     if terms * bound < _EXACT:
         return F.cast(conv(n, F.cast(x, np.float32), F.cast(w, np.float32)), np.int32)
     if terms * 16 * 16 >= _EXACT:
-        raise n.unsupported(f"an integer convolution summing {terms} products per output cannot be computed "
-                            "exactly in float32 (ONNX Runtime's CPU has no integer or float64 Conv)")
+        return _windowed_conv(n, x, w)
     sixteen = np.int32(16)
     x_high, w_high = F.floor_divide(x, sixteen), F.floor_divide(w, sixteen)
     x_low, w_low = x - x_high * sixteen, w - w_high * sixteen
@@ -114,6 +123,27 @@ def _conv_exact(n, x, w):
         part = F.cast(conv(n, F.cast(xs, np.float32), F.cast(ws, np.float32)), np.int32) * np.int32(weight)
         total = part if total is None else total + part
     return total
+
+
+def _windowed_conv(n, x, w):
+    """The int32 convolution as the padded input's windows (N, C, *out, taps) contracted with the weight
+    (M, C/group, *kernel) per group by an int32 Einsum: exact at any size, but slower than a Conv and
+    for static sizes but the batch only."""
+    kernel = tuple(w.shape[2:])
+    dilation = tuple(n.attr("dilations", [1] * len(kernel)))
+    strides, pads = spatial_attrs(n, x, kernel, dilation)
+    groups = n.attr("group", 1)
+    batch, channels = x.shape[:2]
+    if not dims.is_static(x.shape[1:]) or channels % groups:
+        raise n.unsupported(f"an integer convolution summing more than 2**16 products per output on an input of "
+                            f"shape {tuple(x.shape)} in {groups} groups (static sizes but the batch)")
+    out, _ = pool_geometry(x.shape[2:], kernel, strides, pads, dilation, False)
+    padded = F.pad(x, ((0, 0), (0, 0)) + tuple(pads)) if any(p for pair in pads for p in pair) else x
+    cols = F.reshape(windows(padded, kernel, strides, dilation, out),
+                     (batch, groups, channels // groups, math.prod(out), math.prod(kernel)))
+    weights = F.reshape(w, (groups, w.shape[0] // groups, channels // groups, math.prod(kernel)))
+    y = F.einsum("ngclt,gmct->ngml", cols, weights)
+    return F.reshape(y, (batch, w.shape[0]) + tuple(out))
 
 
 @onnx_op("ConvInteger")
