@@ -2,9 +2,10 @@
 no kernel for them.
 
 ONNX allows each op a set of element types (its schema's type constraints), and ONNX Runtime's
-CPU provider implements a subset of those: 1.31 has no int16 Max, Min, Where, ArgMax, ArgMin or
-Pad, no bool Where, no int8, int16 or uint8 Einsum, no uint8 CumSum, no uint64 sum or product,
-and no float16 or bool ScatterElements with a reduction; an op's lowering may also meet a dtype
+CPU provider implements a subset of those: 1.31 has no int16 or uint16 Max, Min, Where,
+ArgMax, ArgMin or Pad, no uint16 TopK, no bool Where, no int8, int16, uint8 or uint16 Einsum,
+no uint8 CumSum, no uint64 sum or product, and no float16 or bool ScatterElements with a
+reduction; an op's lowering may also meet a dtype
 its ONNX op does not allow at all (ReduceSum and MatMul take no int8, int16 or bool; Neg no
 uint8). LowerContext.emit asks `widening` before it emits a node: where the node's dtype is
 missing, its operands of that dtype are cast to the first wider dtype that has a kernel and its
