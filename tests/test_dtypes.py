@@ -171,3 +171,24 @@ def test_specs_take_the_new_dtypes_by_name():
     assert gc.spec((2,), "uint32").dtype == np.uint32
     with pytest.raises(gc.GcompileError, match="dtype complex64 is not supported"):
         gc.spec((2,), "complex64")
+
+
+def test_check_numerics_sees_nan_in_bfloat16_and_float8():
+    """ml_dtypes' floats are numpy kind 'V' (bfloat16, e4m3fn) or 'f' (e5m2): both are checked."""
+    for dtype in (BF16, dtypes.FLOAT8[0]):
+        x = np.array([1.0, np.nan], np.float32).astype(dtype)
+        with pytest.raises(gc.InputError, match="1 NaN"):
+            gc.compile(lambda x: F.identity(x), gc.spec((2,), dtype), provider="cpu", check_numerics=True)(x)
+
+
+def test_an_imported_bfloat16_max_over_no_elements_is_minus_infinity():
+    from onnx import TensorProto, helper
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("ReduceMax", ["x", "axes"], ["y"], keepdims=0)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 0])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2])],
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [1])]), opset_imports=[helper.make_opsetid("", 20)])
+    f = gc.load_onnx(m)
+    got = gc.compile(f, gc.spec((2, 0), BF16), provider="cpu")(np.zeros((2, 0), BF16))
+    assert got.dtype == BF16
+    np.testing.assert_array_equal(got.astype(np.float32), [-np.inf, -np.inf])

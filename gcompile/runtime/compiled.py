@@ -59,8 +59,8 @@ def load_session(serialized: Serialized, provider: str, nodes: int | None = None
 
 def non_finite(value: np.ndarray) -> str | None:
     """'2 NaN and 1 Inf value(s), the first at index (0, 1)' for a float array with any, else None."""
-    if value.dtype.kind not in "fc":
-        return None
+    if not (dtypes.is_float(value.dtype) or value.dtype in dtypes.NARROW_FLOATS or value.dtype.kind == "c"):
+        return None               # (ml_dtypes' floats are kind 'V' or 'f')
     bad = ~np.isfinite(value)
     if not bad.any():
         return None

@@ -43,11 +43,11 @@ def _reduction(body, empty=None):
 
 
 def _least(dtype):
-    return -np.inf if dtype.kind == "f" else False if dtype.kind == "b" else np.iinfo(dtype).min
+    return -np.inf if is_float(dtype) else False if dtype.kind == "b" else np.iinfo(dtype).min
 
 
 def _greatest(dtype):
-    return np.inf if dtype.kind == "f" else True if dtype.kind == "b" else np.iinfo(dtype).max
+    return np.inf if is_float(dtype) else True if dtype.kind == "b" else np.iinfo(dtype).max
 
 
 _REDUCTIONS = {
