@@ -169,7 +169,9 @@ def test_onnx_node_conformance(cases, outcomes):
 GRADIENT_OPS = {"AffineGrid", "BitShift", "CausalConvWithState", "CenterCropPad", "Col2Im", "CumProd", "DeformConv",
                 "DequantizeLinear", "DFT", "Det", "DynamicQuantizeLinear", "GlobalLpPool", "GridSample", "Hardmax",
                 "LinearAttention", "LpPool", "LRN", "MaxUnpool", "MeanVarianceNormalization", "ReverseSequence",
-                "RoiAlign", "RotaryEmbedding", "STFT", "SwiGLU", "TensorScatter", "Acos", "Asin", "Atan"}
+                "RoiAlign", "RotaryEmbedding", "STFT", "SwiGLU", "TensorScatter", "Acos", "Asin", "Atan",
+                "SequenceMap", "SequenceInsert", "SequenceErase", "SequenceConstruct", "SplitToSequence",
+                "ConcatFromSequence", "Optional", "OptionalGetElement"}
 GRADIENT_CASES = ("test_wrap_pad", "test_maxpool_2d_dilations", "test_maxpool_3d_dilations", "test_maxpool_with_argmax",
                   "test_averagepool_2d_dilations", "test_averagepool_3d_dilations",
                   "test_averagepool_2d_ceil_last_window", "test_scatter_elements_with_reduction", "test_scatternd_m",
