@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from onnx import helper
 
 from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.dtypes import is_float
 from ..ir.registry import Trait, defop
+from . import integers
 from .elementwise import (
     _onnx,
     _promote,
@@ -68,12 +71,6 @@ floor_divide = _binary("floor_divide", "floor(a / b) as Python's // computes it 
                                        "no gradient.")
 
 
-def _integer_safe(e: Emitter, a: Value, b: Value, compute) -> Value:
-    """compute(a, b') with b' = 1 where b == 0, then 0 there (numpy's integer result)."""
-    zero = e.eq(b, 0)
-    return e.where(zero, 0, compute(a, e.where(zero, 1, b)))
-
-
 def _remainder_differs(e: Emitter, r: Value, b: Value) -> Value:
     """Where a nonzero fmod remainder r has the other sign than the divisor b."""
     return ~e.eq(r, 0) & e("Xor", r < 0, b < 0)
@@ -82,15 +79,17 @@ def _remainder_differs(e: Emitter, r: Value, b: Value) -> Value:
 def _lower_fmod(ctx, names, node):
     e = Emitter(ctx, node.outputs[0].dtype)
     a, b = e.wrap(names[0]), e.wrap(names[1])
-    mod = lambda a, b: e("Mod", a, b, fmod=1)  # noqa: E731
-    return (mod(a, b) if e.dtype.kind == "f" else _integer_safe(e, a, b, mod)).name
+    if is_float(e.dtype):
+        return e("Mod", a, b, fmod=1).name
+    # a - trunc(a / b)·b: ONNX Runtime's integer Mod with fmod=1 computes in float64 (ops/integers.py)
+    return integers.safe_division(e, a, b, lambda a, b: a - e("Div", a, b) * b).name
 
 
 def _lower_remainder(ctx, names, node):
     e = Emitter(ctx, node.outputs[0].dtype)
     a, b = e.wrap(names[0]), e.wrap(names[1])
-    if e.dtype.kind != "f":
-        return _integer_safe(e, a, b, lambda a, b: e("Mod", a, b, fmod=0)).name
+    if not is_float(e.dtype):
+        return integers.safe_division(e, a, b, lambda a, b: e("Mod", a, b, fmod=0)).name
     r = e("Mod", a, b, fmod=1)          # fmod, moved to b's sign
     return e.where(_remainder_differs(e, r, b), r + b, r).name
 
@@ -98,8 +97,12 @@ def _lower_remainder(ctx, names, node):
 def _lower_floor_divide(ctx, names, node):
     e = Emitter(ctx, node.outputs[0].dtype)
     a, b = e.wrap(names[0]), e.wrap(names[1])
-    if e.dtype.kind != "f":        # a - a mod b is an exact multiple of b
-        return _integer_safe(e, a, b, lambda a, b: (a - e("Mod", a, b, fmod=0)) / b).name
+    if not is_float(e.dtype):        # the truncated quotient, one less where the remainder's sign differs from b's
+        def floored(a, b):
+            q = a / b
+            differs = _remainder_differs(e, a - q * b, b)
+            return q - e("Cast", differs, to=helper.np_dtype_to_tensor_dtype(e.dtype)) if e.dtype.kind == "i" else q
+        return integers.safe_division(e, a, b, floored).name
     # numpy's npy_divmod: (a - fmod(a, b)) / b is nearly an integer; step down where the remainder's
     # sign differs from b's, then round that to the nearest integer
     mod = e("Mod", a, b, fmod=1)
@@ -113,23 +116,15 @@ def _lower_floor_divide(ctx, names, node):
 def _quotient_vjp(rounding):
     def vjp(g, ins, outs):
         a, b = ins
-        if a.dtype.kind != "f":
+        if not is_float(a.dtype):
             return [None, None]
         return [g[0], -(g[0] * rounding(a / b))]
     return vjp
 
 
-def _int_safe_reference(fn):
-    def reference(a, b):
-        if np.result_type(a, b).kind == "f":
-            return fn(a, b)
-        return np.where(b == 0, 0, fn(a, np.where(b == 0, 1, b)))
-    return reference
-
-
-defop("fmod", infer=binary_numeric, reference=_int_safe_reference(np.fmod), lower=_lower_fmod,
+defop("fmod", infer=binary_numeric, reference=integers.safe_reference(np.fmod), lower=_lower_fmod,
       vjp=_quotient_vjp(trunc), traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
-defop("remainder", infer=binary_numeric, reference=_int_safe_reference(np.remainder), lower=_lower_remainder,
+defop("remainder", infer=binary_numeric, reference=integers.safe_reference(np.remainder), lower=_lower_remainder,
       vjp=_quotient_vjp(floor), traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
-defop("floor_divide", infer=binary_numeric, reference=_int_safe_reference(np.floor_divide),
+defop("floor_divide", infer=binary_numeric, reference=integers.safe_reference(np.floor_divide),
       lower=_lower_floor_divide, traits={Trait.NONDIFF, Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})

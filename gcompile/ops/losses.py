@@ -13,6 +13,7 @@ from ..errors import GcompileError, ShapeError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, as_tensor
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from .activations import relu
 from .basic import cast
 from .elementwise import (
@@ -54,7 +55,7 @@ def _reduction(loss: Tensor, reduction: str, what: str) -> Tensor:
 
 def _floats(*values) -> list[Tensor]:
     xs = _promote(*values)
-    return xs if xs[0].dtype.kind == "f" else [cast(x, np.float32) for x in xs]
+    return xs if is_float(xs[0].dtype) else [cast(x, np.float32) for x in xs]
 
 
 def _zero(x: Tensor) -> np.ndarray:

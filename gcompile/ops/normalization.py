@@ -16,6 +16,7 @@ from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply_n, as_tensor
 from ..ir import dims
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
 from .basic import cast
@@ -32,7 +33,7 @@ __all__ = ["group_norm", "instance_norm", "normalize", "rms_norm"]
 
 def _float(x) -> Tensor:
     x = as_tensor(x)
-    return x if x.dtype.kind == "f" else cast(x, np.float32)
+    return x if is_float(x.dtype) else cast(x, np.float32)
 
 
 def _channel_params(x: Tensor, weight, bias, what: str) -> tuple[Tensor, Tensor]:

@@ -6,8 +6,10 @@ from onnx import helper
 
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
+from . import integers
 from .basic import cast, stop_gradient
 from .cumulative import accumulator_dtype, cumprod
 from .elementwise import equal, exp, log, not_equal, where, zeros_scalar
@@ -29,6 +31,9 @@ def _lower_reduce(onnx_op):
         t = ctx.graph.type_of(node.inputs[0])
         if onnx_op == "ReduceMean":
             return _lower_mean(ctx, names[0], t, node.outputs[0], a["axes"], a["keepdims"])
+        ordering = onnx_op in ("ReduceMax", "ReduceMin")
+        if integers.orders_wrongly(t.dtype) if ordering else integers.through_float(t.dtype):
+            return integers.reduction(ctx, onnx_op, names[0], t, a["axes"], a["keepdims"])
         return ctx.emit(onnx_op, [names[0], ctx.int64s(a["axes"])], keepdims=int(a["keepdims"]))
     return lower
 
@@ -48,7 +53,7 @@ def _lower_mean(ctx, x: str, t, out, axes, keepdims: bool) -> str:
 def _reduction(op):
     def fn(x, axis=None, keepdims: bool = False) -> Tensor:
         x = as_tensor(x)
-        if op in ("reduce_mean",) and x.dtype.kind != "f":
+        if op in ("reduce_mean",) and not is_float(x.dtype):
             x = cast(x, np.float32)
         elif op in ("reduce_sum", "reduce_prod"):     # a count of bools, a sum of int8s: int64, as numpy and torch
             x = cast(x, accumulator_dtype(x.dtype))
@@ -99,7 +104,7 @@ def _product_of_others(x: Tensor, axes) -> Tensor:
 
 def _prod_vjp(g, ins, outs, axes, keepdims):
     x = ins[0]
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         return [None]
     return [_kept(g[0], x, axes, keepdims) * _product_of_others(x, axes)]
 
@@ -114,7 +119,7 @@ def _np_extremum(fn, largest: bool):
     bool; numpy raises there, while ONNX Runtime gives it (so any() of nothing is False, all()
     True, and logsumexp of nothing -inf)."""
     def reference(x, axes, keepdims):
-        if x.dtype.kind == "f":
+        if is_float(x.dtype):
             identity = -np.inf if largest else np.inf
         elif x.dtype.kind == "b":
             identity = not largest
@@ -158,7 +163,7 @@ def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
 def nansum(x, axis=None, keepdims: bool = False) -> Tensor:
     """The sum over axes with NaN read as 0 (numpy.nansum, torch.nansum); NaN entries get no gradient."""
     x = as_tensor(x)
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         return sum(x, axis, keepdims)
     return sum(where(not_equal(x, x), zeros_scalar(x), x), axis, keepdims)
 
@@ -167,7 +172,7 @@ def nanmean(x, axis=None, keepdims: bool = False) -> Tensor:
     """The mean over axes of the entries that are not NaN (numpy.nanmean, torch.nanmean): NaN where a
     slice holds only NaN (or nothing); NaN entries get no gradient."""
     x = as_tensor(x)
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         x = cast(x, np.float32)
     kept = cast(equal(x, x), x.dtype)
     return nansum(x, axis, keepdims) / sum(kept, axis, keepdims)

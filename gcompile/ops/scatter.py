@@ -23,6 +23,7 @@ from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast, full, zeros_like
@@ -176,7 +177,7 @@ def scatter_reduce(x, axis: int, index, src, reduce: str, include_self: bool = T
         raise ShapeError(f"scatter_reduce: reduce must be one of {', '.join(_SCATTER_REDUCES)}, got {reduce!r} "
                          f"(at {user_location()})")
     x, a, idx, src = _along_axis_operands(x, axis, index, src, "scatter_reduce")
-    if x.dtype.kind != "f" and reduce == "mean":
+    if not is_float(x.dtype) and reduce == "mean":
         raise ShapeError(f"scatter_reduce: reduce='mean' needs a float x, got {x.dtype.name} (at {user_location()})")
 
     def combine(part: Tensor) -> Tensor:
@@ -187,7 +188,7 @@ def scatter_reduce(x, axis: int, index, src, reduce: str, include_self: bool = T
             hit = greater_equal(hits, 1)
         if not include_self:
             neutral = {"sum": 0, "mean": 0, "prod": 1, "amax": -np.inf, "amin": np.inf}[reduce]
-            if part.dtype.kind != "f" and reduce in ("amax", "amin"):
+            if not is_float(part.dtype) and reduce in ("amax", "amin"):
                 info = np.iinfo(part.dtype)
                 neutral = info.min if reduce == "amax" else info.max
             start = where(hit, np.asarray(neutral, part.dtype), part)

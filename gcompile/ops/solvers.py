@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import ShapeError, UnsupportedError
 from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
 from .basic import stop_gradient
@@ -179,7 +180,7 @@ def inv(a) -> Tensor:
     elimination with partial pivoting. A singular matrix gives infinities or NaN (no error at run
     time)."""
     a = as_tensor(a)
-    return apply("inv", [a if a.dtype.kind == "f" else a.astype(np.float32)])
+    return apply("inv", [a if is_float(a.dtype) else a.astype(np.float32)])
 
 
 # solve
@@ -211,7 +212,7 @@ def solve(a, b) -> Tensor:
     (..., n, k), or a 1-d b (n,) (numpy 2's rule); batch dims broadcast. Gauss-Jordan elimination
     with partial pivoting."""
     a, b = _promote(a, b)
-    if a.dtype.kind != "f":
+    if not is_float(a.dtype):
         a, b = a.astype(np.float32), b.astype(np.float32)
     vector = b.ndim == 1
     if vector:
@@ -277,14 +278,14 @@ def det(a) -> Tensor:
     pivots of Gaussian elimination with partial pivoting, signed by the row swaps (0 for a singular
     matrix). Its gradient g·det·inv(a)^T needs an invertible a."""
     a = as_tensor(a)
-    return apply("det", [a if a.dtype.kind == "f" else a.astype(np.float32)])
+    return apply("det", [a if is_float(a.dtype) else a.astype(np.float32)])
 
 
 def slogdet(a) -> tuple[Tensor, Tensor]:
     """numpy.linalg.slogdet: (sign, log|det|) of square matrices, from the same elimination as det
     (sign 0 and -inf for a singular matrix). The gradient of log|det| is inv(a)^T."""
     a = as_tensor(a)
-    sign, logabs = apply_n("slogdet", [a if a.dtype.kind == "f" else a.astype(np.float32)])
+    sign, logabs = apply_n("slogdet", [a if is_float(a.dtype) else a.astype(np.float32)])
     return sign, logabs
 
 
@@ -326,7 +327,7 @@ def cholesky(a) -> Tensor:
     a (..., n, n), static n <= MAX_SOLVE_SIZE (only a's lower triangle is read, as LAPACK; a matrix
     that is not positive definite gives NaN). The gradient treats a as symmetric, as torch."""
     a = as_tensor(a)
-    return apply("cholesky", [a if a.dtype.kind == "f" else a.astype(np.float32)])
+    return apply("cholesky", [a if is_float(a.dtype) else a.astype(np.float32)])
 
 
 # qr
@@ -338,7 +339,7 @@ def qr(a, mode: str = "reduced"):
     so Q and R carry LAPACK's signs, which numpy and torch return. Written with traced ops, so
     gradients of every order follow (where the column norms are nonzero)."""
     a = as_tensor(a)
-    a = a if a.dtype.kind == "f" else a.astype(np.float32)
+    a = a if is_float(a.dtype) else a.astype(np.float32)
     if mode not in ("reduced", "complete", "r"):
         raise ShapeError(_where(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}"))
     if a.ndim < 2 or not all(isinstance(d, int) for d in a.shape[-2:]):

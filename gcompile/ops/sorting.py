@@ -22,6 +22,7 @@ from ..errors import ShapeError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast, zeros_like
@@ -81,7 +82,7 @@ def _topk_infer(types, k, axis, largest):
 
 def _sort_key(x, largest):
     """A key whose stable ascending argsort is the op's order (NaN as +inf, largest first if asked)."""
-    if x.dtype.kind == "f":
+    if is_float(x.dtype):
         key = np.where(np.isnan(x), np.inf, x)
         return -key if largest else key
     return ~x if largest else x          # bitwise not reverses the order of integers without overflow
@@ -98,7 +99,7 @@ def _lower_topk(ctx, names, node):
     a = node.attrs
     x, t = names[0], ctx.graph.type_of(node.inputs[0])
     k = ctx.int64s([a["k"]]) if a["k"] is not None else ctx.shape_tensor((t.shape[a["axis"]],))
-    floating = t.dtype.kind == "f"
+    floating = is_float(t.dtype)
     key = x
     if floating:
         key = ctx.emit("Where", [ctx.emit("IsNaN", [x]), ctx.const(np.asarray(np.inf, t.dtype)), x])
@@ -134,7 +135,7 @@ def median(x, axis: int | None = None, keepdims: bool = False) -> Tensor:
     else:         # a symbolic axis: sort it all and take the middle at run time
         position = floor_divide(cast(count(x, (ax,)), np.int64) - 1, 2)
         middle = expand_dims(take(sort(x, ax), position, ax), ax)
-    if x.dtype.kind == "f":
+    if is_float(x.dtype):
         middle = where(reduce_any(isnan(x), ax, keepdims=True), np.nan, middle)
     if axis is None:
         return reshape(middle, (1,) * full_rank) if keepdims else reshape(middle, ())
@@ -172,7 +173,7 @@ def _lower_arg(onnx_op):
         a = node.attrs
         x, t = names[0], ctx.graph.type_of(node.inputs[0])
         found = ctx.emit(onnx_op, [x], axis=a["axis"], keepdims=int(a["keepdims"]), select_last_index=0)
-        if t.dtype.kind != "f":
+        if not is_float(t.dtype):
             return found
         nan = ctx.emit("Cast", [ctx.emit("IsNaN", [x])], to=6)      # int32
         first_nan = ctx.emit("ArgMax", [nan], axis=a["axis"], keepdims=int(a["keepdims"]), select_last_index=0)

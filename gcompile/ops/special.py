@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.dtypes import is_float
 from ..ir.registry import Trait, defop
 from . import special_tables as tables
 from .basic import cast
@@ -308,7 +309,7 @@ def polygamma(n: int, x) -> Tensor:
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
         raise ShapeError(f"polygamma: n must be a non-negative int, got {n!r} (at {user_location()})")
     x = as_tensor(x)
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         x = cast(x, np.float32)
     return apply("polygamma", [x], n=int(n))
 

@@ -20,6 +20,7 @@ from onnx import helper
 from ..errors import ShapeError, UnsupportedError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.dtypes import is_float
 from ..ir.registry import defop
 from .basic import cast
 from .elementwise import abs as absolute
@@ -36,7 +37,7 @@ __all__ = ["matrix_norm", "norm", "std", "var", "vector_norm"]
 
 def _float(x) -> Tensor:
     x = as_tensor(x)
-    return x if x.dtype.kind == "f" else cast(x, np.float32)
+    return x if is_float(x.dtype) else cast(x, np.float32)
 
 
 def var(x, axis=None, correction: float = 1, keepdims: bool = False) -> Tensor:

@@ -199,6 +199,25 @@ def test_scatter_reduce_and_masked_select():
     check_vmap(gc.grad(loss, argnums=(0, 2)), [x, index[0], src], [0, None, 0])
 
 
+def test_quantization_per_example_and_shared_scales():
+    """F.quantize_linear, F.dequantize_linear and F.fake_quantize (per tensor, per axis, per block) with the
+    scale batched or shared, and fake quantization's per-example gradients in x and the scale."""
+    x = rand(B, 3, 4) * 3
+    scale, per_axis, blocks = np.abs(rand(B)) + 0.2, np.abs(rand(3)) + 0.2, np.abs(rand(3, 2)) + 0.2
+    zero = np.array([5, -3, 0], np.int8)
+
+    def f(x, s, a, b):
+        q = F.quantize_linear(x, s, np.int8(-2))
+        return (q, F.dequantize_linear(q, s, np.int8(-2)), F.quantize_linear(x, a, zero, axis=0),
+                F.fake_quantize(x, a, zero, axis=0), F.fake_quantize(x, b, np.uint8(100), axis=1, block_size=2))
+    check_vmap(f, [x, scale, per_axis, blocks], [0, 0, None, None], ort=True)
+    check_vmap(f, [x, scale[0], per_axis, blocks], [0, None, None, None])
+
+    def loss(x, s):
+        return F.sum(F.fake_quantize(x, s, np.uint8(128)) ** 2)
+    check_vmap(gc.grad(loss, argnums=(0, 1)), [x, scale], [0, 0], ort=True)
+
+
 # -- linear algebra -------------------------------------------------------------------------------------------------
 def _spd(*shape):
     a = RNG.standard_normal(shape)

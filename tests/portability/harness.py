@@ -31,6 +31,7 @@ from gcompile.lowering.serialize import serialize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(ROOT, "tests", "portability", "corpus.py")
+DTYPES_CORPUS = os.path.join(ROOT, "tests", "portability", "dtypes_corpus.py")
 EXAMPLES = os.path.join(ROOT, "examples")
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -77,15 +78,16 @@ def sources() -> list[str]:
     return [CORPUS, *sorted(glob.glob(os.path.join(EXAMPLES, "*.py")))]
 
 
-def build_cases() -> list[Case]:
-    """Every artifact of every source, built for the portable target, with its inputs and reference outputs."""
+def build_cases(paths: list[str] | None = None) -> list[Case]:
+    """Every artifact of every source (or of `paths`), built for the portable target, with its inputs and
+    reference outputs."""
     ort = onnxruntime()
     cases = []
-    for path in sources():
+    for path in paths or sources():
         stem = os.path.splitext(os.path.basename(path))[0]
         _, built = lower_all(path)
         for info, model, _float64_ops, _times in built:
-            name = info.name if path == CORPUS else f"{stem}.{info.name}"
+            name = info.name if path in (CORPUS, DTYPES_CORPUS) else f"{stem}.{info.name}"
             data = serialize(model, f"{info.name}.onnx")[0]
             feeds = info.check_feeds(model)
             session = ort.InferenceSession(data, _quiet_options(ort), providers=["CPUExecutionProvider"])
