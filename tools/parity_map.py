@@ -138,6 +138,9 @@ def _truth(x):
     return x if np.dtype(x.dtype) == np.bool_ else F.not_equal(x, np.zeros((), x.dtype))
 
 
+direct("logical_xor", "logical_xor")
+
+
 @op("logical_xor", "not_equal", composed=True)
 def _xor(a, b):
     return F.not_equal(_truth(a), _truth(b))
@@ -182,6 +185,10 @@ def _clamp_max(x, hi):
 @op("lerp", "add multiply subtract", composed=True)
 def _lerp(a, b, w):
     return a + (b - a) * w
+
+
+direct("addcmul", "addcmul")
+direct("addcdiv", "addcdiv")
 
 
 @op("addcmul", "add multiply", composed=True)
@@ -1341,7 +1348,8 @@ def _div_mode(mode):
     return adapt
 
 
-MAP["div.trunc_rounding"] = [Entry(("divide", "floor"), _div_mode("trunc"), True)]
+MAP["div.trunc_rounding"] = [Entry(("trunc_divide",), lambda a, b, rounding_mode="trunc": F.trunc_divide(a, b)),
+                             Entry(("divide", "floor"), _div_mode("trunc"), True)]
 MAP["div.floor_rounding"] = [Entry(("divide", "floor"), _div_mode("floor"), True)]
 MAP["floor_divide"] = [Entry(("divide", "floor"), lambda a, b: F.floor(a / b), True)]
 
@@ -1624,6 +1632,9 @@ def _big_t(x):
 @op("mH H", "transpose")
 def _mh(x):
     return F.swapaxes(x, -1, -2) if x.ndim >= 2 else F.identity(x)
+
+
+direct("special.xlog1py", "xlog1py")
 
 
 @op("special.xlog1py", "where log1p", composed=True)
