@@ -16,7 +16,11 @@ entry, a seeded choice from torch's list (some entries have over a thousand). Pe
             constants), against torch.autograd.grad with v;
   order 2   gc.grad of <that gradient, u> w.r.t. the inputs, against torch's double backward,
 where the op supports them in torch (OpInfo.supports_autograd / supports_gradgrad) and its output is
-float. A sample the adapter cannot express (an unsupported keyword, an error while tracing) fails.
+float. Where a sample says how to process the op's outputs before they are compared (its
+output_process_fn_grad: |U| and |Vh| of an SVD, whose signs are arbitrary; the OpInfo tests use it
+for their gradients too), both torch's and gcompile's outputs go through it, gcompile's as traced
+Tensors seen through the few torch.Tensor members such processing uses (_TorchView). A sample the
+adapter cannot express (an unsupported keyword, an error while tracing) fails.
 The summary: entries with a counterpart (and how many are composed of several gcompile functions),
 pass rates per order, and the ops with the most failures. An entry whose every sample gcompile
 refuses with UnsupportedError (a function that exists only to say what to use instead, like
@@ -92,6 +96,43 @@ def _outputs(out):
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
+class _TorchView:
+    """A traced gcompile Tensor seen through the torch.Tensor members OpInfo's output processing
+    functions use (abs, mH, indexing, @, shape), so the sample's own function processes gcompile's
+    outputs as it does torch's."""
+
+    def __init__(self, t):
+        self.t = t
+
+    shape = property(lambda self: tuple(self.t.shape))
+    mH = mT = property(lambda self: _TorchView(F.swapaxes(self.t, -1, -2)))
+
+    def abs(self):
+        return _TorchView(F.abs(self.t))
+
+    __abs__ = abs
+
+    def __getitem__(self, index):
+        return _TorchView(self.t[index])
+
+    def __matmul__(self, other):
+        return _TorchView(F.matmul(self.t, other.t))
+
+
+def _processed(sample, out, traced: bool):
+    """out through the sample's output_process_fn_grad (gcompile's Tensors seen as _TorchViews)."""
+    if not traced:
+        return sample.output_process_fn_grad(out)
+
+    def wrap(o):
+        return type(o)(wrap(x) for x in o) if isinstance(o, (tuple, list)) else _TorchView(o)
+
+    def unwrap(o):
+        return type(o)(unwrap(x) for x in o) if isinstance(o, (tuple, list)) else o.t if isinstance(
+            o, _TorchView) else o
+    return unwrap(sample.output_process_fn_grad(wrap(out)))
+
+
 def _close(got, want) -> bool:
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
@@ -112,7 +153,7 @@ def check_sample(opinfo, entry: Entry, sample, tally: Tally, rng) -> None:
         return torch_floats[by_id[id(t)]] if id(t) in by_id else t
 
     args = _rebuild((sample.input, sample.args, sample.kwargs), torch_swap)
-    want = _outputs(opinfo.op(args[0], *args[1], **args[2]))
+    want = _outputs(_processed(sample, opinfo.op(args[0], *args[1], **args[2]), traced=False))
     float_out = [i for i, w in enumerate(want) if isinstance(w, torch.Tensor) and w.is_floating_point()]
     arrays = [t.detach().numpy().astype(np.float64) for t in floats]
 
@@ -120,7 +161,7 @@ def check_sample(opinfo, entry: Entry, sample, tally: Tally, rng) -> None:
         it = {id(t): x for t, x in zip(floats, xs)}
         traced = _rebuild((sample.input, sample.args, sample.kwargs),
                           lambda t: it[id(t)] if id(t) in it else t.detach().numpy())
-        return _outputs(entry.fn(traced[0], *traced[1], **traced[2]))
+        return _outputs(_processed(sample, entry.fn(traced[0], *traced[1], **traced[2]), traced=True))
 
     tally.samples += 1
     try:

@@ -582,9 +582,64 @@ def _diagonal(x, offset=0, dim1=0, dim2=1):
 
 
 for _t in ("linalg.det", "linalg.inv", "linalg.svd", "linalg.eigh", "linalg.slogdet", "linalg.pinv",
-           "logdet", "linalg.lstsq", "linalg.matrix_power", "linalg.multi_dot", "matrix_exp"):
+           "logdet", "linalg.matrix_power", "linalg.multi_dot", "matrix_exp", "linalg.eigvalsh", "linalg.svdvals",
+           "linalg.cond", "linalg.matrix_exp"):
     _fname = _t.split(".")[-1]
     op(_t, _fname)(lambda *a, _f=_fname, **k: getattr(F, _f)(*a, **k))
+
+
+@op("linalg.pinv.singular", "pinv")
+def _pinv_singular(a, b):
+    return F.pinv(F.matmul(a, F.swapaxes(b, -1, -2)))
+
+
+@op("linalg.pinv.hermitian", "pinv")
+def _pinv_hermitian(a, hermitian=True):
+    return F.pinv(a, hermitian=hermitian)
+
+
+@op("pinverse", "pinv")
+def _pinverse(a, rcond=1e-15):
+    return F.pinv(a, rtol=rcond)
+
+
+@op("svd", "svd")
+def _torch_svd(a, some=True, compute_uv=True):
+    """torch.svd: (U, S, V) with V, not Vh; `some` is not full_matrices."""
+    u, s, vh = F.svd(a, full_matrices=not some)
+    return u, s, F.swapaxes(vh, -1, -2)
+
+
+@op("linalg.matrix_rank linalg.matrix_rank.hermitian", "matrix_rank")
+def _matrix_rank(a, atol=None, rtol=None, hermitian=False):
+    return F.matrix_rank(a, atol=atol, rtol=rtol, hermitian=hermitian)
+
+
+def _lstsq(a, b, rcond=None, driver=None):
+    """torch.linalg.lstsq's tuple as its driver fills it: the residuals where m > n (not for gelsy),
+    the rank (not for gels), the singular values (gelss and gelsd); the others empty."""
+    x, residuals, rank, s = F.lstsq(a, b, rcond)
+    driver = driver or "gelsy"
+    empty = F.full((0,), 0.0, x.dtype)
+    m, n = a.shape[-2:]
+    return (x, residuals if m > n and driver != "gelsy" else empty,
+            rank if driver != "gels" else F.full((0,), 0, np.int64), s if driver in ("gelss", "gelsd") else empty)
+
+
+MAP["linalg.lstsq"] = [Entry(("lstsq",), _lstsq)]
+MAP["linalg.lstsq.grad_oriented"] = [Entry(("lstsq",), lambda a, b, driver=None: _lstsq(a, b, driver=driver)[:2])]
+
+
+def _torch_norm(x, p="fro", dim=None, keepdim=False, dtype=None):
+    """torch.norm: "nuc" over two dims (the last two by default), "fro" and numbers as vector norms over
+    `dim` (every entry by default)."""
+    if p == "nuc":
+        return F.matrix_norm(x, "nuc", tuple(dim) if dim is not None else (-2, -1), keepdims=keepdim)
+    return F.vector_norm(x, 2 if p == "fro" else p, _axes(dim, x.ndim), keepdims=keepdim)
+
+
+MAP["norm"] = MAP["norm.fro"] = MAP["norm.inf"] = MAP["norm.nuc"] = [Entry(("vector_norm", "matrix_norm"),
+                                                                           _torch_norm)]
 
 
 @op("linalg.qr", "qr")
