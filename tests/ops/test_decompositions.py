@@ -188,8 +188,8 @@ def test_svd_of_rank_deficient_and_repeated_singular_values():
 
 def test_svd_gradients():
     """Tall and wide (a batch), and the spectral norms and cond built on the singular values."""
-    check_grads(lambda a, b: (*F.svd(a, full_matrices=False), *F.svd(b, full_matrices=False),
-                              F.matrix_norm(b, "nuc"), F.cond(a)), [rand(4, 3, seed=16), rand(2, 2, 3, seed=17)])
+    check_grads(lambda b, a: (*F.svd(a, full_matrices=False), *F.svd(b, full_matrices=False),
+                              F.matrix_norm(b, "nuc"), F.cond(a)), [rand(2, 2, 3, seed=17), rand(4, 3, seed=16)])
 
 
 def test_the_completing_vectors_of_full_matrices_get_no_gradient():
@@ -273,7 +273,7 @@ def test_lstsq_matches_numpy():
 
 def test_lstsq_gradients():
     check_grads(lambda a, b, c, d: (F.lstsq(a, b)[0], F.lstsq(c, d)[0]),
-                [rand(5, 3, seed=44), rand(5, 2, seed=45), rand(2, 4, seed=46), rand(2, 3, seed=47)])
+                [rand(2, 5, 3, seed=44), rand(2, 5, 2, seed=45), rand(3, 4, seed=46), rand(3, 2, seed=47)])
 
 
 # -- matrix_exp ----------------------------------------------------------------------------------------------------
