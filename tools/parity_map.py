@@ -46,6 +46,13 @@ def direct(names, fnames):
         op(names, fname)(lambda *a, _f=fname, **k: getattr(F, _f)(*a, **k))
 
 
+def preferred(names, fname):
+    """Like direct, but ahead of the adapters already listed (a composition written before the
+    gcompile function existed)."""
+    for name in names.split():
+        MAP.setdefault(name, []).insert(0, Entry((fname,), lambda *a, _f=fname, **k: getattr(F, _f)(*a, **k)))
+
+
 def reflected(names, fname):
     """torch's reflected operator(s) (`b.__rsub__(a)` is a - b spelled from b) -> F.<fname>(b, a)."""
     op(names, fname)(lambda a, b, _f=fname: getattr(F, _f)(b, a))
@@ -1940,6 +1947,13 @@ def _corrcoef(x):
 
 
 MAP["corrcoef"] = [Entry(("matmul", "mean", "take"), _corrcoef, True)]
+
+
+# -- gcompile functions of PyTorch's names, ahead of the compositions above --------------------------------------
+for _t, _f in [("addmv", "addmv"), ("addbmm", "addbmm"), ("addr", "addr"), ("block_diag", "block_diag"),
+               ("nn.functional.pdist", "pdist")]:
+    preferred(_t, _f)
+MAP["linalg.vecdot"].insert(0, Entry(("vecdot",), lambda a, b, dim=-1: F.vecdot(a, b, dim)))
 
 
 def counterpart(name: str) -> Entry | None:
