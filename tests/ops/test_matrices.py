@@ -338,7 +338,8 @@ def test_block_diag_of_matrices_vectors_scalars_and_empties():
     want[:2, :3], want[2, 3:7], want[3, 7] = a, b, 7.0
     check_forward(lambda a, b, c, e: F.block_diag(a, b, c, e), [a, b, c, e], want)
     ints = np.array([[1, 2]])
-    check_forward(lambda a, i: F.block_diag(a, i), [a, ints], np.block([[a, np.zeros((2, 2))], [np.zeros((1, 3)), ints]]))
+    check_forward(lambda a, i: F.block_diag(a, i), [a, ints],
+                  np.block([[a, np.zeros((2, 2))], [np.zeros((1, 3)), ints]]))
     check_grads(lambda a, b: F.block_diag(a, b, a), [a, rand(3, 1)])
 
 
