@@ -1954,6 +1954,25 @@ for _t, _f in [("addmv", "addmv"), ("addbmm", "addbmm"), ("addr", "addr"), ("blo
                ("nn.functional.pdist", "pdist")]:
     preferred(_t, _f)
 MAP["linalg.vecdot"].insert(0, Entry(("vecdot",), lambda a, b, dim=-1: F.vecdot(a, b, dim)))
+MAP["count_nonzero"].insert(0, Entry(("count_nonzero",), lambda x, dim=None: F.count_nonzero(x, _axes(dim, x.ndim))))
+
+
+def _with_indices(fname):
+    """torch.median / nanmedian: the value of all entries, or (values, indices) along `dim`."""
+    def adapt(x, dim=None, keepdim=False):
+        if dim is None:
+            return getattr(F, fname)(x)
+        return getattr(F, fname)(x, dim, keepdims=keepdim, return_indices=True)
+    return adapt
+
+
+MAP["median"] = [Entry(("median",), _with_indices("median"))]
+MAP["nanmedian"] = [Entry(("nanmedian",), _with_indices("nanmedian"))]
+MAP["kthvalue"] = [Entry(("kthvalue",), lambda x, k, dim=-1, keepdim=False: F.kthvalue(x, k, dim, keepdim))]
+MAP["mode"] = [Entry(("mode",), lambda x, dim=-1, keepdim=False: F.mode(x, dim, keepdim))]
+for _t in ("quantile", "nanquantile"):
+    MAP[_t] = [Entry((_t,), lambda x, q, dim=None, keepdim=False, interpolation="linear", _f=_t:
+                     getattr(F, _f)(x, q, dim, keepdim, interpolation))]
 
 
 def counterpart(name: str) -> Entry | None:
