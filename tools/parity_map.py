@@ -1966,6 +1966,20 @@ def _with_indices(fname):
     return adapt
 
 
+def _loss(fname, drop=("size_average", "reduce")):
+    """A torch loss with its deprecated size_average/reduce arguments dropped (the samples leave them None)."""
+    def adapt(*args, **kwargs):
+        if any(kwargs.pop(k, None) is not None for k in drop):
+            raise TypeError("size_average/reduce")
+        return getattr(F, fname)(*args, **kwargs)
+    return adapt
+
+
+for _t in ("cosine_embedding_loss", "poisson_nll_loss", "gaussian_nll_loss", "soft_margin_loss", "multi_margin_loss",
+           "multilabel_margin_loss", "multilabel_soft_margin_loss"):
+    MAP.setdefault(f"nn.functional.{_t}", []).insert(0, Entry((_t,), _loss(_t)))
+
+
 MAP["median"] = [Entry(("median",), _with_indices("median"))]
 MAP["nanmedian"] = [Entry(("nanmedian",), _with_indices("nanmedian"))]
 MAP["kthvalue"] = [Entry(("kthvalue",), lambda x, k, dim=-1, keepdim=False: F.kthvalue(x, k, dim, keepdim))]
