@@ -56,10 +56,13 @@ __all__ = [name for module in _FAMILIES for name in module.__all__]
 from .ops import decompositions as _decompositions  # noqa: E402
 from .ops import margin_losses as _margin_losses  # noqa: E402
 from .ops import order_statistics as _order_statistics  # noqa: E402
+from .ops import unpooling as _unpooling  # noqa: E402
 from .ops.decompositions import *  # noqa: E402,F401,F403
 from .ops.margin_losses import *  # noqa: E402,F401,F403
 from .ops.order_statistics import *  # noqa: E402,F401,F403
+from .ops.unpooling import *  # noqa: E402,F401,F403
 
-__all__ += [name for module in (_decompositions, _margin_losses, _order_statistics) for name in module.__all__]
+__all__ += [name for module in (_decompositions, _margin_losses, _order_statistics, _unpooling)
+            for name in module.__all__]
 
 _methods.install(_sys.modules[__name__])   # Tensor operators (x + y, x @ w, x.sum()) and numpy hooks, from this library

@@ -16,7 +16,8 @@ entry, a seeded choice from torch's list (some entries have over a thousand). Pe
             constants), against torch.autograd.grad with v;
   order 2   gc.grad of <that gradient, u> w.r.t. the inputs, against torch's double backward,
 where the op supports them in torch (OpInfo.supports_autograd / supports_gradgrad) and its output is
-float. Where a sample says how to process the op's outputs before they are compared (its
+float, and where the map does not say torch's gradient is no derivative for the sample (a max_unpool
+whose indices repeat: Entry.derivative). Where a sample says how to process the op's outputs before they are compared (its
 output_process_fn_grad: |U| and |Vh| of an SVD, whose signs are arbitrary; the OpInfo tests use it
 for their gradients too), both torch's and gcompile's outputs go through it, gcompile's as traced
 Tensors seen through the few torch.Tensor members such processing uses (_TorchView). A sample the
@@ -59,6 +60,7 @@ from parity_map import MAP, Entry, NotComparable, counterpart  # noqa: E402
 class Tally:
     samples: int = 0
     refused: int = 0                                       # samples gcompile refused (UnsupportedError)
+    underived: int = 0                                     # samples whose torch gradient is no derivative
     value: int = 0
     grad1: list = field(default_factory=lambda: [0, 0])    # passed, checked
     grad2: list = field(default_factory=lambda: [0, 0])
@@ -184,6 +186,11 @@ def check_sample(opinfo, entry: Entry, sample, tally: Tally, rng) -> None:
     tally.value += 1
     if not opinfo.supports_autograd or not float_out or not floats:
         return
+    if entry.derivative is not None and not entry.derivative(*(a.detach().numpy() if isinstance(a, torch.Tensor)
+                                                               else a for a in (sample.input, *sample.args)),
+                                                             **sample.kwargs):
+        tally.underived += 1
+        return
     cotangents = [rng.standard_normal(tuple(want[i].shape)) for i in float_out]
     try:
         grads = torch.autograd.grad([want[i] for i in float_out], torch_floats,
@@ -305,6 +312,10 @@ def report(entries, mapped, present, tallies, json_path) -> None:
     print(f"samples: {samples}; values agree: {value} ({value / max(samples, 1):.1%}); order 1: {g1[0]}/{g1[1]} "
           f"({g1[0] / max(g1[1], 1):.1%}); order 2: {g2[0]}/{g2[1]} ({g2[0] / max(g2[1], 1):.1%})")
     print(f"entries whose every sample agrees at every order: {len(full)} of {len(tallies)}")
+    underived = {n: t.underived for n, t in tallies.items() if t.underived}
+    if underived:
+        print(f"gradients not compared where torch's is not the derivative (the map's Entry.derivative): "
+              f"{sum(underived.values())} samples of {', '.join(sorted(underived))}")
     missing = sorted(n for n in mapped if n not in present and n not in refused)
     print(f"mapped but no counterpart here ({len(missing)}): {', '.join(missing)}")
     worst = sorted(tallies.items(), key=lambda kv: -(kv[1].samples - kv[1].value + kv[1].grad1[1] - kv[1].grad1[0]
@@ -319,7 +330,7 @@ def report(entries, mapped, present, tallies, json_path) -> None:
     if json_path:
         with open(json_path, "w") as fh:
             json.dump({n: {"samples": t.samples, "refused": t.refused, "value": t.value, "grad1": t.grad1,
-                           "grad2": t.grad2, "errors": t.errors} for n, t in everything.items()}, fh, indent=1,
+                           "grad2": t.grad2, "underived": t.underived, "errors": t.errors} for n, t in everything.items()}, fh, indent=1,
                       sort_keys=True)
 
 

@@ -26,6 +26,8 @@ class Entry:
     needs: tuple          # gcompile.functions names the adapter uses
     fn: Callable          # adapter(x, *args, **kwargs) on traced Tensors (non-float tensors as numpy arrays)
     composed: bool = False
+    # where torch's gradient is the derivative: a predicate on the sample's torch arguments (None: always)
+    derivative: Callable | None = None
 
 
 MAP: dict[str, list[Entry]] = {}     # alternatives, first available wins: a gcompile function, then a composition
@@ -1978,6 +1980,35 @@ def _loss(fname, drop=("size_average", "reduce")):
 for _t in ("cosine_embedding_loss", "poisson_nll_loss", "gaussian_nll_loss", "soft_margin_loss", "multi_margin_loss",
            "multilabel_margin_loss", "multilabel_soft_margin_loss"):
     MAP.setdefault(f"nn.functional.{_t}", []).insert(0, Entry((_t,), _loss(_t)))
+
+
+for _t, _f in [("nn.functional.local_response_norm", "local_response_norm"), ("nn.functional.bilinear", "bilinear"),
+               ("nn.functional.channel_shuffle", "channel_shuffle")]:
+    preferred(_t, _f)
+
+
+def _unpool(n):
+    """torch.nn.functional.max_unpool{n}d: an unbatched input (C, *spatial) as a batch of one."""
+    def adapt(x, indices, kernel_size, stride=None, padding=0, output_size=None):
+        one = x.ndim == n + 1
+        if one:
+            x, indices = F.expand_dims(x, 0), np.expand_dims(indices, 0)
+        y = F.max_unpool(x, indices, kernel_size, stride, padding, output_size)
+        return F.squeeze(y, 0) if one else y
+    return adapt
+
+
+def _distinct_indices(x, indices, *args, **kwargs) -> bool:
+    """Whether no two values of one image go to the same place: elsewhere torch's max_unpool gradient
+    (a gather for every value) is not the derivative, which reaches the value written last alone (its
+    OpInfo skips those gradients and tests them on its `grad` variant, whose samples have none)."""
+    flat = indices.reshape(-1, indices.shape[-1] if indices.ndim == 1 else int(np.prod(indices.shape[2:])))
+    return all(len(np.unique(row)) == len(row) for row in np.asarray(flat))
+
+
+for _n in (1, 2, 3):
+    MAP[f"nn.functional.max_unpool{_n}d"] = [Entry(("max_unpool",), _unpool(_n), derivative=_distinct_indices)]
+    MAP[f"nn.functional.max_unpool{_n}d.grad"] = [Entry(("max_unpool",), _unpool(_n))]
 
 
 MAP["median"] = [Entry(("median",), _with_indices("median"))]

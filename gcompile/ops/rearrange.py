@@ -1,5 +1,5 @@
 """Rearranging data without computing on it: flip, roll, rot90, moveaxis/movedim, unflatten, the
-numpy stacks (hstack, vstack, dstack), unbind and repeat_interleave.
+numpy stacks (hstack, vstack, dstack), unbind, repeat_interleave and channel_shuffle.
 
 Each is a composition of slices, concats, transposes, reshapes, broadcasts and gathers with
 static indices, so their gradients (and every higher order) come from those ops' adjoint pairs
@@ -21,8 +21,8 @@ from .indexing import concat, slice_axes, take
 from .shape import broadcast_to, reshape, transpose
 from .shape_rules import normalize_axes, normalize_axis
 
-__all__ = ["dstack", "flip", "hstack", "movedim", "moveaxis", "repeat_interleave", "roll", "rot90", "unbind",
-           "unflatten", "vstack"]
+__all__ = ["channel_shuffle", "dstack", "flip", "hstack", "movedim", "moveaxis", "repeat_interleave", "roll", "rot90",
+           "unbind", "unflatten", "vstack"]
 
 
 def _static(x: Tensor, axis: int, what: str) -> int:
@@ -218,3 +218,18 @@ def repeat_interleave(x, repeats, axis=None) -> Tensor:
         raise ShapeError(f"repeat_interleave: {reps.size} repeats for axis {a} of size {n} in "
                          f"{format_shape(x.shape)} (at {user_location()})")
     return take(x, np.repeat(np.arange(n, dtype=np.int64), reps), axis=a)
+
+
+# -- channel_shuffle ---------------------------------------------------------------------------------------
+def channel_shuffle(x, groups: int) -> Tensor:
+    """torch's channel_shuffle of x (N, C, *): the C channels as `groups` rows of C/groups, read by
+    columns (channel g·(C/groups) + i goes to i·groups + g)."""
+    x = as_tensor(x)
+    groups = int(groups)
+    c = x.shape[1] if x.ndim >= 3 else None
+    if not isinstance(c, int) or groups < 1 or c % groups:
+        raise ShapeError(f"channel_shuffle: x {format_shape(x.shape)} needs (N, C, *) with a static C divisible by "
+                         f"groups={groups} (at {user_location()})")
+    rest = tuple(x.shape[2:])
+    y = reshape(x, (x.shape[0], groups, c // groups) + rest)
+    return reshape(transpose(y, [0, 2, 1] + list(range(3, y.ndim))), tuple(x.shape))

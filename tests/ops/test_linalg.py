@@ -253,3 +253,15 @@ def test_einsum_gradient_where_a_size_one_index_meets_a_larger_one():
     a, b = rng.standard_normal((1, 1, 3)), rng.standard_normal((2, 4, 2))
     check_forward(lambda a, b: F.einsum("abc,bea->ce", a, b), [a, b], np.einsum("abc,bea->ce", a, b), rtol=1e-12)
     check_grads(lambda a, b: F.einsum("abc,bea->ce", a, b), [a, b])
+
+
+def test_bilinear():
+    rng = np.random.default_rng(12)
+    x1, x2, w, b = rng.standard_normal((2, 3, 4)), rng.standard_normal((3, 5)), rng.standard_normal((6, 4, 5)), \
+        rng.standard_normal(6)
+    want = np.einsum("nbi,oij,bj->nbo", x1, w, x2)
+    check_forward(lambda x1, x2, w, b: (F.bilinear(x1, x2, w), F.bilinear(x1, x2, w, b)), [x1, x2, w, b],
+                  [want, want + b], rtol=1e-12)
+    check_grads(lambda x1, x2, w, b: F.bilinear(x1, x2, w, b), [x1, x2, w, b])
+    with pytest.raises(gc.ShapeError, match="bilinear: x1 .* must end in the in1 and in2"):
+        gc.compile(F.bilinear, x1, x1, w)

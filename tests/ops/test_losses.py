@@ -477,3 +477,27 @@ def test_multi_margin_and_multilabel_margin_losses():
                   [np.array(1.5)], [0.0, 0.0])              # one class: nothing to compare
     check_grads(lambda x: (F.multi_margin_loss(x, y, reduction="none"), F.multi_margin_loss(x, y, p=2),
                            F.multilabel_margin_loss(x, labels, "none")), [x])
+
+
+def np_local_response_norm(x, size, alpha, beta, k):
+    c = x.shape[1]
+    sq = x * x
+    div = np.zeros_like(x)
+    for ch in range(c):
+        lo, hi = ch - size // 2, ch + (size - 1) // 2
+        div[:, ch] = sq[:, max(lo, 0):min(hi, c - 1) + 1].sum(1)
+    return x / (k + alpha * div / size) ** beta
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_local_response_norm(size):
+    x = rand(2, 4, 3, 2)
+    check_forward(lambda x: F.local_response_norm(x, size, alpha=0.3, beta=0.6, k=1.5), [x],
+                  np_local_response_norm(x, size, 0.3, 0.6, 1.5), rtol=1e-12)
+    check_grads(lambda x: F.local_response_norm(x, size, alpha=0.3), [x[:, :, :, 0]])
+
+
+def test_local_response_norm_edges():
+    check_forward(lambda x: F.local_response_norm(x, 3), [np.zeros((2, 3, 0))], np.zeros((2, 3, 0)))
+    with pytest.raises(gc.ShapeError, match=r"local_response_norm: x must be \(N, C, \*\)"):
+        gc.compile(lambda x: F.local_response_norm(x, 3), rand(3))
