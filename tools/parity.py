@@ -17,11 +17,12 @@ entry, a seeded choice from torch's list (some entries have over a thousand). Pe
   order 2   gc.grad of <that gradient, u> w.r.t. the inputs, against torch's double backward,
 where the op supports them in torch (OpInfo.supports_autograd / supports_gradgrad) and its output is
 float, and where the map does not say torch's gradient is no derivative for the sample (a max_unpool
-whose indices repeat: Entry.derivative). Where a sample says how to process the op's outputs before they are compared (its
-output_process_fn_grad: |U| and |Vh| of an SVD, whose signs are arbitrary; the OpInfo tests use it
-for their gradients too), both torch's and gcompile's outputs go through it, gcompile's as traced
-Tensors seen through the few torch.Tensor members such processing uses (_TorchView). A sample the
-adapter cannot express (an unsupported keyword, an error while tracing) fails.
+whose indices repeat: Entry.derivative). Where a sample says how to process the op's outputs before
+they are compared (its output_process_fn_grad: |U| and |Vh| of an SVD, whose signs are arbitrary;
+the OpInfo tests use it for their gradients too), both torch's and gcompile's outputs go through
+it, gcompile's as traced Tensors seen through the few torch.Tensor members such processing uses
+(_TorchView). A sample the adapter cannot express (an unsupported keyword, an error while tracing)
+fails.
 The summary: entries with a counterpart (and how many are composed of several gcompile functions),
 pass rates per order, and the ops with the most failures. An entry whose every sample gcompile
 refuses with UnsupportedError (a function that exists only to say what to use instead, like
@@ -330,8 +331,8 @@ def report(entries, mapped, present, tallies, json_path) -> None:
     if json_path:
         with open(json_path, "w") as fh:
             json.dump({n: {"samples": t.samples, "refused": t.refused, "value": t.value, "grad1": t.grad1,
-                           "grad2": t.grad2, "underived": t.underived, "errors": t.errors} for n, t in everything.items()}, fh, indent=1,
-                      sort_keys=True)
+                           "grad2": t.grad2, "underived": t.underived, "errors": t.errors}
+                       for n, t in everything.items()}, fh, indent=1, sort_keys=True)
 
 
 if __name__ == "__main__":
