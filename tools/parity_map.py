@@ -2011,6 +2011,26 @@ for _n in (1, 2, 3):
     MAP[f"nn.functional.max_unpool{_n}d.grad"] = [Entry(("max_unpool",), _unpool(_n))]
 
 
+MAP["diag_embed"].insert(0, Entry(("diag_embed",), lambda x, offset=0, dim1=-2, dim2=-1:
+                                  F.diag_embed(x, offset, dim1, dim2)))
+MAP["select_scatter"].insert(0, Entry(("select_scatter",), lambda x, src, dim, index: F.select_scatter(x, src, dim,
+                                                                                                      index)))
+MAP["slice_scatter"].insert(0, Entry(("slice_scatter",), lambda x, src, dim=0, start=None, end=None, step=1:
+                                     F.slice_scatter(x, src, dim, start, end, step)))
+MAP["diagonal_scatter"] = [Entry(("diagonal_scatter",), lambda x, src, offset=0, dim1=0, dim2=1:
+                                 F.diagonal_scatter(x, src, offset, dim1, dim2))]
+MAP["masked_scatter"] = [Entry(("masked_scatter",), lambda x, mask, source: F.masked_scatter(x, mask, source))]
+MAP["meshgrid.list_of_tensors"] = MAP["meshgrid.variadic_tensors"] = [
+    Entry(("meshgrid",), lambda *xs, indexing="ij": F.meshgrid(*xs, indexing=indexing))]
+for _t in ("atleast_1d", "atleast_2d", "atleast_3d", "column_stack"):
+    preferred(_t, _t)
+MAP["diff"].insert(0, Entry(("diff",), lambda x, n=1, dim=-1, prepend=None, append=None: F.diff(x, n, dim, prepend,
+                                                                                                append)))
+MAP["trapezoid"].insert(0, Entry(("trapezoid",), lambda y, x=None, dx=None, dim=-1: F.trapezoid(y, x, dx, dim)))
+MAP["trapz"].insert(0, Entry(("trapezoid",), lambda y, x=None, dx=None, dim=-1: F.trapezoid(y, x, dx, dim)))
+MAP["cumulative_trapezoid"] = [Entry(("cumulative_trapezoid",), lambda y, x=None, dx=None, dim=-1:
+                                     F.cumulative_trapezoid(y, x, dx, dim))]
+
 MAP["median"] = [Entry(("median",), _with_indices("median"))]
 MAP["nanmedian"] = [Entry(("nanmedian",), _with_indices("nanmedian"))]
 MAP["kthvalue"] = [Entry(("kthvalue",), lambda x, k, dim=-1, keepdim=False: F.kthvalue(x, k, dim, keepdim))]
