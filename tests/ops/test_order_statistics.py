@@ -105,3 +105,17 @@ def test_count_nonzero():
                   [np.count_nonzero(x), np.count_nonzero(x, 1), np.count_nonzero(x, (0, 1), keepdims=True),
                    np.count_nonzero(x > 0, 0)])
     check_forward(F.count_nonzero, [np.zeros((0, 3))], np.array(0))
+
+
+def test_vmap_batches_the_order_statistics():
+    """vmap of each (and of its gradient) equals the per-example results stacked."""
+    x = rand(3, 2, 5, seed=7)
+
+    def fn(x):
+        return (F.quantile(x, np.array([0.2, 0.7]), 1), F.nanmedian(x, 1), F.mode(x)[1], F.kthvalue(x, 2)[0],
+                F.count_nonzero(x > 0, 1), *gc.grad(F.sum(F.quantile(x, 0.4, 1) * F.kthvalue(x, 3)[0]), [x]))
+    batched = gc.compile(gc.vmap(fn), x)(x)
+    single = gc.compile(fn, x[0])
+    for i in range(3):
+        for b, s in zip(batched, single(x[i])):
+            np.testing.assert_allclose(b[i], s, rtol=1e-12)

@@ -72,3 +72,17 @@ def test_masked_scatter_in_row_major_order():
     check_grads(lambda x, s: F.masked_scatter(x, mask, s), [x, source])
     with pytest.raises(gc.ShapeError, match="masked_scatter: mask must be boolean"):
         gc.compile(lambda x: F.masked_scatter(x, x, x), x)
+
+
+def test_vmap_batches_the_view_scatters():
+    x, src, mask = rand(3, 4, 5, seed=8), rand(3, 4, 2, seed=9), np.random.default_rng(10).random((3, 4, 5)) > 0.5
+
+    def fn(x, src, mask):
+        return (F.slice_scatter(x, src, 1, 0, 4, 2), F.diagonal_scatter(x, src[:, 0], 0, 1, 0)[:2],
+                F.diag_embed(src), F.masked_scatter(x, mask, src * 3),
+                *gc.grad(F.sum(F.masked_scatter(x, mask, src) ** 2) + F.sum(F.diag_embed(src) ** 3), [x, src]))
+    batched = gc.compile(gc.vmap(fn), x, src, mask)(x, src, mask)
+    single = gc.compile(fn, x[0], src[0], mask[0])
+    for i in range(3):
+        for b, s in zip(batched, single(x[i], src[i], mask[i])):
+            np.testing.assert_allclose(b[i], s, rtol=1e-12)
