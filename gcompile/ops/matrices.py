@@ -36,55 +36,44 @@ def _mT(x: Tensor) -> Tensor:
 def addmm(input, a, b, beta=1, alpha=1) -> Tensor:
     """torch.addmm: beta * input + alpha * (a @ b) for matrices a, b (input broadcasts); with beta=0
     input is ignored (NaN in it does not propagate), as torch."""
-    a, b = _promote(a, b)
-    if a.ndim != 2 or b.ndim != 2:
-        raise ShapeError(_where(f"addmm: a and b must be matrices, got {format_shape(a.shape)} and "
-                                f"{format_shape(b.shape)}"))
-    return _scaled_sum(input, matmul(a, b), beta, alpha)
+    return _scaled_product("addmm", (2, 2), "a and b must be matrices", matmul, input, a, b, beta, alpha)
 
 
 def baddbmm(input, a, b, beta=1, alpha=1) -> Tensor:
     """torch.baddbmm: beta * input + alpha * (a @ b) for batches of matrices a (B, n, k), b (B, k, m)."""
-    a, b = _promote(a, b)
-    if a.ndim != 3 or b.ndim != 3:
-        raise ShapeError(_where(f"baddbmm: a and b must be batches of matrices (rank 3), got "
-                                f"{format_shape(a.shape)} and {format_shape(b.shape)}"))
-    return _scaled_sum(input, matmul(a, b), beta, alpha)
+    return _scaled_product("baddbmm", (3, 3), "a and b must be batches of matrices (rank 3)", matmul, input, a, b,
+                           beta, alpha)
 
 
 def addmv(input, mat, vec, beta=1, alpha=1) -> Tensor:
     """torch.addmv: beta * input + alpha * (mat @ vec) for a matrix (n, m) and a vector (m,)."""
-    mat, vec = _promote(mat, vec)
-    if mat.ndim != 2 or vec.ndim != 1:
-        raise ShapeError(_where(f"addmv: mat and vec must be a matrix and a vector, got {format_shape(mat.shape)} "
-                                f"and {format_shape(vec.shape)}"))
-    return _scaled_sum(input, matmul(mat, vec), beta, alpha)
+    return _scaled_product("addmv", (2, 1), "mat and vec must be a matrix and a vector", matmul, input, mat, vec,
+                           beta, alpha)
 
 
 def addbmm(input, a, b, beta=1, alpha=1) -> Tensor:
     """torch.addbmm: beta * input + alpha * Σ_i a[i] @ b[i], the products of two batches of matrices
     (B, n, k) and (B, k, m) summed over the batch."""
-    a, b = _promote(a, b)
-    if a.ndim != 3 or b.ndim != 3:
-        raise ShapeError(_where(f"addbmm: a and b must be batches of matrices (rank 3), got "
-                                f"{format_shape(a.shape)} and {format_shape(b.shape)}"))
-    return _scaled_sum(input, einsum("bnk,bkm->nm", a, b), beta, alpha)
+    return _scaled_product("addbmm", (3, 3), "a and b must be batches of matrices (rank 3)",
+                           lambda a, b: einsum("bnk,bkm->nm", a, b), input, a, b, beta, alpha)
 
 
 def addr(input, vec1, vec2, beta=1, alpha=1) -> Tensor:
     """torch.addr: beta * input + alpha * the outer product of the vectors vec1 (n,) and vec2 (m,)."""
-    vec1, vec2 = _promote(vec1, vec2)
-    if vec1.ndim != 1 or vec2.ndim != 1:
-        raise ShapeError(_where(f"addr: vec1 and vec2 must be vectors, got {format_shape(vec1.shape)} and "
-                                f"{format_shape(vec2.shape)}"))
-    return _scaled_sum(input, outer(vec1, vec2), beta, alpha)
+    return _scaled_product("addr", (1, 1), "vec1 and vec2 must be vectors", outer, input, vec1, vec2, beta, alpha)
 
 
-def _scaled_sum(input, product: Tensor, beta, alpha) -> Tensor:
-    product = product if alpha == 1 else product * alpha
+def _scaled_product(what: str, ranks: tuple[int, int], rule: str, product, input, a, b, beta, alpha) -> Tensor:
+    """torch's add*-forms: beta * input + alpha * product(a, b), a and b of the ranks given (`rule` says
+    so in the error); with beta=0 input is not read, so NaN in it does not propagate."""
+    a, b = _promote(a, b)
+    if (a.ndim, b.ndim) != ranks:
+        raise ShapeError(_where(f"{what}: {rule}, got {format_shape(a.shape)} and {format_shape(b.shape)}"))
+    out = product(a, b)
+    out = out if alpha == 1 else out * alpha
     if beta == 0:
-        return product
-    return product + (input if beta == 1 else input * beta)
+        return out
+    return out + (input if beta == 1 else input * beta)
 
 
 def outer(a, b) -> Tensor:
