@@ -2040,6 +2040,234 @@ for _t in ("quantile", "nanquantile"):
                      getattr(F, _f)(x, q, dim, keepdim, interpolation))]
 
 
+# -- more of torch's op database, as compositions of gcompile functions ---------------------------------------------
+for _n in range(5):
+    MAP[f"polygamma.polygamma_n_{_n}"] = [Entry(("polygamma",), lambda x, n: F.polygamma(n, x))]
+MAP["special.polygamma.special_polygamma_n_0"] = [Entry(("polygamma",), lambda x, n: F.polygamma(n, x))]
+
+
+@op("mvlgamma.mvlgamma_p_1 mvlgamma.mvlgamma_p_3 mvlgamma.mvlgamma_p_5", "lgamma", composed=True)
+def _mvlgamma(x, p):
+    return F.add_n([F.lgamma(x - i / 2) for i in range(p)]) + p * (p - 1) / 4 * math.log(math.pi)
+
+
+@op("round.decimals_0 round.decimals_3 round.decimals_neg_3", "round", composed=True)
+def _round_decimals(x, decimals=0):
+    scale = 10.0 ** abs(decimals)
+    return F.round(x * scale) / scale if decimals >= 0 else F.round(x / scale) * scale
+
+
+def _scatter_reduce(x, dim, index, src, reduce, include_self=True):
+    if x.ndim == 0:                      # torch takes a 0-d tensor as one element along dim 0
+        y = F.scatter_reduce(F.reshape(x, (1,)), 0, np.reshape(index, (1,)), F.reshape(src, (1,)), reduce,
+                             include_self)
+        return F.reshape(y, ())
+    return F.scatter_reduce(x, dim, index, src, reduce, include_self)
+
+
+for _r in ("sum", "prod", "mean", "amax", "amin"):
+    MAP[f"scatter_reduce.{_r}"] = [Entry(("scatter_reduce",), _scatter_reduce)]
+
+
+def _index_reduce(x, dim, index, source, reduce, include_self=True):
+    """torch.index_reduce as scatter_reduce, the index spread along source's other axes."""
+    if x.ndim == 0:
+        x, source, out = F.reshape(x, (1,)), F.reshape(source, (1,)), ()
+    else:
+        out = None
+    dim %= x.ndim
+    spread = np.broadcast_to(np.reshape(index, (-1,) + (1,) * (x.ndim - dim - 1)), tuple(source.shape))
+    y = F.scatter_reduce(x, dim, np.ascontiguousarray(spread), source, reduce, include_self)
+    return y if out is None else F.reshape(y, out)
+
+
+for _r in ("prod", "mean", "amax", "amin"):
+    MAP[f"index_reduce.{_r}"] = [Entry(("scatter_reduce",), _index_reduce, True)]
+MAP["argsort"] = [Entry(("argsort",), lambda x, dim=-1, descending=False, stable=False:
+                        F.argsort(x, None if x.ndim == 0 else dim, descending) if x.ndim else F.full((), 0, np.int64))]
+MAP["msort"] = [Entry(("sort",), lambda x: F.sort(x, 0))]
+MAP["cholesky"] = [Entry(("cholesky",), lambda a, upper=False: F.swapaxes(F.cholesky(a), -1, -2) if upper
+                         else F.cholesky(a))]
+MAP["qr"] = [Entry(("qr",), lambda a, some=True: F.qr(a, "reduced" if some else "complete"))]
+
+
+@op("linalg.tensorinv", "inv reshape", composed=True)
+def _tensorinv(a, ind=2):
+    rows, cols = a.shape[:ind], a.shape[ind:]
+    return F.reshape(F.inv(F.reshape(a, (int(np.prod(rows)), int(np.prod(cols))))), tuple(cols) + tuple(rows))
+
+
+@op("linalg.tensorsolve", "solve reshape", composed=True)
+def _tensorsolve(a, b, dims=None):
+    if dims is not None:
+        a = F.moveaxis(a, tuple(dims), tuple(range(a.ndim - len(dims), a.ndim)))
+    rest = a.shape[b.ndim:]
+    square = F.reshape(a, (int(np.prod(b.shape)), int(np.prod(rest))))
+    return F.reshape(F.solve(square, F.reshape(b, (-1,))), tuple(rest))
+
+
+@op("linalg.vander", "power stack", composed=True)
+def _vander(x, N=None):
+    x = F.reshape(x, (1,)) if x.ndim == 0 else x              # torch reads a 0-d x as one element
+    n = x.shape[-1] if N is None else N
+    return F.stack([F.power(x, float(k)) if k else F.ones_like(x) for k in range(n)], -1) if n else \
+        F.reshape(x, tuple(x.shape) + (0,)) * 0
+
+
+def _tensor_unfold(x, dimension, size, step):
+    """Tensor.unfold: windows of `size` every `step` along `dimension`, as a new last axis."""
+    if x.ndim == 0:
+        return F.reshape(x, (1,))
+    dimension %= x.ndim
+    count = (x.shape[dimension] - size) // step + 1
+    index = (np.arange(count)[:, None] * step + np.arange(size)[None, :]).astype(np.int64)
+    windows = F.take(x, index, dimension)                  # (..., count, size, ...)
+    return F.moveaxis(windows, dimension + 1, -1)
+
+
+MAP["unfold"] = MAP["unfold_copy"] = [Entry(("take", "moveaxis"), _tensor_unfold, True)]
+MAP["nn.functional.unfold"] = [Entry(("unfold",), lambda x, kernel_size, dilation=1, padding=0, stride=1:
+                                     F.unfold(x, kernel_size, dilation, padding, stride))]
+MAP["masked_select"] = [Entry(("masked_select",), lambda x, mask: F.masked_select(x, mask))]
+MAP["index_put"] = [Entry(("index_put",), lambda x, indices, values, accumulate=False: F.index_put(
+    x, tuple(i for k in indices for i in (np.nonzero(k) if np.asarray(k).dtype == np.bool_ else (k,))), values,
+    accumulate))]
+
+
+@op("put", "index_put reshape", composed=True)
+def _put(x, index, source, accumulate=False):
+    flat = F.index_put(F.ravel(x), (np.asarray(index).reshape(-1),), F.ravel(source), accumulate)
+    return F.reshape(flat, tuple(x.shape))
+
+
+@op("ldexp", "power multiply", composed=True)
+def _ldexp(x, other):
+    return x * F.power(2.0, F.cast(other, x.dtype) if hasattr(other, "dtype") else float(other))
+
+
+@op("angle", "where", composed=True)
+def _angle(x):
+    x = x if np.dtype(x.dtype).kind == "f" else F.cast(x, np.float32)
+    return F.where(F.not_equal(x, x), x, F.where(F.less(x, 0.0), np.asarray(math.pi, x.dtype),
+                                                  np.asarray(0.0, x.dtype)))
+
+
+@op("cartesian_prod", "meshgrid stack", composed=True)
+def _cartesian_prod(*xs):
+    if len(xs) == 1:
+        return F.identity(xs[0])
+    return F.stack([F.ravel(g) for g in F.meshgrid(*xs, indexing="ij")], 1)
+
+
+@op("combinations", "take stack", composed=True)
+def _combinations(x, r=2, with_replacement=False):
+    import itertools
+    pick = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    rows = np.array(list(pick(range(x.shape[0]), r)), np.int64).reshape(-1, r)
+    return F.take(x, rows, 0)
+
+
+MAP["broadcast_tensors"] = [Entry(("broadcast_to",), lambda *xs: tuple(
+    F.broadcast_to(t, np.broadcast_shapes(*(tuple(u.shape) for u in xs))) for t in xs))]
+
+
+def _searched(sorted_seq, values, right, out_int32):
+    """searchsorted's indices: how many entries of each sorted row are below each value (or not above)."""
+    seq = F.expand_dims(sorted_seq, -2)                                 # (..., 1, M)
+    v = F.expand_dims(values, -1)                                       # (..., K, 1)
+    hits = F.less_equal(seq, v) if right else F.less(seq, v)
+    return F.sum(F.cast(hits, np.int32 if out_int32 else np.int64), -1)
+
+
+@op("searchsorted", "less sum", composed=True)
+def _searchsorted(sorted_seq, values, out_int32=False, right=False, side=None, sorter=None):
+    if sorter is not None:
+        sorted_seq = F.take_along_axis(sorted_seq, sorter, -1)
+    right = right or side == "right"
+    if not hasattr(values, "ndim"):
+        values = F.full((), values, sorted_seq.dtype)
+    if values.ndim == 0:
+        return F.reshape(_searched(sorted_seq, F.reshape(values, (1,)), right, out_int32), ())
+    if sorted_seq.ndim == 1:
+        flat = F.reshape(values, (-1,))
+        return F.reshape(_searched(sorted_seq, flat, right, out_int32), tuple(values.shape))
+    return _searched(sorted_seq, values, right, out_int32)
+
+
+@op("bucketize", "less sum", composed=True)
+def _bucketize(x, boundaries, out_int32=False, right=False):
+    return _searchsorted(boundaries, x, out_int32=out_int32, right=right)
+
+
+reflected("__rmod__", "remainder")
+MAP["linalg.inv_ex"] = [Entry(("inv",), lambda a, check_errors=False: (F.inv(a), F.full(tuple(a.shape[:-2]), 0,
+                                                                                         np.int32)))]
+MAP["linalg.cholesky_ex"] = [Entry(("cholesky",), lambda a, upper=False, check_errors=False: (
+    F.swapaxes(F.cholesky(a), -1, -2) if upper else F.cholesky(a), F.full(tuple(a.shape[:-2]), 0, np.int32)))]
+MAP["linalg.solve_ex"] = [Entry(("solve",), lambda a, b, left=True, check_errors=False: (
+    _solve(a, b, left=left), F.full(tuple(a.shape[:-2]), 0, np.int32)))]
+MAP["cholesky_inverse"] = [Entry(("cholesky_solve",), lambda low, upper=False: F.cholesky_solve(
+    F.broadcast_to(np.eye(low.shape[-1]), tuple(low.shape)), low, upper))]
+op("nn.functional.interpolate.nearest-exact", "interpolate")(_interpolate)
+
+
+@op("nn.functional.triplet_margin_with_distance_loss", "pairwise_distance", composed=True)
+def _triplet_with_distance(a, pos, neg, distance_function=None, margin=1.0, swap=False, reduction="mean"):
+    if distance_function is None:
+        distance = F.pairwise_distance
+    elif type(distance_function).__name__ == "PairwiseDistance":
+        d = distance_function
+        distance = lambda u, v: F.pairwise_distance(u, v, d.norm, d.eps, d.keepdim)  # noqa: E731
+    else:
+        raise TypeError("a distance function written in torch")
+    d_pos, d_neg = distance(a, pos), distance(a, neg)
+    if swap:
+        d_neg = F.minimum(d_neg, distance(pos, neg))
+    return _reduce(F.maximum(d_pos - d_neg + margin, 0.0), reduction)
+
+
+@op("renorm", "vector_norm where", composed=True)
+def _renorm(x, p, dim, maxnorm):
+    dim %= x.ndim
+    others = tuple(i for i in range(x.ndim) if i != dim)
+    norm = F.vector_norm(x, p, others, keepdims=True) if others else F.abs(x)
+    return x * F.where(F.greater(norm, maxnorm), maxnorm / (norm + 1e-7), F.ones_like(norm))
+
+
+for _t in ("conj", "conj_physical", "resolve_conj", "resolve_neg", "real"):
+    MAP[_t] = [Entry(("identity",), lambda x: F.identity(x))]
+MAP["isreal"] = [Entry(("full",), lambda x: F.full(tuple(x.shape), True, np.bool_))]
+
+
+@op("linalg.householder_product", "matmul where", composed=True)
+def _householder_product(a, tau):
+    """Q = H_1 ... H_k, H_i = I - tau_i v_i v_iᵀ, v_i column i of a below the diagonal with a unit on it:
+    Q's first n columns."""
+    m, n = a.shape[-2:]
+    rows = np.arange(m).reshape(m, 1)
+    q = F.broadcast_to(np.eye(m), tuple(a.shape[:-2]) + (m, m))
+    for i in range(tau.shape[-1]):
+        v = F.where(rows > i, a[..., :, i:i + 1], (rows == i).astype(np.float64))
+        t = F.expand_dims(F.expand_dims(tau[..., i], -1), -1)
+        q = q - t * F.matmul(F.matmul(q, v), F.swapaxes(v, -1, -2))
+    return q[..., :, :n]
+
+
+@op("histc", "floor sum", composed=True)
+def _histc(x, bins=100, min=0, max=0):          # noqa: A002 - torch's keyword names
+    x = F.ravel(x)
+    if min == max:
+        lo, hi = F.min(x), F.max(x)
+        same = F.equal(lo, hi)
+        lo, hi = F.where(same, lo - 1, lo), F.where(same, hi + 1, hi)
+    else:
+        lo, hi = np.asarray(float(min)), np.asarray(float(max))
+    inside = F.logical_and(F.greater_equal(x, lo), F.less_equal(x, hi))
+    slot = F.minimum(F.floor((x - lo) * bins / (hi - lo)), bins - 1.0)
+    hits = F.logical_and(F.expand_dims(inside, 1), F.equal(F.expand_dims(slot, 1), np.arange(bins, dtype=x.dtype)))
+    return F.sum(F.cast(hits, x.dtype), 0)
+
+
 def counterpart(name: str) -> Entry | None:
     """The first adapter of `name` whose gcompile functions exist here."""
     return next((e for e in MAP.get(name, []) if all(hasattr(F, n) for n in e.needs)), None)
