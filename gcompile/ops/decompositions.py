@@ -108,6 +108,19 @@ def _finite(a: Tensor) -> tuple[Tensor, Tensor]:
     return where(ok, a, _zeros(a)), ok
 
 
+def _in_float32_for_float16(compute):
+    """compute(a), run in float32 where a is float16 and its results cast back: the iterations'
+    tolerances are the dtype's rounding, which float16's is too coarse for (numpy's linalg has no
+    float16 either)."""
+    def run(a: Tensor, *args):
+        if a.dtype != np.float16:
+            return compute(a, *args)
+        out = compute(cast(a, np.float32), *args)
+        return tuple(cast(t, np.float16) for t in out) if isinstance(out, tuple) else cast(out, np.float16)
+    run.__name__, run.__doc__ = compute.__name__, compute.__doc__
+    return run
+
+
 def _nan_unless(ok: Tensor, x: Tensor) -> Tensor:
     """x where its matrix was finite, NaN where it was not (ok is (..., 1, 1); x is (..., k) or (..., k, l))."""
     ok = ok if x.ndim == ok.ndim else squeeze(ok, -1)
@@ -234,6 +247,7 @@ def _symmetric(a: Tensor, uplo: str) -> Tensor:
     return where(keep, a, _mT(a))
 
 
+@_in_float32_for_float16
 def _eigh_values(a: Tensor, uplo: str) -> tuple[Tensor, Tensor]:
     """(w ascending, V signed) of the triangle `uplo` of a, computed without gradient."""
     sym, ok = _finite(stop_gradient(_symmetric(a, uplo)))
@@ -337,6 +351,7 @@ def _jacobi_columns(b: Tensor) -> tuple[Tensor, Tensor]:
     return x, v
 
 
+@_in_float32_for_float16
 def _svd_values(a: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """(U (..., m, m), s (..., k) descending, Vh (..., n, n)) of a, computed without gradient; U's
     first k columns and Vh's first k rows are the singular vectors, the rest complete the bases."""
@@ -498,20 +513,24 @@ def pinv(a, rtol=None, hermitian: bool = False, *, atol=None, rcond=None) -> Ten
     not change), finite also for rank-deficient a."""
     a = _matrices(a, "pinv", square=hermitian)
     rtol = rcond if rtol is None else rtol
+    return apply("pinv", [a, _pseudo_inverse(a, hermitian, atol, rtol)])
+
+
+@_in_float32_for_float16
+def _pseudo_inverse(a: Tensor, hermitian: bool, atol, rtol) -> Tensor:
+    """pinv's value, without gradient: V diag(1/s) Uᵀ over the singular values above the cutoff."""
     if hermitian:
         w, v = _eigh_values(a, "L")
         keep = greater(abs(w), _cutoff(reduce_max(abs(w), -1, keepdims=True), a.shape, atol, rtol))
         inverse = where(keep, 1 / where(keep, w, _ones(w)), _zeros(w))
-        p = matmul(v * expand_dims(inverse, -2), _mT(v))
-    else:
-        u, s, vh = _svd_values(a)
-        k = min(a.shape[-2:])
-        u = slice_axes(u, (u.ndim - 1,), (0,), (k,), (1,))
-        vh = slice_axes(vh, (vh.ndim - 2,), (0,), (k,), (1,))
-        keep = greater(s, _cutoff(slice_axes(s, (s.ndim - 1,), (0,), (min(k, 1),), (1,)), a.shape, atol, rtol))
-        inverse = where(keep, 1 / where(keep, s, _ones(s)), _zeros(s))
-        p = matmul(_mT(vh) * expand_dims(inverse, -2), _mT(u))
-    return apply("pinv", [a, p])
+        return matmul(v * expand_dims(inverse, -2), _mT(v))
+    u, s, vh = _svd_values(a)
+    k = min(a.shape[-2:])
+    u = slice_axes(u, (u.ndim - 1,), (0,), (k,), (1,))
+    vh = slice_axes(vh, (vh.ndim - 2,), (0,), (k,), (1,))
+    keep = greater(s, _cutoff(slice_axes(s, (s.ndim - 1,), (0,), (min(k, 1),), (1,)), a.shape, atol, rtol))
+    inverse = where(keep, 1 / where(keep, s, _ones(s)), _zeros(s))
+    return matmul(_mT(vh) * expand_dims(inverse, -2), _mT(u))
 
 
 def matrix_rank(a, tol=None, hermitian: bool = False, *, atol=None, rtol=None) -> Tensor:
@@ -580,6 +599,7 @@ def _taylor_18(x: Tensor) -> Tensor:
     return result
 
 
+@_in_float32_for_float16
 def _matrix_exp_values(a: Tensor) -> Tensor:
     a, ok = _finite(stop_gradient(a))
     norm = reduce_max(reduce_sum(abs(a), -2), -1, keepdims=True)                     # (..., 1): the 1-norm

@@ -354,3 +354,15 @@ def test_refusals_name_the_bound_and_the_shape():
         gc.compile(F.svdvals, gc.spec((3, "n")))
     with pytest.raises(gc.ShapeError, match="lstsq: b .* must have the 3 rows"):
         gc.compile(F.lstsq, rand(3, 2), rand(4, 1))
+
+
+def test_float16_runs_the_iterations_in_float32():
+    """float16's rounding is too coarse a tolerance for the sweeps: they run in float32 and the
+    results come back in float16 (numpy's linalg has no float16 either)."""
+    a = sym(3, 3, seed=59)
+    got = gc.compile(lambda a: (F.eigvalsh(a), F.svdvals(a), F.pinv(a), F.matrix_exp(a / 4)), a.astype(np.float16),
+                     provider="cpu")(a.astype(np.float16))
+    assert all(g.dtype == np.float16 for g in got)
+    want = [np.linalg.eigvalsh(a), np.linalg.svd(a, compute_uv=False), np.linalg.pinv(a), expm(a / 4)]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.astype(np.float64), w, rtol=5e-3, atol=5e-3)
