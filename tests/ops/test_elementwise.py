@@ -403,4 +403,4 @@ def test_heaviside_values_at_zero_infinities_and_nan():
     g = gc.compile(lambda x, v: gc.grad(F.sum(F.heaviside(x, v) * np.arange(7.0)), [x, v]), x, v)(x, v)
     np.testing.assert_array_equal(g[0], np.zeros(7))                  # the step is flat
     np.testing.assert_array_equal(g[1], [0, 1, 2, 0, 0, 0, 0])        # values counts where x == 0
-    check_grads(lambda v: F.heaviside(np.array([-1.0, 0.0, 1.0]), v), [np.array([0.3, 0.2, 0.1])])
+    check_grads(lambda v: F.heaviside(np.array([-1.0, 0.0, 1.0]), v), [np.array([[0.3, 0.2, 0.1], [0.4, -0.5, 0.6]])])

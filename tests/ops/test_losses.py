@@ -475,8 +475,8 @@ def test_multi_margin_and_multilabel_margin_losses():
                    multilabel_margin(x[:1], labels[:1])[0]], rtol=1e-12)
     check_forward(lambda x: (F.multi_margin_loss(x, np.array(0)), F.multilabel_margin_loss(x, np.array(0))),
                   [np.array(1.5)], [0.0, 0.0])              # one class: nothing to compare
-    check_grads(lambda x: (F.multi_margin_loss(x, y, reduction="none"), F.multi_margin_loss(x, y, p=2),
-                           F.multilabel_margin_loss(x, labels, "none")), [x])
+    check_grads(lambda x, y, labels: (F.multi_margin_loss(x, y, reduction="none"), F.multi_margin_loss(x, y, p=2),
+                                      F.multilabel_margin_loss(x, labels, "none")), [x, y, labels])
 
 
 def np_local_response_norm(x, size, alpha, beta, k):

@@ -326,6 +326,7 @@ def test_addmv_addbmm_addr_and_vecdot():
                   [x + m @ v, 0.5 * x + 2 * (m @ v), 2 * b - (a1 @ a2).sum(0), r + np.outer(u, w), np.outer(u, w),
                    np.vecdot(m, v), (a1 * m).sum(1)], rtol=1e-12)      # torch's dim: after broadcasting
     check_forward(lambda x, m, v: F.addmv(x, m, v, beta=0), [np.full(3, np.nan), m, v], m @ v)   # beta=0 ignores input
+    a1, a2, b = rand(3, 2, 4), rand(3, 4, 5), rand(2, 5)          # addbmm's batch of 3 symbolic with x's and m's rows
     check_grads(lambda x, m, v, b, a1, a2: (F.addmv(x, m, v, 2, 3), F.addbmm(b, a1, a2, 0.5), F.addr(m, x, v),
                                             F.vecdot(m, v)), [x, m, v, b, a1, a2])
     with pytest.raises(gc.ShapeError, match="addmv: mat and vec must be a matrix and a vector"):

@@ -467,7 +467,7 @@ def test_max_unpool_inverts_max_pool(shape, kernel, stride, pad):
     size = shape[2:]
     check_forward(lambda p, i: F.max_unpool(p, i, kernel, stride, pad, output_size=size), [pooled, idx],
                   np_unpool(pooled, idx, size))
-    check_grads(lambda p: F.max_unpool(p, idx, kernel, stride, pad, output_size=shape), [pooled])
+    check_grads(lambda p, i: F.max_unpool(p, i, kernel, stride, pad, output_size=shape), [pooled, idx])
 
 
 def test_max_unpool_default_size_and_repeated_indices():
