@@ -402,7 +402,8 @@ def _pytorch_compositions(x, w, labels, listed, idx):
             F.gaussian_nll_loss(x, w, 1 + x * x, reduction="none"), F.soft_margin_loss(x, F.sign(w)),
             F.multi_margin_loss(x, labels, p=2), F.multilabel_margin_loss(x, listed, "none"),
             F.multilabel_soft_margin_loss(x, w > 0),
-            F.local_response_norm(F.reshape(x, 1, 4, 3), 3, alpha=0.3), F.bilinear(x, x[:, :2], F.reshape(x[:2], 1, 4, 2)),
+            F.local_response_norm(F.reshape(x, 1, 4, 3), 3, alpha=0.3),
+            F.bilinear(x, x[:, :2], F.reshape(x[:2], 1, 4, 2)),
             F.channel_shuffle(F.reshape(x, 1, 4, 3), 2), F.max_unpool(pooled, idx, 2),
             *F.meshgrid(w, x[:, 0]), F.atleast_3d(w), F.column_stack([w, x[0]]), F.diff(x), F.trapezoid(x, w),
             F.cumulative_trapezoid(x, axis=0))

@@ -342,18 +342,18 @@ def test_per_example_gradients_through_decompositions():
         np.testing.assert_allclose(g, single, rtol=1e-11, atol=1e-12)
 
 
-def test_refusals_name_the_bound_and_the_shape():
-    big = MAX_SIZE + 1
-    with pytest.raises(gc.UnsupportedError, match=f"svd: matrices of size \\({big}, {big}\\) are beyond"):
-        gc.compile(F.svd, gc.spec((big, big)))
-    with pytest.raises(gc.ShapeError, match="eigh needs square matrices"):
-        gc.compile(F.eigh, rand(2, 3))
-    with pytest.raises(gc.ShapeError, match="UPLO must be 'L' or 'U'"):
-        gc.compile(lambda a: F.eigh(a, "X"), rand(2, 2))
-    with pytest.raises(gc.ShapeError, match="static m and n"):
-        gc.compile(F.svdvals, gc.spec((3, "n")))
-    with pytest.raises(gc.ShapeError, match="lstsq: b .* must have the 3 rows"):
-        gc.compile(F.lstsq, rand(3, 2), rand(4, 1))
+BIG = MAX_SIZE + 1
+
+
+@pytest.mark.parametrize("error, message, fn, args", [
+    (gc.UnsupportedError, f"svd: matrices of size \\({BIG}, {BIG}\\) are beyond", F.svd, [gc.spec((BIG, BIG))]),
+    (gc.ShapeError, "eigh needs square matrices", F.eigh, [rand(2, 3)]),
+    (gc.ShapeError, "UPLO must be 'L' or 'U'", lambda a: F.eigh(a, "X"), [rand(2, 2)]),
+    (gc.ShapeError, "static m and n", F.svdvals, [gc.spec((3, "n"))]),
+    (gc.ShapeError, "lstsq: b .* must have the 3 rows", F.lstsq, [rand(3, 2), rand(4, 1)])])
+def test_refusals_name_the_bound_and_the_shape(error, message, fn, args):
+    with pytest.raises(error, match=message):
+        gc.compile(fn, *args)
 
 
 def test_float16_runs_the_iterations_in_float32():
