@@ -501,3 +501,20 @@ def test_local_response_norm_edges():
     check_forward(lambda x: F.local_response_norm(x, 3), [np.zeros((2, 3, 0))], np.zeros((2, 3, 0)))
     with pytest.raises(gc.ShapeError, match=r"local_response_norm: x must be \(N, C, \*\)"):
         gc.compile(lambda x: F.local_response_norm(x, 3), rand(3))
+
+
+def test_pytorch_losses_of_an_empty_batch():
+    """An empty batch: reduction 'none' gives an empty loss, 'sum' 0, 'mean' NaN (0/0, as torch's
+    own for these losses; its multi_margin and multilabel_margin return whatever memory held), and
+    the gradient is empty."""
+    x, y, labels, listed = np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64), np.zeros((0, 4), np.int64)
+    losses = [(lambda x, r: F.cosine_embedding_loss(x, x + 1, y, reduction=r), (0,)),
+              (lambda x, r: F.poisson_nll_loss(x, x, reduction=r), (0, 4)),
+              (lambda x, r: F.gaussian_nll_loss(x, x, x * x + 1, reduction=r), (0, 4)),
+              (lambda x, r: F.soft_margin_loss(x, x, r), (0, 4)),
+              (lambda x, r: F.multi_margin_loss(x, labels, reduction=r), (0,)),
+              (lambda x, r: F.multilabel_margin_loss(x, listed, r), (0,)),
+              (lambda x, r: F.multilabel_soft_margin_loss(x, x, reduction=r), (0,))]
+    check_forward(lambda x: [loss(x, r) for loss, _ in losses for r in ("none", "sum", "mean")], [x],
+                  [want for _, shape in losses for want in (np.zeros(shape), 0.0, np.nan)])
+    check_values(lambda x: gc.grad(sum(F.sum(loss(x, "sum")) for loss, _ in losses), [x]), [x], [x])
