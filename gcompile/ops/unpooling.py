@@ -45,6 +45,9 @@ def max_unpool(x, indices, kernel_size, stride=None, padding=0, output_size=None
     steps = kernel if stride is None else _per_axis(stride, n, "stride")
     pads = _per_axis(padding, n, "padding")
     spatial = x.shape[2:]
+    if not dims.is_static(spatial):
+        raise ShapeError(f"max_unpool: the spatial sizes of x {format_shape(x.shape)} must be static (the batch and "
+                         f"channels may be symbolic) (at {user_location()})")
     if output_size is not None:
         size = tuple(int(v) for v in tuple(output_size)[-n:])
     else:

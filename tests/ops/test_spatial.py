@@ -488,3 +488,16 @@ def test_channel_shuffle():
     check_grads(lambda x: F.channel_shuffle(x, 2), [np.random.default_rng(9).standard_normal((2, 4, 2, 2))])
     with pytest.raises(gc.ShapeError, match="channel_shuffle: .* divisible by groups=4"):
         gc.compile(lambda x: F.channel_shuffle(x, 4), x)
+
+
+def test_max_unpool_needs_static_images():
+    """A symbolic spatial size is refused by name (it met Python arithmetic on the symbol before); a
+    symbolic batch and channel count trace and run."""
+    for out in (None, (4,)):
+        with pytest.raises(gc.ShapeError, match=r"max_unpool: the spatial sizes of x \(1, 2, w\) must be static"):
+            gc.compile(lambda x, out=out: F.max_unpool(x, F.cast(x, np.int64), 2, output_size=out),
+                       gc.spec((1, 2, "w"), np.float64))
+    pooled, idx = np.array([[[3.0, 5.0]], [[1.0, 2.0]]]), np.array([[[1, 2]], [[3, 0]]])
+    cf = gc.compile(lambda p, i: F.max_unpool(p, i, 2), gc.spec(("n", "c", 2), np.float64),
+                    gc.spec(("n", "c", 2), np.int64))
+    np.testing.assert_array_equal(cf(pooled, idx), np_unpool(pooled, idx, (4,)))
