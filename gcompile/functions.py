@@ -53,4 +53,21 @@ _FAMILIES = (_basic, _elementwise, _reduce, _linalg, _shape, _indexing, _conv, _
              _bitwise, _quantize)
 __all__ = [name for module in _FAMILIES for name in module.__all__]
 
+# PyTorch's ops and the decompositions of issue #45 (item 4): the families they add
+from .ops import decompositions as _decompositions  # noqa: E402
+from .ops import differences as _differences  # noqa: E402
+from .ops import margin_losses as _margin_losses  # noqa: E402
+from .ops import order_statistics as _order_statistics  # noqa: E402
+from .ops import unpooling as _unpooling  # noqa: E402
+from .ops import view_scatter as _view_scatter  # noqa: E402
+from .ops.decompositions import *  # noqa: E402,F401,F403
+from .ops.differences import *  # noqa: E402,F401,F403
+from .ops.margin_losses import *  # noqa: E402,F401,F403
+from .ops.order_statistics import *  # noqa: E402,F401,F403
+from .ops.unpooling import *  # noqa: E402,F401,F403
+from .ops.view_scatter import *  # noqa: E402,F401,F403
+
+__all__ += [name for module in (_decompositions, _differences, _margin_losses, _order_statistics, _unpooling,
+                                _view_scatter) for name in module.__all__]
+
 _methods.install(_sys.modules[__name__])   # Tensor operators (x + y, x @ w, x.sum()) and numpy hooks, from this library

@@ -1,10 +1,12 @@
 """Division and rounding toward zero, with numpy's names and PyTorch's gradients: reciprocal,
-trunc, frac, fmod, remainder, floor_divide.
+trunc, frac, fmod, remainder, floor_divide and trunc_divide.
 
 fmod keeps the dividend's sign (C's fmod, ONNX Mod with fmod=1) and remainder the divisor's
 (Python's %); floor_divide is Python's // (numpy's algorithm, exact where floor(a / b) would
 round across an integer). Integer division by zero gives 0, as numpy does, where ONNX Runtime
-would stop with an error. trunc and floor_divide pass no gradient (piecewise constant);
+would stop with an error. trunc_divide is torch.div(a, b, rounding_mode="trunc"): trunc(a / b)
+for floats, ONNX's truncating Div for integers. trunc, floor_divide and trunc_divide pass no
+gradient (piecewise constant);
 fmod's and remainder's divisor gets -g·trunc(a/b) and -g·floor(a/b).
 """
 from __future__ import annotations
@@ -18,16 +20,20 @@ from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.dtypes import is_float
 from ..ir.registry import Trait, defop
 from . import integers
+from .basic import cast
 from .elementwise import (
     _onnx,
     _promote,
     _unary_def,
+    divide,
+    equal,
     floor,
+    where,
 )
 from .emitter import Emitter, Value
 from .shape_rules import binary_numeric, unary_float
 
-__all__ = ["floor_divide", "fmod", "frac", "reciprocal", "remainder", "trunc"]
+__all__ = ["floor_divide", "fmod", "frac", "reciprocal", "remainder", "trunc", "trunc_divide"]
 
 reciprocal = _unary_def("reciprocal", lambda x: 1 / x, _onnx("Reciprocal"),
                         lambda g, ins, outs: [-(g[0] * outs[0] * outs[0])])
@@ -69,6 +75,18 @@ remainder = _binary("remainder", "The remainder of a / b floored, with b's sign 
                                  "Python's %).")
 floor_divide = _binary("floor_divide", "floor(a / b) as Python's // computes it (numpy.floor_divide); "
                                        "no gradient.")
+
+
+def trunc_divide(a, b) -> Tensor:
+    """a / b rounded toward zero (torch.div(a, b, rounding_mode="trunc"), C's integer division): integer
+    operands stay integers (division by zero gives 0, as floor_divide's); no gradient."""
+    a, b = _promote(a, b)
+    if is_float(a.dtype):
+        return trunc(divide(a, b))
+    if a.dtype == np.bool_:
+        a, b = cast(a, np.int64), cast(b, np.int64)
+    zero = equal(b, 0)
+    return where(zero, np.zeros((), a.dtype), apply("div", [a, where(zero, np.ones((), b.dtype), b)]))
 
 
 def _remainder_differs(e: Emitter, r: Value, b: Value) -> Value:

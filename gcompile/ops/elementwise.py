@@ -27,9 +27,11 @@ from .shape_rules import (
     unary_numeric,
 )
 
-__all__ = ["abs", "add", "ceil", "clip", "cos", "divide", "equal", "erf", "exp", "exp2", "expm1", "floor",
-           "greater", "greater_equal", "lerp", "less", "less_equal", "log", "log10", "log1p", "log2",
-           "logaddexp", "logical_and", "logical_not", "logical_or", "maximum", "minimum", "multiply", "negative",
+__all__ = ["abs", "add", "addcdiv", "addcmul", "ceil", "clip", "cos", "divide", "equal", "erf", "exp", "exp2", "expm1",
+           "floor",
+           "greater", "greater_equal", "heaviside", "lerp", "less", "less_equal", "log", "log10", "log1p", "log2",
+           "logaddexp", "logaddexp2", "logical_and", "logical_not", "logical_or", "logical_xor", "maximum", "minimum",
+           "multiply", "negative",
            "not_equal", "pow", "power", "round", "rsqrt", "sigmoid", "sign", "sin",
            "sqrt", "square", "subtract", "tan", "tanh", "where"]
 
@@ -213,6 +215,13 @@ defop("logaddexp", infer=binary_float, reference=np.logaddexp, lower=_lower_loga
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
+def logaddexp2(a, b) -> Tensor:
+    """log2(2**a + 2**b) without overflow, as numpy.logaddexp2: logaddexp of a·ln 2 and b·ln 2, over
+    ln 2 (so ties, infinities and the gradients, 2**a / (2**a + 2**b), are logaddexp's)."""
+    a, b = promote_float(a, b)
+    return logaddexp(a * math.log(2), b * math.log(2)) * (1 / math.log(2))
+
+
 # -- comparisons and logic (no gradient) ---------------------------------------------------------
 def _compare(op, onnx_op, reference, negate=False) -> Callable[..., Tensor]:
     def lower(ctx, names, node):
@@ -260,6 +269,18 @@ def logical_or(a, b) -> Tensor:
 def logical_not(a) -> Tensor:
     """Elementwise not a of a bool Tensor (no gradient: the result is bool)."""
     return apply("logical_not", [a])
+
+
+def _truth(x) -> Tensor:
+    """x as bool: nonzero (NaN included) is True, as numpy's and torch's logical functions read numbers."""
+    x = as_tensor(x)
+    return x if x.dtype == np.bool_ else not_equal(x, np.zeros((), x.dtype))
+
+
+def logical_xor(a, b) -> Tensor:
+    """Elementwise a xor b (numpy.logical_xor, torch.logical_xor): numbers count as True where nonzero;
+    the result is bool (no gradient)."""
+    return not_equal(_truth(a), _truth(b))
 
 
 # -- where -------------------------------------------------------------------------------------
@@ -441,6 +462,27 @@ def lerp(start, end, weight) -> Tensor:
     start, end, weight = promote_float(start, end, weight)
     d = end - start
     return where(less(abs(weight), 0.5), start + weight * d, end - d * (1 - weight))
+
+
+def addcmul(input, tensor1, tensor2, value=1) -> Tensor:
+    """input + value·tensor1·tensor2 (torch.addcmul), broadcast."""
+    product = multiply(tensor1, tensor2)
+    return add(input, product if value == 1 else multiply(product, value))
+
+
+def addcdiv(input, tensor1, tensor2, value=1) -> Tensor:
+    """input + value·tensor1/tensor2 (torch.addcdiv), broadcast; integer operands divide as floats."""
+    ratio = divide(tensor1, tensor2)
+    return add(input, ratio if value == 1 else multiply(ratio, value))
+
+
+def heaviside(x, values) -> Tensor:
+    """The step function (numpy.heaviside, torch.heaviside): 0 where x < 0, `values` where x == 0, 1
+    where x > 0, NaN where x is NaN (as numpy; torch gives 0 there); integers give float64, as numpy. x
+    gets no gradient (the step is flat wherever it is differentiable); `values` gets it where x == 0."""
+    x, values = promote_float(x, values)
+    step = where(not_equal(x, x), np.asarray(np.nan, x.dtype), cast(greater(x, 0), x.dtype))
+    return where(equal(x, 0), values, step)
 
 
 # -- exponentials and logarithms in other bases ----------------------------------------------------------

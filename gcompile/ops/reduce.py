@@ -17,7 +17,8 @@ from .nonfinite import isfinite
 from .shape import broadcast_to, reshape
 from .shape_rules import normalize_axes, reduced_shape
 
-__all__ = ["all", "any", "logsumexp", "max", "mean", "min", "nanmean", "nansum", "prod", "sum", "sum_to_shape"]
+__all__ = ["all", "any", "count_nonzero", "logsumexp", "max", "mean", "min", "nanmean", "nansum", "prod", "sum",
+           "sum_to_shape"]
 
 
 def _reduce_infer(types, axes, keepdims):
@@ -191,6 +192,14 @@ any = _logical(max)
 all.__name__, any.__name__ = "all", "any"
 all.__doc__ = "Whether every element over `axis` is nonzero (numpy.all, torch.all; NaN counts as true): bool."
 any.__doc__ = "Whether some element over `axis` is nonzero (numpy.any, torch.any; NaN counts as true): bool."
+
+
+def count_nonzero(x, axis=None, keepdims: bool = False) -> Tensor:
+    """numpy.count_nonzero / torch.count_nonzero (whose `dim` is `axis`): the int64 number of nonzero
+    entries (NaN counts) over `axis`, all of them by default."""
+    x = as_tensor(x)
+    truth = x if x.dtype == np.bool_ else not_equal(x, zeros_scalar(x))
+    return sum(cast(truth, np.int64), axis, keepdims)
 
 
 # -- element counts (symbolic dims resolved at run time) -------------------------------------------

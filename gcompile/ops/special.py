@@ -50,6 +50,7 @@ from .elementwise import (
     log,
     log1p,
     logical_and,
+    logical_or,
     promote_float,
     sqrt,
     where,
@@ -58,7 +59,8 @@ from .elementwise import abs as absolute
 from .emitter import Emitter
 from .shape_rules import binary_float, unary_float
 
-__all__ = ["digamma", "erfc", "erfinv", "i0", "lgamma", "log_ndtr", "logit", "ndtr", "ndtri", "polygamma", "xlogy"]
+__all__ = ["digamma", "erfc", "erfinv", "i0", "lgamma", "log_ndtr", "logit", "ndtr", "ndtri", "polygamma", "xlog1py",
+           "xlogy"]
 
 # Bernoulli numbers B2, B4, ..., B20
 _BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510, 43867 / 798, -174611 / 330)
@@ -344,6 +346,15 @@ def _xlogy_vjp(g, ins, outs):
 
 defop("xlogy", infer=binary_float, reference=_xlogy_reference, lower=_lower_xlogy, vjp=_xlogy_vjp,
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
+
+
+def xlog1py(x, y) -> Tensor:
+    """x·log1p(y), and 0 where x == 0 unless y is NaN (torch.special.xlog1py, scipy.special.xlog1py),
+    even at y = -1 or +inf. Gradients as PyTorch's: d/dx = log1p(y), but 0 where x == 0 and y <= -1;
+    d/dy = x/(1 + y)."""
+    x, y = promote_float(x, y)
+    skip = logical_and(equal(x, 0), logical_or(less_equal(y, -1), equal(y, np.inf)))
+    return x * log1p(where(skip, np.zeros((), y.dtype), y))
 
 
 def logit(x, eps: float | None = None) -> Tensor:
