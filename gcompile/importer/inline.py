@@ -147,6 +147,7 @@ class Inliner:
         self.overrides = dict(overrides or {})   # op type -> Translator used instead of the registered one
         self.dim_sources: dict = {}     # dim name -> (Tensor, axis) holding it, to compute it at run time
         self.deferred: set = set()      # refs of Tensors known in principle but too large to compute at import
+        self.notes: dict = {}           # what translators tell each other about values (translators/quantize.py)
 
     def note_dims(self, x) -> None:
         if isinstance(x, Tensor):

@@ -42,6 +42,7 @@ PyTorch is an optional dependency, imported only here and only when a torch modu
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -170,10 +171,12 @@ def _mode(training: bool) -> str:
 
 
 def _run_exporter(module: Any, args: tuple, dynamic: Any, training: bool):
-    """torch.export's program of `module`, its `torch.no_grad()` blocks' results detached, exported to ONNX."""
+    """torch.export's program of `module`, its `torch.no_grad()` and `torch.inference_mode()` blocks'
+    results detached, exported to ONNX."""
     torch = _torch()
     try:
-        program = torch.export.export(module, args, dynamic_shapes=dynamic)
+        with _inference_mode_as_no_grad():
+            program = torch.export.export(module, args, dynamic_shapes=dynamic)
         _detach_no_grad_results(program.graph_module)
         return torch.onnx.export(program, dynamo=True, optimize=False, verbose=False, dynamic_shapes=dynamic)
     except Exception as err:
@@ -181,6 +184,30 @@ def _run_exporter(module: Any, args: tuple, dynamic: Any, training: bool):
                             f"{type(err).__name__}: "
                             f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}"
                             + (" (try dynamic_batch=False)" if dynamic is not None else "")) from None
+
+
+@contextlib.contextmanager
+def _inference_mode_as_no_grad():
+    """While exporting, `torch.inference_mode()` blocks (and functions it decorates) enter no_grad.
+
+    torch.export records no_grad blocks but drops inference_mode ones without a trace, so a
+    scale computed under inference_mode would pass gradients in the import though none passes
+    in PyTorch. The class's own methods are replaced, as decorators made before the export hold
+    the class itself rather than the name torch.inference_mode."""
+    mode = _torch().autograd.grad_mode.inference_mode
+    own = mode.__enter__, mode.__exit__
+
+    def enter(self):
+        self._gcompile_context = _torch().no_grad() if self.mode else contextlib.nullcontext()
+        self._gcompile_context.__enter__()
+
+    def exit_(self, *details):
+        self._gcompile_context.__exit__(*details)
+    mode.__enter__, mode.__exit__ = enter, exit_
+    try:
+        yield
+    finally:
+        mode.__enter__, mode.__exit__ = own
 
 
 def _detach_no_grad_results(module: Any) -> None:

@@ -140,7 +140,7 @@ def test_export_from_a_torch_module_matches_torch():
 def _torch_modules():
     """Modules whose forward does what the exported ONNX graph alone does not say: state updated in
     place in one mode (a persistent and a non-persistent buffer), a branch on self.training, a
-    no_grad block and a detach."""
+    no_grad block, an inference_mode block and method (which torch.export drops) and a detach."""
     import torch
 
     class Modal(torch.nn.Module):
@@ -150,9 +150,16 @@ def _torch_modules():
             self.register_buffer("ema", torch.zeros(4))
             self.register_buffer("seen", torch.zeros((), dtype=torch.int64), persistent=False)
 
+        @torch.inference_mode()
+        def center(self, h):
+            return h.mean(0)
+
         def forward(self, x):
             h = torch.tanh(self.linear(x))
             self.seen += x.shape[0]                    # in both modes
+            with torch.inference_mode():
+                spread = h.std()
+            h = (h - self.center(h).clone()) * spread.clone()
             if self.training:
                 with torch.no_grad():
                     scale = h.abs().amax(dim=(0, 1))
@@ -175,8 +182,8 @@ def _torch_modules():
 
 def test_state_updates_mode_branches_and_stop_gradients_match_torch():
     """Buffers updated in place (in one mode or both, persistent or not) are carried as state, a
-    forward that branches on self.training follows train()/eval(), and no_grad blocks and detaches
-    pass no gradient: two training calls, then one in eval mode, as in PyTorch; updates of a
+    forward that branches on self.training follows train()/eval(), and no_grad and inference_mode
+    blocks and detaches pass no gradient: two training calls, then one in eval mode, as in PyTorch; updates of a
     parameter or an input are refused by name."""
     _require("torch")
     _require("onnxscript")

@@ -171,3 +171,13 @@ def test_nextafter_with_subnormals_flushed(dtype):
 
 def test_nextafter_gradient():
     check_grads(F.nextafter, [np.array([0.3, -2.0, 7.5]), np.array([1.0, -3.0, 0.0])])
+
+
+def test_trunc_divide_rounds_toward_zero_and_passes_no_gradient():
+    with np.errstate(all="ignore"):
+        check_forward(F.trunc_divide, [A, B], np.trunc(A / B), rtol=0)
+    a, b = np.array([7, -7, 7, -7, 5, 0]), np.array([2, 2, -2, -2, 0, 3])
+    check_forward(F.trunc_divide, [a, b], np.array([3, -3, -3, 3, 0, 0]))        # C's division; by 0 gives 0
+    check_forward(F.trunc_divide, [np.zeros((0, 3)), np.ones(3)], np.zeros((0, 3)))
+    x = np.array([1.5, -2.5]), np.array([0.5, 2.0])
+    check_values(lambda a, b: gc.grad(F.sum(F.trunc_divide(a, b)), [a, b]), list(x), [np.zeros(2), np.zeros(2)])
