@@ -48,3 +48,15 @@ def test_keep_keeps_them(monkeypatch):
     monkeypatch.setenv("GCOMPILE_SUBNORMALS", "sometimes")
     with pytest.raises(GcompileError, match="GCOMPILE_SUBNORMALS must be 'flush' or 'keep'"):
         subnormals.keep_subnormals()
+
+
+def test_a_saved_model_run_by_gcompile_run_flushes_them_on_the_calling_thread(tmp_path):
+    from gcompile.runtime import modelfile
+    cf, x, w = _calls(4)
+    cf.save(tmp_path / "f.onnx")
+    with modelfile.opened(tmp_path / "f.onnx") as opened:
+        session = modelfile.session(opened, "cpu")
+        model = opened.model
+    feeds = {i.name: v for i, v in zip(model.graph.input, (x, w))}
+    outputs = _in_thread(lambda: modelfile.run(session, model, feeds)["outputs"])  # (a thread no session set)
+    assert not any(np.any(v) for v in outputs.values())
