@@ -57,3 +57,34 @@ def test_write_replaces_only_the_marked_section(tmp_path):
 def test_a_page_without_markers_is_an_error():
     with pytest.raises(ValueError, match="bench-table"):
         _report().replace_section("no markers here", "table")
+
+
+def _zoo_sample():
+    with open(os.path.join(DATA, "zoo_sample.json")) as f:
+        return json.load(f)
+
+
+def test_the_zoo_sample_gives_the_recorded_table():
+    with open(os.path.join(DATA, "zoo_sample_table.md")) as f:
+        expected = f.read()
+    assert _report().zoo_tables([("zoo_sample.json", _zoo_sample())]) == expected
+
+
+def test_write_replaces_the_zoo_section_and_the_bench_section_each_from_its_runs(tmp_path):
+    report = _report()
+    page = tmp_path / "page.md"
+    page.write_text(f"# Title\n{report.BEGIN}\nold table\n{report.END}\nbetween\n{report.ZOO_BEGIN}\nold zoo\n"
+                    f"{report.ZOO_END}\nafter\n")
+    sample, zoo = tmp_path / "sample.json", tmp_path / "zoo_sample.json"
+    sample.write_text(json.dumps(_sample()))
+    zoo.write_text(json.dumps(_zoo_sample()))
+    assert report.main([str(zoo), "--write", str(page)]) == 0      # the zoo's run: its section only
+    text = page.read_text()
+    assert "old table" in text and "old zoo" not in text
+    assert "| resnet50 ResNet-50 | batch 8, 224² | 25.6M | 1850.0 | 0.98 (0.90–1.06) |" in text
+    assert report.main([str(sample), str(zoo), "--write", str(page)]) == 0
+    text = page.read_text()
+    assert "old table" not in text and text.endswith(report.ZOO_END + "\nafter\n")
+    assert "| W1 mlp-step | 21.0 | 1.00 (0.80–1.10) |" in text and "| gpt2 GPT-2 small | small | 65,536 |" in text
+    with pytest.raises(ValueError, match="zoo-table"):
+        report.replace_section("no markers", "table", report.ZOO_BEGIN, report.ZOO_END)

@@ -15,6 +15,15 @@ def names(nodes):
     return [n.name for n in nodes]
 
 
+def tanh_step(x, *ws):
+    """A tanh network's loss and the gradients of its weights."""
+    h = x
+    for w in ws:
+        h = F.tanh(h @ w)
+    loss = F.sum(h * h)
+    return loss, gc.grad(loss, list(ws))
+
+
 def node(op, inputs, output):
     return helper.make_node(op, inputs, [output], name=output)
 
@@ -98,15 +107,8 @@ def test_a_silu_network_emits_each_derivative_piece_once():
 def test_the_order_is_deterministic_and_keeps_every_node():
     rng = np.random.default_rng(0)
     ws = [rng.standard_normal((4, 4)).astype(np.float32) for _ in range(5)]
-
-    def step(x, *ws):
-        h = x
-        for w in ws:
-            h = F.tanh(h @ w)
-        loss = F.sum(h * h)
-        return loss, gc.grad(loss, list(ws))
     x = rng.standard_normal((3, 4)).astype(np.float32)
-    a, b = (gc.compile(step, x, *ws, provider="cpu") for _ in range(2))
+    a, b = (gc.compile(tanh_step, x, *ws, provider="cpu") for _ in range(2))
     assert a.model.SerializeToString() == b.model.SerializeToString()
     produced = {i.name for i in a.model.graph.input} | {t.name for t in a.model.graph.initializer}
     for n in a.model.graph.node:    # a topological order
@@ -159,3 +161,111 @@ def test_a_value_a_body_reads_from_outside_is_placed_before_it_and_merged_with_i
     assert [list(b.node[0].input) for b in branches] == [["a"], ["a"]]
     from gcompile.lowering.reads import node_reads
     assert node_reads(nodes[2]) == ["cond", "c"]
+
+
+def test_planned_peak_counts_the_values_alive_at_once_in_trace_order():
+    from gcompile.frontend.trace import trace
+    x = np.ones((2, 8), np.float32)                        # 64 bytes a value
+
+    def fn(x):
+        a = F.tanh(x)          # a: 64
+        b = F.tanh(a)          # a, b: 128
+        c = a * b              # a, b, c: 192, then a and b are freed
+        return F.sum(c), F.tanh(c)  # c, sum, tanh(c): 64 + 4 + 64
+    from gcompile.ir.memory import planned_peak
+    assert planned_peak(trace(fn, [x]).graph) == 192
+    assert planned_peak(trace(fn, [gc.spec(("n", 8))]).graph) is None
+
+
+def test_follow_order_puts_a_fused_node_where_its_pattern_was():
+    # ONNX Runtime's fused node comes last in its graph and would run last in its priority
+    # order; follow_order gives it the place of the node that made its output
+    reference = [node("Tanh", ["x"], "a"), node("Transpose", ["a"], "t"), node("MatMul", ["t", "g"], "w"),
+                 node("Neg", ["g"], "n"), node("Tanh", ["n"], "m"), node("Identity", ["w"], "out")]
+    fused = helper.make_node("FusedMatMul", ["a", "g"], ["w"], name="w/MatmulTransposeFusion/")
+    made = helper.make_node("Relu", ["w"], ["r"], name="r_new")            # a node of its own, read by none
+    optimized = [reference[0], reference[3], reference[4], reference[5], fused, made]
+    assert names(order.follow_order(optimized, reference)) == ["a", "w/MatmulTransposeFusion/", "n", "m", "out",
+                                                                "r_new"]
+
+
+def test_a_large_planned_peak_runs_in_trace_order_without_a_memory_pattern(monkeypatch):
+    import gcompile.passes
+    from gcompile.lowering import lower
+    seen = []
+    import onnxruntime as ort
+    real = ort.InferenceSession
+
+    def spy(model, options, **kw):
+        seen.append((options.execution_order, options.enable_mem_pattern, options.graph_optimization_level))
+        return real(model, options, **kw)
+    monkeypatch.setattr(ort, "InferenceSession", spy)
+    monkeypatch.setattr(gcompile.passes, "FILE_ORDER_MIN_BYTES", 1)
+    rng = np.random.default_rng(0)
+    ws = [rng.standard_normal((4, 4)).astype(np.float32) for _ in range(3)]
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    cf = gc.compile(tanh_step, x, *ws, provider="cpu")
+    assert {p.key: p.value for p in cf.model.metadata_props}[lower.ORDER_KEY] == "file"
+    # the optimizing session, then the session running ONNX Runtime's graph in the file's order
+    assert seen[0][0] == ort.ExecutionOrder.DEFAULT
+    assert seen[-1] == (ort.ExecutionOrder.PRIORITY_BASED, False, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    monkeypatch.setattr(gcompile.passes, "FILE_ORDER_MIN_BYTES", 1 << 60)
+    default = gc.compile(tanh_step, x, *ws, provider="cpu")
+    assert lower.ORDER_KEY not in {p.key for p in default.model.metadata_props}
+    for a, b in zip(cf(x, *ws)[1], default(x, *ws)[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_the_ordered_model_keeps_onnx_runtimes_fused_nodes_in_the_files_order(monkeypatch):
+    # ONNX Runtime fuses the weight gradients' hᵀ·g into FusedMatMuls, nodes it numbers after all
+    # others (its priority order would run them last, holding h until the end of the step); in
+    # the session's graph every node keeps the place of the file's node that made its output
+    import onnx
+
+    import gcompile.passes
+    from gcompile.frontend.trace import trace
+    from gcompile.lowering import lower
+    from gcompile.passes import optimize
+    monkeypatch.setattr(gcompile.passes, "FILE_ORDER_MIN_BYTES", 1)
+    rng = np.random.default_rng(0)
+    ws = [rng.standard_normal((2, 6, 6)).astype(np.float32) for _ in range(3)]
+    traced = trace(tanh_step, [rng.standard_normal((2, 5, 6)).astype(np.float32), *ws])
+    optimize(traced.graph)
+    model, _ = lower.to_onnx(traced.graph, traced.input_names, target="ort-cpu")
+    ordered = onnx.load_from_string(providers.ordered_model(model.SerializeToString(), list(model.graph.node)))
+    assert [n.op_type for n in ordered.graph.node].count("FusedMatMul") >= len(ws)
+    made_at = {out: i for i, n in enumerate(model.graph.node) for out in n.output}
+    places = [max(made_at[o] for o in n.output if o in made_at) for n in ordered.graph.node
+              if any(o in made_at for o in n.output)]
+    assert places == sorted(places)
+
+
+def test_a_training_step_with_a_memory_budget_runs_in_its_order_and_steps_as_the_default(monkeypatch):
+    from gcompile.lowering.lower import ORDER_KEY
+    from gcompile.runtime import providers as prov
+    made = []
+    real = prov.ordered_model
+
+    def spy(model, order, nodes=None):
+        made.append(len(order))
+        return real(model, order, nodes)
+    monkeypatch.setattr(prov, "ordered_model", spy)
+    rng = np.random.default_rng(0)
+    params = {f"w{i}": (rng.standard_normal((16, 16)) * 0.3).astype(np.float32) for i in range(4)}
+
+    def loss(p, x):
+        h = x
+        for i in range(4):
+            h = F.tanh(h @ p[f"w{i}"])
+        return F.sum(h * h)
+    x = rng.standard_normal((64, 16)).astype(np.float32)
+    steps = [gc.export_train_step(loss, params, gc.optim.SGD(0.1), x, provider="cpu", **budget)
+             for budget in ({}, {"memory_budget": 40_000})]
+    assert {p.key: p.value for p in steps[1].model.metadata_props}[ORDER_KEY] == "file"
+    trainers = [gc.runtime.Trainer(step) for step in steps]
+    assert made       # the budgeted step's session runs ONNX Runtime's graph in the file's order
+    for _ in range(3):
+        losses = [t.step(x) for t in trainers]
+        np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+    for name in params:
+        np.testing.assert_allclose(trainers[1].params[name], trainers[0].params[name], rtol=1e-5, atol=1e-6)

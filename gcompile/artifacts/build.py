@@ -163,8 +163,8 @@ def _trace_one(fn: Callable, info: Export, opset: int | None, passes: Callable,
         with phase("trace"):
             traced = info.trace(fn)
         logger.debug("%s: traced %d nodes", info.name, len(traced.graph))
-        with phase("passes"):
-            passes(traced.graph)
+        with phase("passes"):   # (a training step's options may hold a memory budget)
+            passes(traced.graph, memory_budget=getattr(getattr(info, "options", None), "memory_budget", None))
         logger.debug("%s: %d nodes after the graph passes", info.name, len(traced.graph))
         with phase("lower"):
             model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=info.name,

@@ -30,6 +30,7 @@ from ..ir.dims import format_shape
 from ..runtime import modelfile, npz
 from ..runtime.files import write_files
 from ..runtime.providers import make_session
+from ..runtime.subnormals import flushed
 from .cluster import connect
 
 __all__ = ["map_model", "read_shards"]
@@ -129,7 +130,8 @@ class _Evaluator:
 
     def _run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         checked = modelfile.check_feeds(self.model, {**feeds, **self.plan.constants})
-        return self.session.run(self.plan.outputs, checked)
+        with flushed():
+            return self.session.run(self.plan.outputs, checked)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         feeds = {n: np.asarray(batch[n]) for n in self.plan.data}   # other columns are left behind

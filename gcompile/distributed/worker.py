@@ -28,6 +28,7 @@ import onnx
 from ..errors import GcompileError
 from ..runtime.modelfile import signature
 from ..runtime.providers import PROVIDERS, make_session, resolve_provider
+from ..runtime.subnormals import flushed
 from ..training.split import SplitStep, grad_name
 from .reduce import FlatPlan, weighted_sum
 
@@ -141,7 +142,8 @@ class Worker:
         outputs = ["loss"] + [grad_name(p) for p in self.layout.params]
         for name in outputs:
             binding.bind_output(name, "cpu")
-        self._gradient.run_with_iobinding(binding)
+        with flushed():
+            self._gradient.run_with_iobinding(binding)
         values = dict(zip(outputs, binding.copy_outputs_to_cpu()))
         chunks = self._plan.split(self._plan.flatten(values), n)
         self._seconds = {"gradients": time.perf_counter() - start}
@@ -167,7 +169,8 @@ class Worker:
             binding.bind_ortvalue_output(self.layout.new(name), self._spare[name])
         for name, arr in grads.items():
             binding.bind_cpu_input(name, np.ascontiguousarray(arr))
-        self._update.run_with_iobinding(binding)
+        with flushed():
+            self._update.run_with_iobinding(binding)
         self._live, self._spare = self._spare, self._live
         self._count = count + 1
         self._seconds["apply"] = time.perf_counter() - start

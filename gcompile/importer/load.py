@@ -70,6 +70,7 @@ def load_onnx(model: str | os.PathLike | bytes | bytearray | onnx.ModelProto) ->
             raise GcompileError(f"{source}: the file is empty (0 bytes), not an ONNX model")
         proto = parse(source, data)
         verify(source, data, proto)
+        del data     # the file's bytes: gone before the initializers become arrays (one copy fewer at once)
         folder = os.path.dirname(os.path.abspath(source))
     else:
         raise GcompileError(f"load_onnx takes a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
@@ -80,7 +81,7 @@ def load_onnx(model: str | os.PathLike | bytes | bytearray | onnx.ModelProto) ->
         if any(uses_external_data(t) for t in _tensors(proto.graph)):
             raise GcompileError("this model keeps initializers in external data files: pass its path to "
                                 "gc.load_onnx so they are read from the model's folder")
-        return OnnxModel(proto, source)
+        return OnnxModel(proto, source, owned=not isinstance(model, onnx.ModelProto))
 
 
 @contextlib.contextmanager
@@ -166,19 +167,26 @@ class OnnxModel:
 
     `params`: name -> numpy array of its initializers. `input_names`, `output_names`: the
     graph's (initializers listed as inputs by older exporters count as params).
-    `input_specs()`: gc.Specs from the declared inputs, dim_params as symbolic dims.
+    `input_specs()`: gc.Specs from the declared inputs, dim_params as symbolic dims. `proto`: the
+    ModelProto; for one this object `owned` (read from a path or bytes) without its graph's
+    initializers, whose values `params` holds: the weights are kept once, not also as the
+    protobuf's bytes (a ModelProto's memory is freed only with the whole message).
     """
 
-    def __init__(self, proto: onnx.ModelProto, source: str = "the given ModelProto") -> None:
+    def __init__(self, proto: onnx.ModelProto, source: str = "the given ModelProto", owned: bool = False) -> None:
         graph = proto.graph
         if graph.sparse_initializer:
             raise UnsupportedError("sparse initializers are not supported")
-        self.proto, self.source = proto, source
+        self.source = source
         self.opsets = {o.domain: o.version for o in proto.opset_import}
         self._params = {t.name: tensor_array(t, f"initializer {t.name!r}") for t in graph.initializer}
-        self._inputs = [v for v in graph.input if v.name not in self._params]
+        if owned:    # (a part of a message, such as an input's ValueInfoProto, keeps the whole message's memory)
+            del graph.initializer[:]
+            proto = onnx.load_from_string(proto.SerializeToString())
+        self.proto = proto
+        self._inputs = [v for v in proto.graph.input if v.name not in self._params]
         self.input_names = [v.name for v in self._inputs]
-        self.output_names = [v.name for v in graph.output]
+        self.output_names = [v.name for v in proto.graph.output]
 
     def __repr__(self) -> str:
         return (f"<OnnxModel {self.proto.graph.name!r}: inputs {self.input_names}, outputs {self.output_names}, "

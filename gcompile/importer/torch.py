@@ -506,10 +506,11 @@ class TorchModule(Module):
         proto = onnx.ModelProto()
         proto.CopyFrom(self._onnx.proto)
         state = self.state_dict()
-        for tensor in proto.graph.initializer:
-            if tensor.name in state:
-                value = np.asarray(state[tensor.name])
-                tensor.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(value).reshape(value.shape), tensor.name))
+        del proto.graph.initializer[:]     # (a model load_onnx read keeps them as params only)
+        for name, value in self._onnx.params.items():
+            value = np.asarray(state.get(name, value))
+            proto.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(value).reshape(value.shape),
+                                                                   name))
         if self._flag is not None:
             _set_flag(proto, self._flag, self.training)
         entry = next(p for p in proto.metadata_props if p.key == METADATA_KEY)

@@ -51,6 +51,7 @@ class Node:
     order: int = 0          # 0 forward, 1 backward, 2 double backward, ...
     source: str = ""        # "file.py:12" of the user code that created it
     recompute: bool = False  # inside a gc.checkpoint region: recomputed for the backward (passes/recompute.py)
+    copy: bool = False       # such a node computed again for the backward: lowering never merges it with another
 
     def out(self, index: int = 0) -> ValueRef:
         return ValueRef(self.id, index)
@@ -74,6 +75,9 @@ class Graph:
     inputs: list[ValueRef] = field(default_factory=list)
     outputs: list[ValueRef] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)
+    # The nodes are to run in id order (set by passes.optimize: a large planned peak, ir/memory.py,
+    # or a memory budget); lowering then keeps that order (lowering/order.py).
+    run_in_order: bool = False
     _dag: nx.DiGraph = field(default_factory=nx.DiGraph, repr=False)
     _next_id: int = 0
     _name_counts: dict[str, int] = field(default_factory=dict, repr=False)

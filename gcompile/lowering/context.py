@@ -47,6 +47,7 @@ class LowerContext:
         self.graph, self.opset, self.parent = graph, opset, parent
         self.target: Target = parent.target if parent is not None else target or TARGETS[DEFAULT_TARGET]
         self.nodes: list = []
+        self.apart: set[str] = set()      # outputs of the nodes emitted for recomputed copies: never merged away
         self._shape_cache: dict = {}
         self._current: Node | None = None
         if parent is None:
@@ -85,7 +86,10 @@ class LowerContext:
             chosen = self.target.strategy_for(self, node)
             self.lowerings[node.op, chosen.name if chosen else "plain"] += 1
             rule = chosen.lower if chosen else get_op(node.op).lower
+            start = len(self.nodes)
             outs = rule(self, [names[r] for r in node.inputs], node)
+            if node.copy:
+                self.apart.update(out for emitted in self.nodes[start:] for out in emitted.output)
             outs = [outs] if isinstance(outs, str) else list(outs)
             for i, out in enumerate(outs):
                 names[node.out(i)] = out

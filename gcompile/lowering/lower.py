@@ -18,6 +18,9 @@ from .targets import DEFAULT_TARGET, get_target
 from .versions import choose_opset, runtime_limits
 
 TARGET_KEY = "gcompile.target"   # the model metadata naming the target it was lowered for
+# The model metadata saying the nodes are written in the order they should run (order.py: set on
+# graphs of large planned peaks); runtime/providers.py then runs them in that order.
+ORDER_KEY = "gcompile.order"
 
 _recorders: list[Counter] = []
 
@@ -56,8 +59,10 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
         ctx.nodes.append(helper.make_node("Identity", [names[ref]], [out_name], name=out_name))
         outputs.append(value_info(out_name, graph.type_of(ref)))
     inputs = [value_info(n, graph.type_of(r)) for n, r in zip(input_names, graph.inputs)]
-    nodes = dedupe_nodes(ctx.nodes, set(graph.output_names))
-    nodes = schedule_order(nodes, graph.output_names)   # how ONNX Runtime loads and runs it: see order.py
+    nodes = dedupe_nodes(ctx.nodes, set(graph.output_names) | ctx.apart)   # (a recomputed copy stays a copy)
+    in_file_order = graph.run_in_order
+    if not in_file_order:
+        nodes = schedule_order(nodes, graph.output_names)   # how ONNX Runtime loads and runs it: see order.py
     typed: dict = {}
     if value_types:   # each node output once, not the values that are graph inputs, initializers or outputs
         declared = set(input_names) | set(graph.output_names) | {t.name for t in ctx.initializers}
@@ -73,7 +78,7 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
     model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="gcompile", producer_version=__version__)
     model.ir_version = runtime_limits()[0]
-    helper.set_model_props(model, {TARGET_KEY: target})
+    helper.set_model_props(model, {TARGET_KEY: target, **({ORDER_KEY: "file"} if in_file_order else {})})
     for seen in _recorders:
         seen.update(ctx.lowerings)
     return model, ctx.float64_ops

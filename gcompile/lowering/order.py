@@ -20,9 +20,23 @@ of them at the very end, so the depth-first walk starts with them: each gradient
 as soon as its operands exist and they can be freed, as PyTorch's backward does. Those wait in
 the loader's list, so this is done for at most MAX_LAST_OUTPUTS outputs (a cost of that many
 times the node count); with more, they keep their place among the others.
+
+Memory. The depth-first walk decides every value's lifetime by itself, and on large training
+graphs it keeps values alive far longer than needed: a weight gradient's operands wait until
+the walk reaches its output, and a branch's gradient is finished long before the other branch
+reads it (a ResNet-50 step held twice the values PyTorch's backward holds). PyTorch frees each
+saved tensor as soon as its backward has run, and the trace order is that order: the forward
+as the user wrote it, then each VJP's nodes when the gradient reaches them, a weight's gradient
+beside the gradient it needs. So a graph whose values need much memory (ir/memory.py; the graph's
+run_in_order, which passes.optimize sets) keeps its trace order, and its session runs the file as written
+(runtime/providers.py: ONNX Runtime's priority order, which takes the ready node first in the
+file; follow_order keeps that order through ONNX Runtime's own rewrites). Its nodes ready long
+before their place are few (a gradient's pieces that read only forward values), which keeps
+the loader's lists short at such sizes.
 """
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 from .reads import node_reads
@@ -33,17 +47,7 @@ MAX_LAST_OUTPUTS = 32
 def schedule_order(nodes: list, output_names: list[str]) -> list:
     """`nodes` (onnx NodeProtos in a topological order) reordered as the module docstring says.
     Deterministic: the result depends only on the input order."""
-    producer: dict[str, int] = {}
-    for i, node in enumerate(nodes):
-        for out in node.output:
-            if out:
-                producer[out] = i
-    readers: list[list[int]] = [[] for _ in nodes]
-    waiting = [0] * len(nodes)
-    for i, node in enumerate(nodes):
-        for p in sorted({producer[name] for name in node_reads(node) if name in producer}):
-            readers[p].append(i)
-            waiting[i] += 1
+    producer, readers, waiting = _dependencies(nodes)
     last = _output_groups(nodes, readers, producer, set(output_names))
     if len(set(last.values())) > MAX_LAST_OUTPUTS:
         last = {}
@@ -93,3 +97,70 @@ def loader_waits(nodes) -> int:
     position = {out: i for i, node in enumerate(nodes) for out in node.output if out}
     return sum(i - 1 - max((position[name] for name in node_reads(node) if name in position), default=-1)
                for i, node in enumerate(nodes))
+
+
+def follow_order(nodes: list, reference: list) -> list:
+    """`nodes`, a graph ONNX Runtime made from the graph of `reference` (fused, folded, with nodes
+    of its own), in `reference`'s order. ONNX Runtime numbers the nodes it makes after all others
+    and its priority order takes the ready node numbered first, so a fused weight-gradient
+    product would wait for the end of the step, holding its operands. Each node takes the place
+    of the reference node that made its last output (a fusion keeps its pattern's output names),
+    else of the reference node its name derives from ("name/FusionName/"), else the place of its
+    first reader (it is made just before it is needed); then the nodes are sorted topologically,
+    the ready node with the earliest place first (ties: as given). Deterministic."""
+    position = {}
+    for i, node in enumerate(reference):
+        position[node.name] = i
+        for out in node.output:
+            if out:
+                position["value:" + out] = i
+    _, readers, waiting = _dependencies(nodes)
+    unplaced = float("inf")
+    places: list[float] = []
+    for node in nodes:
+        made = [position["value:" + out] for out in node.output if out and "value:" + out in position]
+        place = max(made) if made else position.get(node.name, position.get(node.name.split("/")[0]))
+        places.append(unplaced if place is None else place)
+    for i in reversed(_topological(readers, list(waiting))):   # the rest: their first reader's place
+        if places[i] == unplaced:
+            known = [places[r] for r in readers[i] if places[r] != unplaced]
+            places[i] = min(known) - 0.5 if known else float(len(reference))
+    ready = [(places[i], i) for i in range(len(nodes)) if waiting[i] == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(i)
+        for r in readers[i]:
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                heapq.heappush(ready, (places[r], r))
+    assert len(order) == len(nodes), "follow_order needs an acyclic node list"
+    return [nodes[i] for i in order]
+
+
+def _dependencies(nodes: list) -> tuple[dict[str, int], list[list[int]], list[int]]:
+    """(the index of the node making each value, the indices of each node's readers in order, how
+    many nodes each node reads from) of `nodes`, loop bodies' outer reads included."""
+    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
+    readers: list[list[int]] = [[] for _ in nodes]
+    waiting = [0] * len(nodes)
+    for i, node in enumerate(nodes):
+        for p in sorted({producer[name] for name in node_reads(node) if name in producer}):
+            readers[p].append(i)
+            waiting[i] += 1
+    return producer, readers, waiting
+
+
+def _topological(readers: list[list[int]], waiting: list[int]) -> list[int]:
+    """Node indices in a topological order (Kahn's, first index first); `waiting` is consumed."""
+    queue = deque(i for i in range(len(readers)) if waiting[i] == 0)
+    order = []
+    while queue:
+        i = queue.popleft()
+        order.append(i)
+        for r in readers[i]:
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                queue.append(r)
+    return order

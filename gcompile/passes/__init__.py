@@ -12,7 +12,9 @@ import functools
 from collections.abc import Callable
 
 from ..collector import collector_paused
+from ..errors import GcompileError
 from ..ir.graph import Graph
+from ..ir.memory import FILE_ORDER_MIN_BYTES, planned_peak
 from .base import PassResult, replace_uses, run_pass, run_to_fixed_point
 from .cse import eliminate_common_subexpressions
 from .dce import eliminate_dead_code
@@ -20,6 +22,7 @@ from .fold import fold_constants
 from .gemm import batch_products, fuse_gemm
 from .loops import hoist_loop_sums, prune_loops
 from .recompute import recompute as recompute_pass
+from .recompute import within_budget
 from .simplify import simplify
 
 PIPELINES: dict[int, list[Callable[[Graph], PassResult]]] = {
@@ -31,13 +34,23 @@ PIPELINES: dict[int, list[Callable[[Graph], PassResult]]] = {
 
 
 @collector_paused
-def optimize(graph: Graph, level: int = 2, recompute: bool = False) -> Graph:
+def optimize(graph: Graph, level: int = 2, recompute: bool = False, memory_budget: int | None = None) -> Graph:
     """Run the level's passes on `graph` (in place) until nothing changes, then the recompute
-    pass once (last: CSE would merge its copies back)."""
+    pass once (last: CSE would merge its copies back).
+
+    The graph is then marked to run in its id order (graph.run_in_order) when its planned peak is
+    large (ir/memory.py) or a `memory_budget` (bytes) is given, whose recomputations are chosen
+    first (passes/recompute.py within_budget)."""
     if level not in PIPELINES:
         raise ValueError(f"optimization level must be 0, 1 or 2, got {level}")
     run_to_fixed_point(graph, PIPELINES[level])
-    if run_pass(graph, functools.partial(recompute_pass, cheap=recompute)).changed:
+    if memory_budget is not None:
+        if not isinstance(memory_budget, (int, float)) or isinstance(memory_budget, bool) or memory_budget <= 0:
+            raise GcompileError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
+        within_budget(graph, int(memory_budget))
+    planned = planned_peak(graph)
+    graph.run_in_order = memory_budget is not None or (planned is not None and planned >= FILE_ORDER_MIN_BYTES)
+    if run_pass(graph, functools.partial(recompute_pass, cheap=recompute, sequenced=not graph.run_in_order)).changed:
         run_pass(graph, eliminate_dead_code)
     return graph
 

@@ -19,11 +19,25 @@ operands a group of copies reads from outside it pass through `after(x, token)`,
 x but cannot run before `token`, the latest backward node already placed that depends on
 the end of the forward; this keeps the copies in the backward, where they belong, and also stops
 onnxruntime's CSE from merging them back. The graph is renumbered (Graph.renumber) so that id order stays
-topological. Run it after the passes that merge equal nodes; it is idempotent.
+topological. Run it after the passes that merge equal nodes; it is idempotent. A graph that runs in
+its id order (graph.run_in_order: its session keeps the file's order and merges no equal nodes,
+runtime/providers.py) needs no `after`: sequenced=False places the copies without it.
+
+A memory budget (within_budget) marks forward nodes for copying like gc.checkpoint does, chosen
+so that the step's planned peak (ir/memory.py), with the copies placed as this pass places them,
+fits the budget: at each round, among the saved values alive at the planned peak that copies
+made after that point would free, those that free the most bytes per operation recomputed, as
+the remat policies of JAX and Checkmate weigh them.
 """
 from __future__ import annotations
 
+import math
+import warnings
+
+from ..errors import GcompileError
+from ..ir.dims import format_shape
 from ..ir.graph import Graph, Node, ValueRef
+from ..ir.memory import nbytes, peak
 from ..ir.registry import Trait, has_trait, is_random
 from .base import PassResult
 
@@ -57,11 +71,11 @@ def _gradient_carriers(graph: Graph) -> dict[int, set[int]]:
     return carriers
 
 
-def recompute(graph: Graph, cheap: bool = True) -> PassResult:
+def recompute(graph: Graph, cheap: bool = True, sequenced: bool = True) -> PassResult:
     chosen = _candidates(graph, cheap)
     if not chosen:
         return PassResult(graph, False)
-    carriers = _gradient_carriers(graph)
+    carriers = _gradient_carriers(graph) if sequenced else {}
     originals = graph.topo_order()
     sequence: list[int] = []            # node ids in the new topological order
     made: dict[tuple, Node] = {}        # ("copy", id, order) or ("after", ref, token) -> the node added
@@ -82,7 +96,7 @@ def recompute(graph: Graph, cheap: bool = True) -> PassResult:
     def boundary(ref: ValueRef, order: int) -> ValueRef:
         """An outside operand of a copy, made to wait for the backward's progress."""
         token = latest.get(order)
-        if token is None or graph.nodes[ref.node].op == "constant":
+        if not sequenced or token is None or graph.nodes[ref.node].op == "constant":
             return ref
         key = ("after", ref, token)
         if key not in made:
@@ -94,8 +108,10 @@ def recompute(graph: Graph, cheap: bool = True) -> PassResult:
         key = ("copy", node.id, order)
         if key not in made:   # node.inputs are still the original operands: rewiring waits for the end
             operands = [operand(r, order) if r.node in chosen else boundary(r, order) for r in node.inputs]
-            return place(key, graph.add_node(node.op, operands, node.attrs, node.outputs, order, node.source,
-                                             f"re{order}_{node.name}"))
+            made_copy = graph.add_node(node.op, operands, node.attrs, node.outputs, order, node.source,
+                                       f"re{order}_{node.name}")
+            made_copy.copy = True
+            return place(key, made_copy)
         return made[key]
 
     for node in originals:
@@ -112,3 +128,171 @@ def recompute(graph: Graph, cheap: bool = True) -> PassResult:
         graph.replace_inputs(graph.nodes[node_id], operands)
     graph.renumber(sequence)
     return PassResult(graph, True)
+
+
+# -- a memory budget -----------------------------------------------------------------------------------------
+_ROUNDS = 128         # rounds of choices before giving up on a budget
+_ROUND_SHARE = 0.1    # the most of the planned peak one round's choices set out to free: the peak moves
+
+
+def _flops(graph: Graph, node: Node) -> int:
+    """About how many arithmetic operations running `node` again costs: products and
+    convolutions by their contraction, anything else by the elements it reads and writes."""
+    out = sum(math.prod(t.shape) for t in node.outputs)
+    types = [graph.type_of(r) for r in node.inputs]
+    if node.op in ("matmul", "gemm") and types:
+        a = types[0]
+        k = a.shape[-2] if node.attrs.get("trans_a") and a.ndim == 2 else a.shape[-1]
+        return 2 * out * k
+    if node.op in ("conv", "conv_transpose", "conv_weight_grad") and len(types) > 1:
+        return 2 * out * math.prod(types[1].shape[1:])
+    return out + sum(math.prod(t.shape) for t in types)
+
+
+def _budget_steps(graph: Graph, chosen: set[int], size: dict) -> list:
+    """The graph's nodes with the copies the recompute pass makes of `chosen` (each copied before
+    its first reader of a higher order, its chosen operands copied before it), as
+    ir.memory.peak takes them: copies' values are keyed ("copy", node id, order, output)."""
+    steps: list = []
+    made: set = set()
+
+    def read(ref: ValueRef, order: int):
+        producer = graph.nodes[ref.node]
+        if ref.node in chosen and producer.order < order:
+            copy(producer, order)
+            return ("copy", ref.node, order, ref.index)
+        return ref
+
+    def copy(node: Node, order: int) -> None:
+        if (node.id, order) in made:
+            return
+        made.add((node.id, order))
+        reads = [read(r, order) for r in node.inputs]
+        steps.append(([(("copy", node.id, order, i), size[node.out(i)]) for i in range(len(node.outputs))], reads))
+
+    for node in graph.topo_order():
+        if node.op in ("input", "constant"):
+            continue
+        reads = [read(r, node.order) for r in node.inputs]
+        steps.append(([(node.out(i), size[node.out(i)]) for i in range(len(node.outputs))], reads))
+    return steps
+
+
+def _alive_at(steps: list, at: int, kept: set) -> set:
+    """The values made at or before step `at` and still needed after it."""
+    last: dict = {}
+    for i, (_, reads) in enumerate(steps):
+        for key in reads:
+            last[key] = i
+    return {key for i, (made, _) in enumerate(steps[:at + 1]) for key, _ in made
+            if key in kept or last.get(key, i) > at}
+
+
+def _closure(graph: Graph, node: Node, alive: set, chosen: set[int], limit: int) -> set[int] | None:
+    """The nodes a copy of `node` needs copied too: its operands' producers whose values are not
+    alive at the peak (`alive`) nor copied anyway (`chosen`), and theirs in turn, back to values
+    that are; None where that takes more than `limit` nodes or reaches a random one."""
+    needed: set[int] = set()
+    stack = [node]
+    while stack:
+        for ref in stack.pop().inputs:
+            producer = graph.nodes[ref.node]
+            if producer.op in ("input", "constant") or ref in alive or producer.id in chosen | needed:
+                continue
+            if is_random(producer) or len(needed) >= limit:
+                return None
+            needed.add(producer.id)
+            stack.append(producer)
+    return needed
+
+
+def within_budget(graph: Graph, budget: int) -> tuple[int, int]:
+    """Mark forward nodes for recomputing (node.recompute) so that the planned peak of the step
+    with their copies (see the module's docstring) is at most `budget` bytes, or as low as the
+    rounds get it; returns (planned peak before, after). A budget it cannot reach is warned
+    about with the figures. Needs static sizes; random nodes and loops are never marked, and the
+    operations recomputed stay within those of one forward pass.
+
+    Each round looks at the values alive at the planned peak that the backward reads after it and
+    the forward no longer needs: a copy of such a value's node, made just before its first
+    backward reader, frees it at the peak; the copy needs its operands, and those not alive at
+    the peak are copied too (_closure). The values freeing the most bytes per operation of their
+    copies go first, until the excess is covered or a tenth of the plan (a large batch of copies
+    moves the peak into the backward, where the copies live at once); a round that does not lower
+    the planned peak is taken back, its best choice alone tried, and failing that left out for
+    good. The lowest plan any round reached is kept."""
+    size: dict = {}
+    for node in graph.nodes.values():
+        for i, t in enumerate(node.outputs):
+            n = nbytes(t)
+            if n is None and node.op not in ("input", "constant"):
+                where = f" at {node.source}" if node.source else ""
+                raise GcompileError(f"memory_budget needs static sizes, but {node.name} ({node.op}{where}) makes a "
+                                    f"value of shape {format_shape(t.shape)}: give static specs")
+            size[node.out(i)] = n or 0
+    kept = set(graph.outputs)
+    forward = sum(_flops(graph, n) for n in graph.nodes.values() if n.order == 0 and n.op not in ("input", "constant"))
+    readers: dict[ValueRef, list[Node]] = {}
+    for node in graph.topo_order():
+        for ref in node.inputs:
+            readers.setdefault(ref, []).append(node)
+    chosen = {n.id for n in graph.nodes.values() if n.recompute}
+    first, _ = peak(_budget_steps(graph, chosen, size), kept)
+    best = (first, set(chosen))        # the lowest plan seen, and its choice: a later round may do worse
+    current, spent = first, 0
+    left_out: set[int] = set()
+    for _ in range(_ROUNDS):
+        steps = _budget_steps(graph, chosen, size)
+        current, at = peak(steps, kept)
+        if current <= budget:
+            break
+        position = {key: i for i, (made, _) in enumerate(steps) for key, _ in made}
+        alive = _alive_at(steps, at, kept)
+        ranked = []
+        for key in alive:
+            if not isinstance(key, ValueRef) or key in kept or key.node in chosen | left_out:
+                continue
+            node = graph.nodes[key.node]
+            if node.op in ("input", "constant") or is_random(node) or not size[key]:
+                continue
+            later = [position[r.out(0)] for r in readers.get(key, []) if r.order > node.order]
+            sooner = [position[r.out(0)] for r in readers.get(key, []) if r.order <= node.order]
+            if not later or min(later) <= at or max(sooner, default=-1) >= at:
+                continue      # a copy would not be made after the peak, or the value is read there anyway
+            needed = _closure(graph, node, alive, chosen, limit=16)
+            if needed is None:
+                continue
+            cost = _flops(graph, node) + sum(_flops(graph, graph.nodes[i]) for i in needed)
+            ranked.append((size[key] / cost, -node.id, node.id, needed, size[key], cost))
+        ranked.sort(key=lambda r: r[:2], reverse=True)
+        picked, freed, round_cost = set(), 0, 0
+        for _, _, node_id, needed, n, cost in ranked:
+            if freed >= min(current - budget, current * _ROUND_SHARE) or spent + round_cost + cost > forward:
+                break
+            picked |= {node_id} | needed
+            freed += n
+            round_cost += cost
+        if not picked:
+            break
+        if peak(_budget_steps(graph, chosen | picked, size), kept)[0] >= current:
+            _, _, node_id, needed, _, cost = ranked[0]
+            picked, round_cost = {node_id} | needed, cost
+            if peak(_budget_steps(graph, chosen | picked, size), kept)[0] >= current:
+                left_out.add(node_id)
+                continue
+        chosen |= picked
+        spent += round_cost
+        planned = peak(_budget_steps(graph, chosen, size), kept)[0]
+        if planned < best[0]:
+            best = (planned, set(chosen))
+    final, chosen = best
+    for node_id in chosen:
+        graph.nodes[node_id].recompute = True
+    if final > budget:
+        outputs = sum(size[key] for key in kept)
+        floor = (f"; the step's outputs alone take {outputs / 2**20:.0f} MiB, which no recomputing frees"
+                 if outputs > budget else "")
+        warnings.warn(f"memory_budget of {budget / 2**20:.0f} MiB not reached: recomputing within one forward "
+                      f"pass's operations plans {final / 2**20:.0f} MiB (without: {first / 2**20:.0f} MiB){floor}",
+                      stacklevel=4)
+    return first, final

@@ -17,12 +17,13 @@ from ..ir import dtypes
 from ..ir.dims import astype_hint, bind, dtype_name, format_shape
 from ..ir.graph import Graph
 from ..lowering import to_onnx
-from ..lowering.lower import TARGET_KEY
+from ..lowering.lower import ORDER_KEY, TARGET_KEY
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, serialize
 from ..lowering.targets import DEFAULT_TARGET, target_for_provider
 from . import modelfile
 from .host_types import from_host, needs_host_types, to_host, with_host_types
 from .providers import external_data_from_memory, make_session, resolve_provider
+from .subnormals import flushed
 
 _ORT_TYPES = {f"tensor({name})": np.dtype(dt) for name, dt in [
     ("float", "float32"), ("double", "float64"), ("float16", "float16"), ("int64", "int64"), ("int32", "int32"),
@@ -35,14 +36,15 @@ def _ort_value_type():
     return ort.OrtValue
 
 
-def load_session(serialized: Serialized, provider: str, nodes: int | None = None):
+def load_session(serialized: Serialized, provider: str, nodes: int | None = None, order=None):
     """An onnxruntime session for a serialised model (of `nodes` nodes, when known) and, for a
     model too large for one protobuf, its external data: handed over in memory, or, where the
     installed onnxruntime reads it only from beside a model path, written to a scratch folder
-    with the model first."""
+    with the model first. `order`: the model's nodes, when they are to run in the order written
+    (providers.make_session)."""
     data, weights, location = serialized
     if weights is None or location is None:
-        return make_session(data, provider, nodes=nodes)
+        return make_session(data, provider, nodes=nodes, order=order)
     if external_data_from_memory():
         return make_session(data, provider, {location: weights}, nodes=nodes)
     try:
@@ -95,8 +97,9 @@ class CompiledFunction:
                                 "traces and exports (gc.export), but cannot run here; cast to float32 before it")
         self._host_types = needs_host_types(model)
         runnable = with_host_types(model) if self._host_types else model
+        in_order = {p.key: p.value for p in model.metadata_props}.get(ORDER_KEY) == "file"
         self._session = load_session(serialize(runnable, "model.onnx", EXTERNAL_DATA_THRESHOLD, seal=False), provider,
-                                     nodes=len(runnable.graph.node))
+                                     nodes=len(runnable.graph.node), order=runnable.graph.node if in_order else None)
         self._output_names = list(traced.graph.output_names)
 
     @property
@@ -120,7 +123,7 @@ class CompiledFunction:
         opset = next(o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx"))
         model, _ = to_onnx(self.traced.graph, self.traced.input_names, opset, name=self.traced.name, target=target)
         for p in self.model.metadata_props:
-            if p.key != TARGET_KEY:
+            if p.key not in (TARGET_KEY, ORDER_KEY):
                 model.metadata_props.add(key=p.key, value=p.value)
         return model
 
@@ -191,7 +194,8 @@ class CompiledFunction:
 
     def _run_session(self, feeds: dict[str, Any]) -> list[np.ndarray]:
         if not any(isinstance(v, _ort_value_type()) for v in feeds.values()):
-            return self._session.run(self._output_names, feeds)
+            with flushed():
+                return self._session.run(self._output_names, feeds)
         binding = self._session.io_binding()
         for name, value in feeds.items():
             if isinstance(value, np.ndarray):
@@ -200,7 +204,8 @@ class CompiledFunction:
                 binding.bind_ortvalue_input(name, value)
         for name in self._output_names:
             binding.bind_output(name, "cpu")
-        self._session.run_with_iobinding(binding)
+        with flushed():
+            self._session.run_with_iobinding(binding)
         return binding.copy_outputs_to_cpu()
 
     def flatten_args(self, args: Sequence) -> list:
@@ -225,11 +230,11 @@ class CompiledFunction:
 
 def compile_traced(traced: Traced, provider: str = "auto", opset: int | None = None,
                    optimize: int = 2, check_numerics: bool = False, recompute: bool = False,
-                   target: str | None = None) -> CompiledFunction:
+                   target: str | None = None, memory_budget: int | None = None) -> CompiledFunction:
     """Optimise, lower for `target` (by default the provider's: lowering/targets) and load."""
     from ..passes import optimize as run_passes
     resolved = resolve_provider(provider)
-    run_passes(traced.graph, optimize, recompute=recompute)
+    run_passes(traced.graph, optimize, recompute=recompute, memory_budget=memory_budget)
     model, float64_ops = to_onnx(traced.graph, traced.input_names, opset, name=traced.name,
                                  target=target or target_for_provider(resolved))
     return CompiledFunction(traced, model, resolved, float64_ops, check_numerics)

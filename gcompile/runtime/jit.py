@@ -187,11 +187,11 @@ _DYNAMIC = _Dynamic()
 def jit(fn: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
         static_argnames: str | Sequence[str] = (), provider: str = "auto", opset: int | None = None,
         optimize: int = 2, name: str | None = None, check_numerics: bool = False,
-        recompute: bool = False) -> Any:
+        recompute: bool = False, memory_budget: int | None = None) -> Any:
     """Compile `fn` on its first call and again for each new signature (see the module doc).
     Usable as @gc.jit or @gc.jit(static_argnums=1, provider="cpu"); the options are gc.compile's."""
     options = dict(provider=provider, opset=opset, optimize=optimize, name=name, check_numerics=check_numerics,
-                   recompute=recompute)
+                   recompute=recompute, memory_budget=memory_budget)
 
     def wrap(f: Callable) -> Jitted:
         return Jitted(f, static_argnums, static_argnames, **options)
@@ -207,7 +207,7 @@ def _takes_arguments(fn: Callable) -> bool:
 
 def compile(fn: Callable | None = None, *args: Any, provider: str = "auto", opset: int | None = None,
             optimize: int = 2, name: str | None = None, check_numerics: bool = False,
-            recompute: bool = False, target: str | None = None) -> Any:
+            recompute: bool = False, target: str | None = None, memory_budget: int | None = None) -> Any:
     """Trace `fn` with one graph input per argument (gc.spec or example array, or a pytree of
     them, one input per leaf) and compile it.
 
@@ -217,6 +217,11 @@ def compile(fn: Callable | None = None, *args: Any, provider: str = "auto", opse
     (regions marked with gc.checkpoint are recomputed either way); see passes/recompute.py.
     target: the runtime the model is lowered for ("portable", "ort-cpu", "cuda"; by default the
     provider's own: "ort-cpu" on the CPU), docs/targets.md.
+    memory_budget: bytes the values a call computes may take at once (its activations, gradients
+    and outputs, as planned from their static sizes in the order the call runs, not its inputs):
+    forward values are recomputed in the backward, those freeing the most per operation first,
+    until the plan fits, within one forward pass's operations (a warning says when it does not);
+    the runtime's own overhead comes on top (docs/guide/passes.md).
 
     Without argument specs, as a bare decorator (@gc.compile, or @gc.compile(provider="cpu")),
     it is gc.jit: specs are taken from each call's arrays (runtime/jit.py). A function that takes
@@ -224,7 +229,8 @@ def compile(fn: Callable | None = None, *args: Any, provider: str = "auto", opse
     """
     if fn is None or (not args and _takes_arguments(fn)):
         return jit(fn, provider=provider, opset=opset, optimize=optimize, name=name,
-                   check_numerics=check_numerics, recompute=recompute)
+                   check_numerics=check_numerics, recompute=recompute, memory_budget=memory_budget)
     traced = trace(fn, args, name=name)
     return compile_traced(traced, provider=provider, opset=opset, optimize=optimize,
-                          check_numerics=check_numerics, recompute=recompute, target=target)
+                          check_numerics=check_numerics, recompute=recompute, target=target,
+                          memory_budget=memory_budget)

@@ -30,6 +30,7 @@ from ..lowering import seal
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, external_data_versions, serialize
 from .files import folder_lock, write_files
 from .providers import PROVIDERS, external_data_from_memory, make_session
+from .subnormals import flushed
 
 MANIFEST = "manifest.json"
 MANIFEST_LIMIT = 16 * 1024 ** 2   # bytes; a build's manifest takes about 1 KiB per artifact
@@ -648,7 +649,8 @@ def run(session, model, feeds: dict) -> dict:
     names = [o.name for o in model.graph.output]
     checked = check_feeds(model, feeds)
     start = time.perf_counter()
-    values = session.run(names, checked)
+    with flushed():
+        values = session.run(names, checked)
     elapsed = time.perf_counter() - start
     values = [v.astype(str) if v.dtype == object else v for v in values]   # onnxruntime's strings, as numpy text
     used = {v: k for k, v in PROVIDERS.items()}.get(session.get_providers()[0], session.get_providers()[0])

@@ -9,13 +9,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import GcompileError
 from ..install_check import onnxruntime  # every first use of onnxruntime is checked (a doubled install)
 from .adaptive import ADAPT_MAX_BYTES, ADAPT_MAX_NODES, AdaptiveSession
+from .subnormals import keep_subnormals
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 _ERRORS, _SILENT = 3, 4   # onnxruntime log severities
@@ -107,17 +109,37 @@ def quiet_onnxruntime() -> Iterator[None]:
 # a training step after a matmul silently kept every element. An inference-mode Dropout of someone
 # else's model then runs as the copy it is.
 DISABLED_OPTIMIZERS = ["Pad_Fusion", "MatMulScaleFusion", "EliminateDropout"]
+# Also off for graphs run in their own order (ordered_model): merging equal nodes would merge the
+# recompute pass's copies back into their originals (tying them to the forward again); constant
+# folding turned fills of static shape into constants held for the session's life (a max pool's
+# gradient's zeros: 25 MB of a ResNet-50 step's session), which gcompile's own folding leaves to
+# run time on purpose (over 4,096 elements).
+ORDERED_DISABLED = ["CommonSubexpressionElimination", "ConstantFolding"]
 
 
-def session_options(nodes: int | None = None, threads: int | None = None, spin: bool = False):
+def session_options(nodes: int | None = None, threads: int | None = None, spin: bool = False,
+                    in_order: bool = False):
     """The onnxruntime SessionOptions gcompile's sessions use, for a model of `nodes` nodes when
     known (memory planning by size: MEMORY_REUSE_MAX_NODES, MEMORY_PATTERN_MAX_NODES;
     tools/kernel_profile.py starts from them too): `threads` intra-op threads (default: one per core).
     Idle workers sleep, unless `spin`: then they spin while a run lasts and stop when it returns
-    (runtime/adaptive.py says when each is used, and why)."""
+    (runtime/adaptive.py says when each is used, and why).
+
+    `in_order`: the model is one ONNX Runtime has optimized already, its nodes in the order they
+    are to run (ordered_model): the session runs them in that order (ONNX Runtime's priority
+    order, first ready node in the file first), optimizes nothing again, plans no memory
+    pattern and allocates from the process's shared arena (shared_arena). A pattern is one
+    block per run for every value, planned from the first run, and that run's blocks stay in
+    the arena beside it: on such graphs it doubled the step's peak."""
     ort = onnxruntime()
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL if in_order \
+        else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if in_order:
+        options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
+        options.enable_mem_pattern = False
+        shared_arena()
+        options.add_session_config_entry("session.use_env_allocators", "1")
     options.intra_op_num_threads = threads or os.cpu_count() or 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     if spin:
@@ -126,12 +148,61 @@ def session_options(nodes: int | None = None, threads: int | None = None, spin: 
         options.enable_mem_reuse = False
     if nodes is not None and nodes > MEMORY_PATTERN_MAX_NODES:
         options.enable_mem_pattern = False
+    # subnormal floats flushed to zero on the pool's threads (runtime/subnormals.py: the calling thread too)
+    options.add_session_config_entry("session.set_denormal_as_zero", "0" if keep_subnormals() else "1")
     options.log_severity_level = _SILENT      # also at run time: errors reach the caller as exceptions
     return options
 
 
+_ARENA_LOCK = threading.Lock()
+_arena_registered = [False]
+
+
+def shared_arena() -> None:
+    """Register one CPU memory arena for the process (ONNX Runtime's environment allocator), from
+    which the sessions of large graphs allocate: an arena keeps what a run took for the next
+    run, so sessions with arenas of their own (an adaptive session's variants, a training step
+    and its evaluation) each kept a whole step's memory, and a process running them in turn held
+    the sum where it needs the largest. Registered once, at the first such session."""
+    ort = onnxruntime()
+    with _ARENA_LOCK:
+        if not _arena_registered[0]:
+            info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+            ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
+            _arena_registered[0] = True
+
+
+def ordered_model(model: bytes, order: Sequence, nodes: int | None = None) -> bytes | None:
+    """`model` as ONNX Runtime's CPU provider optimizes it (its fusions, folding and layouts), the
+    nodes in the order of `order`, the NodeProtos of `model` in the order they should run
+    (lowering/order.py, follow_order); None where ONNX Runtime cannot write or read that model
+    back (then the caller runs `model` itself). The optimizing session is made and dropped."""
+    import onnx
+
+    from ..lowering.order import follow_order
+    ort = onnxruntime()
+    with tempfile.TemporaryDirectory(prefix="gcompile-") as folder:
+        path = os.path.join(folder, "optimized.onnx")
+        options = session_options(nodes, 1)
+        options.optimized_model_filepath = path
+        shared_arena()     # (what optimizing allocates is then reused by the runs, not left in the process's heap)
+        options.add_session_config_entry("session.use_env_allocators", "1")
+        try:
+            with quiet_onnxruntime():
+                ort.InferenceSession(model, options, providers=[PROVIDERS["cpu"]],
+                                     disabled_optimizers=DISABLED_OPTIMIZERS + ORDERED_DISABLED)
+            optimized = onnx.load(path)
+        except Exception:
+            return None
+    nodes_in_order = follow_order(list(optimized.graph.node), list(order))
+    del optimized.graph.node[:]
+    optimized.graph.node.extend(nodes_in_order)
+    return optimized.SerializeToString()
+
+
 def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] | None = None,
-                 nodes: int | None = None, threads: int | None = None, fixed_threads: bool = False):
+                 nodes: int | None = None, threads: int | None = None, fixed_threads: bool = False,
+                 order: Sequence | None = None):
     """A session for serialised model bytes or a model path (a path lets onnxruntime find external data).
 
     `external` maps the external data locations a model given as bytes refers to onto their
@@ -143,12 +214,21 @@ def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] 
     the session picks its thread count by timing itself (runtime/adaptive.py), unless
     `fixed_threads`: then it only picks whether idle workers spin, so that its numbers never
     depend on timing (ONNX Runtime's matrix products round differently with another thread
-    count; a training run must give the same steps whenever it runs)."""
+    count; a training run must give the same steps whenever it runs).
+
+    `order`: model bytes' nodes in the order they should run (lowering/order.py keeps the trace
+    order of graphs of large planned peaks); on the CPU without external data the session runs
+    them in that order, through ordered_model."""
     ort = onnxruntime()
     threads = threads or configured_threads()
+    in_order = False
+    if order is not None and provider == "cpu" and isinstance(model, bytes) and not external:
+        optimized = ordered_model(model, order, nodes)
+        if optimized is not None:
+            model, in_order = optimized, True
 
     def make(threads: int | None = None, spin: bool = False):
-        options = session_options(nodes, threads, spin)
+        options = session_options(nodes, threads, spin, in_order)
         if external:
             names = list(external)
             options.add_external_initializers_from_files_in_memory(names, [external[n] for n in names],

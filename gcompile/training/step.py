@@ -61,11 +61,14 @@ class StepOptions:
     steps. On by default because without it one bad batch makes every parameter NaN for good
     while training goes on, and the test runs inside the same model run; False applies every
     step as computed.
+    memory_budget: bytes the values a step computes may take at once, as gc.compile's
+    memory_budget (forward values recomputed in the backward until the plan fits).
     """
     has_aux: bool = False
     hyperparams: Mapping[str, float] | None = None
     clip_grad_norm: float | None = None
     skip_nonfinite: bool = True
+    memory_budget: int | None = None
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -99,6 +102,9 @@ class StepOptions:
         clip = self.clip_grad_norm
         if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0):
             raise GcompileError(f"clip_grad_norm must be a positive number, got {clip!r}")
+        budget = self.memory_budget
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0):
+            raise GcompileError(f"memory_budget must be a positive number of bytes, got {budget!r}")
 
     def check(self, loss_fn: Callable, optimizer: Optimizer) -> None:
         """Every hyper-parameter goes to the optimizer or is a keyword argument of loss_fn."""
@@ -334,7 +340,7 @@ def export_train_step(loss_fn: Callable, params: Any, optimizer: Optimizer, *bat
     entry is a gc.spec or an example array, named after loss_fn's parameters.
 
     Keyword options, the same as @gc.export_train takes (StepOptions): has_aux=False,
-    hyperparams=None, clip_grad_norm=None, skip_nonfinite=True.
+    hyperparams=None, clip_grad_norm=None, skip_nonfinite=True, memory_budget=None.
 
     Model inputs: the parameters (dotted paths: "w", "fc1.weight"), the buffers, the optimizer
     state ("<param>.<slot>"), "step" (int64, steps taken), the hyper-parameters and the batch;
@@ -346,6 +352,7 @@ def export_train_step(loss_fn: Callable, params: Any, optimizer: Optimizer, *bat
     chosen.check(loss_fn, optimizer)
     batch_names = argument_names(loss_fn, 1 + len(batch_specs))[1:]
     traced, layout = trace_step(loss_fn, checked, optimizer, batch_specs, batch_names, name, chosen)
-    compiled = compile_traced(traced, provider=provider, opset=opset, optimize=optimize)
+    compiled = compile_traced(traced, provider=provider, opset=opset, optimize=optimize,
+                              memory_budget=chosen.memory_budget)
     layout.attach(compiled.model)
     return TrainStep(compiled, layout, checked.trained, checked.carried, checked.tree)

@@ -30,9 +30,11 @@ from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError, name_mismatch
 from ..frontend import pytree
+from ..lowering.lower import ORDER_KEY
 from ..runtime import modelfile, npz
 from ..runtime.modelfile import check_value, signature
 from ..runtime.providers import PROVIDERS, make_session, resolve_provider
+from ..runtime.subnormals import flushed
 from .layout import SKIPPED, StepLayout, check_finite
 
 if TYPE_CHECKING:
@@ -59,8 +61,9 @@ def _opened(step: Any) -> Iterator[tuple[onnx.ModelProto, Any, str | None, Calla
         raise GcompileError(f"Trainer takes a compiled training step (gc.export_train_step), an onnx.ModelProto "
                             f"or the path of a saved training-step model, got {type(step).__name__}")
     nodes = len(model.graph.node)
+    in_order = {p.key: p.value for p in model.metadata_props}.get(ORDER_KEY) == "file"
     yield model, params, provider, functools.partial(make_session, model.SerializeToString(), nodes=nodes,
-                                                     fixed_threads=True)
+                                                     fixed_threads=True, order=model.graph.node if in_order else None)
 
 
 class Trainer:
@@ -200,7 +203,8 @@ class Trainer:
                 binding.bind_ortvalue_output(SKIPPED, self._skipped_now)
             for name in self.layout.aux:
                 binding.bind_output(name, "cpu")
-            self._session.run_with_iobinding(binding)
+            with flushed():
+                self._session.run_with_iobinding(binding)
             self._live, self._spare = self._spare, self._live
             loss = float(self._loss.numpy())
             if self.layout.skip_nonfinite and bool(self._skipped_now.numpy()):

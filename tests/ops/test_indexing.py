@@ -240,6 +240,33 @@ def test_take_embedding_grads():
     check_grads(lambda w: F.embedding(np.array([[0, 2], [2, 2]]), w) ** 2, [X[0]])
 
 
+def test_take_of_evenly_stepping_constant_indices_grads():
+    # a select's scalar, a range, a negative step, a negative index: the gradient is a slice's
+    check_grads(lambda x: F.sin(F.take(x, np.int64(2), axis=1)), [X])
+    check_grads(lambda x: F.take(x, [1, 2, 3], axis=2) ** 2, [X])
+    check_grads(lambda x: F.sin(F.take(x, [4, 2, 0], axis=2)), [X])
+    check_grads(lambda x: F.take(x, [-1], axis=0) ** 2, [X])
+
+
+def test_a_select_gradient_places_the_slice_without_a_scatter():
+    # q, k and v selected from one tensor: their gradients are Pads, which simplify joins into one
+    # Concat; a scatter's index tensor, computed from constants, was folded by ONNX Runtime into a
+    # constant of the gradient's size per select
+    x = RNG.standard_normal((3, 2, 4)).astype(np.float32)
+
+    def grad(x):
+        q, k, v = (F.take(x, np.int64(i), axis=0) for i in range(3))
+        return gc.grad(F.sum(F.sin(q) * k + v * v), [x])[0]
+    cf = gc.compile(grad, x, provider="cpu")
+    ops = [n.op_type for n in cf.model.graph.node]
+    assert "ScatterElements" not in ops and "If" not in ops and "Concat" in ops
+    q, k, v = x
+    np.testing.assert_allclose(cf(x), np.stack([np.cos(q) * k, np.sin(q), 2 * v]), rtol=1e-6)
+    # repeated or uneven constant indices keep the scatter (the duplicates add)
+    cf = gc.compile(lambda x: gc.grad(F.sum(F.take(x, [1, 1, 2], axis=0)), [x])[0], x, provider="cpu")
+    np.testing.assert_allclose(cf(x), np.broadcast_to(np.array([0, 2, 1], np.float32)[:, None, None], x.shape))
+
+
 def test_scatter_add_grads():
     base = RNG.standard_normal((2, 4))
     check_grads(lambda b, u: F.scatter_add(b, [3, -1, 0, 3], u, axis=1) ** 2, [base, RNG.standard_normal((2, 4))])

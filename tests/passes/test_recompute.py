@@ -8,6 +8,8 @@ from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
 from gcompile.passes import optimize, recompute_pass
 
+from ..test_node_order import tanh_step
+
 RNG = np.random.default_rng(0)
 X, W = RNG.standard_normal((3, 4)), RNG.standard_normal((4, 4)) * 0.5
 
@@ -130,3 +132,63 @@ def test_second_order_graph_copies_per_order():
     np.testing.assert_allclose(evaluate(graph, [X, W])[0], expected[0], rtol=1e-12)
     cf = gc.compile(fn, X.astype(np.float32), W.astype(np.float32), recompute=True)
     np.testing.assert_allclose(cf(X.astype(np.float32), W.astype(np.float32)), expected[0], rtol=1e-4, atol=1e-5)
+
+
+# -- a memory budget ------------------------------------------------------------------------------------------
+DEEP = [RNG.standard_normal((32, 32)) * 0.3 for _ in range(6)]
+deep_step = tanh_step
+
+
+def _planned(budget=None):
+    from gcompile.ir.memory import planned_peak
+    graph = trace(deep_step, [X[:, :1] @ np.ones((1, 32)), *DEEP]).graph
+    optimize(graph, 2, memory_budget=budget)
+    return graph, planned_peak(graph)
+
+
+def test_a_memory_budget_recomputes_until_the_plan_fits():
+    from gcompile.passes.recompute import within_budget
+    x = np.repeat(X[:, :1] @ np.ones((1, 32)), 100, axis=0)        # 300 rows: values far larger than the weights
+    graph = trace(deep_step, [x, *DEEP]).graph
+    optimize(graph, 2)
+    graph.run_in_order = False
+    before = evaluate(graph, [x, *DEEP])
+    traced = trace(deep_step, [x, *DEEP]).graph
+    optimize(traced, 2)
+    first, _ = within_budget(traced, 10**12)                       # (a budget already met changes nothing)
+    assert not any(n.recompute for n in traced.nodes.values())
+    budget = int(first * 0.7)
+    planned, final = within_budget(graph, budget)
+    assert planned == first and final <= budget < planned
+    assert any(n.recompute for n in graph.nodes.values())
+    assert recompute_pass(graph, cheap=False, sequenced=False).changed
+    graph.lint()
+    assert all(n.op != "after" for n in graph.nodes.values()) and copies(graph)
+    for got, want in zip(evaluate(graph, [x, *DEEP]), before):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    # compiled: the copies survive lowering (never merged back with their originals), values unchanged
+    cf = gc.compile(deep_step, x.astype(np.float32), *(w.astype(np.float32) for w in DEEP), provider="cpu",
+                    memory_budget=budget // 2)                       # (float32: every value half the size)
+    plain = gc.compile(deep_step, x.astype(np.float32), *(w.astype(np.float32) for w in DEEP), provider="cpu")
+    assert len(cf.model.graph.node) > len(plain.model.graph.node)
+    args = [x.astype(np.float32), *(w.astype(np.float32) for w in DEEP)]
+    for got, want in zip(cf(*args)[1], plain(*args)[1]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_budget_out_of_reach_warns_with_the_figures_and_bad_budgets_are_refused():
+    import pytest
+
+    from gcompile.errors import GcompileError
+    with pytest.warns(UserWarning, match=r"memory_budget of 0 MiB not reached: .* plans \d+ MiB \(without: \d+ MiB\)"):
+        _planned(budget=1)
+    # outputs larger than the budget (a gradient of 2 MiB against 1 MiB): the warning says no recomputing can help
+    w = RNG.standard_normal((512, 512)).astype(np.float32)
+    with pytest.warns(UserWarning, match=r"not reached: .*; the step's outputs alone take 2 MiB, which no recomputing"):
+        gc.compile(lambda x: gc.grad(F.sum(F.tanh(x @ w)), [x]),
+                   np.ones((1024, 512), np.float32), provider="cpu", memory_budget=1 << 20)
+    for bad in (0, -5, "1GB", True):
+        with pytest.raises(GcompileError, match="memory_budget must be a positive number of bytes"):
+            _planned(budget=bad)
+    with pytest.raises(GcompileError, match="memory_budget needs static sizes.*give static specs"):
+        gc.compile(deep_step, gc.spec(("n", 32)), *DEEP, provider="cpu", memory_budget=1 << 20)

@@ -140,7 +140,8 @@ def test_the_decorator_takes_the_options_of_export_train_step(tmp_path):
         np.testing.assert_array_equal(built.params[name], direct.params[name])
 
 
-OPTION_VALUES = [("has_aux", True), ("hyperparams", {"lr": 0.1}), ("clip_grad_norm", 1.0), ("skip_nonfinite", False)]
+OPTION_VALUES = [("has_aux", True), ("hyperparams", {"lr": 0.1}), ("clip_grad_norm", 1.0), ("skip_nonfinite", False),
+                 ("memory_budget", 1 << 30)]
 
 
 def test_the_option_values_cover_every_option():
@@ -167,10 +168,12 @@ def test_option_errors_name_the_option():
     params = {"w": np.zeros((2, 2), np.float32)}
     adam = gc.optim.Adam()
     with pytest.raises(GcompileError, match=r"export_train_step: no option 'clip' \(the options of a training step: "
-                                            r"has_aux, hyperparams, clip_grad_norm, skip_nonfinite\)"):
+                                            r"has_aux, hyperparams, clip_grad_norm, skip_nonfinite, memory_budget\)"):
         gc.export_train_step(lambda p, x: F.sum(x), params, adam, gc.spec((2,)), clip=1.0)
     with pytest.raises(GcompileError, match="@gc.export_train: clip_grad_norm must be a positive number, got -1"):
         gc.export_train(params=params, optimizer=adam, x=gc.spec((2,)), clip_grad_norm=-1)
+    with pytest.raises(GcompileError, match="export_train_step: memory_budget must be a positive number of bytes"):
+        gc.export_train_step(lambda p, x: F.sum(x), params, adam, gc.spec((2,)), memory_budget=0)
     with pytest.raises(GcompileError, match=r"the default of 'lr' must be a finite number, got nan"):
         gc.export_train_step(lambda p, x: F.sum(x), params, adam, gc.spec((2,)), hyperparams={"lr": float("nan")})
     with pytest.raises(GcompileError, match="'temp' is neither a hyper-parameter of Adam"):

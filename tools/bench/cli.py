@@ -40,6 +40,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--distributed", action="store_true",
                         help="only data-parallel training on Ray: 1 vs 2 workers, allreduce cost by model size")
     parser.add_argument("--loops", action="store_true", help="only the loop figures (tools/bench/loops.py)")
+    parser.add_argument("--zoo", action="store_true",
+                        help="only the model zoo: real models' training steps against PyTorch, time and peak memory "
+                             "(tools/bench/zoo.py; needs torch, torchvision and transformers)")
+    parser.add_argument("--models", default="", help="with --zoo: comma-separated model keys (default: all)")
+    parser.add_argument("--small", action="store_true",
+                        help="with --zoo: each model at a tiny size (checks the harness; figures not worth quoting)")
+    parser.add_argument("--no-check", action="store_true", help="with --zoo: skip the float64 gradient check")
+    parser.add_argument("--budget", type=float, metavar="FRACTION",
+                        help="with --zoo: also gcompile with a memory budget aimed at FRACTION of PyTorch's peak "
+                             "(e.g. 0.5), its memory and time")
     return parser
 
 
@@ -69,6 +79,19 @@ def main(argv=None) -> int:
     if args.loops:
         from .loops import loop_report
         _write(args.json, {"meta": harness.machine(), "loops": loop_report(harness.median_ms, args.runs)})
+        return 0
+    if args.zoo:
+        from .zoo import MODELS, zoo_bench
+        names = [k for k in args.models.split(",") if k] or list(MODELS)
+        runs, repeat = (args.runs, args.repeat) if args.runs != 20 or args.quick else (5, 2)
+        meta = harness.machine()
+        meta["note"] = args.note
+        results = {"meta": meta, "settings": {"runs": runs, "repeat": repeat, "contended": args.contended,
+                                              "small": args.small, "budget": args.budget},
+                   "zoo": zoo_bench(names, args.small, runs, repeat, args.contended, not args.no_check,
+                                    log=lambda line: print(line, flush=True), budget=args.budget)}
+        results["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+        _write(args.json, results)
         return 0
     if args.memory:
         from .memory import recompute_memory

@@ -1,0 +1,187 @@
+"""The model zoo's models (tools/bench/zoo.py): real architectures from torchvision and transformers
+with random weights (nothing is downloaded), at the sizes of issue 44 and at a small size for a
+quick check of the harness.
+
+Each entry builds a PyTorch module that maps its inputs to logits and the inputs themselves; the
+loss is always softmax cross-entropy of the logits' last axis against integer labels of the
+logits' other axes (classes for the image models, next tokens for the language models). Norms
+run in eval mode (batch norm from its running statistics) and dropout is off, so both systems
+compute the same function.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """A zoo entry: `build(small)` returns (make, {input name: tensor}, number of classes), where
+    make() constructs the module (randomly initialised), which called with the inputs as keyword
+    arguments returns logits."""
+    label: str
+    size: str          # the full size, as the tables print it
+    build: Callable
+
+
+def _torchvision():
+    """torchvision, through tools/torchvision_compat (its wheel's compiled operators do not load
+    beside CPU torch, and its import fails without the tolerance given there)."""
+    if __package__:
+        from ..torchvision_compat import import_torchvision
+    else:            # tools/bench/zoo.py run as a script (a memory process): tools/ is not a package here
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from torchvision_compat import import_torchvision  # type: ignore[no-redef]
+    return import_torchvision()
+
+
+def _transformers():
+    _torchvision()       # transformers imports torchvision where it is installed
+    import transformers
+    return transformers
+
+
+def logits_of(module, positional: bool = False):
+    """`module` as a module called with keyword inputs that returns its logits: a torchvision model
+    takes its one input positionally, a transformers model returns an output record."""
+    import torch
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = module
+
+        def forward(self, **inputs):
+            out = self.model(*inputs.values()) if positional else self.model(**inputs)
+            return out if isinstance(out, torch.Tensor) else out.logits
+    return Logits()
+
+
+def _generator():
+    import torch
+    return torch.Generator().manual_seed(0)
+
+
+def _images(make, batch: int, size: int, classes: int):
+    import torch
+    return (lambda: logits_of(make(), positional=True),
+            {"x": torch.randn(batch, 3, size, size, generator=_generator())}, classes)
+
+
+def _tokens(batch: int, seq: int, vocab: int, name: str = "input_ids") -> dict:
+    import torch
+    return {name: torch.randint(0, vocab, (batch, seq), generator=_generator())}
+
+
+def resnet50(small: bool):
+    tv = _torchvision()
+    if small:
+        from torchvision.models.resnet import Bottleneck, ResNet
+        return _images(lambda: ResNet(Bottleneck, [1, 1, 1, 1], num_classes=10, width_per_group=16), 2, 32, 10)
+    return _images(lambda: tv.models.resnet50(weights=None), 8, 224, 1000)
+
+
+def vit_b_16(small: bool):
+    tv = _torchvision()
+    if small:
+        from torchvision.models.vision_transformer import VisionTransformer
+        return _images(lambda: VisionTransformer(image_size=32, patch_size=16, num_layers=2, num_heads=2,
+                                                 hidden_dim=32, mlp_dim=64, num_classes=10), 2, 32, 10)
+    return _images(lambda: tv.models.vit_b_16(weights=None), 4, 224, 1000)
+
+
+def convnext_tiny(small: bool):
+    tv = _torchvision()
+    if small:
+        from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+        return _images(lambda: ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], num_classes=10),
+                       2, 32, 10)
+    return _images(lambda: tv.models.convnext_tiny(weights=None), 8, 224, 1000)
+
+
+def mobilenet_v3_large(small: bool):
+    tv = _torchvision()
+    if small:
+        return _images(lambda: tv.models.mobilenet_v3_small(weights=None, num_classes=10), 2, 32, 10)
+    return _images(lambda: tv.models.mobilenet_v3_large(weights=None), 16, 224, 1000)
+
+
+def swin_t(small: bool):
+    tv = _torchvision()
+    if small:
+        from torchvision.models.swin_transformer import SwinTransformer
+        return _images(lambda: SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[1, 1], num_heads=[1, 2],
+                                               window_size=[4, 4], num_classes=10), 2, 32, 10)
+    return _images(lambda: tv.models.swin_t(weights=None), 8, 224, 1000)
+
+
+def _language_model(classes: tuple[str, str], small: bool, tiny: dict, full: dict, shapes: tuple, inputs=None):
+    """A transformers model (config class, model class) built from `tiny` or `full` (the config's
+    arguments) without a cache, on (batch, sequence) token ids from shapes[0] (small) or shapes[1],
+    or on inputs(config) where given."""
+    tf = _transformers()
+    config_class, model_class = (getattr(tf, name) for name in classes)
+    config = config_class(**(tiny if small else full))
+    config.use_cache = False
+    batch, seq = shapes[0] if small else shapes[1]
+    made = inputs(config) if inputs else _tokens(batch, seq, config.vocab_size)
+    return lambda: logits_of(model_class(config)), made, config.vocab_size
+
+
+def gpt2(small: bool):          # GPT-2 small: 12 layers, width 768, 124M parameters
+    return _language_model(("GPT2Config", "GPT2LMHeadModel"), small,
+                           dict(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=32), {},
+                           ((2, 16), (2, 128)))
+
+
+def bert(small: bool):          # BERT-base: 12 layers, width 768
+    return _language_model(("BertConfig", "BertForMaskedLM"), small,
+                           dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                intermediate_size=64, max_position_embeddings=32), {},
+                           ((2, 16), (4, 128)))
+
+
+def llama(small: bool):         # 8 layers, width 768, grouped-query attention (12 heads sharing 4 key-value heads)
+    return _language_model(("LlamaConfig", "LlamaForCausalLM"), small,
+                           dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32),
+                           dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=8,
+                                num_attention_heads=12, num_key_value_heads=4, max_position_embeddings=256),
+                           ((2, 16), (2, 128)))
+
+
+def whisper(small: bool):       # Whisper-tiny's widths (4 + 4 layers, width 384), on 10 s of audio
+    import torch
+    tokens = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+
+    def inputs(config):
+        frames, count = (32, 8) if small else (1000, 64)
+        return {"input_features": torch.randn(2, config.num_mel_bins, frames, generator=_generator()),
+                **_tokens(2, count, config.vocab_size, "decoder_input_ids")}
+    return _language_model(("WhisperConfig", "WhisperForConditionalGeneration"), small,
+                           dict(vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1,
+                                encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+                                decoder_ffn_dim=64, num_mel_bins=16, max_source_positions=16,
+                                max_target_positions=16, **tokens),
+                           dict(vocab_size=51865, d_model=384, encoder_layers=4, decoder_layers=4,
+                                encoder_attention_heads=6, decoder_attention_heads=6, encoder_ffn_dim=1536,
+                                decoder_ffn_dim=1536, num_mel_bins=80, max_source_positions=500,
+                                max_target_positions=448, **tokens),
+                           ((2, 8), (2, 64)), inputs)
+
+
+MODELS: dict[str, ZooModel] = {
+    "resnet50": ZooModel("ResNet-50", "batch 8, 224²", resnet50),
+    "vit_b_16": ZooModel("ViT-B/16", "batch 4, 224²", vit_b_16),
+    "gpt2": ZooModel("GPT-2 small", "batch 2, sequence 128", gpt2),
+    "bert": ZooModel("BERT-base (masked LM)", "batch 4, sequence 128", bert),
+    "convnext_tiny": ZooModel("ConvNeXt-T", "batch 8, 224²", convnext_tiny),
+    "mobilenet_v3_large": ZooModel("MobileNetV3-Large", "batch 16, 224²", mobilenet_v3_large),
+    "swin_t": ZooModel("Swin-T", "batch 8, 224²", swin_t),
+    "llama": ZooModel("Llama-style decoder (8 layers, GQA)", "batch 2, sequence 128", llama),
+    "whisper": ZooModel("Whisper-tiny-like encoder-decoder", "batch 2, 10 s audio, 64 tokens", whisper),
+}
+# The three models of the issue's bar, first in every run.
+BAR = ["resnet50", "vit_b_16", "gpt2"]
