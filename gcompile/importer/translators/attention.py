@@ -15,6 +15,7 @@ import numpy as np
 from ... import functions as F
 from ...ir import dims
 from ..table import np_dtype, onnx_op, require_float, scalar_like
+from .shape import diagonal_offsets
 
 
 def _heads(x, heads: int):
@@ -47,8 +48,8 @@ def _bias(n, q, k, mask, past):
         if not isinstance(q_len, int) or not isinstance(kv_len, int):
             raise n.unsupported(f"is_causal with symbolic sequence lengths ({q_len!r} queries, {kv_len!r} keys)")
         offset = 0 if past is None else past.shape[2]
-        allowed = np.arange(kv_len)[None, :] <= np.arange(q_len)[:, None] + offset
-        causal = np.where(allowed, 0, -np.inf).astype(q.dtype)
+        allowed = F.less_equal(diagonal_offsets(q_len, kv_len), np.int64(offset))   # key position <= query's
+        causal = F.where(allowed, scalar_like(0, q), scalar_like(-np.inf, q))
         bias = causal if bias is None else bias + causal
     return bias
 
