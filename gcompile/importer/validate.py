@@ -17,7 +17,7 @@ offending initializer, value, node or tensor (load.py puts where the model came 
   loop's body is a graph and its counts integers; input and output counts; the sizes of tensor
   attributes). A node holding subgraphs (If, Loop, Scan) is checked with its graphs set aside,
   as the checker would otherwise check them without the names they read from outside, and the
-  nodes inside are checked in turn;
+  nodes inside are checked in turn; attributes ONNX defines as 0 or 1 (FLAGS) hold 0 or 1;
 - every tensor (initializers, and tensor attributes such as a Constant's value when translated)
   stores exactly the bytes its shape and dtype declare, checked before numpy sees it
   (`tensor_array`), so a tensor declaring 10^12 elements backed by 8 bytes is refused, not allocated.
@@ -36,6 +36,14 @@ from .table import DOMAINS, TRANSLATORS, check_dtype, np_dtype
 
 MAX_NESTING = 16     # graphs inside graphs; real models nest two or three
 MAX_ELEMENTS = 2 ** 63 - 1   # in one tensor: sizes are int64 in ONNX and its runtimes
+# integer attributes the ONNX operators define as 0 or 1: runtimes read other values differently
+# (ONNX Runtime's reductions keep dims only for keepdims == 1, a translator testing truth for any
+# nonzero value), so a file holding one computes other numbers on each: it is refused
+FLAGS = frozenset({
+    "allowzero", "align_corners", "ceil_mode", "center_point_box", "count_include_pad", "detect_negative",
+    "detect_positive", "exclusive", "fmod", "input_forget", "interleaved", "is_causal", "keepdims", "largest",
+    "new_axis", "noop_with_empty_axes", "onesided", "periodic", "reverse", "select_last_index", "sorted",
+    "training_mode", "transA", "transB", "upper"})
 
 
 def node_name(node) -> str:
@@ -138,6 +146,10 @@ def _check_node(node, written: dict, checker) -> None:
         onnx.checker.check_node(node, checker)
     except onnx.checker.ValidationError as err:
         raise GcompileError(f"{node_label(node)} is not valid ONNX: {str(err).strip().splitlines()[0]}") from None
+    for attr in node.attribute:
+        if attr.name in FLAGS and attr.type == AttributeProto.INT and attr.i not in (0, 1):
+            raise GcompileError(f"{node_label(node)} is not valid ONNX: its attribute {attr.name!r} is {attr.i}, "
+                                "where ONNX allows 0 or 1")
 
 
 def _copy_setting_graphs_aside(node):

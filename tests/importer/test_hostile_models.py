@@ -4,10 +4,7 @@ import time stay small (bigger ones are left to the runtime).
 
 The size bombs run under `small_memory`: an address-space limit turns a regression into a
 MemoryError in this test instead of an exhausted machine, and tracemalloc bounds the peak."""
-import contextlib
-import os
 import re
-import tracemalloc
 
 import numpy as np
 import onnx
@@ -23,32 +20,10 @@ from gcompile.importer.grad import gradient_model
 from gcompile.lowering import to_onnx
 from gcompile.passes import optimize
 
-from .helpers import mlp_model
+from .helpers import mlp_model, small_memory
 
-resource = pytest.importorskip("resource")
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
 HUGE = 10 ** 10          # elements: 37 GiB of float32, if anything tried to hold them
-
-
-@contextlib.contextmanager
-def small_memory(peak=64 << 20, headroom=1 << 30):
-    """Run the block with at most `headroom` more address space than now, and check that the
-    memory Python and numpy allocated in it peaked under `peak` bytes."""
-    status = "/proc/self/status"
-    match = re.search(r"VmSize:\s+(\d+) kB", open(status).read()) if os.path.exists(status) else None  # noqa: SIM115
-    if not match:
-        pytest.skip("needs Linux's /proc/self/status")
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = int(match.group(1)) * 1024 + headroom
-    resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
-    tracemalloc.start()
-    try:
-        yield
-        used = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-    assert used < peak, f"peak {used} bytes"
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=20):
@@ -262,6 +237,19 @@ def test_a_malformed_node_is_refused_by_the_onnx_checker(tmp_path):
         gc.load_onnx(path)
 
 
+@pytest.mark.parametrize("value", [2, -1, 2 ** 40])
+@pytest.mark.parametrize("op, attr", [("ReduceSum", "keepdims"), ("Gemm", "transA")])
+def test_a_flag_attribute_other_than_0_or_1_is_refused(op, attr, value):
+    """ONNX Runtime keeps a reduction's dims only for keepdims == 1 and the importer kept them for
+    any nonzero value: the same file computed other shapes in each."""
+    inputs = ["x", "x"] if op == "Gemm" else ["x"]
+    m = _model([helper.make_node(op, inputs, ["y"], name="flagged", **{attr: value})], [("x", FLOAT, [3, 3])],
+               [("y", FLOAT, None)])
+    with pytest.raises(gc.GcompileError, match=rf"node 'flagged' \({op}\) is not valid ONNX: its attribute "
+                                               rf"'{attr}' is {value}, where ONNX allows 0 or 1"):
+        gc.load_onnx(m)
+
+
 # -- corrupted bytes: a working model or a GcompileError, nothing else ---------------------------------
 def test_corrupted_files_load_or_raise_gcompile_errors():
     data = mlp_model().SerializeToString()
@@ -287,9 +275,10 @@ def test_corrupted_files_load_or_raise_gcompile_errors():
 # -- the node-reading layer: attributes of the schema's type, input counts, subgraphs -----------------------
 def _scan_model():
     """y = the running sum of the rows of x (3, 2), as one Scan node named 'scan'."""
-    body = helper.make_graph([helper.make_node("Add", ["c", "xi"], ["c2"]), helper.make_node("Identity", ["c2"], ["yi"])],
-                             "body", [helper.make_tensor_value_info("c", FLOAT, [2]),
-                                      helper.make_tensor_value_info("xi", FLOAT, [2])],
+    body = helper.make_graph([helper.make_node("Add", ["c", "xi"], ["c2"]),
+                              helper.make_node("Identity", ["c2"], ["yi"])], "body",
+                             [helper.make_tensor_value_info("c", FLOAT, [2]),
+                              helper.make_tensor_value_info("xi", FLOAT, [2])],
                              [helper.make_tensor_value_info("c2", FLOAT, [2]),
                               helper.make_tensor_value_info("yi", FLOAT, [2])])
     scan = helper.make_node("Scan", ["c0", "x"], ["cn", "y"], name="scan", body=body, num_scan_inputs=1)
@@ -332,7 +321,8 @@ def test_a_damaged_node_holding_a_graph_is_refused_naming_it(tmp_path, edit, rea
     m = _damaged(edit)
     path = _save(tmp_path, m)
     op = m.graph.node[0].op_type
-    with pytest.raises(gc.GcompileError, match=rf"{re.escape(path)}: node 'scan' \({op}\) is not valid ONNX: .*{reason}"):
+    with pytest.raises(gc.GcompileError,
+                       match=rf"{re.escape(path)}: node 'scan' \({op}\) is not valid ONNX: .*{reason}"):
         gc.load_onnx(path)
     result = CliRunner().invoke(main, ["grad", path, "--wrt", "x", "-o", str(tmp_path / "g.onnx")])
     assert result.exit_code == 2, result.output
@@ -377,8 +367,8 @@ def test_graphs_nested_deeper_than_the_bound_are_refused():
     traced, _ = _traced(f)
     assert traced.graph.outputs
     for depth in (MAX_NESTING + 1, 400):
-        with pytest.raises(gc.GcompileError, match=rf"the given ModelProto: node 'if_{depth - MAX_NESTING - 1}' \(If\) holds graphs "
-                                                   rf"nested more than {MAX_NESTING} deep"):
+        with pytest.raises(gc.GcompileError, match=rf"the given ModelProto: node 'if_{depth - MAX_NESTING - 1}' "
+                                                   rf"\(If\) holds graphs nested more than {MAX_NESTING} deep"):
             gc.load_onnx(_nested_ifs(depth))
 
 
@@ -400,9 +390,11 @@ def _looped(depth, trip=5, needs_iteration=False):
             nodes += [helper.make_node("ReduceSum", [p + "y"], [p + "t"], keepdims=0),
                       helper.make_node("Less", [p + "t", "hundred"], [p + "co"])]
         body = helper.make_graph(nodes, f"body_{level}", [
-            helper.make_tensor_value_info(p + "i", INT64, []), helper.make_tensor_value_info(p + "cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info(p + "i", INT64, []),
+            helper.make_tensor_value_info(p + "cond", TensorProto.BOOL, []),
             helper.make_tensor_value_info(p + "x", FLOAT, [3])],
-            [helper.make_tensor_value_info(p + "co", TensorProto.BOOL, []), helper.make_tensor_value_info(p + "y", FLOAT, [3])])
+            [helper.make_tensor_value_info(p + "co", TensorProto.BOOL, []),
+             helper.make_tensor_value_info(p + "y", FLOAT, [3])])
     return _model([helper.make_node("Loop", ["trip", "", "x"], ["y"], body=body, name="outer")],
                   [("x", FLOAT, [3])], [("y", FLOAT, None)],
                   [_const("hundred", 100.0, np.float32), _const("trip", trip), _const("zero", [0])])
@@ -436,7 +428,8 @@ def test_loops_unrolled_inside_unrolled_loops_are_refused_past_the_bound():
 def test_subgraph_initializers_are_read():
     """An If branch's own initializer was unknown to the importer ('reads 'w', which no earlier node produces')."""
     branch = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["b"])], "branch", [],
-                               [helper.make_tensor_value_info("b", FLOAT, [3])], [_const("w", [2.0, 3.0, 4.0], np.float32)])
+                               [helper.make_tensor_value_info("b", FLOAT, [3])],
+                               [_const("w", [2.0, 3.0, 4.0], np.float32)])
     plain = helper.make_graph([helper.make_node("Neg", ["x"], ["b"])], "plain", [],
                               [helper.make_tensor_value_info("b", FLOAT, [3])])
     m = _model([helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=plain)],
@@ -464,10 +457,11 @@ def _sized(case):
     Loop's trip count, the lengths of causal attention, an einsum diagonal, an RNN's sequence
     length (with sequence_lens), a Tile of a shape."""
     if case == "loop":
-        body = helper.make_graph([helper.make_node("Identity", ["cond"], ["co"]), helper.make_node("Sin", ["v"], ["w"])],
-                                 "body", [helper.make_tensor_value_info("i", INT64, []),
-                                          helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
-                                          helper.make_tensor_value_info("v", FLOAT, [3])],
+        body = helper.make_graph([helper.make_node("Identity", ["cond"], ["co"]),
+                                  helper.make_node("Sin", ["v"], ["w"])], "body",
+                                 [helper.make_tensor_value_info("i", INT64, []),
+                                  helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                                  helper.make_tensor_value_info("v", FLOAT, [3])],
                                  [helper.make_tensor_value_info("co", TensorProto.BOOL, []),
                                   helper.make_tensor_value_info("w", FLOAT, [3])])
         return _model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)], [("x", FLOAT, [3])],
