@@ -42,10 +42,14 @@ from .ops.spatial import *  # noqa: F401,F403
 from .ops.special import *  # noqa: F401,F403
 from .ops.statistics import *  # noqa: F401,F403
 from .ops.trig import *  # noqa: F401,F403
+# families added for the ONNX importer's breadth (issue 45 items 1-2)
+from .ops import bitwise as _bitwise
+from .ops.bitwise import *  # noqa: F401,F403
 
 _FAMILIES = (_basic, _elementwise, _reduce, _linalg, _shape, _indexing, _conv, _nn, _recurrent, _ctc, _rearrange,
              _scatter, _spatial, _matrices, _solvers, _losses, _normalization, _attention, _nonfinite, _cumulative,
-             _trig, _division, _floats, _special, _activations, _statistics, _sorting, _random)
+             _trig, _division, _floats, _special, _activations, _statistics, _sorting, _random,
+             _bitwise)
 __all__ = [name for module in _FAMILIES for name in module.__all__]
 
 _methods.install(_sys.modules[__name__])   # Tensor operators (x + y, x @ w, x.sum()) and numpy hooks, from this library

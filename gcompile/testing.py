@@ -116,6 +116,10 @@ class _Case:
         if not out_types:
             raise ValueError("check_grad needs a function with at least one floating-point output")
         shapes = [t.shape for t in out_types]
+        for k, shape in enumerate(shapes):
+            if not all(isinstance(d, int) for d in shape):
+                raise ValueError(f"check_grad needs outputs whose size the inputs' shapes decide; output {k} has shape "
+                                 f"{shape}, decided by the values (a loop's number of steps)")
         if symbolic_specs is not None:
             shapes = [tuple(d if isinstance(s, int) else 1 for d, s in zip(t.shape, sym.shape))
                       for t, sym in zip(out_types, _output_types(fn, symbolic_specs))]

@@ -11,6 +11,7 @@ from gcompile.ir.registry import REGISTRY, Trait
 ARITY = {"add_n": 3, "where": 3}               # otherwise: the reference's ufunc arity, or 2 for the ops below
 BINARY = {"div", "floor_divide", "fmod", "remainder", "silu_deriv", "xlogy"}
 BOOL_OPERANDS = {"logical_and": (0, 1), "logical_or": (0, 1), "logical_not": (0,), "where": (0,)}
+INT_OPS = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}      # int32 operands, negative ones too
 ATTRS = {
     "cast": {"dtype": np.dtype(np.float32)},
     "clip": {"lo": -0.5, "hi": 0.25, "inclusive": True},
@@ -41,7 +42,9 @@ def arity(op: str) -> int:
 
 def operands(op: str, shapes, rng) -> list[np.ndarray]:
     """One array per operand of `op`, of the given shapes: bools where the op wants them, floats in
-    its domain otherwise."""
+    its domain otherwise (integers for the bitwise ops)."""
     lo, hi = DOMAIN.get(op, (-0.9, 0.9))
+    if op in INT_OPS:
+        return [rng.integers(-300, 300, shape).astype(np.int32) for shape in shapes]
     return [rng.random(shape) < 0.5 if i in BOOL_OPERANDS.get(op, ()) else rng.uniform(lo, hi, shape)
             for i, shape in enumerate(shapes)]

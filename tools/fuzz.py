@@ -8,8 +8,10 @@ Graph.lint() after every graph pass (tests/fuzz/checks.py switches passes.base.L
 Program i is generated from seed S + i, so a failure is reproduced by its seed alone. Each
 failure is shrunk (outputs dropped, steps bypassed, the program cut at an earlier value, as long
 as the same check still fails) and written to DIR as a standalone reproducer .py file that
-raises the failure while the bug is there. Prints programs run, failures, skipped checks and
-the gcompile ops exercised; exits 1 when anything failed.
+raises the failure while the bug is there. Prints programs run, failures, skipped checks, the
+gcompile ops exercised, and how many programs reached each strategy of the targets (lowering/
+targets) and each graph-pass rewrite (tests/fuzz/coverage.py), naming those no program reached;
+exits 1 when anything failed.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ sys.path.insert(0, ROOT)
 
 from gcompile.ir.registry import REGISTRY
 from tests.fuzz.checks import CHECKS, run_program
+from tests.fuzz.coverage import all_rewrites, all_strategies
 from tests.fuzz.programs import Program, RandomDraw, generate
 
 
@@ -149,12 +152,15 @@ def main(argv=None) -> int:
     jobs = [(args.seed + i, args.min_ops, args.max_ops) for i in range(args.n)]
     failures, crashes, skipped = [], [], collections.Counter()
     ops_seen, checks_run, labels = set(), collections.Counter(), collections.Counter()
+    strategies, rewrites = collections.Counter(), collections.Counter()      # programs reaching each
     with multiprocessing.Pool(args.jobs) as pool:
         for done, (seed, p, result, crash) in enumerate(pool.imap_unordered(_one, jobs, chunksize=4), 1):
             if crash:
                 crashes.append((seed, crash))
                 continue
             ops_seen |= result.ops
+            strategies.update(key for key in result.lowerings if key[1] != "plain")
+            rewrites.update(result.rewrites.keys())
             labels.update(p.ops())
             skipped.update(result.skipped)
             checks_run.update(c for c in CHECKS if c not in result.skipped)
@@ -188,7 +194,21 @@ def main(argv=None) -> int:
     print(f"gcompile ops exercised ({len(ops_seen)}): {', '.join(sorted(ops_seen))}")
     missing = sorted(differentiable - ops_seen - {"input"})
     print(f"differentiable ops never exercised ({len(missing)}): {', '.join(missing) or '-'}")
+    print(coverage_report(strategies, rewrites))
     return 1 if failures or crashes else 0
+
+
+def coverage_report(strategies: collections.Counter, rewrites: collections.Counter) -> str:
+    """How many programs reached each strategy and each rewrite, and which none reached."""
+    unreached = [f"{op} ({name})" for op, name in all_strategies() if (op, name) not in strategies]
+    lines = [f"strategies reached (programs): "
+             f"{', '.join(f'{op} ({name}) {n}' for (op, name), n in sorted(strategies.items())) or '-'}",
+             f"strategies never reached ({len(unreached)}): {', '.join(unreached) or '-'}",
+             f"graph-pass rewrites reached (programs): "
+             f"{', '.join(f'{name} {n}' for name, n in sorted(rewrites.items())) or '-'}"]
+    unreached = [name for name in all_rewrites() if name not in rewrites]
+    lines.append(f"graph-pass rewrites never reached ({len(unreached)}): {', '.join(unreached) or '-'}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -3,14 +3,15 @@ gc.from_torch (the dynamo exporter) and saved with TorchModule.save_onnx, with P
 
 Run by hand where torch and onnxscript are installed (the tests never import them):
 
-    .venv/bin/python tools/make_bridge_fixtures.py [--out tests/data]
+    .venv/bin/python tools/make_bridge_fixtures.py [--out tests/data] [--only state ...]
 
-For each model of MODELS (a small CNN with BatchNorm, one nn.TransformerEncoderLayer), in training
-mode, it writes bridge_<name>.onnx and bridge_<name>.npz holding:
+For each model of MODELS (a small CNN with BatchNorm, one nn.TransformerEncoderLayer, a layer that
+updates buffers of its own in training mode), in training mode, it writes bridge_<name>.onnx and
+bridge_<name>.npz holding:
   x               the input; w the weights of the scalar loss L = sum(y * w)
   y_train, y_eval PyTorch's output in training mode and in eval mode
   grad/<name>     dL/d(parameter) in training mode, by state_dict name; grad/x dL/dx
-  new/<name>      the buffers after the training-mode call (running statistics)
+  new/<name>      the buffers after the training-mode call (running statistics, the others updated)
   sgd/<name>      the state_dict after one torch.optim.SGD(lr=0.1) step on L
 The same functions build the models in the test that runs where torch is installed. The CNN's file
 is also copied to examples/data/bridge_cnn.onnx, which docs/guide/importing.md loads. bridge_dropout holds a
@@ -38,7 +39,33 @@ def transformer():
     return torch.nn.TransformerEncoderLayer(16, 2, 24, dropout=0.0, batch_first=True), (3, 5, 16)
 
 
-MODELS = {"cnn": cnn, "transformer": transformer}
+class RunningMean(torch.nn.Module):
+    """A layer that updates state of its own in place: in training mode it keeps an exponential
+    moving average of its batch means (`ema`, as EMA teachers and running normalisers do) and
+    counts its calls (`calls`); the output subtracts the average, so it reads the updated state,
+    made under no_grad, and adds a detached term: neither passes a gradient in PyTorch."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(n, n)
+        self.norm = torch.nn.BatchNorm1d(n)
+        self.register_buffer("ema", torch.zeros(n))
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x):
+        h = torch.tanh(self.norm(self.linear(x)))
+        if self.training:
+            with torch.no_grad():
+                self.ema.mul_(0.9).add_(0.1 * h.mean(0))
+                self.calls += 1
+        return h - self.ema + 0.5 * (h * h).detach()
+
+
+def state():
+    return RunningMean(6), (5, 6)
+
+
+MODELS = {"cnn": cnn, "transformer": transformer, "state": state}
 DROPOUT = 0.3
 
 
@@ -91,15 +118,19 @@ def reference(build, seed: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "tests", "data"))
+    parser.add_argument("--only", nargs="*", help="write only these fixtures (names of MODELS, or dropout)")
     args = parser.parse_args()
     for seed, (name, build) in enumerate(MODELS.items()):
+        if args.only is not None and name not in args.only:
+            continue
         module, x, arrays = reference(build, seed)
         gc.from_torch(module, x).save_onnx(os.path.join(args.out, f"bridge_{name}.onnx"))
         if name == "cnn":
             gc.from_torch(module, x).save_onnx(os.path.join(ROOT, "examples", "data", "bridge_cnn.onnx"))
         np.savez_compressed(os.path.join(args.out, f"bridge_{name}.npz"), **arrays)
         print(f"bridge_{name}: {len(arrays)} arrays")
-    dropout_fixture(args.out)
+    if args.only is None or "dropout" in args.only:
+        dropout_fixture(args.out)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ iteration u <- x̄ + (∂f/∂x)ᵀu, one VJP a step, which converges wherever t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -36,14 +36,28 @@ from ..ir import dims
 from ..ir.graph import Graph
 from ..ir.registry import supply_vjp
 from ..ops.control import while_loop
-from ..ops.solvers import solve
+from ..ops.solvers import MAX_SOLVE_SIZE, solve
 from .engine import grad
 from .transforms import jvp, vjp
 
-__all__ = ["custom_root", "fixed_point"]
+__all__ = ["RootInfo", "custom_root", "fixed_point"]
 
 
 ADJOINTS = ("dense", "iterative")
+
+
+class RootInfo(NamedTuple):
+    """How a gc.custom_root or gc.fixed_point solve ended (return_info=True): Tensors computed at run
+    time, so they can be returned from a compiled function or an exported model like any output.
+
+    converged: a bool scalar, whether the residual is at most `tol` (false for a NaN residual).
+    residual: a float scalar, max|g(x*)| for custom_root (g evaluated once more at the result), the
+        last step's max|f(x) - x| for fixed_point (the loop's own stopping test).
+    steps: an int64 scalar, the solver's steps (the fixed-point iteration's, the default Newton
+        solver's); None for a solver= of one's own, whose steps gcompile does not see."""
+    converged: Tensor
+    residual: Tensor
+    steps: Tensor | None
 
 
 def _operands(what: str, x0: Any, params: tuple, adjoint: str, jacobian: bool,
@@ -60,16 +74,34 @@ def _operands(what: str, x0: Any, params: tuple, adjoint: str, jacobian: bool,
     if x0.dtype.kind != "f":
         raise ShapeError(f"{what}: x must be a float Tensor, got {x0.type} (at {where})")
     if jacobian and not dims.is_static(x0.shape):
-        hint = "adjoint='iterative'" + (" and a solver= that needs no Jacobian (Newton's method builds one)"
-                                        if what == "custom_root" else "")
         raise ShapeError(f"{what}: x is {x0.type}; building ∂g/∂x one VJP per element needs a static shape. "
-                         f"For a symbolic or large x, pass {hint} (at {where})")
+                         f"For a symbolic or large x, pass adjoint='iterative', which never builds it (at {where})")
     return where, x0, [as_tensor(p) for p in params]
+
+
+def _dense_solvable(what: str, x: Tensor, where: str) -> None:
+    """Refuse, pointing at adjoint='iterative', an x with more elements than the dense solve takes."""
+    n = int(np.prod(x.shape))
+    if n > MAX_SOLVE_SIZE:
+        raise ShapeError(f"{what}: x is {x.type}, {n} unknowns; the dense solve with ∂g/∂x (adjoint='dense', and "
+                         f"custom_root's default Newton solver with it) is written out for at most {MAX_SOLVE_SIZE}. "
+                         "Pass adjoint='iterative': conjugate gradients with products by ∂g/∂x and its transpose, "
+                         f"no matrix, for any size (at {where})")
+
+
+def _settled(residual: Tensor, tol: float) -> Tensor:
+    """residual <= tol, as a scalar that is false for NaN, cut from the gradient."""
+    return F.stop_gradient(F.less_equal(residual, tol))
+
+
+def _max_abs(x: Tensor) -> Tensor:
+    return F.stop_gradient(F.max(F.abs(x))) if x.ndim else F.stop_gradient(F.abs(x))
 
 
 def custom_root(g: Callable[..., Any], x0: Any, *params: Any,
                 solver: Callable[[Callable[[Tensor], Tensor], Tensor], Any] | None = None,
-                tol: float = 1e-6, max_steps: int = 50, adjoint: str = "dense", adjoint_steps: int = 1000) -> Tensor:
+                tol: float = 1e-6, max_steps: int = 50, adjoint: str = "dense", adjoint_steps: int = 1000,
+                return_info: bool = False) -> Any:
     """x* with g(x*, *params) = 0, found from x0 by `solver(h, x0)` (any traced code: a gc.while_loop,
     a fixed number of steps; h(x) = g(x, *params)), by default Newton's method until
     max|g(x)| <= tol or max_steps steps. The result differentiates by the implicit function
@@ -77,25 +109,46 @@ def custom_root(g: Callable[..., Any], x0: Any, *params: Any,
     and the Tensors g closes over; x0 and the solver get no gradient. x is one float Tensor; g
     returns one value per element of x.
 
+    A solver that stops at max_steps (or a solver of one's own that stops short) returns its last
+    iterate, and the gradient is the implicit one at that point, which is not a root: with
+    return_info=True the result is (x*, RootInfo) whose `converged` says, at run time, whether
+    max|g(x*)| <= tol (see RootInfo).
+
     adjoint="dense" solves the linear system with J = ∂g/∂x built whole (x of static shape, small
-    systems); adjoint="iterative" by conjugate gradients on the normal equations, with products by
-    J and Jᵀ only, until max|Jᵀu + x̄| <= tol or adjoint_steps steps: for large x, or x of
-    symbolic shape (with a solver= of one's own, since Newton's method builds J)."""
-    where, x0, args = _operands("custom_root", x0, params, adjoint, adjoint == "dense" or solver is None,
-                                adjoint_steps)
+    systems), and the default solver is Newton's method with that J. adjoint="iterative" never
+    builds J: the gradient's system is solved by conjugate gradients on the normal equations, with
+    products by J and Jᵀ only, until max|Jᵀu + x̄| <= tol or adjoint_steps steps, and the default
+    solver is Newton-Krylov (each Newton step solved the same way, to a tolerance that shrinks
+    with the residual): for large x, or x of symbolic shape."""
+    iterative = adjoint == "iterative"
+    where, x0, args = _operands("custom_root", x0, params, adjoint, not iterative, adjoint_steps)
 
     def h(x):
         return as_tensor(g(x, *args))
-    x_star = (solver or (lambda h, x: newton(h, x, tol, max_steps)))(h, x0)
-    method = "dense" if adjoint == "dense" else "normal-cg"
-    return _root(g, as_tensor(x_star), args, where, method, tol, adjoint_steps)
+    steps = None
+    if solver is None:
+        if not iterative:
+            _dense_solvable("custom_root", x0, where)
+        x_star, steps = newton(h, x0, tol, max_steps, krylov_steps=adjoint_steps if iterative else None,
+                               return_steps=True)
+    else:
+        x_star = as_tensor(solver(h, x0))
+    root = _root(g, as_tensor(x_star), args, where, "normal-cg" if iterative else "dense", tol, adjoint_steps)
+    if not return_info:
+        return root
+    residual = _max_abs(h(F.stop_gradient(x_star)))
+    return root, RootInfo(_settled(residual, tol), residual, steps)
 
 
 def fixed_point(f: Callable[..., Any], x0: Any, *params: Any, tol: float = 1e-6, max_steps: int = 1000,
-                adjoint: str = "dense", adjoint_steps: int = 1000) -> Tensor:
+                adjoint: str = "dense", adjoint_steps: int = 1000, return_info: bool = False) -> Any:
     """x* = f(x*, *params), iterating x <- f(x, *params) from x0 (a gc.while_loop) until
     max|f(x) - x| <= tol or max_steps steps; differentiated by the implicit function theorem as the
     root of f(x, θ) - x (custom_root), never by reversing the iteration.
+
+    Stopped by max_steps, it returns the last iterate (and the implicit gradient there, which is
+    not the fixed point's): with return_info=True the result is (x*, RootInfo) whose `converged`
+    says, at run time, whether the last step moved by at most tol (see RootInfo).
 
     adjoint="dense" solves with ∂f/∂x built whole (x of static shape); adjoint="iterative" by the
     iteration u <- x̄ + (∂f/∂x)ᵀu, one VJP of f a step, until it moves by at most tol or
@@ -105,21 +158,37 @@ def fixed_point(f: Callable[..., Any], x0: Any, *params: Any, tol: float = 1e-6,
     def step(v):
         x, fx, k = v
         return fx, as_tensor(f(fx, *args)), k + 1
-    _, x_star, _ = while_loop(lambda v: F.logical_and(F.max(F.abs(v[1] - v[0])) > tol, v[2] < max_steps), step,
-                              (x0, as_tensor(f(x0, *args)), np.int64(1)))
+    x, x_star, steps = while_loop(lambda v: F.logical_and(F.max(F.abs(v[1] - v[0])) > tol, v[2] < max_steps), step,
+                                  (x0, as_tensor(f(x0, *args)), np.int64(1)))
     method = "dense" if adjoint == "dense" else "richardson"
-    return _root(lambda x, *p: as_tensor(f(x, *p)) - x, x_star, args, where, method, tol, adjoint_steps)
+    root = _root(lambda x, *p: as_tensor(f(x, *p)) - x, x_star, args, where, method, tol, adjoint_steps)
+    if not return_info:
+        return root
+    residual = _max_abs(x_star - x)
+    return root, RootInfo(_settled(residual, tol), residual, F.stop_gradient(steps))
 
 
-def newton(h: Callable[[Tensor], Tensor], x0: Tensor, tol: float = 1e-6, max_steps: int = 50) -> Tensor:
-    """Newton's method for h(x) = 0 in a gc.while_loop: x <- x - J(x)⁻¹ h(x), J by one VJP per element,
-    until max|h(x)| <= tol or max_steps steps."""
+def newton(h: Callable[[Tensor], Tensor], x0: Tensor, tol: float = 1e-6, max_steps: int = 50,
+           krylov_steps: int | None = None, return_steps: bool = False) -> Any:
+    """Newton's method for h(x) = 0 in a gc.while_loop: x <- x - J(x)⁻¹ h(x) until max|h(x)| <= tol or
+    max_steps steps. J is built one VJP per element; with krylov_steps, never: each step solves
+    J d = h(x) by conjugate gradients on the normal equations (products by J and Jᵀ, a JVP and a
+    VJP of h) to max|J d - h(x)| <= min(1/2, sqrt(max|h|))·max|h| or krylov_steps steps (an inexact
+    Newton-Krylov method, converging superlinearly near the root). With return_steps, also the
+    number of steps taken."""
     def step(v):
         x, k = v
-        return x - _flat_solve(_jacobian(h(x), x), h(x)), k + 1
-    x, _ = while_loop(lambda v: F.logical_and(F.max(F.abs(h(v[0]))) > tol, v[1] < max_steps), step,
-                      (x0, np.int64(0)))
-    return x
+        r = h(x)
+        if krylov_steps is None:
+            d = _flat_solve(_jacobian(r, x), r)
+        else:
+            size = F.max(F.abs(r))
+            d = _craig(lambda c: jvp(h, (x,), (c,))[1], lambda c: vjp(h, x)[1](c)[0], r,
+                       F.minimum(F.sqrt(size), 0.5) * size, krylov_steps)
+        return x - d, k + 1
+    x, steps = while_loop(lambda v: F.logical_and(F.max(F.abs(h(v[0]))) > tol, v[1] < max_steps), step,
+                          (x0, np.int64(0)))
+    return (x, steps) if return_steps else x
 
 
 def _jacobian(r: Tensor, x: Tensor) -> Tensor:
@@ -155,27 +224,30 @@ def _dot(a: Tensor, b: Tensor) -> Tensor:
     return F.sum(a * b)
 
 
-def _normal_cg_adjoint(residual: Callable[[Tensor], Tensor], x: Tensor, x_bar: Tensor, tol: float,
-                       steps: int) -> Tensor:
-    """u with Jᵀu = -x̄ by conjugate gradients on the normal equations (Craig's method: u = Jy with
-    JᵀJy = -x̄), which needs J only as products: Jᵀc is a VJP of the residual at x, Jc a JVP. It
-    converges for any invertible J (at the pace of J's squared condition number)."""
-    def transposed(c: Tensor) -> Tensor:   # traced in the loop's body: a gradient there starts there
-        return vjp(residual, x)[1](c)[0]
-
-    def forward(c: Tensor) -> Tensor:
-        return jvp(residual, (x,), (c,))[1]
+def _craig(product: Callable[[Tensor], Tensor], transposed: Callable[[Tensor], Tensor], b: Tensor, tol: Any,
+           steps: int) -> Tensor:
+    """u with A u = b by conjugate gradients on the normal equations (Craig's method: u = Aᵀy with
+    AAᵀy = b), which needs A only as products, `product(c)` = A c and `transposed(c)` = Aᵀ c, until
+    max|b - A u| <= tol or `steps` steps. It converges for any invertible A (at the pace of A's
+    squared condition number). The products are traced in the loop's body, where a gradient
+    starts afresh."""
+    tiny = np.finfo(b.dtype).tiny
 
     def step(v):
         u, r, p, rr, k = v
-        alpha = rr / F.maximum(_dot(p, p), np.finfo(x.dtype).tiny)
-        r = r - alpha * transposed(p)
+        alpha = rr / F.maximum(_dot(p, p), tiny)
+        r = r - alpha * product(p)
         new_rr = _dot(r, r)
-        return u + alpha * p, r, forward(r) + new_rr / F.maximum(rr, np.finfo(x.dtype).tiny) * p, new_rr, k + 1
-    r0 = -x_bar
+        return u + alpha * p, r, transposed(r) + new_rr / F.maximum(rr, tiny) * p, new_rr, k + 1
     u, *_ = while_loop(lambda v: F.logical_and(F.max(F.abs(v[1])) > tol, v[4] < steps), step,
-                       (F.zeros_like(x_bar), r0, forward(r0), _dot(r0, r0), np.int64(0)))
+                       (F.zeros_like(b), b, transposed(b), _dot(b, b), np.int64(0)))
     return u
+
+
+def _normal_cg_adjoint(residual: Callable[[Tensor], Tensor], x: Tensor, x_bar: Tensor, tol: float,
+                       steps: int) -> Tensor:
+    """u with Jᵀu = -x̄ (_craig with A = Jᵀ: Jᵀc is a VJP of the residual at x, Jc a JVP)."""
+    return _craig(lambda c: vjp(residual, x)[1](c)[0], lambda c: jvp(residual, (x,), (c,))[1], -x_bar, tol, steps)
 
 
 def _richardson_adjoint(residual: Callable[[Tensor], Tensor], x: Tensor, x_bar: Tensor, tol: float,
@@ -201,6 +273,8 @@ def _root_vjp(grads, inputs, outputs, *, body: Graph, x_index: int, source: str,
     wrt = [i for i, t in enumerate(inputs) if i != x_index and t.dtype.kind == "f"]
     if x_bar is None or not wrt:
         return result
+    if adjoint == "dense":
+        _dense_solvable("the implicit gradient", inputs[x_index], source)
 
     def partials(v: list[Tensor]) -> list[Tensor]:
         ins, seed = v[:-1], v[-1]

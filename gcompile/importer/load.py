@@ -181,11 +181,19 @@ class OnnxModel:
         with naming(self.source):
             return [self._spec(v) for v in self._inputs]
 
+    @staticmethod
+    def _tensor_type(value_info):
+        """The tensor type of a model input; an UnsupportedError naming what it is for another kind."""
+        kind = value_info.type.WhichOneof("value")
+        if kind != "tensor_type":
+            what = {"sequence_type": "a sequence", "map_type": "a map", "optional_type": "an optional",
+                    "sparse_tensor_type": "a sparse tensor"}.get(kind, "of no declared type")
+            raise UnsupportedError(f"input {value_info.name!r} is {what}, not a tensor: gcompile's model inputs are "
+                                   "tensors (sequences, maps and optionals are not supported as inputs)")
+        return value_info.type.tensor_type
+
     def _spec(self, value_info) -> Spec:
-        if not value_info.type.HasField("tensor_type"):
-            raise UnsupportedError(f"input {value_info.name!r} is not a tensor (sequences, maps and optionals are "
-                                   "not supported)")
-        tt = value_info.type.tensor_type
+        tt = self._tensor_type(value_info)
         dtype = np_dtype(tt.elem_type, f"input {value_info.name!r}")
         if not tt.HasField("shape"):
             raise GcompileError(f"input {value_info.name!r} declares no shape; give a gc.spec for it instead")
@@ -212,8 +220,9 @@ class OnnxModel:
         env = {name: self._checked(f"param {name!r}", params[name], value.dtype, value.shape, exact=True)
                if name in params else value for name, value in self._params.items()}
         for value_info, value in zip(self._inputs, inputs):
-            declared = self._spec(value_info) if value_info.type.tensor_type.HasField("shape") else None
-            dtype = np_dtype(value_info.type.tensor_type.elem_type, f"input {value_info.name!r}")
+            tt = self._tensor_type(value_info)
+            declared = self._spec(value_info) if tt.HasField("shape") else None
+            dtype = np_dtype(tt.elem_type, f"input {value_info.name!r}")
             env[value_info.name] = self._checked(f"input {value_info.name!r}", value, dtype,
                                                  declared.shape if declared else None, exact=False)
         inliner = Inliner(self.opsets, overrides)

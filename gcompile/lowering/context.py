@@ -23,6 +23,7 @@ from ..errors import LoweringError
 from ..ir import dims
 from ..ir.graph import Graph, Node, TensorType, ValueRef
 from ..ir.registry import get_op
+from . import kernels
 from .reads import node_reads, subgraphs
 from .targets.base import DEFAULT_TARGET, TARGETS, Target
 
@@ -55,14 +56,17 @@ class LowerContext:
             self._const_cache: dict = {}
             self._unnamed = [0]                   # unnamed initializers so far: const_0, const_1, ...
             self._used_names: set[str] = set(input_names) | set(reserved)
+            self.dtypes: dict[str, np.dtype] = {}   # the dtype of each ONNX value whose dtype is known (kernels.py)
         else:                                     # a loop body: one namespace and one set of initializers
             self.initializers, self.float64_ops, self.lowerings = parent.initializers, parent.float64_ops, \
                 parent.lowerings
             self._const_cache, self._used_names = parent._const_cache, parent._used_names
             self._unnamed = parent._unnamed
+            self.dtypes = parent.dtypes
         self._symbol_sources: dict[str, tuple[str, int]] = {}
         self._local_symbols: set[str] = set()     # bound here by a loop's result (bind_symbol), not by an input
         for name, ref in zip(input_names, graph.inputs):
+            self.dtypes[name] = np.dtype(graph.type_of(ref).dtype)
             for axis, d in enumerate(graph.type_of(ref).shape):
                 if isinstance(d, str):      # a product ("3*batch") too: its size is read off as it is
                     self._symbol_sources.setdefault(d, (name, axis))
@@ -85,6 +89,8 @@ class LowerContext:
             outs = [outs] if isinstance(outs, str) else list(outs)
             for i, out in enumerate(outs):
                 names[node.out(i)] = out
+                if i < len(node.outputs) and out:
+                    self.dtypes[out] = np.dtype(node.outputs[i].dtype)
         self.begin(None)
 
     def subgraph(self, body: Graph, outer: Sequence[str | None], head: Sequence[tuple[str, TensorType]] = (),
@@ -101,6 +107,7 @@ class LowerContext:
         prefix = owner.name if owner is not None else "body"
         head_names = [self.fresh(f"{prefix}_{hint}") for hint, _ in head]
         inputs = [value_info(name, t) for name, (_, t) in zip(head_names, head)]
+        self.dtypes.update((name, np.dtype(t.dtype)) for name, (_, t) in zip(head_names, head))
         names: dict[ValueRef, str] = {}
         for ref, name in zip(body.inputs, outer):
             if name is None:
@@ -218,7 +225,33 @@ class LowerContext:
 
     # -- emission ----------------------------------------------------------------------------
     def emit(self, op_type: str, inputs: list[str], n_out: int = 1, **attrs):
-        """Add one ai.onnx node; returns its output name (or list of names when n_out > 1)."""
+        """Add one ai.onnx node; returns its output name (or list of names when n_out > 1). Where the
+        runtime has no kernel for the node's dtype, it is computed in a wider one (kernels.py)."""
+        known = [self.dtypes.get(name) if name else None for name in inputs]
+        wider = kernels.widening(op_type, self.opset, known, attrs)
+        if wider is not None:
+            return self._widened(op_type, inputs, n_out, attrs, *wider)
+        outs = self._emit(op_type, inputs, n_out, attrs)
+        for name, dtype in zip(outs, kernels.output_dtypes(op_type, self.opset, known, attrs, n_out)):
+            if dtype is not None:
+                self.dtypes[name] = dtype
+        return outs[0] if n_out == 1 else outs
+
+    def _widened(self, op_type: str, inputs: list[str], n_out: int, attrs: dict, param: str, narrow: np.dtype,
+                 wide: np.dtype):
+        """An op_type node computed in `wide`: its operands of type `param` (of dtype `narrow`) cast
+        to `wide` before it, its results of that type cast back after it."""
+        formal_in, formal_out = kernels.formal_params(op_type, self.opset, len(inputs), n_out)
+        to_wide, to_narrow = helper.np_dtype_to_tensor_dtype(wide), helper.np_dtype_to_tensor_dtype(narrow)
+        cast = [self.emit("Cast", [name], to=to_wide) if name and formal == param else name
+                for name, formal in zip(inputs, formal_in)]
+        outs = self.emit(op_type, cast, n_out, **attrs)
+        outs = [outs] if n_out == 1 else list(outs)
+        outs = [self.emit("Cast", [name], to=to_narrow) if formal == param else name
+                for name, formal in zip(outs, formal_out)]
+        return outs[0] if n_out == 1 else outs
+
+    def _emit(self, op_type: str, inputs: list[str], n_out: int, attrs: dict) -> list[str]:
         owner = self._current
         hint = owner.name if owner is not None else op_type.lower()
         outputs = [self.fresh(hint) for _ in range(n_out)]
@@ -230,7 +263,7 @@ class LowerContext:
         node = helper.make_node(op_type, list(inputs), outputs, name=outputs[0], doc_string=doc or None,
                                 **{k: v for k, v in attrs.items() if v is not None})
         self.nodes.append(node)
-        return outputs[0] if n_out == 1 else outputs
+        return outputs
 
     def pad(self, x: str, begins: Sequence[int], ends: Sequence[int], fill: str = "", mode: str = "constant") -> str:
         """An ONNX Pad of every axis of x (`begins`/`ends` hold one amount per axis). Its `axes`
@@ -287,6 +320,7 @@ class LowerContext:
             self._unnamed[0] += name is None
             self.initializers.append(numpy_helper.from_array(arr, emitted))
             self._const_cache[key] = emitted
+            self.dtypes[emitted] = arr.dtype
         return emitted
 
     def int64s(self, values) -> str:

@@ -35,8 +35,8 @@ from .shape_rules import axis_for
 __all__ = ["cummax", "cummin", "cumprod", "cumsum", "logcumsumexp"]
 
 
-def _scan_dtype(dtype: np.dtype) -> np.dtype:
-    """numpy's accumulator: bools and signed integers scan in int64, unsigned ones in uint64."""
+def accumulator_dtype(dtype: np.dtype) -> np.dtype:
+    """numpy's accumulator: bools and signed integers sum (and multiply) in int64, unsigned ones in uint64."""
     kind = np.dtype(dtype).kind
     return np.dtype(np.int64) if kind in "bi" else np.dtype(np.uint64) if kind == "u" else np.dtype(dtype)
 
@@ -45,7 +45,7 @@ def _scan_operand(x, axis, what: str) -> tuple[Tensor, int]:
     x = as_tensor(x)
     if axis is None:       # numpy: the flattened tensor
         x, axis = ravel(x), 0
-    return cast(x, _scan_dtype(x.dtype)), axis_for(axis, x.ndim, what)
+    return cast(x, accumulator_dtype(x.dtype)), axis_for(axis, x.ndim, what)
 
 
 def cumsum(x, axis=None, *, reverse: bool = False, exclusive: bool = False) -> Tensor:

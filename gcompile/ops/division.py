@@ -22,7 +22,7 @@ from .elementwise import (
     floor,
 )
 from .emitter import Emitter, Value
-from .shape_rules import binary_broadcast, unary_any
+from .shape_rules import binary_numeric, unary_float
 
 __all__ = ["floor_divide", "fmod", "frac", "reciprocal", "remainder", "trunc"]
 
@@ -49,7 +49,7 @@ def _lower_trunc(ctx, names, node):
     return e.where(x < 0, e("Ceil", x), e("Floor", x)).name
 
 
-defop("trunc", infer=unary_any, reference=np.trunc, lower=_lower_trunc,
+defop("trunc", infer=unary_float, reference=np.trunc, lower=_lower_trunc,
       traits={Trait.NONDIFF, Trait.CHEAP, Trait.ELEMENTWISE})
 
 
@@ -127,9 +127,9 @@ def _int_safe_reference(fn):
     return reference
 
 
-defop("fmod", infer=binary_broadcast, reference=_int_safe_reference(np.fmod), lower=_lower_fmod,
+defop("fmod", infer=binary_numeric, reference=_int_safe_reference(np.fmod), lower=_lower_fmod,
       vjp=_quotient_vjp(trunc), traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
-defop("remainder", infer=binary_broadcast, reference=_int_safe_reference(np.remainder), lower=_lower_remainder,
+defop("remainder", infer=binary_numeric, reference=_int_safe_reference(np.remainder), lower=_lower_remainder,
       vjp=_quotient_vjp(floor), traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
-defop("floor_divide", infer=binary_broadcast, reference=_int_safe_reference(np.floor_divide),
+defop("floor_divide", infer=binary_numeric, reference=_int_safe_reference(np.floor_divide),
       lower=_lower_floor_divide, traits={Trait.NONDIFF, Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})

@@ -13,7 +13,16 @@ from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast
 from .poly import SIGMOID_PRIME, TANH_PRIME, poly
-from .shape_rules import binary_broadcast, broadcast_shapes, compare_broadcast, same_dtype, unary_float
+from .shape_rules import (
+    binary_broadcast,
+    binary_float,
+    binary_numeric,
+    broadcast_shapes,
+    compare_broadcast,
+    same_dtype,
+    unary_float,
+    unary_numeric,
+)
 
 __all__ = ["abs", "add", "ceil", "clip", "cos", "divide", "equal", "erf", "exp", "exp2", "expm1", "floor",
            "greater", "greater_equal", "lerp", "less", "less_equal", "log", "log10", "log1p", "log2",
@@ -65,7 +74,7 @@ def _float_or_none(x, grad):
 
 defop("add", infer=binary_broadcast, reference=np.add, lower=_onnx("Add"),
       vjp=lambda g, ins, outs: [g[0], g[0]], traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
-defop("sub", infer=binary_broadcast, reference=np.subtract, lower=_onnx("Sub"),
+defop("sub", infer=binary_numeric, reference=np.subtract, lower=_onnx("Sub"),
       vjp=lambda g, ins, outs: [g[0], -g[0]],
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 defop("mul", infer=binary_broadcast, reference=np.multiply, lower=_onnx("Mul"),
@@ -91,7 +100,7 @@ def divide(a, b) -> Tensor:
     return apply("div", promote_float(a, b))
 
 
-defop("div", infer=binary_broadcast, reference=_div_reference, lower=_onnx("Div"), vjp=_div_vjp,
+defop("div", infer=binary_numeric, reference=_div_reference, lower=_onnx("Div"), vjp=_div_vjp,
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
@@ -159,7 +168,7 @@ def _logaddexp_vjp(g, ins, outs):
     return [g[0] * sigmoid(a - b), g[0] * sigmoid(b - a)]
 
 
-defop("logaddexp", infer=binary_broadcast, reference=np.logaddexp, lower=_lower_logaddexp, vjp=_logaddexp_vjp,
+defop("logaddexp", infer=binary_float, reference=np.logaddexp, lower=_lower_logaddexp, vjp=_logaddexp_vjp,
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
@@ -233,16 +242,7 @@ def _where_vjp(g, ins, outs):
     return [None, where(cond, g[0], zero), where(cond, zero, g[0])]
 
 
-def _lower_where(ctx, names, node):
-    """ONNX Where; between bools as (c and a) or (not c and b), since ONNX Runtime (1.31) has no
-    bool Where kernel."""
-    if node.outputs[0].dtype != np.bool_:
-        return ctx.emit("Where", names)
-    cond, a, b = names
-    return ctx.emit("Or", [ctx.emit("And", [cond, a]), ctx.emit("And", [ctx.emit("Not", [cond]), b])])
-
-
-defop("where", infer=_where_infer, reference=np.where, lower=_lower_where, vjp=_where_vjp,
+defop("where", infer=_where_infer, reference=np.where, lower=_onnx("Where"), vjp=_where_vjp,
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
@@ -267,7 +267,7 @@ def _numeric(types, **_):
     return [types[0]]
 
 
-negative = _unary_def("neg", np.negative, _onnx("Neg"), lambda g, ins, outs: [-g[0]], infer=_numeric)
+negative = _unary_def("neg", np.negative, _onnx("Neg"), lambda g, ins, outs: [-g[0]], infer=unary_numeric)
 exp = _unary_def("exp", np.exp, _onnx("Exp"), lambda g, ins, outs: [g[0] * outs[0]])
 log = _unary_def("log", np.log, _onnx("Log"), lambda g, ins, outs: [g[0] / ins[0]])
 sqrt = _unary_def("sqrt", np.sqrt, _onnx("Sqrt"), lambda g, ins, outs: [g[0] * 0.5 / outs[0]])
@@ -319,7 +319,7 @@ expm1 = _unary_def("expm1", np.expm1, _lower_expm1, lambda g, ins, outs: [g[0] *
 
 # Piecewise-constant ops: declared non-differentiable (zero gradient, never an error).
 sign: Callable[..., Tensor] = _unary_def("sign", np.sign, _onnx("Sign"), None, traits=(Trait.NONDIFF,),
-                                         infer=_numeric)
+                                         infer=unary_numeric)
 floor = _unary_def("floor", np.floor, _onnx("Floor"), None, traits=(Trait.NONDIFF,))
 ceil = _unary_def("ceil", np.ceil, _onnx("Ceil"), None, traits=(Trait.NONDIFF,))
 round = _unary_def("round", np.round, _onnx("Round"), None, traits=(Trait.NONDIFF,))

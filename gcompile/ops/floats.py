@@ -32,7 +32,7 @@ from .elementwise import (
     where,
 )
 from .emitter import Emitter, sign_bit
-from .shape_rules import binary_broadcast
+from .shape_rules import binary_float
 
 __all__ = ["copysign", "nextafter"]
 
@@ -83,6 +83,6 @@ def _lower_copysign(ctx, names, node):
     return e.where(sign_bit(e.wrap(names[1])), -magnitude, magnitude).name
 
 
-defop("copysign", infer=binary_broadcast, reference=np.copysign, lower=_lower_copysign,
+defop("copysign", infer=binary_float, reference=np.copysign, lower=_lower_copysign,
       vjp=lambda g, ins, outs: [g[0] * sign(ins[0]) * sign(outs[0]), None],
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})

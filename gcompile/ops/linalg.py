@@ -11,7 +11,7 @@ from ..ir.registry import defop
 from .elementwise import _promote, where, zeros_scalar
 from .reduce import sum_to_shape
 from .shape import broadcast_to, expand_dims, reshape, squeeze, swapaxes
-from .shape_rules import broadcast_shapes, same_dtype
+from .shape_rules import broadcast_shapes, require_float, same_dtype
 
 __all__ = ["dot", "einsum", "linear", "matmul"]
 
@@ -256,6 +256,7 @@ def _gemm_operands(a, b, trans_a, trans_b):
 
 
 def _gemm_infer(types, trans_a, trans_b):
+    require_float(types[0], "gemm's operands")     # fuse_gemm makes it of float products only
     a, b = (t.shape[::-1] if flag else t.shape for t, flag in zip(types[:2], (trans_a, trans_b)))
     if a[1] != b[0]:
         raise ShapeError(f"gemm: contracting dims differ: {a[1]!r} vs {b[0]!r}")

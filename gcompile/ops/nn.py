@@ -449,6 +449,11 @@ def _dropout_vjp(g, ins, outs, ratio, seed):
     return [g[0] * cast(outs[1], ins[0].dtype) * (1 / (1 - ratio))]
 
 
-defop("dropout", infer=lambda types, ratio, seed: [types[0], tensor_type(np.bool_, types[0].shape)],
+def _dropout_infer(types, ratio, seed):
+    require_float(types[0], "dropout's x")
+    return [types[0], tensor_type(np.bool_, types[0].shape)]
+
+
+defop("dropout", infer=_dropout_infer,
       reference=_dropout_reference, lower=_lower_dropout, vjp=_dropout_vjp, traits={Trait.RANDOM, Trait.ELEMENTWISE},
       n_outputs=2)

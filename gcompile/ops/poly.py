@@ -20,7 +20,7 @@ import numpy as np
 
 from ..frontend.tensor import Tensor, apply
 from ..ir.registry import Trait, defop
-from .shape_rules import binary_broadcast, unary_float
+from .shape_rules import binary_float, unary_float
 
 __all__: list[str] = []
 
@@ -138,7 +138,7 @@ def _silu_deriv_vjp(g, ins, outs, order):
     return [g[0] * silu_deriv(x, s, order + 1), None]
 
 
-defop("silu_deriv", infer=lambda types, order: binary_broadcast(types), reference=_silu_deriv_reference,
+defop("silu_deriv", infer=lambda types, order: binary_float(types), reference=_silu_deriv_reference,
       lower=_lower_silu_deriv, vjp=_silu_deriv_vjp, traits={Trait.CHEAP, Trait.ELEMENTWISE})
 
 

@@ -9,7 +9,7 @@ from ..ir import dims
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast, stop_gradient
-from .cumulative import cumprod
+from .cumulative import accumulator_dtype, cumprod
 from .elementwise import equal, exp, log, not_equal, where, zeros_scalar
 from .nonfinite import isfinite
 from .shape import broadcast_to, reshape
@@ -50,6 +50,8 @@ def _reduction(op):
         x = as_tensor(x)
         if op in ("reduce_mean",) and x.dtype.kind != "f":
             x = cast(x, np.float32)
+        elif op in ("reduce_sum", "reduce_prod"):     # a count of bools, a sum of int8s: int64, as numpy and torch
+            x = cast(x, accumulator_dtype(x.dtype))
         axes = normalize_axes(axis, x.ndim)
         if not axes:
             return x

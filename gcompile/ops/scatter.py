@@ -331,6 +331,11 @@ def masked_select(x, mask, size: int | None = None, fill=0) -> Tensor:
     The gradient goes to the selected elements that fit."""
     x = as_tensor(x)
     mask = _mask(mask, "masked_select")
+    try:
+        fill = np.asarray(fill, x.dtype)
+    except (OverflowError, ValueError):
+        raise ShapeError(f"masked_select: fill {fill!r} does not fit x's dtype {x.dtype.name} (at {user_location()})") \
+            from None
     shape = broadcast_shapes(x.shape, mask.shape if isinstance(mask, Tensor) else np.shape(mask))
     flat_x = ravel(broadcast_to(x, shape))
     if not isinstance(mask, Tensor):
@@ -350,5 +355,5 @@ def masked_select(x, mask, size: int | None = None, fill=0) -> Tensor:
     slots = scatter_add(full((size + 1,), 0, x.dtype), slot, flat_x)
     count = reduce_sum(cast(flat_mask, np.int64))
     kept = less(np.arange(size, dtype=np.int64), count)
-    return where(kept, slice_axes(slots, (0,), (0,), (size,), (1,)), np.asarray(fill, x.dtype))
+    return where(kept, slice_axes(slots, (0,), (0,), (size,), (1,)), fill)
 

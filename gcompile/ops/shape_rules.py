@@ -97,6 +97,29 @@ def binary_broadcast(types, **_):
     return [tensor_type(dtype, broadcast_shapes(*(t.shape for t in types)))]
 
 
+def binary_float(types, **_):
+    """Rule for float binary ops (their public functions promote integer operands first)."""
+    require_float(types[0])
+    return binary_broadcast(types)
+
+
+def _numbers(types) -> None:
+    if types[0].dtype == np.bool_:
+        raise ShapeError("operands must be numbers, got bool (cast them with .astype('int64') first)")
+
+
+def unary_numeric(types, **_):
+    """Rule for arithmetic with no meaning on bools (negation, sign), as in numpy and torch."""
+    _numbers(types)
+    return [types[0]]
+
+
+def binary_numeric(types, **_):
+    """Rule for binary arithmetic with no meaning on bools (subtraction, division), as in numpy and torch."""
+    _numbers(types)
+    return binary_broadcast(types)
+
+
 def compare_broadcast(types, **_):
     same_dtype(types)
     return [tensor_type(np.bool_, broadcast_shapes(*(t.shape for t in types)))]

@@ -43,7 +43,8 @@ def _square(types, what: str):
     if a.shape[-1] > MAX_SOLVE_SIZE:
         raise UnsupportedError(f"{what}: matrices of size {a.shape[-1]} are beyond the unrolled solver's bound "
                                f"({MAX_SOLVE_SIZE}): ONNX has no matrix solver op, and gcompile writes the "
-                               "elimination out step by step")
+                               "elimination out step by step. A large system solved for gc.custom_root or "
+                               "gc.fixed_point takes adjoint='iterative' (conjugate gradients, no matrix)")
     return a
 
 
@@ -138,14 +139,21 @@ def _batch(ctx, name: str, rank: int) -> str:
     return ctx.emit("Squeeze", [name, ctx.int64s([rank - 2, rank - 1])])
 
 
-def _or_nan(fn, like: int):
-    """A numpy solver giving NaN (shaped like operand `like`) for a singular matrix instead of
-    raising: ONNX Runtime cannot raise at run time, and constant folding must not crash."""
+def _linalg_reference(fn, like: int | None = None):
+    """The reference of a numpy.linalg function: computed in float32 for float16 operands (numpy's
+    linalg has no float16) and rounded back to the operands' dtype, and, where `like` is given, NaN
+    (shaped like operand `like`) for a singular matrix instead of raising: ONNX Runtime cannot raise
+    at run time, and constant folding must not crash."""
     def reference(*arrays):
+        dtype = arrays[0].dtype
+        wide = [a.astype(np.float32) if a.dtype == np.float16 else a for a in arrays]
         try:
-            return fn(*arrays)
+            out = fn(*wide)
         except np.linalg.LinAlgError:
+            if like is None:
+                raise
             return np.full_like(arrays[like], np.nan)
+        return tuple(np.asarray(o, dtype) for o in out) if isinstance(out, tuple) else np.asarray(out, dtype)
     return reference
 
 
@@ -162,8 +170,8 @@ def _inv_vjp(g, ins, outs):
     return [-matmul(matmul(y, g[0]), y)]
 
 
-defop("inv", infer=lambda types: [_square(types, "inv")], reference=_or_nan(np.linalg.inv, 0), lower=_lower_inv,
-      vjp=_inv_vjp)
+defop("inv", infer=lambda types: [_square(types, "inv")], reference=_linalg_reference(np.linalg.inv, 0),
+      lower=_lower_inv, vjp=_inv_vjp)
 
 
 def inv(a) -> Tensor:
@@ -195,7 +203,7 @@ def _solve_vjp(g, ins, outs):
     return [-matmul(gb, _mT(outs[0])), gb]
 
 
-defop("solve", infer=_solve_infer, reference=_or_nan(np.linalg.solve, 1), lower=_lower_solve, vjp=_solve_vjp)
+defop("solve", infer=_solve_infer, reference=_linalg_reference(np.linalg.solve, 1), lower=_lower_solve, vjp=_solve_vjp)
 
 
 def solve(a, b) -> Tensor:
@@ -237,7 +245,7 @@ def _det_vjp(g, ins, outs):
 
 
 defop("det", infer=lambda types: [tensor_type(_square(types, "det").dtype, types[0].shape[:-2])],
-      reference=lambda a: np.asarray(np.linalg.det(a), a.dtype), lower=_lower_det, vjp=_det_vjp)
+      reference=_linalg_reference(np.linalg.det), lower=_lower_det, vjp=_det_vjp)
 
 
 def _lower_slogdet(ctx, names, node):
@@ -253,11 +261,6 @@ def _lower_slogdet(ctx, names, node):
     return [_batch(ctx, ctx.emit("Mul", [sign, _product(ctx, signs)]), t.ndim), _batch(ctx, total, t.ndim)]
 
 
-def _slogdet_reference(a):
-    sign, logabs = np.linalg.slogdet(a)
-    return np.asarray(sign, a.dtype), np.asarray(logabs, a.dtype)
-
-
 def _slogdet_vjp(g, ins, outs):
     if g[1] is None:
         return [None]
@@ -265,7 +268,8 @@ def _slogdet_vjp(g, ins, outs):
 
 
 defop("slogdet", infer=lambda types: [tensor_type(_square(types, "slogdet").dtype, types[0].shape[:-2])] * 2,
-      reference=_slogdet_reference, lower=_lower_slogdet, vjp=_slogdet_vjp, n_outputs=2)
+      reference=_linalg_reference(lambda a: tuple(np.linalg.slogdet(a))), lower=_lower_slogdet, vjp=_slogdet_vjp,
+      n_outputs=2)
 
 
 def det(a) -> Tensor:
@@ -313,7 +317,7 @@ def _cholesky_vjp(g, ins, outs):
     return [(s + _mT(s)) * 0.5]
 
 
-defop("cholesky", infer=lambda types: [_square(types, "cholesky")], reference=_or_nan(np.linalg.cholesky, 0),
+defop("cholesky", infer=lambda types: [_square(types, "cholesky")], reference=_linalg_reference(np.linalg.cholesky, 0),
       lower=_lower_cholesky, vjp=_cholesky_vjp)
 
 

@@ -481,6 +481,27 @@ def unfold(x, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     return cols if batched else reshape(cols, cols.shape[1:])
 
 
+def fold_blocks(x: Tensor, size: tuple, kernel: tuple, dilation: tuple, pads: tuple, stride: tuple) -> Tensor:
+    """col2im in any number of spatial dims: columns (N, C*prod(kernel), L), L the number of blocks of
+    the padded image, summed back into (N, C, *size); `pads` holds (before, after) per axis. Each
+    kernel tap's blocks are placed into the padded image by one strided slice_scatter."""
+    nsp = len(kernel)
+    padded = tuple(s + b + a for s, (b, a) in zip(size, pads))
+    out = tuple((n - d * (k - 1) - 1) // s + 1 for n, k, d, s in zip(padded, kernel, dilation, stride))
+    n, c = x.shape[0], dims.divide(x.shape[1], math.prod(kernel))
+    blocks = reshape(x, (n, c) + kernel + out)
+    axes = tuple(range(2, 2 + nsp))
+    total = None
+    for tap in itertools.product(*(range(k) for k in kernel)):
+        block = reshape(slice_axes(blocks, axes, tap, tuple(t + 1 for t in tap), (1,) * nsp), (n, c) + out)
+        starts = tuple(t * d for t, d in zip(tap, dilation))
+        ends = tuple(st + s * (o - 1) + 1 for st, s, o in zip(starts, stride, out))
+        placed = slice_scatter(block, (n, c) + padded, axes, starts, ends, stride)
+        total = placed if total is None else total + placed
+    return slice_axes(total, axes, tuple(b for b, _ in pads), tuple(b + s for (b, _), s in zip(pads, size)),
+                      (1,) * nsp)
+
+
 def fold(x, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor:
     """torch.nn.functional.fold (col2im), the adjoint of unfold: columns (N, C*kh*kw, L) or
     (C*kh*kw, L) summed back into (N, C, *output_size), overlapping blocks adding up."""
@@ -498,17 +519,6 @@ def fold(x, output_size, kernel_size, dilation=1, padding=0, stride=1) -> Tensor
     if x.shape[1] % taps or x.shape[2] != math.prod(out):
         raise ShapeError(f"fold: columns {format_shape(x.shape)} need C*{taps} rows and {math.prod(out)} blocks "
                          f"for kernel {kernel} and output_size {size} (at {user_location()})")
-    n, c = x.shape[0], x.shape[1] // taps
-    blocks = reshape(x, (n, c) + kernel + out)
-    padded = tuple(s + 2 * p for s, p in zip(size, pads))
-    total = None
-    for i in range(kernel[0]):
-        for j in range(kernel[1]):
-            block = reshape(slice_axes(blocks, (2, 3), (i, j), (i + 1, j + 1), (1, 1)), (n, c) + out)
-            starts = (i * dilation[0], j * dilation[1])
-            ends = tuple(st + s * (o - 1) + 1 for st, s, o in zip(starts, stride, out))
-            placed = slice_scatter(block, (n, c) + padded, (2, 3), starts, ends, stride)
-            total = placed if total is None else total + placed
-    y = slice_axes(total, (2, 3), pads, tuple(p + s for p, s in zip(pads, size)), (1, 1))
+    y = fold_blocks(x, size, kernel, dilation, tuple((p, p) for p in pads), stride)
     return y if batched else reshape(y, y.shape[1:])
 

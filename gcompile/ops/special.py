@@ -55,7 +55,7 @@ from .elementwise import (
 )
 from .elementwise import abs as absolute
 from .emitter import Emitter
-from .shape_rules import binary_broadcast, unary_float
+from .shape_rules import binary_float, unary_float
 
 __all__ = ["digamma", "erfc", "erfinv", "i0", "lgamma", "log_ndtr", "logit", "ndtr", "ndtri", "polygamma", "xlogy"]
 
@@ -341,7 +341,7 @@ def _xlogy_vjp(g, ins, outs):
     return [g[0] * log(where(skip, 1, y)), g[0] * x / y]
 
 
-defop("xlogy", infer=binary_broadcast, reference=_xlogy_reference, lower=_lower_xlogy, vjp=_xlogy_vjp,
+defop("xlogy", infer=binary_float, reference=_xlogy_reference, lower=_lower_xlogy, vjp=_xlogy_vjp,
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 

@@ -19,7 +19,7 @@ from ..frontend.tensor import Tensor, apply
 from ..ir.registry import Trait, defop
 from .elementwise import _onnx, _unary_def, emit_log1p, equal, promote_float, rsqrt, where, zeros_scalar
 from .emitter import Emitter, Value, sign_bit
-from .shape_rules import binary_broadcast
+from .shape_rules import binary_float
 
 __all__ = ["acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "asin",
            "asinh", "atan", "atan2", "atanh", "cosh", "hypot", "sinh"]
@@ -157,8 +157,8 @@ def _lower_hypot(ctx, names, node):
     return e.where(e("IsInf", aa) | e("IsInf", ab), np.inf, h).name
 
 
-defop("arctan2", infer=binary_broadcast, reference=np.arctan2, lower=_lower_arctan2, vjp=_arctan2_vjp,
+defop("arctan2", infer=binary_float, reference=np.arctan2, lower=_lower_arctan2, vjp=_arctan2_vjp,
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
-defop("hypot", infer=binary_broadcast, reference=np.hypot, lower=_lower_hypot,
+defop("hypot", infer=binary_float, reference=np.hypot, lower=_lower_hypot,
       vjp=lambda g, ins, outs: [g[0] * ins[0] / outs[0], g[0] * ins[1] / outs[0]],
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})

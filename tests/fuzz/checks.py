@@ -22,6 +22,7 @@ none is found, the checks that need it are skipped and the result says so.
 from __future__ import annotations
 
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,10 +32,11 @@ import gcompile.functions as F
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
 from gcompile.ir.registry import is_random
+from gcompile.lowering.lower import recorded_lowerings
 from gcompile.passes import base as passes_base
 from gcompile.testing import check_grad, direction
 
-from . import npsem
+from . import coverage, npsem
 
 # Every graph pass the fuzzer runs is followed by Graph.lint(), under pytest, tools/fuzz.py or a reproducer.
 passes_base.LINT = True
@@ -87,9 +89,10 @@ def check_forward(program, reference, input_specs, arrays) -> None:
 
 def derivatives(program, positions):
     """x ↦ (outputs, ∇L, ∇⟨∇L, v⟩) with L = Σ⟨w_k, output_k⟩; w and v fixed random, size 1 on
-    symbolic dims (broadcast)."""
+    symbolic dims (broadcast). The program returns a tuple or list of outputs, or one."""
     def fn(*xs):
         outs = program(*xs)
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
         rng = np.random.default_rng(0)
 
         def weight(t):
@@ -184,6 +187,8 @@ class Result:
     skipped: list = field(default_factory=list)     # checks not run: no safe point found
     ops: set = field(default_factory=set)           # gcompile ops in the derivatives graph
     decisions: list = field(default_factory=list)   # the control flow's at the point checked (npsem)
+    lowerings: Counter = field(default_factory=Counter)   # (op, strategy or "plain") -> nodes lowered so
+    rewrites: Counter = field(default_factory=Counter)    # graph-pass rewrite -> times it fired (coverage.py)
 
 
 def _decisions(reference, arrays) -> list:
@@ -236,17 +241,21 @@ def run_program(program_def, seed: int, checks=CHECKS) -> Result:
     result = Result()
     program, reference = program_def.functions()
     arrays, ok, result.decisions = safe_point(program_def, reference, seed, batch=2 + seed % 2)
-    for name in checks:
-        if not ok[name]:
-            result.skipped.append(name)
-            continue
-        try:
-            result.ops |= run_check(name, program, reference, specs(program_def), arrays) or set()
-        except NotApplicable:
-            result.skipped.append(name)
-        except Exception as err:  # noqa: BLE001 - every failure is reported with its traceback
-            text = f"{type(err).__name__}: {err}"
-            if not isinstance(err, AssertionError):
-                text += "\n" + "".join(traceback.format_tb(err.__traceback__)[-3:])
-            result.failures.append(Failure(name, text, arrays))
+    coverage.install()
+    fired = Counter(coverage.FIRED)
+    with recorded_lowerings() as result.lowerings:
+        for name in checks:
+            if not ok[name]:
+                result.skipped.append(name)
+                continue
+            try:
+                result.ops |= run_check(name, program, reference, specs(program_def), arrays) or set()
+            except NotApplicable:
+                result.skipped.append(name)
+            except Exception as err:  # noqa: BLE001 - every failure is reported with its traceback
+                text = f"{type(err).__name__}: {err}"
+                if not isinstance(err, AssertionError):
+                    text += "\n" + "".join(traceback.format_tb(err.__traceback__)[-3:])
+                result.failures.append(Failure(name, text, arrays))
+    result.rewrites = coverage.FIRED - fired
     return result

@@ -359,6 +359,9 @@ _UNARY = [  # label, gcompile, numpy, magnitude bound from the operand's
     ("identity", "F.identity({x})", "{x}", lambda m: m),
     ("dropout", "F.dropout({x}, 0.3)", "{x}", lambda m: m),                           # inference: x
     ("dropout", "F.dropout({x}, 0.0, training=True, seed=3)", "{x}", lambda m: m),    # keeps every value
+    # each element dropped (0) or kept as x / (1 - p): d·(d·(1 - p) - x) is 0 whatever the mask
+    ("dropout+mul+sub", "(lambda d: d * (d * 0.5 - {x}))(F.dropout({x}, 0.5, training=True, seed=5))", "{x} * 0.0",
+     lambda m: 1.0),
     ("arcsin+tanh", "F.arcsin(F.tanh({x}) * 0.9)", "np.arcsin(np.tanh({x}) * 0.9)", lambda m: 1.2),
     ("arccos+tanh", "F.arccos(F.tanh({x}) * 0.9)", "np.arccos(np.tanh({x}) * 0.9)", lambda m: 2.7),
     ("arctan", "F.arctan({x})", "np.arctan({x})", lambda m: 1.6),
@@ -475,6 +478,9 @@ _CONDITIONS = [
     ("greater+stop_gradient", "F.greater(F.stop_gradient({p}), {q})", "N.greater({p}, {q})"),
     ("equal+floor", "F.equal(F.floor({p}), F.floor({q}))", "N.floor({p}) == N.floor({q})"),
     ("not_equal+floor", "F.not_equal(F.floor({p}), F.floor({q}))", "N.floor({p}) != N.floor({q})"),
+    ("floor+cast+bitwise_xor+bitwise_and+not_equal",
+     "F.not_equal((F.cast(F.floor({p} * 4), np.int32) ^ F.cast(F.floor({q} * 4), np.int32)) & 1, 0)",
+     "((N.floor({p} * 4).astype(np.int32) ^ N.floor({q} * 4).astype(np.int32)) & 1) != 0"),
 ]
 
 
@@ -496,6 +502,7 @@ def gen_where(g: Gen, x: Value):
 _REDUCTIONS = [
     ("reduce_sum", "F.sum({x}, axis={axis}, keepdims={k})", "np.sum({x}, axis={axis}, keepdims={k})", "sum"),
     ("reduce_mean", "F.mean({x}, axis={axis}, keepdims={k})", "np.mean({x}, axis={axis}, keepdims={k})", "same"),
+    ("reduce_mean", "{x}.mean(axis={axis}, keepdims={k})", "np.mean({x}, axis={axis}, keepdims={k})", "same"),
     ("reduce_max", "F.max({x}, axis={axis}, keepdims={k})", "N.rmax({x}, axis={axis}, keepdims={k})", "same"),
     ("reduce_min", "{x}.min(axis={axis}, keepdims={k})", "N.rmin({x}, axis={axis}, keepdims={k})", "same"),
     ("reduce_sum", "{x}.sum(axis={axis}, keepdims={k})", "np.sum({x}, axis={axis}, keepdims={k})", "sum"),
@@ -520,6 +527,9 @@ _REDUCTIONS = [
 def gen_reduce(g: Gen, x: Value):
     label, gc, np_, rule = g.d.choice(_REDUCTIONS)
     axis, axes = _axes_arg(g, len(x.shape))
+    if len(x.shape) > 1 and g.d.int(0, 2) == 0:       # leading axes (ort-cpu sums them as a product)
+        axes = tuple(range(g.d.int(1, len(x.shape) - 1)))
+        axis = axes
     keep = g.d.bool()
     shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
         tuple(d for i, d in enumerate(x.shape) if i not in axes)
@@ -1291,9 +1301,19 @@ def gen_conv(g: Gen, x: Value):
             return None
         shape = x.shape[:2] + out
         pad_arg = g.d.choice((pad, pad[0][0] if all(p == (pad[0][0],) * 2 for p in pad) else pad))
-        if kind == 2:
-            return g.add("max_pool", f"F.max_pool({x.name}, {kernel}, {stride}, {pad_arg})",
-                         f"N.max_pool({x.name}, {kernel}, {stride}, {pad})", shape, x.mag, [x])
+        if kind == 2:      # of x, of relu(x) as most CNNs pool (simplify masks relu's gradient before the
+            # scatter), or of x padded with zeros first (as a model's ZeroPad before a pool)
+            form = g.d.int(0, 3)
+            src, src_np, label = x.name, x.name, "max_pool"
+            if form == 0:
+                src, src_np, label = f"F.relu({x.name})", f"N.relu({x.name})", "max_pool+relu"
+            elif form == 1:
+                zeros = ((0, 0), (0, 0)) + ((1, 1),) * n
+                src, src_np, label = f"F.pad({x.name}, {zeros})", f"np.pad({x.name}, {zeros})", "max_pool+pad"
+                shape = x.shape[:2] + tuple((s + 2 + p0 + p1 - k) // st + 1
+                                            for s, k, st, (p0, p1) in zip(spatial, kernel, stride, pad))
+            return g.add(label, f"F.max_pool({src}, {kernel}, {stride}, {pad_arg})",
+                         f"N.max_pool({src_np}, {kernel}, {stride}, {pad})", shape, x.mag, [x])
         cip = g.d.bool()
         return g.add("avg_pool", f"F.avg_pool({x.name}, {kernel}, {stride}, {pad_arg}, count_include_pad={cip})",
                      f"N.avg_pool({x.name}, {kernel}, {stride}, {pad}, count_include_pad={cip})", shape, x.mag, [x])
@@ -1329,6 +1349,152 @@ def gen_conv(g: Gen, x: Value):
     args = f"({x.name}, {w.name}, {b_text}, stride={stride}, pad={pad}, dilation={dilation}, groups={groups}{extra})"
     gc, np_ = ops[0] + args, ops[1] + args
     return g.add(label, gc, np_, shape, x.mag * 3 + 1, [v for v in (x, w, b) if v is not None])
+
+
+def _conv_nears() -> list:
+    """Where gen_conv_geometry draws: free, around each threshold of a target's strategies for conv
+    and its weight gradient (both sides), or as an edge of theirs (tests/lowering/geometries.py)."""
+    from gcompile.lowering.targets import TARGETS
+    from tests.lowering.geometries import EDGES, thresholds
+    ops = ("conv", "conv_weight_grad")
+    found = {t for target in TARGETS.values() for op in ops for s in target.strategies.get(op, ())
+             for t in thresholds(s)}
+    return [None] + [(name, side, value) for name, value in sorted(found) for side in ("below", "at")] \
+        + [(edge, "edge", None) for op in ops for edge in EDGES[op] if edge != "empty_batch"]
+
+
+def gen_conv_geometry(g: Gen, x: Value):
+    """A convolution of a new input, its geometry drawn as the strategy property test draws them
+    (tests/lowering/geometries.conv_geometry): around a threshold of a target's strategy for conv or
+    its weight gradient, with taps wholly in the padding, or free, so that the programs reach every
+    strategy (ONNX Runtime's CPU forms need more images, channels or positions than the values
+    here have). Larger than MAX_NUMEL allows (up to 4096 elements), it is averaged at once over
+    all but the batch axis."""
+    from tests.lowering.geometries import conv_geometry
+    near = g.d.choice(_conv_nears())
+    geo = conv_geometry(np.random.default_rng(g.d.int(0, 2 ** 31 - 1)), near)
+    w_ = geo.window
+    x_shape, out = (geo.batch, geo.channels, *w_.size), (geo.batch, geo.filters, *w_.out())
+    if max(numel(x_shape), numel(out)) > 4096:
+        return None
+    img = g.new_input(x_shape)
+    fan_in = geo.channels // geo.groups * math.prod(w_.kernel)
+    w = g.new_input((geo.filters, geo.channels // geo.groups, *w_.kernel), scale=1 / math.sqrt(fan_in))
+    args = f"({img.name}, {w.name}, None, stride={w_.stride}, pad={w_.pad}, dilation={w_.dilation}, " \
+           f"groups={geo.groups})"
+    y = g.add("conv", f"F.conv{args}", f"N.conv{args}", out, img.mag * 3 + 1, [img, w])
+    axes = tuple(range(1, len(out)))
+    return g.add("reduce_mean", f"F.mean({y.name}, axis={axes})", f"np.mean({y.name}, axis={axes})", out[:1], y.mag,
+                 [y])
+
+
+def _phase_shapes(g: Gen, x: Value, step: int) -> list[int]:
+    return [a for a in g.static_axes(x.shape, step) if x.shape[a] % step == 0]
+
+
+def gen_phases(g: Gen, x: Value):
+    """Every strided phase of one axis or of two taken and joined again: interleaved halves
+    (x[..., 0::2] and x[..., 1::2], as rotary embeddings take them), or Swin's patch merging
+    (x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2] concatenated on the last
+    axis), written as one slice of both axes or as two one-axis slices (PyTorch's dynamo export
+    writes it so); in any order, a phase sometimes taken twice; or every piece of a split joined
+    again. Their gradients are sums of slice_scatters, each placing a phase or a piece, which
+    simplify interleaves or joins (_interleave_phases, _tiling_pieces)."""
+    kind, step = g.d.int(0, 2), g.d.choice((2, 3))
+    if kind == 1:
+        step = 2
+    need = 2 if kind == 1 else 1
+    if len(_phase_shapes(g, x, step)) < need:
+        x = g.new_input(g.d.choice(((Sym(1), 4, 2, 3), (2, 2, 4, 2), (Sym(1), 2, 6), (1, 6, 2, 2), (2, 6, 3))))
+        if len(_phase_shapes(g, x, step)) < need:
+            return None
+    axes = sorted(g.d.choice(_phase_shapes(g, x, step)) for _ in range(need))
+    if kind == 1 and axes[0] == axes[1]:
+        return None
+    r = len(x.shape)
+
+    def sliced(axis: int, start: int) -> str:
+        return "[" + ":, " * axis + f"{start}::{step}]"
+
+    if kind == 2:                                                       # a split's pieces, each scaled, joined
+        a = axes[0]
+        parts = [f"F.split({x.name}, {step}, axis={a})[{i}] * {1 + i / 2}" for i in range(step)]
+        return g.add("slice+concat", f"F.concat([{', '.join(parts)}], axis={a})",
+                     f"np.concatenate([{', '.join(p.replace('F.', 'np.') for p in parts)}], axis={a})",
+                     x.shape, x.mag * (1 + (step - 1) / 2), [x])
+    starts = [(p,) for p in range(step)] if kind == 0 else [(p, q) for p in range(step) for q in range(step)]
+    order = [starts.pop(g.d.int(0, len(starts) - 1)) for _ in range(len(starts))]
+    if g.d.bool():
+        order.append(g.d.choice(order))                                 # a phase taken twice
+    chained = kind == 1 and g.d.bool()
+    pieces = []
+    for phase in order:
+        if kind == 0:
+            pieces.append(x.name + sliced(axes[0], phase[0]))
+        elif chained:
+            pieces.append(x.name + sliced(axes[0], phase[0]) + sliced(axes[1], phase[1]))
+        else:
+            index = [":"] * (max(axes) + 1)
+            index[axes[0]], index[axes[1]] = f"{phase[0]}::{step}", f"{phase[1]}::{step}"
+            pieces.append(f"{x.name}[{', '.join(index)}]")
+    piece_shape = tuple(d // step if i in axes else d for i, d in enumerate(x.shape))
+    join = g.d.int(0, r - 1) if g.d.bool() else r - 1
+    if not isinstance(piece_shape[join], int):
+        join = r - 1
+    if not isinstance(piece_shape[join], int):
+        return None
+    shape = tuple(d * len(pieces) if i == join else d for i, d in enumerate(piece_shape))
+    if not _fits(shape):
+        return None
+    return g.add("slice+concat", f"F.concat([{', '.join(pieces)}], axis={join})",
+                 f"np.concatenate([{', '.join(pieces)}], axis={join})", shape, x.mag, [x])
+
+
+_PER_EXAMPLE = [   # gc.vmap bodies of v (one example) and w (a weight of its shape), F and numpy text
+    ("F.sum(F.tanh(v) * {w}, axis=-1)", "np.sum(np.tanh(v) * {w}, axis=-1)"),
+    ("F.reshape(v * {w}, (-1,))", "np.reshape(v * {w}, (-1,))"),
+]
+
+
+def gen_vmap(g: Gen, x: Value):
+    """gc.vmap of a per-example function over an axis k > 0 of a value of rank 3 or more: the axis
+    moves first and the others keep their order (numpy: a stack over np.moveaxis(x, k, 0)), the
+    function reading a weight of one example's shape, so another order of the axes shows."""
+    axes = [a for a in g.static_axes(x.shape) if a > 0]
+    if len(x.shape) < 3 or not axes:
+        x = g.new_input(g.d.choice(((2, 3, 4), (Sym(1), 3, 2), (2, 2, 3, 2))))
+        axes = [a for a in g.static_axes(x.shape) if a > 0]
+    k = g.d.choice(axes)
+    example = x.shape[:k] + x.shape[k + 1:]
+    if any(isinstance(d, Sym) and d.k != 1 for d in example):
+        return None
+    body, body_np = g.d.choice(_PER_EXAMPLE)
+    if "reshape" in body:
+        if not is_static(example):
+            return None
+        shape, mag = (x.shape[k], numel(example)), x.mag
+    else:
+        shape, mag = (x.shape[k],) + example[:-1], numel(example[-1:])
+    if not _fits(shape):
+        return None
+    w = g.new_input(example)
+    body, body_np = body.format(w=w.name), body_np.format(w=w.name)
+    return g.add("vmap+mul", f"gc.vmap(lambda v: {body}, in_axes={k})({x.name})",
+                 f"np.stack([(lambda v: {body_np})(e) for e in np.moveaxis({x.name}, {k}, 0)])", shape,
+                 mag * w.mag, [x, w])
+
+
+_CHECKPOINTED = [   # bodies of gc.checkpoint (F and numpy text of v), magnitude bound from v's
+    ("F.sin(F.tanh(v) * 1.5) + v * v * 0.1", "np.sin(np.tanh(v) * 1.5) + v * v * 0.1", lambda m: 1 + 0.1 * m * m),
+    ("F.exp(F.tanh(v)) * v", "np.exp(np.tanh(v)) * v", lambda m: 2.8 * m),
+]
+
+
+def gen_checkpoint(g: Gen, x: Value):
+    """gc.checkpoint around a few elementwise ops: the recompute pass copies them into the backward."""
+    body, body_np, mag = g.d.choice(_CHECKPOINTED)
+    return g.add("checkpoint+tanh+mul", f"gc.checkpoint(lambda v: {body}, {x.name})",
+                 f"(lambda v: {body_np})({x.name})", x.shape, mag(x.mag), [x])
 
 
 def gen_rearrange(g: Gen, x: Value):
@@ -1490,7 +1656,7 @@ def gen_image(g: Gen, x: Value):
 GENERATORS = [gen_unary, gen_binary, gen_reduce, gen_reshape, gen_dims, gen_getitem, gen_param_activation,
               gen_where, gen_matmul, gen_einsum, gen_take, gen_join, gen_pad_tile, gen_nn, gen_conv, gen_image,
               gen_const, gen_fill, gen_recurrent, gen_int, gen_rearrange, gen_spatial, gen_linalg_loss, gen_order,
-              gen_scan, gen_matrix, gen_while,
+              gen_scan, gen_matrix, gen_while, gen_conv_geometry, gen_phases, gen_checkpoint, gen_vmap,
               gen_unary, gen_unary, gen_unary, gen_binary]    # the unary table is long: drawn more often
 # Differentiable control flow. tools/fuzz.py draws it among the rest; the tests run it on its own
 # (test_loop_programs, test_cond_programs): in the 200 random programs it made the run twice as long.

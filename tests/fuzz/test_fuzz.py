@@ -1,7 +1,8 @@
 """200 random programs (tests/fuzz/programs.py), each checked forward on onnxruntime against
 NumPy, with its gradient and double gradient on onnxruntime against the float64 reference
 evaluator, and with the numeric gradient checks (tests/fuzz/checks.py); then programs of single
-generators over a few seeds each: loops (gc.scan, gc.while_loop) and conds among them.
+generators over a few seeds each: loops (gc.scan, gc.while_loop), conds, strided phases and pooling
+among them.
 
 Deterministic (derandomize=True); a failure shrinks to a small program and the message shows
 its gcompile and NumPy source. tools/fuzz.py runs many more.
@@ -89,6 +90,31 @@ def test_resize_programs():
     from .programs import gen_spatial
     seen = {"align_corners=True" in src for src, _ in _programs_of(gen_spatial, "resize", 120)}
     assert seen == {False, True}, seen
+
+
+def test_phase_programs():
+    """gen_phases's strided phases joined again (interleaved halves, Swin's patch merging as one
+    two-axis slice or as chained one-axis slices, a phase taken twice) and split pieces joined,
+    through every check: their gradients are the sums of slice_scatters simplify rewrites."""
+    from .programs import gen_phases
+    forms = set()
+    for src, _ in _programs_of(gen_phases, "slice", 40):
+        pieces = [p.rstrip("]") for p in src[src.index("[") + 1:src.rindex("]")].split("], ")]
+        forms.add("split" if "split" in src else "chained" if "][" in src else
+                  "two axes" if any(p.count("::") == 2 for p in pieces) else "one axis")
+        if len(set(pieces)) < len(pieces):
+            forms.add("a phase twice")
+    assert forms == {"split", "chained", "two axes", "one axis", "a phase twice"}, forms
+
+
+def test_pooling_programs():
+    """gen_conv's max pooling of x, of relu(x) (simplify moves relu's mask before the pool's
+    scatter) and of x padded with zeros first (ONNX Runtime's Pad_Fusion once merged such a Pad
+    into the pool, whose pads count as -inf), through every check."""
+    from .programs import gen_conv
+    forms = {"relu" if "F.relu(" in src else "zero-padded" if "F.pad(" in src else "plain"
+             for src, _ in _programs_of(gen_conv, "max_pool", 150)}
+    assert forms == {"plain", "relu", "zero-padded"}, forms
 
 
 def test_a_difference_across_a_change_of_trip_count_is_not_compared():

@@ -245,6 +245,26 @@ def test_check_grad_accepts_constant_outputs_beside_tensors():
     check_grad(lambda x: (F.tanh(x), np.ones(2)), [x])
 
 
+def test_check_grad_names_an_output_whose_size_the_values_decide():
+    """An ONNX Loop whose trip count is an input stacks a run-time number of rows: check_grad cannot draw
+    the weights of such an output and says so (it raised a TypeError from numpy)."""
+    from onnx import TensorProto, helper
+    value = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c2"]), helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.DOUBLE),
+         helper.make_node("Mul", ["x", "fi"], ["y"])], "body",
+        [value("i", TensorProto.INT64, []), value("c", TensorProto.BOOL, [])],
+        [value("c2", TensorProto.BOOL, []), value("y", TensorProto.DOUBLE, [2])])
+    graph = helper.make_graph([helper.make_node("Loop", ["m", "cond"], ["ys"], body=body)], "loop",
+                              [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2]),
+                               helper.make_tensor_value_info("m", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("ys", TensorProto.DOUBLE, None)],
+                              [helper.make_tensor(name="cond", data_type=TensorProto.BOOL, dims=[], vals=[True])])
+    f = gc.load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    with pytest.raises(ValueError, match="output 0 has shape .* decided by the values"):
+        check_grad(lambda x, m: f(x, m), [np.array([1.0, 2.0]), np.asarray(3)], lowered=False)
+
+
 # -- the VJP rule contract ------------------------------------------------------------------------
 def _maximum_cotangents(g, ins, outs):
     """Left at the output's shape: gc.grad sums each back to its operand's shape."""

@@ -37,16 +37,19 @@ def mlp_model(dtype=np.float32, seed=0):
 
 
 def single_node(op_type, inputs, n_outputs=1, opset=21, **attrs):
-    """A one-node model: float arrays in `inputs` (a list of (name, array)) become graph inputs,
-    integer ones initializers (as exporters write axes, targets of a fixed batch, ...); None skips
-    an optional input."""
-    names = [name if value is not None else "" for name, value in inputs]
-    floats = [(name, v) for name, v in inputs if v is not None and v.dtype.kind == "f"]
-    ints = [(name, v) for name, v in inputs if v is not None and v.dtype.kind != "f"]
+    """A one-node model: float arrays in `inputs` (a list of (name, array), or (name, array, role) with
+    role "const" for a float initializer or "input" for an integer graph input) become graph inputs,
+    integer ones initializers (as exporters write axes, targets of a fixed batch, ...); None skips an
+    optional input."""
+    names = [entry[0] if entry[1] is not None else "" for entry in inputs]
+    graph_input = [v is not None and (role == ["input"] or v.dtype.kind == "f" and role != ["const"])
+                   for _, v, *role in inputs]
+    floats = [(name, v) for (name, v, *_), g in zip(inputs, graph_input) if g]
+    ints = [(name, v) for (name, v, *_), g in zip(inputs, graph_input) if v is not None and not g]
     outs = [f"out{i}" for i in range(n_outputs)]
     graph = helper.make_graph(
         [helper.make_node(op_type, names, outs, **attrs)], op_type,
-        [helper.make_tensor_value_info(name, ELEM[v.dtype], v.shape) for name, v in floats],
+        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for name, v in floats],
         [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs],
         [numpy_helper.from_array(v, name) for name, v in ints])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), [v for _, v in floats]
@@ -54,11 +57,17 @@ def single_node(op_type, inputs, n_outputs=1, opset=21, **attrs):
 
 def ort_run(proto, feeds: dict) -> list:
     """`proto` run by ONNX Runtime's CPU provider (written at IR version 10, which every supported
-    ONNX Runtime reads, since onnx.helper writes the newest one)."""
+    ONNX Runtime reads, since onnx.helper writes the newest one; outputs declared without a type get
+    the one onnx's shape inference gives them, as ONNX Runtime wants one)."""
+    import onnx
     import onnxruntime as ort
     copy = type(proto)()
     copy.CopyFrom(proto)
     copy.ir_version = min(copy.ir_version, 10)
+    inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(copy).graph.output}
+    for out in copy.graph.output:
+        if not out.type.tensor_type.elem_type:
+            out.type.CopyFrom(inferred[out.name].type)
     session = ort.InferenceSession(copy.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
 
@@ -93,3 +102,66 @@ def small_memory(peak=64 << 20, headroom=1 << 30):
         finally:
             tracemalloc.stop()
     assert used < peak, f"peak {used} bytes"
+
+
+def as_float64(proto):
+    """A copy of `proto` computing in float64 where it computed in float32: its float32 inputs, outputs,
+    initializers, Constants (ConstantOfShape's default 0.0 too) and Cast targets (subgraphs included),
+    for float64 gradient checks of models written in float32."""
+    copy = type(proto)()
+    copy.CopyFrom(proto)
+    _graph_to_float64(copy.graph)
+    return copy
+
+
+def _tensor_to_float64(t) -> None:
+    if t.data_type == TensorProto.FLOAT:
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
+
+
+def _graph_to_float64(graph) -> None:
+    from onnx import AttributeProto
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        if value.type.tensor_type.elem_type == TensorProto.FLOAT:
+            value.type.tensor_type.elem_type = TensorProto.DOUBLE
+    for t in graph.initializer:
+        _tensor_to_float64(t)
+    for node in graph.node:
+        if node.op_type == "ConstantOfShape" and not any(a.name == "value" for a in node.attribute):
+            node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.zeros(1))))  # its 0.0f
+        for attr in node.attribute:
+            if attr.type == AttributeProto.TENSOR:
+                _tensor_to_float64(attr.t)
+            elif attr.type == AttributeProto.GRAPH:
+                _graph_to_float64(attr.g)
+            elif attr.type == AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    _graph_to_float64(g)
+            elif attr.type == AttributeProto.INT and attr.name in ("to", "dtype", "output_datatype") \
+                    and attr.i == TensorProto.FLOAT:
+                attr.i = TensorProto.DOUBLE
+            elif node.op_type == "Constant" and attr.name in ("value_float", "value_floats"):
+                value = np.asarray(helper.get_attribute_value(attr), np.float64)
+                attr.CopyFrom(helper.make_attribute("value", numpy_helper.from_array(value)))
+
+
+def assert_outputs_match(got, expected, tol: float) -> None:
+    """Each output of gcompile's run equals the reference's: dtype, shape, and values within `tol`."""
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype and g.shape == e.shape, (g.dtype, g.shape, e.dtype, e.shape)
+        np.testing.assert_allclose(g, e, rtol=tol, atol=tol)
+
+
+def sine_loss(f):
+    """A scalar of every float output of the imported `f`, Σ sum(sin(y_k)) · w_k with fixed random w_k:
+    nonlinear, so second-order checks see every output's curvature."""
+    import gcompile.functions as F
+    weights = [np.random.default_rng(i).standard_normal(1) for i in range(8)]
+
+    def loss(*xs):
+        outs = f(*xs)
+        floats = [o for o in (outs if isinstance(outs, tuple) else (outs,)) if np.dtype(o.dtype).kind == "f"]
+        return F.add_n([F.sum(F.sin(o) * w) for o, w in zip(floats, weights)])
+    return loss

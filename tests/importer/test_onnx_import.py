@@ -163,10 +163,11 @@ def test_unsupported_ops_name_op_domain_and_opset():
     m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     with pytest.raises(gc.UnsupportedError, match=r"com\.microsoft::Gelu \(opset 1\)"):
         trace(lambda x: gc.load_onnx(m)(x), [x])
-    m = model([helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2])], [("x", [1, 1, 4])],
-              [("y", [1, 1, 2]), ("i", [1, 1, 2], TensorProto.INT64)])
-    with pytest.raises(gc.UnsupportedError, match="Indices output of MaxPool"):
-        trace(lambda x: gc.load_onnx(m)(x), [np.ones((1, 1, 4), np.float32)])
+    m = model([helper.make_node("GridSample", ["x", "g"], ["y"], mode="cubic")],
+              [("x", [1, 1, 2, 2, 2]), ("g", [1, 1, 1, 1, 3])], [("y", [1, 1, 1, 1, 1])])
+    with pytest.raises(gc.UnsupportedError, match=r"\(GridSample, opset 20\): mode 'cubic' on a rank-5 input"):
+        trace(lambda x, g: gc.load_onnx(m)(x, g), [np.ones((1, 1, 2, 2, 2), np.float32),
+                                                    np.zeros((1, 1, 1, 1, 3), np.float32)])
 
 
 def _external_model(folder):

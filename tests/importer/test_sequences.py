@@ -63,3 +63,22 @@ def test_a_sequence_output_is_refused():
     f = gc.load_onnx(m)
     with pytest.raises(gc.UnsupportedError, match="a sequence of 2 tensors is used where a tensor is expected"):
         gc.compile(lambda x: f(x), gc.spec((4,)), provider="cpu")
+
+
+@pytest.mark.parametrize("kind, type_proto", [
+    ("a sequence", helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))),
+    ("an optional", helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))),
+])
+def test_a_sequence_or_optional_input_is_refused_by_what_it_is(kind, type_proto):
+    """Calling the model said "ONNX element type UNDEFINED is not supported" (its tensor type was read off
+    a value that has none); input_specs() named it already. Both now say what the input is."""
+    first = "SequenceAt" if kind == "a sequence" else "OptionalGetElement"
+    m = model([helper.make_node(first, ["s", "p0"] if kind == "a sequence" else ["s"], ["y"])], [("s", [2])],
+              [("y", [2])], [("p0", np.int64(0))], opset=20)
+    m.graph.input[0].type.CopyFrom(type_proto)
+    f = gc.load_onnx(m)
+    message = f"input 's' is {kind}, not a tensor"
+    with pytest.raises(gc.UnsupportedError, match=message):
+        f.input_specs()
+    with pytest.raises(gc.UnsupportedError, match=message):
+        gc.compile(lambda x: f(x), gc.spec((2,)), provider="cpu")

@@ -8,6 +8,7 @@ installs them (.ci/run), and is skipped with the reason otherwise."""
 import importlib
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ import gcompile as gc
 import gcompile.functions as F
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-MODELS = ["cnn", "transformer"]
+MODELS = ["cnn", "transformer", "state"]
 
 
 def _fixture(name):
@@ -44,10 +45,13 @@ def test_values_and_gradients_match_torch(name):
     model, arrays, group = _fixture(name)
     x, w = arrays["x"], arrays["w"]
 
+    def loss(m, x):
+        y = m(x)                               # one call: the buffers it updates are those after it
+        return F.sum(y * w), (y, dict(m.named_buffers()))
+
     def run(m, x):
-        (value, new_buffers), (gm, gx) = gc.value_and_grad(
-            lambda m, x: (_loss(m, x, w), dict(m.named_buffers())), argnums=(0, 1), has_aux=True)(m, x)
-        return m(x), gm.params, gx, new_buffers
+        (_, (y, new_buffers)), (gm, gx) = gc.value_and_grad(loss, argnums=(0, 1), has_aux=True)(m, x)
+        return y, gm.params, gx, new_buffers
 
     y, grads, gx, buffers = gc.jit(run)(model, x)
     np.testing.assert_allclose(y, arrays["y_train"], rtol=1e-4, atol=1e-5)
@@ -131,6 +135,86 @@ def test_export_from_a_torch_module_matches_torch():
         np.testing.assert_allclose(y, arrays["y_train"], rtol=1e-4, atol=1e-5)
         for n in model.params:
             np.testing.assert_allclose(grads[n], arrays[f"grad/{n}"], rtol=1e-4, atol=1e-5, err_msg=n)
+
+
+def _torch_modules():
+    """Modules whose forward does what the exported ONNX graph alone does not say: state updated in
+    place in one mode (a persistent and a non-persistent buffer), a branch on self.training, a
+    no_grad block, an inference_mode block and method (which torch.export drops) and a detach."""
+    import torch
+
+    class Modal(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+            self.register_buffer("ema", torch.zeros(4))
+            self.register_buffer("seen", torch.zeros((), dtype=torch.int64), persistent=False)
+
+        @torch.inference_mode()
+        def center(self, h):
+            return h.mean(0)
+
+        def forward(self, x):
+            h = torch.tanh(self.linear(x))
+            self.seen += x.shape[0]                    # in both modes
+            with torch.inference_mode():
+                spread = h.std()
+            h = (h - self.center(h).clone()) * spread.clone()
+            if self.training:
+                with torch.no_grad():
+                    scale = h.abs().amax(dim=(0, 1))
+                    self.ema.mul_(0.5).add_(0.5 * h.mean(0))
+                h = h / scale * 2
+            return h - self.ema + (h * h).detach()
+
+    class UpdatesWeight(torch.nn.Linear):
+        def forward(self, x):
+            with torch.no_grad():
+                self.weight.mul_(0.5)
+            return super().forward(x)
+
+    class UpdatesInput(torch.nn.Linear):
+        def forward(self, x):
+            x.mul_(2)
+            return super().forward(x)
+    return torch, Modal, UpdatesWeight, UpdatesInput
+
+
+def test_state_updates_mode_branches_and_stop_gradients_match_torch():
+    """Buffers updated in place (in one mode or both, persistent or not) are carried as state, a
+    forward that branches on self.training follows train()/eval(), and no_grad and inference_mode
+    blocks and detaches pass no gradient: two training calls, then one in eval mode, as in PyTorch; updates of a
+    parameter or an input are refused by name."""
+    _require("torch")
+    _require("onnxscript")
+    torch, Modal, UpdatesWeight, UpdatesInput = _torch_modules()
+    torch.manual_seed(0)
+    module = Modal().train()
+    x = torch.randn(3, 4)
+    model = gc.from_torch(module, x)
+    assert set(model.state_dict()) == {"linear.weight", "linear.bias", "ema", "seen"}
+
+    def run(m, x):
+        y, gx = gc.value_and_grad(lambda x: F.sum(m(x) ** 2))(x)
+        return y, gx, dict(m.named_buffers())
+
+    for step in range(3):
+        if step == 2:
+            module.eval()
+            model.eval()
+        xs = torch.randn(3 + step, 4)
+        xt = xs.clone().requires_grad_(True)
+        expected = (module(xt) ** 2).sum()
+        expected.backward()
+        loss, gx, buffers = gc.jit(run)(model, xs.numpy())
+        model.load_state_dict(buffers, strict=False)
+        np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
+        np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(buffers["ema"], module.ema.numpy(), rtol=1e-5, atol=1e-7)
+        assert buffers["seen"] == module.seen.item()
+    for cls, name in ((UpdatesWeight, "parameters ['weight']"), (UpdatesInput, "inputs ['x']")):
+        with pytest.raises(gc.GcompileError, match=re.escape(f"updates its {name} in place")):
+            gc.from_torch(cls(4, 2), torch.randn(3, 4))
 
 
 def test_dropout_layers_draw_a_mask_while_training_and_vanish_in_eval():

@@ -8,10 +8,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import gcompile as gc
-import gcompile.functions as F
 from gcompile.testing import check_grad
 
-from .helpers import ort_run
+from .helpers import assert_outputs_match, ort_run, sine_loss
 
 ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
         np.dtype(np.int64): TensorProto.INT64, np.dtype(np.bool_): TensorProto.BOOL}
@@ -123,12 +122,7 @@ def test_values_match_onnxruntime(case):
     expected = ort_run(model, dict(graph_in))
     f = gc.load_onnx(model)
     arrays = [v for _, v in graph_in]
-    got = gc.compile(lambda *xs: f(*xs), *arrays, provider="cpu")(*arrays)
-    got = got if isinstance(got, tuple) else (got,)
-    assert len(got) == len(expected)
-    for g, e in zip(got, expected):
-        assert g.dtype == e.dtype and g.shape == e.shape, (g.dtype, g.shape, e.dtype, e.shape)
-        np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-5)
+    assert_outputs_match(gc.compile(lambda *xs: f(*xs), *arrays, provider="cpu")(*arrays), expected, 2e-5)
 
 
 @pytest.mark.parametrize("case", sorted(set(CASES) - NOT_DIFFERENTIABLE))
@@ -136,15 +130,8 @@ def test_gradients_to_second_order(case):
     model, graph_in = build(case, np.float64)
     f = gc.load_onnx(model)
     arrays = [v for _, v in graph_in]
-    weights = [np.random.default_rng(i).standard_normal(1 + i) for i in range(4)]
-
-    def loss(*xs):
-        outs = f(*xs)
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        floats = [o for o in outs if np.dtype(o.dtype).kind == "f"]
-        return F.add_n([F.sum(F.sin(o) * w[:1]) for o, w in zip(floats, weights)])
     for order in (1, 2):
-        check_grad(loss, arrays, order=order)
+        check_grad(sine_loss(f), arrays, order=order)
 
 
 @pytest.mark.parametrize("op, inputs", [("NonZero", ["x"]), ("Unique", ["x"]),

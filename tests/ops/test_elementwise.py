@@ -357,7 +357,7 @@ def test_log1p_expm1_at_infinities_nan_and_minus_one(dtype):
 
 
 def test_where_between_bools_runs_on_onnx_runtime():
-    """ONNX Runtime has no bool Where kernel: gcompile lowers it to And/Or (broadcasting too)."""
+    """ONNX Runtime has no bool Where kernel: the node is computed in int32 (lowering/kernels.py), broadcasting too."""
     a, b = np.array([[1.0], [-1.0], [3.0]]), np.array([True, False])
     check_forward(lambda a, b: F.where(F.greater(a, 0), F.less(a, 2), b), [a, b],
                   np.where(a > 0, a < 2, b))

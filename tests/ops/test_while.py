@@ -306,6 +306,88 @@ def test_iterative_adjoints_agree_with_the_dense_solve_to_second_order():
             assert iterative == pytest.approx(dense, rel=1e-8)
 
 
+def test_custom_root_iterative_solves_newton_steps_without_a_jacobian():
+    """With adjoint='iterative' the default solver is Newton-Krylov: each Newton step solved by conjugate
+    gradients on the normal equations (a JVP and a VJP of g a step), so a batch of roots of symbolic size
+    needs no solver of one's own; the roots and their derivatives to second order are the implicit
+    function's, and no Jacobian is built (no node per element of x)."""
+    def roots(z, a):
+        return gc.custom_root(lambda x, a: x + 0.5 * F.tanh(x @ a) - z, F.zeros_like(z), a, adjoint="iterative",
+                              tol=1e-12)
+    z = RNG.standard_normal((4, 3))
+    x = evaluate(trace(roots, [z, W]).graph, [z, W])[0]
+    np.testing.assert_allclose(x + 0.5 * np.tanh(x @ W), z, atol=1e-11)
+    check_grads(lambda z, a: F.sum(roots(z, a) ** 3), [z, W], order=2, rtol=1e-6)   # z's axis 0 symbolic
+    small, large = (len(trace(roots, [RNG.standard_normal((n, 3)), W]).graph.nodes) for n in (2, 40))
+    assert small == large
+
+
+def test_a_dense_solve_over_more_unknowns_than_the_solver_takes_points_at_the_iterative_adjoint():
+    """x of 40 elements: the dense solve (J one VJP per element, Gauss-Jordan written out) stops at
+    MAX_SOLVE_SIZE unknowns; the refusal used to come from deep in the gradient's solve, naming a matrix
+    the user never made. It now names x and adjoint='iterative', which works (a forward-only fixed_point
+    of that size is fine: only its gradient solves)."""
+    b = RNG.standard_normal(40) * 0.5
+    x = np.zeros(40)
+    for _ in range(200):
+        x = 0.5 * np.tanh(x) + b
+    cases = [(gc.fixed_point, lambda x, b: 0.5 * F.tanh(x) + b), (gc.custom_root, lambda x, b: x - 0.5 * F.tanh(x) - b)]
+    for solve, f in cases:
+        def slope(b, solve=solve, f=f, **options):
+            return gc.grad(F.sum(solve(f, F.zeros_like(b), b, **options)), [b])[0]
+        with pytest.raises(gc.errors.ShapeError, match="40 unknowns.*at most 32. Pass adjoint='iterative'"):
+            trace(slope, [b])
+        g = evaluate(trace(lambda b, slope=slope: slope(b, adjoint="iterative", tol=1e-12), [b]).graph, [b])[0]
+        np.testing.assert_allclose(g, 1 / (1 - 0.5 / np.cosh(x) ** 2), rtol=1e-9)     # dx/db, elementwise
+    trace(lambda b: gc.fixed_point(cases[0][1], F.zeros_like(b), b), [b])
+
+
+def test_return_info_says_at_run_time_whether_the_solve_converged():
+    """fixed_point and custom_root stopped by max_steps return their last iterate; return_info=True adds a
+    RootInfo whose `converged` is decided at run time: one compiled function converges for one input and not
+    for another, with the residual and step count to show it, and a NaN residual is not converged."""
+    def solve(a, b):
+        # x = a·x + b contracts by a factor a: a few steps for a = 0.2, thousands for a = 0.999
+        x, info = gc.fixed_point(lambda x, a: a * x + b, F.zeros_like(b), a, tol=1e-6, max_steps=30,
+                                 return_info=True)
+        # y³ + y/a = b from 0 by Newton's method: a few steps for a = 0.2; for a = 100 the first step
+        # overshoots to 100·b and the cubic then shrinks by about 2/3 a step
+        y, root = gc.custom_root(lambda y, a: y ** 3 + y / a - b, F.zeros_like(b), a, tol=1e-6, max_steps=5,
+                                 return_info=True)
+        return x, y, info.converged, info.residual, info.steps, root.converged, root.residual, root.steps
+    b = np.array([0.3, -0.2])
+    cf = gc.compile(solve, np.float64(0.5), b, provider="cpu")
+    x, y, converged, residual, steps, root_converged, root_residual, root_steps = cf(np.float64(0.2), b)
+    np.testing.assert_allclose(x, b / 0.8, atol=1e-5)
+    np.testing.assert_allclose(y ** 3 + y / 0.2, b, atol=1e-6)
+    assert converged and residual <= 1e-6 and 2 < steps < 30
+    assert root_converged and root_residual <= 1e-6 and 0 < root_steps < 5
+    _, _, converged, residual, steps, root_converged, root_residual, root_steps = cf(np.float64(0.999), b)
+    assert not converged and residual > 1e-6 and steps == 30                   # stopped by max_steps
+    _, _, _, _, _, root_converged, root_residual, root_steps = cf(np.float64(100.0), b)
+    assert not root_converged and root_residual > 1e-6 and root_steps == 5
+    _, _, converged, residual, _, root_converged, root_residual, _ = cf(np.float64(np.nan), b)
+    assert not converged and np.isnan(residual) and not root_converged and np.isnan(root_residual)
+
+
+def test_return_info_of_a_solver_of_ones_own_and_in_a_saved_model(tmp_path):
+    """With a solver= of one's own the residual is g at its result (its steps are not known: None), and the
+    flag is an output of a saved model like any other, read by plain ONNX Runtime."""
+    import onnxruntime as ort
+
+    def solve(t):
+        x, info = gc.custom_root(lambda x, t: x ** 3 + x - t, F.zeros_like(t), t, return_info=True,
+                                 solver=lambda h, x: gc.fori_loop(0, 3, lambda i, x: x - 0.2 * h(x), x))
+        assert info.steps is None
+        return x, info.converged, info.residual
+    t = np.array([0.7], np.float32)
+    path = tmp_path / "root.onnx"
+    gc.compile(solve, t, provider="cpu").save(path)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x, converged, residual = session.run(None, {session.get_inputs()[0].name: t})
+    assert not converged and residual == pytest.approx(abs(x[0] ** 3 + x[0] - 0.7), rel=1e-5)
+
+
 def test_iterative_adjoints_take_a_batch_of_equilibria_of_symbolic_size():
     """A batch of equilibria (a deep-equilibrium layer): x is (batch, 3) with the batch symbolic, which the
     dense solve (J built one VJP per element) refuses; the iterative adjoints take it, to second order."""
@@ -321,9 +403,8 @@ def test_iterative_adjoints_take_a_batch_of_equilibria_of_symbolic_size():
         check_grads(lambda z, a, solve=solve: F.sum(solve(z, a) ** 3), [z, W], order=2, rtol=1e-6)
     with pytest.raises(gc.errors.ShapeError, match="adjoint='iterative'"):
         trace(lambda z, a: gc.fixed_point(lambda x, a: F.tanh(x @ a), F.zeros_like(z), a), [gc.spec(("n", 3)), W])
-    with pytest.raises(gc.errors.ShapeError, match="a solver= that needs no Jacobian"):
-        trace(lambda z, a: gc.custom_root(lambda x, a: x @ a - z, F.zeros_like(z), a, adjoint="iterative"),
-              [gc.spec(("n", 3)), W])
+    with pytest.raises(gc.errors.ShapeError, match="adjoint='iterative', which never builds it"):
+        trace(lambda z, a: gc.custom_root(lambda x, a: x @ a - z, F.zeros_like(z), a), [gc.spec(("n", 3)), W])
     with pytest.raises(gc.errors.GcompileError, match="adjoint must be one of 'dense', 'iterative'"):
         trace(lambda a: gc.fixed_point(lambda x, a: F.tanh(x @ a), F.full((3,), 0, a.dtype), a, adjoint="cg"), [W])
 

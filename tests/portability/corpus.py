@@ -8,8 +8,9 @@ LSTM's forward and reverse Scans; counted loops with nothing to scan over; a sca
 vector product, over a symbolic number of steps, so its Scans sit in Ifs), batch norm and Adam in
 one training step, dropout's keyed masks in a training step (in a loop too), attention with layer
 norm and gelu, an imported ONNX model, grouped and depthwise convolutions' gradients (grouped
-transposed convolutions), and cumprod, sorting and pooling with ceil_mode. Sizes are small: the
-whole corpus runs on every runtime in seconds.
+transposed convolutions), cumprod, sorting and pooling with ceil_mode, and imported sampling,
+pooling and Fourier ops with integer bit operations. Sizes are small: the whole corpus runs on
+every runtime in seconds.
 
 Outputs that differ between runtimes by design (cnn_bn_adam's conv1 bias) are listed in
 harness.LOOSE.
@@ -253,3 +254,36 @@ def scans_and_pools_grad(x):
     loss = F.sum(scans) + F.sum(F.sort(rows, axis=1)[:, :2] ** 2) + F.sum(top ** 2) + F.sum(a ** 2) \
         + F.sum(b ** 3) + F.sum(c * c)
     return {"loss": loss, "index": index, "x": gc.grad(loss, [x])[0]}
+
+
+# -- imported ops written as many gcompile ops, with integer bit operations ---------------------------------------
+def _sampling_and_spectra():
+    """An ONNX model (opset 20) of GridSample (border padding), a dilated LpPool and a one-sided DFT, as
+    gcompile imports them: gathers and their scatter gradients, a ones-kernel Conv, products with cos/sin."""
+    from onnx import TensorProto, helper
+    nodes = [helper.make_node("GridSample", ["x", "grid"], ["g"], padding_mode="border"),
+             helper.make_node("LpPool", ["x"], ["p"], kernel_shape=[2, 2], dilations=[2, 2], p=2),
+             helper.make_node("Add", ["g", "p"], ["s"]),
+             helper.make_node("Unsqueeze", ["s", "last"], ["signal"]),
+             helper.make_node("DFT", ["signal", "", "axis"], ["y"], onesided=1)]
+    graph = helper.make_graph(nodes, "sampling_and_spectra",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, 6, 6]),
+                               helper.make_tensor_value_info("grid", TensorProto.FLOAT, ["batch", 4, 4, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [helper.make_tensor("last", TensorProto.INT64, [1], [-1]),
+                               helper.make_tensor("axis", TensorProto.INT64, [], [3])])
+    return gc.load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]))
+
+
+SAMPLING = _sampling_and_spectra()
+
+
+@gc.export(x=gc.spec(("batch", 2, 6, 6)), grid=gc.spec(("batch", 4, 4, 2)), ids=gc.spec(("batch", 5), "int32"))
+def sampling_and_spectra_grad(x, grid, ids):
+    """The imported model's spectrum, the gradient of its power w.r.t. the image and the sampling grid,
+    and bit operations on integer ids (BitwiseAnd, BitwiseXor, BitwiseNot, shifts)."""
+    y = SAMPLING(x, grid)
+    loss = F.sum(y * y)
+    gx, ggrid = gc.grad(loss, [x, grid])
+    bits = F.bitwise_xor(ids << 3, ~(ids >> 1)) & 0x5A5A
+    return {"loss": loss, "x": gx, "grid": ggrid, "bits": bits}

@@ -39,7 +39,8 @@ RTOL, ATOL = 1e-4, 1e-5
 # checks this against what is built, so a new example joins the matrix by being listed here).
 CASES = ["gradient_penalty", "lstm_grad", "scan_rnn_hvp", "euler_flow", "cnn_bn_adam", "dropout_train",
          "transformer_grad", "conv_penalty", "imported_grad", "force_matching", "grouped_conv_grad",
-         "depthwise_saliency", "scans_and_pools_grad", "cnn.predict", "cnn.loss_and_grads",
+         "depthwise_saliency", "scans_and_pools_grad", "sampling_and_spectra_grad", "cnn.predict",
+         "cnn.loss_and_grads",
          "ctc_lstm.ctc_train_step", "finetune_onnx.finetune", "hvp.hvp", "mlp.predict", "mlp.loss_and_grads",
          "neural_ode.loss_and_grads", "nn_cnn.predict", "nn_cnn.train_step", "pinn.pinn_loss_and_grads",
          "wgan_gp.wgan_gp_penalty"]

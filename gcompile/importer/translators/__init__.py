@@ -3,4 +3,22 @@
 Each module registers its translators in table.TRANSLATORS (with @onnx_op) when imported; this is
 the one place that imports them all, and gcompile.importer imports it.
 """
-from . import attention, control, elementwise, indexing, nn, reduce, resize, rnn, sequence, shape  # noqa: F401
+from . import (  # noqa: F401
+    attention,
+    bitwise,
+    control,
+    elementwise,
+    indexing,
+    nn,
+    pooling,
+    quantization,
+    reduce,
+    resize,
+    rnn,
+    sampling,
+    sequence,
+    shape,
+    signal,
+    text,
+    transformer,
+)

@@ -3,6 +3,8 @@ loop stays a loop (and differentiates like one).
 
 Scan (opset 9 on): each scan input is moved to axis 0 and reversed where its direction says so,
 the body runs as the scan's step, and each scan output is reversed and moved to its axis after.
+Before opset 9, every operand has a batch axis and each example runs a loop of its own: one scan
+per example of a static batch.
 Loop: with a trip count known at import time (a constant, an initializer, a shape computation)
 and a condition that stays true (the body's condition output known at import time to be true:
 passing on its condition input, as exporters write a for loop, is), a scan whose x is the
@@ -71,9 +73,9 @@ def _looped(n, step, init: list, xs, length=None):
 
 @onnx_op("Scan")
 def _scan(n, *operands):
-    if n.opset < 9:
-        raise n.unsupported("Scan before opset 9 (with a batch axis and sequence_lens) is not supported")
     body = n.attr("body")
+    if n.opset < 9:
+        return _batched_scan(n, body, *operands)
     m = n.attr("num_scan_inputs", 0)
     if not 0 < m <= len(operands):
         raise n.unsupported(f"num_scan_inputs={m} with {len(operands)} inputs")
@@ -83,13 +85,40 @@ def _scan(n, *operands):
     out_axes, out_dirs = n.attr("scan_output_axes") or [0] * n_out, n.attr("scan_output_directions") or [0] * n_out
     if (len(in_axes), len(in_dirs), len(out_axes), len(out_dirs)) != (m, m, n_out, n_out):
         raise n.unsupported("its scan_input/output axes and directions do not match its inputs and outputs")
-    xs = [_scan_input(n, x, a, d) for x, a, d in zip(operands[n_state:], in_axes, in_dirs)]
+    return _scanned(n, operands[:n_state], operands[n_state:], in_axes, in_dirs, out_axes, out_dirs)
+
+
+def _scanned(n, states, scanned, in_axes, in_dirs, out_axes, out_dirs) -> list:
+    """The loop of a Scan node without a batch axis: final states, then the scan outputs."""
+    xs = [_scan_input(n, x, a, d) for x, a, d in zip(scanned, in_axes, in_dirs)]
 
     def step(carry, x):
         outs = n.run_graph("body", [*carry, *x])
-        return outs[:n_state], outs[n_state:]
-    final, ys = _looped(n, step, operands[:n_state], xs)
+        return outs[:len(states)], outs[len(states):]
+    final, ys = _looped(n, step, states, xs)
     return [*final, *(_scan_output(n, y, a, d) for y, a, d in zip(ys, out_axes, out_dirs))]
+
+
+def _batched_scan(n, body, lengths, *operands) -> list:
+    """Scan before opset 9: every operand has a batch axis first (the scan inputs their sequence axis
+    second) and each example runs the loop of its own: one loop per example of a static batch, the
+    results stacked. sequence_lens must be absent or the full length."""
+    m = n.attr("num_scan_inputs", 0)
+    if not 0 < m <= len(operands):
+        raise n.unsupported(f"num_scan_inputs={m} with {len(operands)} inputs")
+    n_state, n_out = len(operands) - m, len(body.output) - (len(operands) - m)
+    batch = operands[0].shape[0]
+    steps = operands[n_state].shape[1]
+    if not isinstance(batch, int):
+        raise n.unsupported(f"Scan before opset 9 over a symbolic batch {batch!r} (one loop per example)")
+    if lengths is not None and any(v != steps for v in n.ints(lengths, "sequence_lens")):
+        raise n.unsupported(f"Scan before opset 9 with sequence_lens {n.ints(lengths, 'sequence_lens')} shorter "
+                            f"than the {steps!r} steps of its inputs")
+    dirs = n.attr("directions") or [0] * m
+    with n.repeated(batch, f"it scans each of its {batch} examples with a loop of its own"):
+        results = [_scanned(n, [x[b] for x in operands[:n_state]], [x[b] for x in operands[n_state:]], [0] * m,
+                            dirs, [0] * n_out, [0] * n_out) for b in range(batch)]
+    return [F.stack(list(outs), 0) for outs in zip(*results)]
 
 
 class _RunTimeCondition(Exception):

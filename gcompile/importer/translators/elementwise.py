@@ -6,6 +6,12 @@ comparison ops that exporters apply to shapes (Add, Sub, Mul, Div, Mod, Neg, Abs
 comparisons and Where) also run on SymInts (sizes.py), so shape subgraphs stay symbolic. Where ONNX
 allows something gcompile does not express (a float-only activation on ints), the translator raises
 a clear UnsupportedError instead of guessing.
+
+An activation with a kink takes PyTorch's derivative there (docs/guide/gradients.md's conventions):
+each is written with the gcompile function that keeps it (F.celu, F.hardswish, the strict bounds of
+F.hardtanh) or with a where whose condition picks PyTorch's side, never as a sum of pieces whose
+derivatives at the kink do not add up to it (relu(x) + min(x, 0)-based terms give 0.5 at 0:
+minimum's tie rule). tests/importer/test_activation_kinks.py checks each at its kinks.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ from ..table import COMPARISONS, SYMBOLIC_BINARY, SymInts, entrywise, onnx_op, r
 # -- elementwise: unary ------------------------------------------------------------------------------
 _UNARY = {"Sigmoid": F.sigmoid, "Tanh": F.tanh, "Exp": F.exp, "Log": F.log, "Sqrt": F.sqrt, "Erf": F.erf,
           "Sin": F.sin, "Cos": F.cos, "Tan": F.tan, "Floor": F.floor, "Ceil": F.ceil, "Round": F.round,
-          "Softplus": F.softplus}
+          "Softplus": F.softplus, "Acos": F.acos, "Asin": F.asin, "Atan": F.atan}
 
 
 def _unary(fn):
@@ -73,35 +79,26 @@ def _elu(n, x):
     return F.elu(require_float(n, x), n.attr("alpha", 1.0))
 
 
-def _expm1_negative(x, alpha):
-    """alpha·(exp(x) − 1) for x ≤ 0, written on min(x, 0) so the unused branch never overflows."""
-    return F.expm1(F.minimum(x, scalar_like(0, x))) * alpha
-
-
 @onnx_op("Selu")
 def _selu(n, x):
     alpha, gamma = n.attr("alpha", 1.67326319217681884765625), n.attr("gamma", 1.05070102214813232421875)
-    x = require_float(n, x)
-    return F.where(F.greater(x, scalar_like(0, x)), x, _expm1_negative(x, alpha)) * gamma
+    return F.elu(require_float(n, x), alpha) * gamma     # at 0, gamma·alpha: the negative side's, as F.selu
 
 
 @onnx_op("Celu")
 def _celu(n, x):
-    alpha = n.attr("alpha", 1.0)
-    x = require_float(n, x)
-    return F.relu(x) + _expm1_negative(x / alpha, alpha)
+    return F.celu(require_float(n, x), n.attr("alpha", 1.0))     # at 0, 1: as F.celu
 
 
 @onnx_op("HardSigmoid")
 def _hard_sigmoid(n, x):
-    x = require_float(n, x)
-    return F.clip(x * n.attr("alpha", 0.2) + n.attr("beta", 0.5), scalar_like(0, x), scalar_like(1, x))
+    x = require_float(n, x)    # no gradient at the bounds, as F.hardsigmoid
+    return F.hardtanh(x * n.attr("alpha", 0.2) + n.attr("beta", 0.5), 0.0, 1.0)
 
 
 @onnx_op("HardSwish")
 def _hard_swish(n, x):
-    x = require_float(n, x)
-    return x * F.clip(x * (1 / 6) + 0.5, scalar_like(0, x), scalar_like(1, x))
+    return F.hardswish(require_float(n, x))      # at -3 and 3, gradients 0 and 1: as F.hardswish
 
 
 @onnx_op("Softsign")
@@ -124,8 +121,8 @@ def _thresholded_relu(n, x):
 
 @onnx_op("PRelu")
 def _prelu(n, x, slope):
-    x = require_float(n, x)
-    return F.where(F.less(x, scalar_like(0, x)), x * slope, x)
+    x = require_float(n, x)    # at 0, the slope: as F.prelu
+    return F.where(F.greater(x, scalar_like(0, x)), x, x * slope)
 
 
 @onnx_op("Shrink")

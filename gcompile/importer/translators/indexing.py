@@ -3,7 +3,8 @@
 
 Multi-dimensional indices become linear indices into a flattened tensor (`take` and `scatter_add`
 on axis 0), so gradients come from those ops' VJP rules: a scattered-over position gets no gradient
-from the data it replaced, the updates get the output's gradient at their positions. TopK ranks each
+from the data it replaced, the updates get the output's gradient at their positions. The mul, max and
+min reductions are F.scatter_reduce (its gradients: PyTorch's). TopK ranks each
 element by counting the elements ahead of it (ties: the lower index first, as ONNX says), so it
 needs no sort op and its values differentiate through take_along_axis.
 
@@ -73,13 +74,19 @@ def _hits(base_shape: tuple, scatter) -> Tensor:
     return F.greater(scatter(F.full(base_shape, 0, np.float32), np.float32), np.float32(0))
 
 
-def _scatter(n, data, scatter):
-    """data with scattered updates, for ONNX's reductions none (replace) and add."""
+_REDUCE = {"mul": "prod", "max": "amax", "min": "amin"}     # ONNX's reduction -> F.scatter_reduce's
+
+
+def _scatter(n, data, scatter, reduce):
+    """data with scattered updates, for ONNX's reductions none (replace) and add (`scatter`: a function
+    adding updates, or ones, into a base), mul, max and min (`reduce`: F.scatter_reduce's name)."""
     reduction = n.attr("reduction", "none")
     if reduction == "add":
         return scatter(data, None)
+    if reduction in _REDUCE:
+        return reduce(_REDUCE[reduction])
     if reduction != "none":
-        raise n.unsupported(f"reduction {reduction!r} (supported: none, add)")
+        raise n.unsupported(f"reduction {reduction!r} (supported: none, add, mul, max, min)")
     placed = scatter(F.zeros_like(data), None)
     return F.where(_hits(tuple(data.shape), scatter), placed, data)
 
@@ -97,7 +104,12 @@ def _scatter_nd(n, data, indices, updates):
         base = F.reshape(base, flat_shape)
         upd = F.reshape(updates, (m,) + rest) if ones_dtype is None else F.full((m,) + rest, 1, ones_dtype)
         return F.reshape(F.scatter_add(base, lin, upd, 0), tuple(data.shape))
-    return _scatter(n, data, scatter)
+
+    def reduce(how):
+        rows = F.broadcast_to(F.reshape(lin, (m,) + (1,) * len(rest)), (m,) + rest)
+        out = F.scatter_reduce(F.reshape(data, flat_shape), 0, rows, F.reshape(updates, (m,) + rest), how)
+        return F.reshape(out, tuple(data.shape))
+    return _scatter(n, data, scatter, reduce)
 
 
 @onnx_op("ScatterElements", "Scatter")
@@ -119,7 +131,25 @@ def _scatter_elements(n, data, indices, updates):
     def scatter(base, ones_dtype):
         upd = updates if ones_dtype is None else F.full(tuple(indices.shape), 1, ones_dtype)
         return F.scatter_add_along_axis(base, idx, F.pad(upd, tuple(pads)) if padded else upd, axis)
-    return _scatter(n, data, scatter)
+
+    def reduce(how):
+        return F.scatter_reduce(data, axis, _wrapped(n, indices, (data.shape[axis],)), updates, how)
+    return _scatter(n, data, scatter, reduce)
+
+
+@onnx_op("ReverseSequence")
+def _reverse_sequence(n, x, lengths):
+    """The first lengths[b] steps of each batch entry b reversed along the time axis, the rest kept: a
+    gather along time at position length - 1 - t for t < length, t after."""
+    time, batch = n.attr("time_axis", 0), n.attr("batch_axis", 1)
+    if {time, batch} != {0, 1} or x.ndim < 2:
+        raise n.unsupported(f"time_axis {time} and batch_axis {batch} on a rank-{x.ndim} input (0 and 1, either way)")
+    steps = x.shape[time]
+    t = F.reshape(F.arange(steps), (steps, 1) if time == 0 else (1, steps))
+    length = F.reshape(F.cast(lengths, np.int64), (1, -1) if time == 0 else (-1, 1))
+    source = F.where(F.less(t, length), length - 1 - t, t)            # (time, batch) in the input's order
+    source = F.reshape(source, tuple(source.shape) + (1,) * (x.ndim - 2))
+    return F.take_along_axis(x, F.broadcast_to(source, tuple(x.shape)), time)
 
 
 @onnx_op("TopK")

@@ -14,9 +14,10 @@ import numpy as np
 
 from ... import functions as F
 from ...ir import dims
+from ...ops.indexing import slice_axes
 from ...ops.linalg import _LETTERS as EINSUM_LETTERS
 from ...ops.linalg import _canonical as canonical_einsum
-from ...ops.shape_rules import normalize_axis
+from ...ops.shape_rules import normalize_axes, normalize_axis
 from ..table import onnx_op, require_float, scalar_like
 from .shape import diagonal_offsets, one_hot_mask
 
@@ -38,6 +39,11 @@ def _gemm(n, a, b, c=None):
     if c is not None and beta != 0.0:
         y = y + (c if beta == 1.0 else c * scalar_like(beta, y))
     return y
+
+
+@onnx_op("Det")
+def _det(n, x):
+    return F.det(require_float(n, x))
 
 
 @onnx_op("Einsum")
@@ -75,8 +81,15 @@ def _softmax(fn):
     return translate
 
 
+def _hardmax(x, axis):
+    """1 at the first maximum along the axis, 0 elsewhere (constant in x: no gradient flows)."""
+    size = x.shape[axis]
+    return F.one_hot(F.argmax(x, axis), size, axis=axis, dtype=x.dtype)
+
+
 onnx_op("Softmax")(_softmax(F.softmax))
 onnx_op("LogSoftmax")(_softmax(F.log_softmax))
+onnx_op("Hardmax")(_softmax(_hardmax))
 
 
 # -- normalisation -------------------------------------------------------------------------------------------
@@ -150,6 +163,31 @@ def _lp_normalization(n, x):
     return F.where(zero, scalar_like(0, x), x / F.where(zero, scalar_like(1, norm), norm))
 
 
+@onnx_op("MeanVarianceNormalization")
+def _mean_variance_normalization(n, x):
+    """(x - E x) / (sqrt(E (x - E x)²) + 1e-9) over `axes` (ONNX's function adds the 1e-9 after the root)."""
+    x = require_float(n, x)
+    _, xc, var = _moments(x, normalize_axes(n.attr("axes", [0, 2, 3]), x.ndim))
+    return xc / (F.sqrt(var) + scalar_like(1e-9, var))
+
+
+@onnx_op("LRN")
+def _lrn(n, x):
+    """x / (bias + alpha/size · Σ x²)^beta, the sum over the channels c - ⌊(size-1)/2⌋ .. c + ⌈(size-1)/2⌉
+    that exist: the squares padded with zeros along axis 1 and summed over `size` shifted slices."""
+    x = require_float(n, x)
+    size = n.attr("size")
+    channels = x.shape[1]
+    if not isinstance(channels, int):
+        raise n.unsupported(f"LRN over a symbolic number of channels {channels!r}")
+    before = (size - 1) // 2
+    squares = F.pad(x * x, ((0, 0), (before, size - 1 - before)) + ((0, 0),) * (x.ndim - 2))
+    total = F.add_n([slice_axes(squares, (1,), (i,), (i + channels,), (1,)) for i in range(size)]) if size > 1 \
+        else squares
+    alpha, beta, bias = n.attr("alpha", 1e-4), n.attr("beta", 0.75), n.attr("bias", 1.0)
+    return x / F.power(total * scalar_like(alpha / size, x) + scalar_like(bias, x), scalar_like(beta, x))
+
+
 @onnx_op("RMSNormalization")
 def _rms_norm(n, x, scale):
     x = require_float(n, x)
@@ -167,8 +205,8 @@ def _dropout(n, x, ratio=None, training=None):
     return F.identity(x), mask
 
 
-# -- convolution and pooling ---------------------------------------------------------------------------------
-def _spatial_attrs(n, x, kernel, dilation=None):
+# -- convolution (pooling: pooling.py) ------------------------------------------------------------------------
+def spatial_attrs(n, x, kernel, dilation=None):
     """(strides, pads as (before, after) pairs) with auto_pad resolved on the static input size."""
     nsp = len(kernel)
     strides = tuple(n.attr("strides", [1] * nsp))
@@ -191,7 +229,7 @@ def _spatial_attrs(n, x, kernel, dilation=None):
 def _conv(n, x, w, b=None):
     kernel = tuple(w.shape[2:])
     dilation = tuple(n.attr("dilations", [1] * len(kernel)))
-    strides, pads = _spatial_attrs(n, x, kernel, dilation)
+    strides, pads = spatial_attrs(n, x, kernel, dilation)
     return F.conv(x, w, b, stride=strides, pad=pads, dilation=dilation, groups=n.attr("group", 1))
 
 
@@ -199,66 +237,39 @@ def _conv(n, x, w, b=None):
 def _conv_transpose(n, x, w, b=None):
     kernel = tuple(w.shape[2:])
     nsp = len(kernel)
-    if n.has_attr("output_shape") or n.attr("auto_pad", "NOTSET") != "NOTSET":
-        raise n.unsupported("ConvTranspose with output_shape or auto_pad (give pads and output_padding)")
-    flat = n.attr("pads", [0] * (2 * nsp))
-    return F.conv_transpose(x, w, b, stride=tuple(n.attr("strides", [1] * nsp)),
-                            pad=tuple(zip(flat[:nsp], flat[nsp:])), dilation=tuple(n.attr("dilations", [1] * nsp)),
-                            groups=n.attr("group", 1), output_padding=tuple(n.attr("output_padding", [0] * nsp)))
+    strides, dilation = tuple(n.attr("strides", [1] * nsp)), tuple(n.attr("dilations", [1] * nsp))
+    output_padding = tuple(n.attr("output_padding", [0] * nsp))
+    auto_pad = n.attr("auto_pad", "NOTSET")
+    if n.has_attr("output_shape") or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads = _transpose_pads(n, x, kernel, strides, dilation, output_padding, auto_pad)
+    else:
+        flat = n.attr("pads", [0] * (2 * nsp)) if auto_pad != "VALID" else [0] * (2 * nsp)
+        pads = tuple(zip(flat[:nsp], flat[nsp:]))
+    if all(p >= 0 for pair in pads for p in pair):
+        return F.conv_transpose(x, w, b, stride=strides, pad=pads, dilation=dilation, groups=n.attr("group", 1),
+                                output_padding=output_padding)
+    # a negative pad (an output_shape past the last input's reach) adds positions no input reaches
+    y = F.conv_transpose(x, w, None, stride=strides, pad=tuple((max(p, 0), max(q, 0)) for p, q in pads),
+                         dilation=dilation, groups=n.attr("group", 1), output_padding=output_padding)
+    y = F.pad(y, ((0, 0), (0, 0)) + tuple((max(-p, 0), max(-q, 0)) for p, q in pads))
+    return y if b is None else y + F.reshape(b, (-1,) + (1,) * nsp)
 
 
-def _pool_geometry(n, x):
-    kernel = tuple(n.attr("kernel_shape"))
-    if any(d != 1 for d in n.attr("dilations", [1] * len(kernel))):
-        raise n.unsupported("pooling with dilations")
-    strides, pads = _spatial_attrs(n, x, kernel)
-    if len(kernel) != x.ndim - 2 or any(k < 1 or (isinstance(size, int) and k > size + sum(pad))
-                                        for k, size, pad in zip(kernel, x.shape[2:], pads)):
-        raise n.unsupported(f"kernel_shape {list(kernel)} does not fit the input's spatial shape {x.shape[2:]} "
-                            f"padded by {list(pads)}")
-    if n.attr("ceil_mode", 0):
-        pads = tuple(_ceil_pad(n, size, k, s, p) for size, k, s, p in zip(x.shape[2:], kernel, strides, pads))
-    return kernel, strides, pads
-
-
-def _ceil_pad(n, size, k, s, pad):
-    """Extra end padding that makes the floor output size equal ONNX's ceil_mode size (whose last
-    window must start inside the input or its begin padding)."""
-    if not isinstance(size, int):
-        raise n.unsupported(f"ceil_mode on a symbolic spatial size {size!r}")
-    before, after = pad
-    span = size + before + after - k
-    out = -(-span // s) + 1
-    if (out - 1) * s >= size + before:
-        out -= 1
-    return before, after + max((out - 1) * s - span, 0)
-
-
-@onnx_op("MaxPool")
-def _max_pool(n, x):
-    if n.wants(1):
-        raise n.unsupported("the Indices output of MaxPool")
-    kernel, strides, pads = _pool_geometry(n, require_float(n, x))
-    return F.max_pool(x, kernel, strides, pads)
-
-
-@onnx_op("AveragePool")
-def _avg_pool(n, x):
-    include = bool(n.attr("count_include_pad", 0))
-    if include and n.attr("ceil_mode", 0):
-        raise n.unsupported("AveragePool with both ceil_mode and count_include_pad")
-    kernel, strides, pads = _pool_geometry(n, require_float(n, x))
-    return F.avg_pool(x, kernel, strides, pads, count_include_pad=include)
-
-
-@onnx_op("GlobalAveragePool")
-def _global_avg_pool(n, x):
-    return F.global_avg_pool(require_float(n, x))
-
-
-@onnx_op("GlobalMaxPool")
-def _global_max_pool(n, x):
-    return F.max(x, tuple(range(2, x.ndim)), keepdims=True)
+def _transpose_pads(n, x, kernel, strides, dilation, output_padding, auto_pad) -> tuple:
+    """The pads that make ConvTranspose's output output_shape (default: input size × stride, for auto_pad
+    SAME_*): the total split in two, the odd one at the end with SAME_UPPER, else at the start; negative
+    where output_shape asks for more than the last input reaches."""
+    spatial = x.shape[2:]
+    if not dims.is_static(spatial):
+        raise n.unsupported(f"output_shape or auto_pad {auto_pad} on a symbolic spatial size {tuple(spatial)}")
+    target = n.attr("output_shape") or [size * s for size, s in zip(spatial, strides)]
+    target = list(target)[-len(kernel):]                   # the spatial sizes, also when N and C are given
+    pads = []
+    for size, k, s, d, extra, want in zip(spatial, kernel, strides, dilation, output_padding, target):
+        total = s * (size - 1) + extra + (k - 1) * d + 1 - want
+        half = total // 2
+        pads.append((half, total - half) if auto_pad == "SAME_UPPER" else (total - half, half))
+    return tuple(pads)
 
 
 # -- losses (PyTorch exports nn.CrossEntropyLoss and nn.NLLLoss as these) -----------------------------------

@@ -1,4 +1,4 @@
-"""ONNX translators for reductions (ReduceSum ... ReduceLogSumExp, ArgMax, ArgMin) and CumSum.
+"""ONNX translators for reductions (ReduceSum ... ReduceLogSumExp, ArgMax, ArgMin), CumSum and CumProd.
 
 Each translator writes the ONNX op's semantics with gcompile ops, so the imported graph
 differentiates to any order through the existing VJP rules. ArgMax and ArgMin (integer results, no
@@ -25,31 +25,44 @@ def _reduce_axes(n, x, axes_operand):
     return normalize_axes(axes, x.ndim)
 
 
-def _reduction(body, extremum=False):
+def _reduction(body, empty=None):
+    """The translator of a reduction `body`; over an empty axis a reduction with no identity element
+    (`empty`: x's dtype -> the value ONNX gives, the least or greatest value of the type) is that
+    constant."""
     def translate(n, x, axes=None):
         ax = _reduce_axes(n, x, axes)
         if ax is None:
             return F.identity(x)
-        if extremum and any(x.shape[a] == 0 for a in ax):
-            raise n.unsupported("a maximum or minimum over an empty axis is not supported")
-        return body(x, ax, bool(n.attr("keepdims", 1)))
+        keep = bool(n.attr("keepdims", 1))
+        if empty is not None and any(x.shape[a] == 0 for a in ax):
+            shape = tuple(1 if a in ax else d for a, d in enumerate(x.shape) if keep or a not in ax)
+            return F.full(shape, empty(np.dtype(x.dtype)), x.dtype)
+        return body(x, ax, keep)
     return translate
 
 
+def _least(dtype):
+    return -np.inf if dtype.kind == "f" else False if dtype.kind == "b" else np.iinfo(dtype).min
+
+
+def _greatest(dtype):
+    return np.inf if dtype.kind == "f" else True if dtype.kind == "b" else np.iinfo(dtype).max
+
+
 _REDUCTIONS = {
-    "ReduceSum": (lambda x, ax, k: F.sum(x, ax, keepdims=k), False),
-    "ReduceMean": (lambda x, ax, k: F.mean(x, ax, keepdims=k), False),
-    "ReduceMax": (lambda x, ax, k: F.max(x, ax, keepdims=k), True),
-    "ReduceMin": (lambda x, ax, k: F.min(x, ax, keepdims=k), True),
-    "ReduceProd": (lambda x, ax, k: F.prod(x, ax, keepdims=k), False),
-    "ReduceL1": (lambda x, ax, k: F.sum(F.abs(x), ax, keepdims=k), False),
-    "ReduceL2": (lambda x, ax, k: F.sqrt(F.sum(x * x, ax, keepdims=k)), False),
-    "ReduceSumSquare": (lambda x, ax, k: F.sum(x * x, ax, keepdims=k), False),
-    "ReduceLogSum": (lambda x, ax, k: F.log(F.sum(x, ax, keepdims=k)), False),
-    "ReduceLogSumExp": (lambda x, ax, k: F.logsumexp(x, ax, keepdims=k), True),
+    "ReduceSum": (lambda x, ax, k: F.sum(x, ax, keepdims=k), None),
+    "ReduceMean": (lambda x, ax, k: F.mean(x, ax, keepdims=k), None),
+    "ReduceMax": (lambda x, ax, k: F.max(x, ax, keepdims=k), _least),
+    "ReduceMin": (lambda x, ax, k: F.min(x, ax, keepdims=k), _greatest),
+    "ReduceProd": (lambda x, ax, k: F.prod(x, ax, keepdims=k), None),
+    "ReduceL1": (lambda x, ax, k: F.sum(F.abs(x), ax, keepdims=k), None),
+    "ReduceL2": (lambda x, ax, k: F.sqrt(F.sum(x * x, ax, keepdims=k)), None),
+    "ReduceSumSquare": (lambda x, ax, k: F.sum(x * x, ax, keepdims=k), None),
+    "ReduceLogSum": (lambda x, ax, k: F.log(F.sum(x, ax, keepdims=k)), None),
+    "ReduceLogSumExp": (lambda x, ax, k: F.logsumexp(x, ax, keepdims=k), _least),    # log of an empty sum
 }
-for _op, (_body, _ext) in _REDUCTIONS.items():
-    onnx_op(_op)(_reduction(_body, _ext))
+for _op, (_body, _empty) in _REDUCTIONS.items():
+    onnx_op(_op)(_reduction(_body, _empty))
 
 
 @onnx_op("ArgMax", "ArgMin")
@@ -72,9 +85,10 @@ def _arg_extremum(n, x):
     return F.min(F.where(hit, position, np.int64(np.iinfo(np.int64).max)), axis, keepdims=keep)
 
 
-# -- running sums ---------------------------------------------------------------------------------------------
-@onnx_op("CumSum")
-def _cumsum(n, x, axis):
+# -- running sums and products ------------------------------------------------------------------------------
+@onnx_op("CumSum", "CumProd")
+def _cumulative(n, x, axis):
     axis = normalize_axis(int(n.known(axis, "axis").reshape(-1)[0]), x.ndim)
-    total = F.cumsum(x, axis, reverse=bool(n.attr("reverse", 0)), exclusive=bool(n.attr("exclusive", 0)))
-    return F.cast(total, x.dtype)   # F.cumsum widens small ints as numpy does; ONNX keeps the dtype
+    scan = F.cumsum if n.op_type == "CumSum" else F.cumprod
+    total = scan(x, axis, reverse=bool(n.attr("reverse", 0)), exclusive=bool(n.attr("exclusive", 0)))
+    return F.cast(total, x.dtype)   # F's scans widen small ints as numpy does; ONNX keeps the dtype

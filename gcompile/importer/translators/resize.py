@@ -5,8 +5,9 @@ definition gives once the sizes are known: a row per output position, holding th
 weights of its neighbours (edge positions repeated, as the definition pads). Linear and cubic
 resizing (antialiased too: a kernel widened by 1/scale when downsampling) multiply by that matrix
 along the axis, so the gradient is the transposed product; nearest picks one input position per
-output position (a gather). Sizes and scales must be known
-at import time; the batch and other unresized axes may be symbolic.
+output position (a gather). tf_crop_and_resize samples the roi's crop of each axis and gives
+extrapolation_value where a position falls outside the input. Sizes, scales and the roi must be
+known at import time; the batch and other unresized axes may be symbolic.
 """
 from __future__ import annotations
 
@@ -29,9 +30,16 @@ _ROUNDING: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def _source_positions(mode: str, size_in: int, size_out: int, scale: float) -> np.ndarray:
-    """Where each output position samples the input (coordinate_transformation_mode)."""
+def _source_positions(mode: str, size_in: int, size_out: int, scale: float, roi=(0.0, 1.0)) -> np.ndarray:
+    """Where each output position samples the input (coordinate_transformation_mode); `roi` is the
+    (start, end) of the crop tf_crop_and_resize takes, as fractions of the input's extent."""
     i = np.arange(size_out, dtype=np.float64)
+    if mode == "tf_crop_and_resize":
+        start, end = roi
+        length = size_in * scale
+        step = (end - start) * (size_in - 1) / (length - 1) if length != 1 else 0.0
+        centre = (end - start) * (size_in - 1) / 2 if length == 1 else 0.0
+        return i * step + centre + start * (size_in - 1)
     if mode == "half_pixel":
         return (i + 0.5) / scale - 0.5
     if mode == "half_pixel_symmetric":
@@ -55,7 +63,7 @@ def _cubic(t: np.ndarray, a: float) -> np.ndarray:
     return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
 
 
-def _interpolation_matrix(n, size_in: int, size_out: int, scale: float) -> np.ndarray:
+def _interpolation_matrix(n, size_in: int, size_out: int, scale: float, roi=(0.0, 1.0)) -> np.ndarray:
     """The (size_out, size_in) float64 matrix of one axis, for the node's mode and attributes; an
     UnsupportedError beyond MAX_MATRIX_ELEMENTS entries (sizes come from the file: a hostile one may
     ask for terabytes)."""
@@ -63,8 +71,7 @@ def _interpolation_matrix(n, size_in: int, size_out: int, scale: float) -> np.nd
         raise n.unsupported(f"resizing an axis of size {size_in} to {size_out} needs a {size_out} x {size_in} "
                             f"interpolation matrix, more than the {MAX_MATRIX_ELEMENTS} entries gcompile builds")
     mode = "linear" if n.attr("mode", "nearest") == "bilinear" else n.attr("mode", "nearest")
-    coords = n.attr("coordinate_transformation_mode", "half_pixel" if n.opset >= 11 else "asymmetric")
-    x = _source_positions(coords, size_in, size_out, scale)
+    x = _source_positions(_coordinates(n), size_in, size_out, scale, roi)
     weights = np.zeros((size_out, size_in))
     rows = np.arange(size_out)
     if mode == "nearest":
@@ -89,13 +96,32 @@ def _interpolation_matrix(n, size_in: int, size_out: int, scale: float) -> np.nd
     return weights
 
 
-def _targets(n, x, scales, sizes):
-    """(axis, size_out, scale) for each axis the node resizes (an axis kept at its size is left out)."""
+def _coordinates(n) -> str:
+    return n.attr("coordinate_transformation_mode", "half_pixel" if n.opset >= 11 else "asymmetric")
+
+
+def _crops(n, x, roi) -> dict:
+    """tf_crop_and_resize's roi as {axis: (start, end)} for the axes it crops (those not (0, 1))."""
+    if _coordinates(n) != "tf_crop_and_resize":
+        return {}
+    if roi is None:
+        raise n.unsupported("coordinate_transformation_mode tf_crop_and_resize without a roi")
+    axes = [normalize_axis(a, x.ndim) for a in n.attr("axes", list(range(x.ndim)))]
+    values = [float(v) for v in n.known(roi, "roi").reshape(-1)]
+    if len(values) != 2 * len(axes):
+        raise n.unsupported(f"a roi of {len(values)} values for {len(axes)} axes (it takes a start and an end each)")
+    crops = {a: (start, end) for a, start, end in zip(axes, values[:len(axes)], values[len(axes):])}
+    return {a: c for a, c in crops.items() if c != (0.0, 1.0)}
+
+
+def _targets(n, x, scales, sizes, crops):
+    """(axis, size_out, scale) for each axis the node resizes (an axis kept at its size and not
+    cropped is left out)."""
     axes = [normalize_axis(a, x.ndim) for a in n.attr("axes", list(range(x.ndim)))]
     given = () if sizes is None else n.dims(sizes, "sizes")
     if given:
         policy = n.attr("keep_aspect_ratio_policy", "stretch")
-        changed = [(a, o) for a, o in zip(axes, given) if o != x.shape[a]]
+        changed = [(a, o) for a, o in zip(axes, given) if o != x.shape[a] or a in crops]
         if any(not isinstance(o, int) or not isinstance(x.shape[a], int) for a, o in changed):
             raise n.unsupported(f"sizes {list(given)} change an axis of symbolic size (input {tuple(x.shape)})")
         if policy == "stretch":
@@ -106,7 +132,7 @@ def _targets(n, x, scales, sizes):
     if scales is None or not n.known(scales, "scales").size:
         raise n.unsupported("neither scales nor sizes is given")
     factors = [float(v) for v in n.known(scales, "scales").reshape(-1)]
-    targets = [(a, s) for a, s in zip(axes, factors) if s != 1.0]
+    targets = [(a, s) for a, s in zip(axes, factors) if s != 1.0 or a in crops]
     if any(not isinstance(x.shape[a], int) for a, _ in targets):
         raise n.unsupported(f"scales {factors} change an axis of symbolic size (input {tuple(x.shape)})")
     return [(a, int(math.floor(x.shape[a] * s)), s) for a, s in targets]
@@ -116,18 +142,26 @@ def _targets(n, x, scales, sizes):
 def _resize(n, x, *operands):
     x = require_float(n, x)
     if n.op_type == "Upsample" or n.opset < 11:
-        scales, sizes = (operands[0] if operands else np.asarray(n.attr("scales"), np.float32)), None
+        roi, scales, sizes = None, (operands[0] if operands else np.asarray(n.attr("scales"), np.float32)), None
     else:
-        scales, sizes = (list(operands) + [None] * 3)[1:3]      # after roi (tf_crop_and_resize only)
+        roi, scales, sizes = (list(operands) + [None] * 3)[:3]
     mode = n.attr("mode", "nearest")
     if mode not in ("nearest", "linear", "cubic", "bilinear"):
         raise n.unsupported(f"mode {mode!r}")
-    if n.attr("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize":
-        raise n.unsupported("coordinate_transformation_mode tf_crop_and_resize")
-    for axis, size_out, scale in _targets(n, x, scales, sizes):
-        weights = _interpolation_matrix(n, x.shape[axis], size_out, scale)
+    crops = _crops(n, x, roi)
+    fill = n.attr("extrapolation_value", 0.0)
+    for axis, size_out, scale in _targets(n, x, scales, sizes, crops):
+        crop = crops.get(axis, (0.0, 1.0))
+        weights = _interpolation_matrix(n, x.shape[axis], size_out, scale, crop)
         if mode == "nearest":
             x = F.take(x, weights.argmax(1).astype(np.int64), axis)
         else:
             x = F.swapaxes(F.matmul(F.swapaxes(x, axis, -1), weights.T.astype(x.dtype)), axis, -1)
+        if _coordinates(n) == "tf_crop_and_resize":      # positions outside the input: extrapolation_value
+            size_in = weights.shape[1]
+            source = _source_positions("tf_crop_and_resize", size_in, size_out, scale, crop)
+            outside = (source < 0) | (source > size_in - 1)
+            if outside.any():
+                shape = (size_out,) + (1,) * (x.ndim - axis - 1)
+                x = F.where(outside.reshape(shape), np.asarray(fill, x.dtype), x)
     return F.identity(x)

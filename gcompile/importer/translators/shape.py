@@ -292,7 +292,7 @@ def _trilu(n, x, k=None):
 @onnx_op("Pad")
 def _pad(n, x, pads=None, value=None, axes=None):
     mode = n.attr("mode", "constant")
-    if mode not in ("constant", "reflect", "edge"):
+    if mode not in ("constant", "reflect", "edge", "wrap"):
         raise n.unsupported(f"Pad mode {mode!r}")
     if n.opset < 11:
         flat, fill = n.attr("pads"), n.attr("value", 0.0)
@@ -303,9 +303,33 @@ def _pad(n, x, pads=None, value=None, axes=None):
     pairs = [(0, 0)] * x.ndim
     for i, a in enumerate(ax):
         pairs[a] = (flat[i], flat[i + len(ax)])
-    if any(p < 0 for pair in pairs for p in pair):
-        raise n.unsupported("negative pads (cropping)")
-    return F.pad(x, tuple(pairs), mode, fill)
+    cuts = [(a, -min(b, 0), _static(n, x.shape[a], "cropping") + min(e, 0)) for a, (b, e) in enumerate(pairs)
+            if min(b, e) < 0]
+    if cuts:                                     # negative pads crop, before the rest is padded
+        x = slice_axes(x, *zip(*[c + (1,) for c in cuts]))
+    return F.pad(x, tuple((max(b, 0), max(e, 0)) for b, e in pairs), mode, fill)
+
+
+@onnx_op("CenterCropPad")
+def _center_crop_pad(n, x, shape):
+    """Each of `axes` cropped or zero-padded to its target size around the centre (the odd element cut
+    from, or added at, the end)."""
+    target = n.ints(shape, "shape")
+    axes = [normalize_axis(a, x.ndim) for a in n.attr("axes", list(range(x.ndim)))]
+    if len(axes) != len(target):
+        raise n.unsupported(f"a shape of {len(target)} sizes for the axes {axes}")
+    cuts, pads = [], [(0, 0)] * x.ndim
+    for a, want in zip(axes, target):
+        size = _static(n, x.shape[a], "cropping or padding")
+        if want < size:
+            start = (size - want) // 2
+            cuts.append((a, start, start + want, 1))
+        elif want > size:
+            before = (want - size) // 2
+            pads[a] = (before, want - size - before)
+    if cuts:
+        x = slice_axes(x, *zip(*cuts))
+    return F.pad(x, tuple(pads)) if any(p != (0, 0) for p in pads) else F.identity(x)
 
 
 # -- constants -------------------------------------------------------------------------------------------------------
@@ -335,9 +359,12 @@ def _constant_of_shape(n, shape):
 
 @onnx_op("Range", symbolic=True)
 def _range(n, start, limit, delta):
-    if any(isinstance(v, Tensor) for v in (start, limit, delta)):
-        raise n.unsupported("Range whose bounds are computed at run time from data has a data-dependent length "
-                            "(refused); its bounds must be constants or sizes of the inputs")
+    data = [name for name, v in zip(("start", "limit", "delta"), (start, limit, delta)) if isinstance(v, Tensor)]
+    if data:
+        raise n.unsupported(f"its bounds must be known at import time (constants, initializers, or sizes of the "
+                            f"inputs computed from their shapes), but its {' and '.join(data)} "
+                            f"{'is' if len(data) == 1 else 'are'} computed at run time from data, which would make "
+                            "the length of its output depend on the data (refused)")
     if any(isinstance(v, SymInts) for v in (start, limit, delta)):
         return _symbolic_range(n, start, limit, delta)
     start, limit, delta = (v.reshape(-1)[0] for v in (start, limit, delta))
@@ -365,8 +392,8 @@ def _symbolic_range(n, start, limit, delta) -> Tensor:
     except NotSymbolic:
         pass
     if length is None or not sizes.is_dim(length):
-        raise n.unsupported(f"Range from {bounds[0]} to {bounds[1]} by {bounds[2]}: its length over symbolic dims must "
-                            "be a product of dims (a constant step dividing the span)"
+        raise n.unsupported(f"Range from {bounds[0]} to {bounds[1]} by {bounds[2]}: its length must be known at import "
+                            "time as a product of the model's dims (a constant step dividing the span)"
                             + ("" if length is None else f", but it is {length}"))
     values = F.arange(length, 0, step, dtype)
     if isinstance(first, int):

@@ -1,0 +1,262 @@
+"""Put bugs this project fixed back, one at a time, and check that a generic check catches each.
+
+Each MUTATION is a small patch of the current source that makes one past bug happen again (the
+commit of its fix named), with the node ids of that bug's own regression tests. For each: the
+tree (the files git tracks and the untracked ones it does not ignore) is copied to a temporary
+folder and patched there; the bug's own tests must fail there (else the patch does not put the
+bug back); then the generic checks run without those tests, and at least one of them must fail.
+The generic checks are the fixed subset GENERIC (the strategy tests, the fuzzer's programs and its
+coverage, the op checks, the gradient and batching checks), or the whole suite with --suite.
+Before the mutations, the generic checks run once on the unpatched copy and must pass.
+
+    python tools/mutations.py                          # every mutation; exits 1 if one survives
+    python tools/mutations.py --list                   # the mutations, their fixes and own tests
+    python tools/mutations.py conv_flat_move_mask pow_zero_base --jobs 2 --suite
+    python tools/mutations.py --checks tests/lowering,tests/fuzz --no-baseline     # a quick look
+
+Exits 0 when every mutation is caught, 1 when one survives (a generic check must be
+strengthened until it fails there) or a patch no longer applies or no longer reproduces its bug
+(update the patch to the current code), 2 when the unpatched tree already fails.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The generic checks, fastest and most likely to catch first (pytest -x stops at the first failure).
+GENERIC = ("tests/lowering", "tests/fuzz/test_coverage.py", "tests/fuzz/test_fuzz.py", "tests/ops", "tests/gradients")
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    fix: str                                    # the commit that fixed the bug
+    bug: str                                    # what went wrong, in a sentence
+    edits: tuple[tuple[str, str, str], ...]     # (file, text, its replacement): each text once in its file
+    own_tests: tuple[str, ...]                  # the bug's regression tests (node ids or their prefixes)
+
+
+MUTATIONS = [
+    Mutation(
+        "conv_flat_move_mask", "19d2ecf",
+        "a convolution weight gradient's tap whose window lies wholly in the padding kept x's values "
+        "(its moves cancel in joined positions, and the mask was skipped): wrong weight gradients of "
+        "a 3x3 on a 1x1 input (issue #43 section 5)",
+        (("gcompile/lowering/targets/ort_cpu/conv.py", "    if not (any(crop) or begin or end or inner):\n",
+          "    if not (any(crop) or begin or end):\n"),),
+        ("tests/ops/test_conv.py::test_weight_gradients_of_taps_wholly_in_the_padding",)),
+    Mutation(
+        "phase_pieces_shared", "086fc26",
+        "simplify kept one piece per phase of a sum of strided slice_scatters, so where two pieces "
+        "placed the same phase (Swin's patch merging as chained one-axis slices) half the input "
+        "gradient was lost (issue #43 section 1)",
+        (("gcompile/passes/simplify.py", '        phases.setdefault(a["starts"][0], []).append(scatter.inputs[0])\n',
+          '        phases[a["starts"][0]] = [scatter.inputs[0]]\n'),),
+        ("tests/passes/test_passes.py::test_a_phase_placed_by_several_pieces_keeps_every_piece",
+         "tests/importer/test_model_fixtures.py::test_model_matches_pytorch_at_two_batch_sizes")),
+    Mutation(
+        "mean_of_nothing", "8c20203",
+        "a mean over an empty axis was ONNX Runtime's ReduceMean, 0, where numpy and torch give NaN",
+        (("gcompile/ops/reduce.py",
+          '    if n == 0:\n        return ctx.emit("Expand", [ctx.const(np.asarray(np.nan, out.dtype)), '
+          'ctx.shape_tensor(out.shape)])\n    if isinstance(n, int):\n',
+          "    if True:\n"),),
+        ("tests/ops/test_reduce.py::test_reductions_over_an_empty_axis",)),
+    Mutation(
+        "empty_batch_weight_grad", "9731a1b",
+        "the per-tap convolution weight gradient of an empty batch returned what ONNX Runtime's arena "
+        "held (its FusedMatMul writes nothing for an empty contraction), 1e19 after a full batch",
+        (("gcompile/lowering/targets/ort_cpu/conv.py",
+          "    elif not nonempty:\n"
+          "        # onnxruntime's FusedMatMul leaves its output unwritten for an empty contraction (an empty\n"
+          "        # batch gave the arena's leftovers, 1e19), where the sum is zeros\n"
+          '        has_images = ctx.emit("Greater", [ctx.shape_tensor((batch,)), ctx.int64s([0])])\n'
+          '        gw = ctx.emit("Where", [has_images, gw, ctx.const(np.zeros((), x_type.dtype))])\n', ""),),
+        ("tests/ops/test_conv.py::test_conv_weight_grad_in_chunks_of_images",
+         "tests/ops/test_conv.py::test_weight_gradients_of_an_empty_batch_on_onnxruntime")),
+    Mutation(
+        "vmap_in_axes_swap", "3e7d66a",
+        "gc.vmap's in_axes=k swapped axis k with axis 0 instead of moving it first, reordering each "
+        "example's other axes on arguments of rank 3 or more",
+        (("gcompile/gradients/vmap.py",
+          "                t = F.transpose(t, (axis,) + tuple(i for i in range(t.ndim) if i != axis)) if axis else t\n",
+          "                t = F.swapaxes(t, 0, axis) if axis else t\n"),),
+        ("tests/gradients/test_vmap.py::test_in_axes_moves_the_batch_axis_first_keeping_the_others_in_order",)),
+    Mutation(
+        "eliminate_dropout", "272c312",
+        "ONNX Runtime's EliminateDropout removed a training-mode Dropout whose output fed further ops, "
+        "so dropout inside a training step kept every element",
+        (("gcompile/runtime/providers.py",
+          'DISABLED_OPTIMIZERS = ["Pad_Fusion", "MatMulScaleFusion", "EliminateDropout"]\n',
+          'DISABLED_OPTIMIZERS = ["Pad_Fusion", "MatMulScaleFusion"]\n'),),
+        ("tests/ops/test_nn.py::test_dropout_inside_a_graph_is_kept_by_onnxruntime",
+         "tests/importer/test_torch_bridge.py::test_dropout_layers_draw_a_mask_while_training_and_vanish_in_eval")),
+    Mutation(
+        "pad_fusion", "15cd63b",
+        "ONNX Runtime's Pad_Fusion merged a zero Pad into the following MaxPool, whose pads count as "
+        "-inf: a wrong maximum wherever a padded zero won",
+        (("gcompile/runtime/providers.py",
+          'DISABLED_OPTIMIZERS = ["Pad_Fusion", "MatMulScaleFusion", "EliminateDropout"]\n',
+          'DISABLED_OPTIMIZERS = ["MatMulScaleFusion", "EliminateDropout"]\n'),
+         ("gcompile/lowering/context.py",
+          '        return self.emit("Pad", [x, self.int64s([*begins, *ends]), fill, self.int64s(range(rank))], '
+          'mode=mode)\n',
+          '        return self.emit("Pad", [x, self.int64s([*begins, *ends]), fill], mode=mode)\n')),
+        ("tests/fuzz/test_regressions.py::test_zero_padding_before_pooling_is_not_merged_into_the_pool",
+         "tests/test_runtime.py::test_sessions_keep_zero_padding_before_a_max_pool_of_a_foreign_model")),
+    Mutation(
+        "pow_zero_base", "393b518",
+        "pow's VJP took y·x^(y-1) at a zero base where y is 0 too, 0·inf: NaN derivatives of x**2 at an "
+        "exact 0 from the third order (a relu's zeros squared)",
+        (("gcompile/ops/elementwise.py", "    gx = g[0] * y * power(where(equal(y, 0), 1, x), y - 1)\n",
+          "    gx = g[0] * y * power(x, y - 1)\n"),),
+        ("tests/fuzz/test_regressions.py::test_integer_power_of_an_exact_zero_has_finite_derivatives",)),
+]
+
+
+class PatchError(Exception):
+    """A mutation's text is not (or not once) in its file: the code has moved on."""
+
+
+def copy_tree(dest: Path) -> None:
+    """The files git tracks (as they are in the working tree) and the untracked ones it does not ignore."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            check=True, capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        source = ROOT / rel
+        if source.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / rel)
+
+
+def apply(mutation: Mutation, tree: Path) -> None:
+    for rel, old, new in mutation.edits:
+        path = tree / rel
+        text = path.read_text()
+        if text.count(old) != 1:
+            raise PatchError(f"{mutation.name}: the text to replace is {text.count(old)} times in {rel}, not once")
+        path.write_text(text.replace(old, new))
+
+
+@dataclass
+class Run:
+    code: int
+    failed: list[str]          # node ids of the tests that failed or errored
+    tail: str                  # the end of pytest's output
+    seconds: float
+
+
+def pytest(tree: Path, args: list[str], stop_first: bool = True) -> Run:
+    """pytest in `tree` (its own code first on the path) with `args`."""
+    report = tree / ".mutation-report.xml"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+               "-W", "ignore::RuntimeWarning", *(["-x"] if stop_first else []), *args]
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    start = time.monotonic()
+    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
+    failed = []
+    if report.exists():
+        for case in ET.parse(report).getroot().iter("testcase"):
+            if case.find("failure") is not None or case.find("error") is not None:
+                module = case.get("classname", "").replace(".", "/")
+                failed.append(f"{module}.py::{case.get('name')}")
+    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+    return Run(done.returncode, failed, tail, time.monotonic() - start)
+
+
+@dataclass
+class Verdict:
+    mutation: Mutation
+    outcome: str               # "caught", "survived", "not applied", "not reproduced", "error"
+    detail: str
+
+
+def check(mutation: Mutation, generic: list[str], keep: bool) -> Verdict:
+    tree = Path(tempfile.mkdtemp(prefix=f"gcompile-mutation-{mutation.name}-"))
+    try:
+        copy_tree(tree)
+        try:
+            apply(mutation, tree)
+        except PatchError as err:
+            return Verdict(mutation, "not applied", str(err))
+        own = pytest(tree, list(mutation.own_tests), stop_first=False)
+        if not own.failed:
+            return Verdict(mutation, "not reproduced",
+                           f"its own tests pass with the patch (exit {own.code}):\n{own.tail}")
+        deselect = [arg for test in mutation.own_tests for arg in ("--deselect", test)]
+        run = pytest(tree, [*generic, *deselect])
+        if run.failed:
+            return Verdict(mutation, "caught", f"by {run.failed[0]} ({run.seconds:.0f} s; own tests failing: "
+                                               f"{len(own.failed)})")
+        if run.code in (0, 1):
+            return Verdict(mutation, "survived", f"every generic check passed ({run.seconds:.0f} s):\n{run.tail}")
+        return Verdict(mutation, "error", f"pytest exited {run.code}:\n{run.tail}")
+    finally:
+        if keep:
+            print(f"  ({mutation.name}: tree kept at {tree})", flush=True)
+        else:
+            shutil.rmtree(tree, ignore_errors=True)
+
+
+def baseline(generic: list[str]) -> Run:
+    tree = Path(tempfile.mkdtemp(prefix="gcompile-mutation-baseline-"))
+    try:
+        copy_tree(tree)
+        return pytest(tree, generic)
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="mutations to check (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--suite", action="store_true", help="run the whole suite, not the generic subset")
+    parser.add_argument("--checks", metavar="PATHS", help="comma-separated tests to run as the generic checks instead")
+    parser.add_argument("--jobs", type=int, default=1, help="mutations checked at once")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the run of the unpatched tree")
+    parser.add_argument("--keep", action="store_true", help="keep each patched tree (its path is printed)")
+    args = parser.parse_args(argv)
+
+    known = {m.name: m for m in MUTATIONS}
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        parser.error(f"no mutation {', '.join(unknown)}; there are: {', '.join(known)}")
+    chosen = [known[n] for n in args.names] or MUTATIONS
+    if args.list:
+        for m in chosen:
+            print(f"{m.name} (fixed in {m.fix}): {m.bug}\n    own tests: {', '.join(m.own_tests)}")
+        return 0
+    generic = args.checks.split(",") if args.checks else ["tests"] if args.suite else list(GENERIC)
+    if not args.no_baseline:
+        base = baseline(generic)
+        if base.failed or base.code != 0:
+            print(f"the generic checks fail without any mutation (exit {base.code}; {', '.join(base.failed)}):\n"
+                  f"{base.tail}")
+            return 2
+        print(f"baseline: the generic checks pass unpatched ({base.seconds:.0f} s)", flush=True)
+    verdicts = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for verdict in pool.map(lambda m: check(m, generic, args.keep), chosen):
+            print(f"{verdict.mutation.name} (fixed in {verdict.mutation.fix}): {verdict.outcome} {verdict.detail}",
+                  flush=True)
+            verdicts.append(verdict)
+    bad = [v for v in verdicts if v.outcome != "caught"]
+    print(f"\n{len(verdicts) - len(bad)} of {len(verdicts)} mutations caught by a generic check"
+          + "".join(f"\n  {v.mutation.name}: {v.outcome}" for v in bad))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
