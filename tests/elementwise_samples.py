@@ -9,7 +9,7 @@ import numpy as np
 from gcompile.ir.registry import REGISTRY, Trait
 
 ARITY = {"add_n": 3, "where": 3}               # otherwise: the reference's ufunc arity, or 2 for the ops below
-BINARY = {"div", "floor_divide", "fmod", "remainder", "silu_deriv", "xlogy"}
+BINARY = {"div", "floor_divide", "fmod", "pow", "remainder", "silu_deriv", "xlogy"}
 BOOL_OPERANDS = {"logical_and": (0, 1), "logical_or": (0, 1), "logical_not": (0,), "where": (0,)}
 INT_OPS = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}      # int32 operands, negative ones too
 ATTRS = {

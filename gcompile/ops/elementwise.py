@@ -12,6 +12,7 @@ from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast
+from .emitter import Emitter
 from .poly import SIGMOID_PRIME, TANH_PRIME, poly
 from .shape_rules import (
     binary_broadcast,
@@ -64,7 +65,21 @@ def _binary(op) -> Callable[..., Tensor]:
 
 
 add, subtract, multiply = _binary("add"), _binary("sub"), _binary("mul")
-power = _binary("pow")
+
+
+def power(a, b) -> Tensor:
+    """a ** b elementwise, with numpy's promotion. Integers to a negative integer power known when
+    tracing are an error, as in numpy; a negative exponent computed at run time gives a ** b
+    truncated toward zero, as PyTorch does: 1 for a base of 1, ±1 for -1, 0 for any other base
+    (0 included)."""
+    base, exponent = _promote(a, b)
+    if base.dtype.kind in "iu" and not isinstance(b, Tensor) and np.any(np.asarray(b) < 0):
+        raise ShapeError(f"integers to negative integer powers are not allowed (as in numpy): {base.dtype} ** "
+                         f"{np.asarray(b).tolist() if np.size(b) <= 8 else 'an array with negative entries'}; cast "
+                         "the base to a float dtype for a fractional result")
+    return apply("pow", [base, exponent])
+
+
 maximum, minimum = _binary("maximum"), _binary("minimum")
 
 
@@ -89,9 +104,22 @@ def _div_vjp(g, ins, outs):
 
 
 def _div_reference(a, b):
-    if np.result_type(a, b).kind in "iu":   # ONNX Div truncates toward zero on integers
-        return np.trunc(a / b).astype(np.result_type(a, b))
+    dtype = np.result_type(a, b)
+    if dtype.kind in "iu":   # ONNX Div truncates toward zero on integers; by zero: 0, numpy's integer result
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(b == 0, 0, np.trunc(a / np.where(b == 0, 1, b))).astype(dtype)
     return np.divide(a, b)
+
+
+def _lower_div(ctx, names, node):
+    """ONNX Div; on integers with divisor 0 replaced by 1 and the quotient by 0 there (numpy's
+    integer result): ONNX Runtime fails the run on an integer division by zero."""
+    if node.outputs[0].dtype.kind not in "iu":
+        return ctx.emit("Div", names)
+    e = Emitter(ctx, node.outputs[0].dtype)
+    a, b = e.wrap(names[0]), e.wrap(names[1])
+    zero = e.eq(b, 0)
+    return e.where(zero, 0, e("Div", a, e.where(zero, 1, b))).name
 
 
 def divide(a, b) -> Tensor:
@@ -100,7 +128,7 @@ def divide(a, b) -> Tensor:
     return apply("div", promote_float(a, b))
 
 
-defop("div", infer=binary_numeric, reference=_div_reference, lower=_onnx("Div"), vjp=_div_vjp,
+defop("div", infer=binary_numeric, reference=_div_reference, lower=_lower_div, vjp=_div_vjp,
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
@@ -117,7 +145,25 @@ def _pow_vjp(g, ins, outs):
     return [gx, g[0] * outs[0] * log(base)]
 
 
-defop("pow", infer=binary_broadcast, reference=np.power, lower=_onnx("Pow"), vjp=_pow_vjp,
+def _pow_reference(x, y):
+    if np.result_type(x, y).kind != "i":
+        return np.power(x, y)
+    return np.where((y < 0) & (np.abs(x) != 1), 0, np.power(x, np.abs(y))).astype(np.result_type(x, y))
+
+
+def _lower_pow(ctx, names, node):
+    """ONNX Pow; on signed integers, a negative exponent gives 0 except for bases ±1 (power(), as
+    PyTorch): ONNX Runtime's integer Pow computes it in floating point and converts the infinity
+    of 0 ** -1 to int, which is undefined (INT_MIN here)."""
+    if node.outputs[0].dtype.kind != "i":
+        return ctx.emit("Pow", names)
+    e = Emitter(ctx, node.outputs[0].dtype)
+    x, y = e.wrap(names[0]), e.wrap(names[1])
+    powered = e("Pow", x, e("Abs", y))
+    return e.where(y < 0, e.where(e.eq(e("Abs", x), 1), powered, 0), powered).name
+
+
+defop("pow", infer=binary_broadcast, reference=_pow_reference, lower=_lower_pow, vjp=_pow_vjp,
       traits={Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
