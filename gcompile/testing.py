@@ -24,6 +24,7 @@ from .frontend.spec import Spec, spec
 from .frontend.tensor import as_tensor
 from .frontend.trace import is_output_leaf, trace
 from .gradients import grad
+from .ir.dtypes import is_float
 from .ir.evaluate import evaluate
 from .ir.registry import is_random
 from .ops.basic import add_n, cast
@@ -35,12 +36,12 @@ LOWERED_RTOL = 2e-3
 
 
 def _float_positions(arrays) -> list[int]:
-    return [i for i, a in enumerate(arrays) if np.asarray(a).dtype.kind == "f"]
+    return [i for i, a in enumerate(arrays) if is_float(np.asarray(a).dtype)]
 
 
 def _float_leaves(result) -> list:
     leaves, _ = pytree.flatten(result, is_output_leaf)
-    return [t for t in map(as_tensor, leaves) if t.dtype.kind == "f"]
+    return [t for t in map(as_tensor, leaves) if is_float(t.dtype)]
 
 
 def _program(fn, n: int, positions: list[int], n_out: int, order: int, *, value_only: bool = False):
@@ -76,7 +77,7 @@ def _symbolic_candidates(arrays: list[np.ndarray], dtype) -> list[list[Spec]]:
 
     def specs(axis: int, symbolic: set[int]) -> list[Spec]:
         return [spec(tuple("n" if i in symbolic and k == axis else d for k, d in enumerate(a.shape)),
-                     dtype if a.dtype.kind == "f" else a.dtype) for i, a in enumerate(arrays)]
+                     dtype if is_float(a.dtype) else a.dtype) for i, a in enumerate(arrays)]
     candidates = []
     for axis, length in enumerate(first.shape):
         shared = {i for i in shaped if arrays[i].ndim > axis and arrays[i].shape[axis] == length}
@@ -135,7 +136,7 @@ class _Case:
 
     def args(self, xs, dtype) -> list[np.ndarray]:
         vectors = self.ws + self.vs + self.r
-        return [np.asarray(x, dtype) if x.dtype.kind == "f" else x for x in xs] + \
+        return [np.asarray(x, dtype) if is_float(x.dtype) else x for x in xs] + \
             [np.asarray(v, dtype) for v in vectors]
 
     def vector_specs(self, x_specs: list[Spec], dtype) -> list[Spec]:
@@ -240,7 +241,7 @@ def _lowered_dtype(fn, arrays) -> Any:
     """float32, what models run in, unless the function takes float64 only (an imported float64
     model): then float64."""
     try:
-        _output_types(fn, [spec(a.shape, np.float32 if a.dtype.kind == "f" else a.dtype) for a in arrays])
+        _output_types(fn, [spec(a.shape, np.float32 if is_float(a.dtype) else a.dtype) for a in arrays])
     except GcompileError:
         return np.float64
     return np.float32
@@ -263,14 +264,14 @@ def check_grad(fn: Callable, inputs: Sequence[ArrayLike], *, order: int = 1, eps
     Returns the reference's (numeric, analytic) directional derivatives; raises AssertionError
     naming the evaluator or model that disagrees, with both numbers.
     """
-    arrays = [np.asarray(a, np.float64) if np.asarray(a).dtype.kind == "f" else np.asarray(a) for a in inputs]
+    arrays = [np.asarray(a, np.float64) if is_float(np.asarray(a).dtype) else np.asarray(a) for a in inputs]
     dtype = _lowered_dtype(fn, arrays) if lowered else np.float32
     sym_specs = symbolic_specs(fn, arrays, symbolic if lowered else False, dtype)
     case = _Case(fn, arrays, order, seed, sym_specs)
     what = {1: "gradient", 2: "double-gradient"}.get(order, f"order-{order} gradient")
     numeric, analytic, scale = _reference_check(case, eps, rtol, atol, what, lowered)
     if lowered:
-        static = [spec(a.shape, dtype if a.dtype.kind == "f" else a.dtype) for a in arrays]
+        static = [spec(a.shape, dtype if is_float(a.dtype) else a.dtype) for a in arrays]
         rtol_lowered, atol_lowered = (LOWERED_RTOL, max(atol, 1e-6)) if dtype == np.float32 else (rtol, atol)
         checks = [(static, "at static shapes")]
         value = _weighted_value(case) if order == 1 else None

@@ -16,7 +16,13 @@ entry, a seeded choice from torch's list (some entries have over a thousand). Pe
             constants), against torch.autograd.grad with v;
   order 2   gc.grad of <that gradient, u> w.r.t. the inputs, against torch's double backward,
 where the op supports them in torch (OpInfo.supports_autograd / supports_gradgrad) and its output is
-float. A sample the adapter cannot express (an unsupported keyword, an error while tracing) fails.
+float, and where the map does not say torch's gradient is no derivative for the sample (a max_unpool
+whose indices repeat: Entry.derivative). Where a sample says how to process the op's outputs before
+they are compared (its output_process_fn_grad: |U| and |Vh| of an SVD, whose signs are arbitrary;
+the OpInfo tests use it for their gradients too), both torch's and gcompile's outputs go through
+it, gcompile's as traced Tensors seen through the few torch.Tensor members such processing uses
+(_TorchView). A sample the adapter cannot express (an unsupported keyword, an error while tracing)
+fails.
 The summary: entries with a counterpart (and how many are composed of several gcompile functions),
 pass rates per order, and the ops with the most failures. An entry whose every sample gcompile
 refuses with UnsupportedError (a function that exists only to say what to use instead, like
@@ -55,6 +61,7 @@ from parity_map import MAP, Entry, NotComparable, counterpart  # noqa: E402
 class Tally:
     samples: int = 0
     refused: int = 0                                       # samples gcompile refused (UnsupportedError)
+    underived: int = 0                                     # samples whose torch gradient is no derivative
     value: int = 0
     grad1: list = field(default_factory=lambda: [0, 0])    # passed, checked
     grad2: list = field(default_factory=lambda: [0, 0])
@@ -92,6 +99,43 @@ def _outputs(out):
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
+class _TorchView:
+    """A traced gcompile Tensor seen through the torch.Tensor members OpInfo's output processing
+    functions use (abs, mH, indexing, @, shape), so the sample's own function processes gcompile's
+    outputs as it does torch's."""
+
+    def __init__(self, t):
+        self.t = t
+
+    shape = property(lambda self: tuple(self.t.shape))
+    mH = mT = property(lambda self: _TorchView(F.swapaxes(self.t, -1, -2)))
+
+    def abs(self):
+        return _TorchView(F.abs(self.t))
+
+    __abs__ = abs
+
+    def __getitem__(self, index):
+        return _TorchView(self.t[index])
+
+    def __matmul__(self, other):
+        return _TorchView(F.matmul(self.t, other.t))
+
+
+def _processed(sample, out, traced: bool):
+    """out through the sample's output_process_fn_grad (gcompile's Tensors seen as _TorchViews)."""
+    if not traced:
+        return sample.output_process_fn_grad(out)
+
+    def wrap(o):
+        return type(o)(wrap(x) for x in o) if isinstance(o, (tuple, list)) else _TorchView(o)
+
+    def unwrap(o):
+        return type(o)(unwrap(x) for x in o) if isinstance(o, (tuple, list)) else o.t if isinstance(
+            o, _TorchView) else o
+    return unwrap(sample.output_process_fn_grad(wrap(out)))
+
+
 def _close(got, want) -> bool:
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape:
@@ -112,7 +156,7 @@ def check_sample(opinfo, entry: Entry, sample, tally: Tally, rng) -> None:
         return torch_floats[by_id[id(t)]] if id(t) in by_id else t
 
     args = _rebuild((sample.input, sample.args, sample.kwargs), torch_swap)
-    want = _outputs(opinfo.op(args[0], *args[1], **args[2]))
+    want = _outputs(_processed(sample, opinfo.op(args[0], *args[1], **args[2]), traced=False))
     float_out = [i for i, w in enumerate(want) if isinstance(w, torch.Tensor) and w.is_floating_point()]
     arrays = [t.detach().numpy().astype(np.float64) for t in floats]
 
@@ -120,7 +164,7 @@ def check_sample(opinfo, entry: Entry, sample, tally: Tally, rng) -> None:
         it = {id(t): x for t, x in zip(floats, xs)}
         traced = _rebuild((sample.input, sample.args, sample.kwargs),
                           lambda t: it[id(t)] if id(t) in it else t.detach().numpy())
-        return _outputs(entry.fn(traced[0], *traced[1], **traced[2]))
+        return _outputs(_processed(sample, entry.fn(traced[0], *traced[1], **traced[2]), traced=True))
 
     tally.samples += 1
     try:
@@ -142,6 +186,11 @@ def check_sample(opinfo, entry: Entry, sample, tally: Tally, rng) -> None:
         return
     tally.value += 1
     if not opinfo.supports_autograd or not float_out or not floats:
+        return
+    if entry.derivative is not None and not entry.derivative(*(a.detach().numpy() if isinstance(a, torch.Tensor)
+                                                               else a for a in (sample.input, *sample.args)),
+                                                             **sample.kwargs):
+        tally.underived += 1
         return
     cotangents = [rng.standard_normal(tuple(want[i].shape)) for i in float_out]
     try:
@@ -264,6 +313,10 @@ def report(entries, mapped, present, tallies, json_path) -> None:
     print(f"samples: {samples}; values agree: {value} ({value / max(samples, 1):.1%}); order 1: {g1[0]}/{g1[1]} "
           f"({g1[0] / max(g1[1], 1):.1%}); order 2: {g2[0]}/{g2[1]} ({g2[0] / max(g2[1], 1):.1%})")
     print(f"entries whose every sample agrees at every order: {len(full)} of {len(tallies)}")
+    underived = {n: t.underived for n, t in tallies.items() if t.underived}
+    if underived:
+        print(f"gradients not compared where torch's is not the derivative (the map's Entry.derivative): "
+              f"{sum(underived.values())} samples of {', '.join(sorted(underived))}")
     missing = sorted(n for n in mapped if n not in present and n not in refused)
     print(f"mapped but no counterpart here ({len(missing)}): {', '.join(missing)}")
     worst = sorted(tallies.items(), key=lambda kv: -(kv[1].samples - kv[1].value + kv[1].grad1[1] - kv[1].grad1[0]
@@ -278,8 +331,8 @@ def report(entries, mapped, present, tallies, json_path) -> None:
     if json_path:
         with open(json_path, "w") as fh:
             json.dump({n: {"samples": t.samples, "refused": t.refused, "value": t.value, "grad1": t.grad1,
-                           "grad2": t.grad2, "errors": t.errors} for n, t in everything.items()}, fh, indent=1,
-                      sort_keys=True)
+                           "grad2": t.grad2, "underived": t.underived, "errors": t.errors}
+                       for n, t in everything.items()}, fh, indent=1, sort_keys=True)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ class Entry:
     needs: tuple          # gcompile.functions names the adapter uses
     fn: Callable          # adapter(x, *args, **kwargs) on traced Tensors (non-float tensors as numpy arrays)
     composed: bool = False
+    # where torch's gradient is the derivative: a predicate on the sample's torch arguments (None: always)
+    derivative: Callable | None = None
 
 
 MAP: dict[str, list[Entry]] = {}     # alternatives, first available wins: a gcompile function, then a composition
@@ -44,6 +46,13 @@ def direct(names, fnames):
     """torch name(s) -> F.<fname> called with the same arguments; `fnames` lists spellings ("arcsin|asin")."""
     for fname in fnames.split("|"):
         op(names, fname)(lambda *a, _f=fname, **k: getattr(F, _f)(*a, **k))
+
+
+def preferred(names, fname):
+    """Like direct, but ahead of the adapters already listed (a composition written before the
+    gcompile function existed)."""
+    for name in names.split():
+        MAP.setdefault(name, []).insert(0, Entry((fname,), lambda *a, _f=fname, **k: getattr(F, _f)(*a, **k)))
 
 
 def reflected(names, fname):
@@ -138,6 +147,9 @@ def _truth(x):
     return x if np.dtype(x.dtype) == np.bool_ else F.not_equal(x, np.zeros((), x.dtype))
 
 
+direct("logical_xor", "logical_xor")
+
+
 @op("logical_xor", "not_equal", composed=True)
 def _xor(a, b):
     return F.not_equal(_truth(a), _truth(b))
@@ -182,6 +194,10 @@ def _clamp_max(x, hi):
 @op("lerp", "add multiply subtract", composed=True)
 def _lerp(a, b, w):
     return a + (b - a) * w
+
+
+direct("addcmul", "addcmul")
+direct("addcdiv", "addcdiv")
 
 
 @op("addcmul", "add multiply", composed=True)
@@ -575,9 +591,64 @@ def _diagonal(x, offset=0, dim1=0, dim2=1):
 
 
 for _t in ("linalg.det", "linalg.inv", "linalg.svd", "linalg.eigh", "linalg.slogdet", "linalg.pinv",
-           "logdet", "linalg.lstsq", "linalg.matrix_power", "linalg.multi_dot", "matrix_exp"):
+           "logdet", "linalg.matrix_power", "linalg.multi_dot", "matrix_exp", "linalg.eigvalsh", "linalg.svdvals",
+           "linalg.cond", "linalg.matrix_exp"):
     _fname = _t.split(".")[-1]
     op(_t, _fname)(lambda *a, _f=_fname, **k: getattr(F, _f)(*a, **k))
+
+
+@op("linalg.pinv.singular", "pinv")
+def _pinv_singular(a, b):
+    return F.pinv(F.matmul(a, F.swapaxes(b, -1, -2)))
+
+
+@op("linalg.pinv.hermitian", "pinv")
+def _pinv_hermitian(a, hermitian=True):
+    return F.pinv(a, hermitian=hermitian)
+
+
+@op("pinverse", "pinv")
+def _pinverse(a, rcond=1e-15):
+    return F.pinv(a, rtol=rcond)
+
+
+@op("svd", "svd")
+def _torch_svd(a, some=True, compute_uv=True):
+    """torch.svd: (U, S, V) with V, not Vh; `some` is not full_matrices."""
+    u, s, vh = F.svd(a, full_matrices=not some)
+    return u, s, F.swapaxes(vh, -1, -2)
+
+
+@op("linalg.matrix_rank linalg.matrix_rank.hermitian", "matrix_rank")
+def _matrix_rank(a, atol=None, rtol=None, hermitian=False):
+    return F.matrix_rank(a, atol=atol, rtol=rtol, hermitian=hermitian)
+
+
+def _lstsq(a, b, rcond=None, driver=None):
+    """torch.linalg.lstsq's tuple as its driver fills it: the residuals where m > n (not for gelsy),
+    the rank (not for gels), the singular values (gelss and gelsd); the others empty."""
+    x, residuals, rank, s = F.lstsq(a, b, rcond)
+    driver = driver or "gelsy"
+    empty = F.full((0,), 0.0, x.dtype)
+    m, n = a.shape[-2:]
+    return (x, residuals if m > n and driver != "gelsy" else empty,
+            rank if driver != "gels" else F.full((0,), 0, np.int64), s if driver in ("gelss", "gelsd") else empty)
+
+
+MAP["linalg.lstsq"] = [Entry(("lstsq",), _lstsq)]
+MAP["linalg.lstsq.grad_oriented"] = [Entry(("lstsq",), lambda a, b, driver=None: _lstsq(a, b, driver=driver)[:2])]
+
+
+def _torch_norm(x, p="fro", dim=None, keepdim=False, dtype=None):
+    """torch.norm: "nuc" over two dims (the last two by default), "fro" and numbers as vector norms over
+    `dim` (every entry by default)."""
+    if p == "nuc":
+        return F.matrix_norm(x, "nuc", tuple(dim) if dim is not None else (-2, -1), keepdims=keepdim)
+    return F.vector_norm(x, 2 if p == "fro" else p, _axes(dim, x.ndim), keepdims=keepdim)
+
+
+MAP["norm"] = MAP["norm.fro"] = MAP["norm.inf"] = MAP["norm.nuc"] = [Entry(("vector_norm", "matrix_norm"),
+                                                                           _torch_norm)]
 
 
 @op("linalg.qr", "qr")
@@ -1341,7 +1412,8 @@ def _div_mode(mode):
     return adapt
 
 
-MAP["div.trunc_rounding"] = [Entry(("divide", "floor"), _div_mode("trunc"), True)]
+MAP["div.trunc_rounding"] = [Entry(("trunc_divide",), lambda a, b, rounding_mode="trunc": F.trunc_divide(a, b)),
+                             Entry(("divide", "floor"), _div_mode("trunc"), True)]
 MAP["div.floor_rounding"] = [Entry(("divide", "floor"), _div_mode("floor"), True)]
 MAP["floor_divide"] = [Entry(("divide", "floor"), lambda a, b: F.floor(a / b), True)]
 
@@ -1626,6 +1698,9 @@ def _mh(x):
     return F.swapaxes(x, -1, -2) if x.ndim >= 2 else F.identity(x)
 
 
+direct("special.xlog1py", "xlog1py")
+
+
 @op("special.xlog1py", "where log1p", composed=True)
 def _xlog1py(x, y):
     return F.where(_isnan(y), y * 1.0, F.where(F.equal(x, 0.0), F.zeros_like(x * y), x * F.log1p(y)))
@@ -1874,6 +1949,323 @@ def _corrcoef(x):
 
 
 MAP["corrcoef"] = [Entry(("matmul", "mean", "take"), _corrcoef, True)]
+
+
+# -- gcompile functions of PyTorch's names, ahead of the compositions above --------------------------------------
+for _t, _f in [("addmv", "addmv"), ("addbmm", "addbmm"), ("addr", "addr"), ("block_diag", "block_diag"),
+               ("nn.functional.pdist", "pdist")]:
+    preferred(_t, _f)
+MAP["linalg.vecdot"].insert(0, Entry(("vecdot",), lambda a, b, dim=-1: F.vecdot(a, b, dim)))
+MAP["count_nonzero"].insert(0, Entry(("count_nonzero",), lambda x, dim=None: F.count_nonzero(x, _axes(dim, x.ndim))))
+
+
+def _with_indices(fname):
+    """torch.median / nanmedian: the value of all entries, or (values, indices) along `dim`."""
+    def adapt(x, dim=None, keepdim=False):
+        if dim is None:
+            return getattr(F, fname)(x)
+        return getattr(F, fname)(x, dim, keepdims=keepdim, return_indices=True)
+    return adapt
+
+
+def _loss(fname, drop=("size_average", "reduce")):
+    """A torch loss with its deprecated size_average/reduce arguments dropped (the samples leave them None)."""
+    def adapt(*args, **kwargs):
+        if any(kwargs.pop(k, None) is not None for k in drop):
+            raise TypeError("size_average/reduce")
+        return getattr(F, fname)(*args, **kwargs)
+    return adapt
+
+
+for _t in ("cosine_embedding_loss", "poisson_nll_loss", "gaussian_nll_loss", "soft_margin_loss", "multi_margin_loss",
+           "multilabel_margin_loss", "multilabel_soft_margin_loss"):
+    MAP.setdefault(f"nn.functional.{_t}", []).insert(0, Entry((_t,), _loss(_t)))
+
+
+for _t, _f in [("nn.functional.local_response_norm", "local_response_norm"), ("nn.functional.bilinear", "bilinear"),
+               ("nn.functional.channel_shuffle", "channel_shuffle")]:
+    preferred(_t, _f)
+
+
+def _unpool(n):
+    """torch.nn.functional.max_unpool{n}d: an unbatched input (C, *spatial) as a batch of one."""
+    def adapt(x, indices, kernel_size, stride=None, padding=0, output_size=None):
+        one = x.ndim == n + 1
+        if one:
+            x, indices = F.expand_dims(x, 0), np.expand_dims(indices, 0)
+        y = F.max_unpool(x, indices, kernel_size, stride, padding, output_size)
+        return F.squeeze(y, 0) if one else y
+    return adapt
+
+
+def _distinct_indices(x, indices, *args, **kwargs) -> bool:
+    """Whether no two values of one image go to the same place: elsewhere torch's max_unpool gradient
+    (a gather for every value) is not the derivative, which reaches the value written last alone (its
+    OpInfo skips those gradients and tests them on its `grad` variant, whose samples have none)."""
+    flat = indices.reshape(-1, indices.shape[-1] if indices.ndim == 1 else int(np.prod(indices.shape[2:])))
+    return all(len(np.unique(row)) == len(row) for row in np.asarray(flat))
+
+
+for _n in (1, 2, 3):
+    MAP[f"nn.functional.max_unpool{_n}d"] = [Entry(("max_unpool",), _unpool(_n), derivative=_distinct_indices)]
+    MAP[f"nn.functional.max_unpool{_n}d.grad"] = [Entry(("max_unpool",), _unpool(_n))]
+
+
+MAP["diag_embed"].insert(0, Entry(("diag_embed",), lambda x, offset=0, dim1=-2, dim2=-1:
+                                  F.diag_embed(x, offset, dim1, dim2)))
+MAP["select_scatter"].insert(0, Entry(("select_scatter",), lambda x, src, dim, index: F.select_scatter(x, src, dim,
+                                                                                                      index)))
+MAP["slice_scatter"].insert(0, Entry(("slice_scatter",), lambda x, src, dim=0, start=None, end=None, step=1:
+                                     F.slice_scatter(x, src, dim, start, end, step)))
+MAP["diagonal_scatter"] = [Entry(("diagonal_scatter",), lambda x, src, offset=0, dim1=0, dim2=1:
+                                 F.diagonal_scatter(x, src, offset, dim1, dim2))]
+MAP["masked_scatter"] = [Entry(("masked_scatter",), lambda x, mask, source: F.masked_scatter(x, mask, source))]
+MAP["meshgrid.list_of_tensors"] = MAP["meshgrid.variadic_tensors"] = [
+    Entry(("meshgrid",), lambda *xs, indexing="ij": F.meshgrid(*xs, indexing=indexing))]
+for _t in ("atleast_1d", "atleast_2d", "atleast_3d", "column_stack"):
+    preferred(_t, _t)
+MAP["diff"].insert(0, Entry(("diff",), lambda x, n=1, dim=-1, prepend=None, append=None: F.diff(x, n, dim, prepend,
+                                                                                                append)))
+MAP["trapezoid"].insert(0, Entry(("trapezoid",), lambda y, x=None, dx=None, dim=-1: F.trapezoid(y, x, dx, dim)))
+MAP["trapz"].insert(0, Entry(("trapezoid",), lambda y, x=None, dx=None, dim=-1: F.trapezoid(y, x, dx, dim)))
+MAP["cumulative_trapezoid"] = [Entry(("cumulative_trapezoid",), lambda y, x=None, dx=None, dim=-1:
+                                     F.cumulative_trapezoid(y, x, dx, dim))]
+
+MAP["median"] = [Entry(("median",), _with_indices("median"))]
+MAP["nanmedian"] = [Entry(("nanmedian",), _with_indices("nanmedian"))]
+MAP["kthvalue"] = [Entry(("kthvalue",), lambda x, k, dim=-1, keepdim=False: F.kthvalue(x, k, dim, keepdim))]
+MAP["mode"] = [Entry(("mode",), lambda x, dim=-1, keepdim=False: F.mode(x, dim, keepdim))]
+for _t in ("quantile", "nanquantile"):
+    MAP[_t] = [Entry((_t,), lambda x, q, dim=None, keepdim=False, interpolation="linear", _f=_t:
+                     getattr(F, _f)(x, q, dim, keepdim, interpolation))]
+
+
+# -- more of torch's op database, as compositions of gcompile functions ---------------------------------------------
+for _n in range(5):
+    MAP[f"polygamma.polygamma_n_{_n}"] = [Entry(("polygamma",), lambda x, n: F.polygamma(n, x))]
+MAP["special.polygamma.special_polygamma_n_0"] = [Entry(("polygamma",), lambda x, n: F.polygamma(n, x))]
+
+
+@op("mvlgamma.mvlgamma_p_1 mvlgamma.mvlgamma_p_3 mvlgamma.mvlgamma_p_5", "lgamma", composed=True)
+def _mvlgamma(x, p):
+    return F.add_n([F.lgamma(x - i / 2) for i in range(p)]) + p * (p - 1) / 4 * math.log(math.pi)
+
+
+@op("round.decimals_0 round.decimals_3 round.decimals_neg_3", "round", composed=True)
+def _round_decimals(x, decimals=0):
+    scale = 10.0 ** abs(decimals)
+    return F.round(x * scale) / scale if decimals >= 0 else F.round(x / scale) * scale
+
+
+def _scatter_reduce(x, dim, index, src, reduce, include_self=True):
+    if x.ndim == 0:                      # torch takes a 0-d tensor as one element along dim 0
+        y = F.scatter_reduce(F.reshape(x, (1,)), 0, np.reshape(index, (1,)), F.reshape(src, (1,)), reduce,
+                             include_self)
+        return F.reshape(y, ())
+    return F.scatter_reduce(x, dim, index, src, reduce, include_self)
+
+
+for _r in ("sum", "prod", "mean", "amax", "amin"):
+    MAP[f"scatter_reduce.{_r}"] = [Entry(("scatter_reduce",), _scatter_reduce)]
+
+
+def _index_reduce(x, dim, index, source, reduce, include_self=True):
+    """torch.index_reduce as scatter_reduce, the index spread along source's other axes."""
+    if x.ndim == 0:
+        x, source, out = F.reshape(x, (1,)), F.reshape(source, (1,)), ()
+    else:
+        out = None
+    dim %= x.ndim
+    spread = np.broadcast_to(np.reshape(index, (-1,) + (1,) * (x.ndim - dim - 1)), tuple(source.shape))
+    y = F.scatter_reduce(x, dim, np.ascontiguousarray(spread), source, reduce, include_self)
+    return y if out is None else F.reshape(y, out)
+
+
+for _r in ("prod", "mean", "amax", "amin"):
+    MAP[f"index_reduce.{_r}"] = [Entry(("scatter_reduce",), _index_reduce, True)]
+MAP["argsort"] = [Entry(("argsort",), lambda x, dim=-1, descending=False, stable=False:
+                        F.argsort(x, None if x.ndim == 0 else dim, descending) if x.ndim else F.full((), 0, np.int64))]
+MAP["msort"] = [Entry(("sort",), lambda x: F.sort(x, 0))]
+MAP["cholesky"] = [Entry(("cholesky",), lambda a, upper=False: F.swapaxes(F.cholesky(a), -1, -2) if upper
+                         else F.cholesky(a))]
+MAP["qr"] = [Entry(("qr",), lambda a, some=True: F.qr(a, "reduced" if some else "complete"))]
+
+
+@op("linalg.tensorinv", "inv reshape", composed=True)
+def _tensorinv(a, ind=2):
+    rows, cols = a.shape[:ind], a.shape[ind:]
+    return F.reshape(F.inv(F.reshape(a, (int(np.prod(rows)), int(np.prod(cols))))), tuple(cols) + tuple(rows))
+
+
+@op("linalg.tensorsolve", "solve reshape", composed=True)
+def _tensorsolve(a, b, dims=None):
+    if dims is not None:
+        a = F.moveaxis(a, tuple(dims), tuple(range(a.ndim - len(dims), a.ndim)))
+    rest = a.shape[b.ndim:]
+    square = F.reshape(a, (int(np.prod(b.shape)), int(np.prod(rest))))
+    return F.reshape(F.solve(square, F.reshape(b, (-1,))), tuple(rest))
+
+
+@op("linalg.vander", "power stack", composed=True)
+def _vander(x, N=None):
+    x = F.reshape(x, (1,)) if x.ndim == 0 else x              # torch reads a 0-d x as one element
+    n = x.shape[-1] if N is None else N
+    return F.stack([F.power(x, float(k)) if k else F.ones_like(x) for k in range(n)], -1) if n else \
+        F.reshape(x, tuple(x.shape) + (0,)) * 0
+
+
+def _tensor_unfold(x, dimension, size, step):
+    """Tensor.unfold: windows of `size` every `step` along `dimension`, as a new last axis."""
+    if x.ndim == 0:
+        return F.reshape(x, (1,))
+    dimension %= x.ndim
+    count = (x.shape[dimension] - size) // step + 1
+    index = (np.arange(count)[:, None] * step + np.arange(size)[None, :]).astype(np.int64)
+    windows = F.take(x, index, dimension)                  # (..., count, size, ...)
+    return F.moveaxis(windows, dimension + 1, -1)
+
+
+MAP["unfold"] = MAP["unfold_copy"] = [Entry(("take", "moveaxis"), _tensor_unfold, True)]
+MAP["nn.functional.unfold"] = [Entry(("unfold",), lambda x, kernel_size, dilation=1, padding=0, stride=1:
+                                     F.unfold(x, kernel_size, dilation, padding, stride))]
+MAP["masked_select"] = [Entry(("masked_select",), lambda x, mask: F.masked_select(x, mask))]
+MAP["index_put"] = [Entry(("index_put",), lambda x, indices, values, accumulate=False: F.index_put(
+    x, tuple(i for k in indices for i in (np.nonzero(k) if np.asarray(k).dtype == np.bool_ else (k,))), values,
+    accumulate))]
+
+
+@op("put", "index_put reshape", composed=True)
+def _put(x, index, source, accumulate=False):
+    flat = F.index_put(F.ravel(x), (np.asarray(index).reshape(-1),), F.ravel(source), accumulate)
+    return F.reshape(flat, tuple(x.shape))
+
+
+@op("ldexp", "power multiply", composed=True)
+def _ldexp(x, other):
+    return x * F.power(2.0, F.cast(other, x.dtype) if hasattr(other, "dtype") else float(other))
+
+
+@op("angle", "where", composed=True)
+def _angle(x):
+    x = x if np.dtype(x.dtype).kind == "f" else F.cast(x, np.float32)
+    return F.where(F.not_equal(x, x), x, F.where(F.less(x, 0.0), np.asarray(math.pi, x.dtype),
+                                                  np.asarray(0.0, x.dtype)))
+
+
+@op("cartesian_prod", "meshgrid stack", composed=True)
+def _cartesian_prod(*xs):
+    if len(xs) == 1:
+        return F.identity(xs[0])
+    return F.stack([F.ravel(g) for g in F.meshgrid(*xs, indexing="ij")], 1)
+
+
+@op("combinations", "take stack", composed=True)
+def _combinations(x, r=2, with_replacement=False):
+    import itertools
+    pick = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    rows = np.array(list(pick(range(x.shape[0]), r)), np.int64).reshape(-1, r)
+    return F.take(x, rows, 0)
+
+
+MAP["broadcast_tensors"] = [Entry(("broadcast_to",), lambda *xs: tuple(
+    F.broadcast_to(t, np.broadcast_shapes(*(tuple(u.shape) for u in xs))) for t in xs))]
+
+
+def _searched(sorted_seq, values, right, out_int32):
+    """searchsorted's indices: how many entries of each sorted row are below each value (or not above)."""
+    seq = F.expand_dims(sorted_seq, -2)                                 # (..., 1, M)
+    v = F.expand_dims(values, -1)                                       # (..., K, 1)
+    hits = F.less_equal(seq, v) if right else F.less(seq, v)
+    return F.sum(F.cast(hits, np.int32 if out_int32 else np.int64), -1)
+
+
+@op("searchsorted", "less sum", composed=True)
+def _searchsorted(sorted_seq, values, out_int32=False, right=False, side=None, sorter=None):
+    if sorter is not None:
+        sorted_seq = F.take_along_axis(sorted_seq, sorter, -1)
+    right = right or side == "right"
+    if not hasattr(values, "ndim"):
+        values = F.full((), values, sorted_seq.dtype)
+    if values.ndim == 0:
+        return F.reshape(_searched(sorted_seq, F.reshape(values, (1,)), right, out_int32), ())
+    if sorted_seq.ndim == 1:
+        flat = F.reshape(values, (-1,))
+        return F.reshape(_searched(sorted_seq, flat, right, out_int32), tuple(values.shape))
+    return _searched(sorted_seq, values, right, out_int32)
+
+
+@op("bucketize", "less sum", composed=True)
+def _bucketize(x, boundaries, out_int32=False, right=False):
+    return _searchsorted(boundaries, x, out_int32=out_int32, right=right)
+
+
+reflected("__rmod__", "remainder")
+MAP["linalg.inv_ex"] = [Entry(("inv",), lambda a, check_errors=False: (F.inv(a), F.full(tuple(a.shape[:-2]), 0,
+                                                                                         np.int32)))]
+MAP["linalg.cholesky_ex"] = [Entry(("cholesky",), lambda a, upper=False, check_errors=False: (
+    F.swapaxes(F.cholesky(a), -1, -2) if upper else F.cholesky(a), F.full(tuple(a.shape[:-2]), 0, np.int32)))]
+MAP["linalg.solve_ex"] = [Entry(("solve",), lambda a, b, left=True, check_errors=False: (
+    _solve(a, b, left=left), F.full(tuple(a.shape[:-2]), 0, np.int32)))]
+MAP["cholesky_inverse"] = [Entry(("cholesky_solve",), lambda low, upper=False: F.cholesky_solve(
+    F.broadcast_to(np.eye(low.shape[-1]), tuple(low.shape)), low, upper))]
+op("nn.functional.interpolate.nearest-exact", "interpolate")(_interpolate)
+
+
+@op("nn.functional.triplet_margin_with_distance_loss", "pairwise_distance", composed=True)
+def _triplet_with_distance(a, pos, neg, distance_function=None, margin=1.0, swap=False, reduction="mean"):
+    if distance_function is None:
+        distance = F.pairwise_distance
+    elif type(distance_function).__name__ == "PairwiseDistance":
+        d = distance_function
+        distance = lambda u, v: F.pairwise_distance(u, v, d.norm, d.eps, d.keepdim)  # noqa: E731
+    else:
+        raise TypeError("a distance function written in torch")
+    d_pos, d_neg = distance(a, pos), distance(a, neg)
+    if swap:
+        d_neg = F.minimum(d_neg, distance(pos, neg))
+    return _reduce(F.maximum(d_pos - d_neg + margin, 0.0), reduction)
+
+
+@op("renorm", "vector_norm where", composed=True)
+def _renorm(x, p, dim, maxnorm):
+    dim %= x.ndim
+    others = tuple(i for i in range(x.ndim) if i != dim)
+    norm = F.vector_norm(x, p, others, keepdims=True) if others else F.abs(x)
+    return x * F.where(F.greater(norm, maxnorm), maxnorm / (norm + 1e-7), F.ones_like(norm))
+
+
+for _t in ("conj", "conj_physical", "resolve_conj", "resolve_neg", "real"):
+    MAP[_t] = [Entry(("identity",), lambda x: F.identity(x))]
+MAP["isreal"] = [Entry(("full",), lambda x: F.full(tuple(x.shape), True, np.bool_))]
+
+
+@op("linalg.householder_product", "matmul where", composed=True)
+def _householder_product(a, tau):
+    """Q = H_1 ... H_k, H_i = I - tau_i v_i v_iᵀ, v_i column i of a below the diagonal with a unit on it:
+    Q's first n columns."""
+    m, n = a.shape[-2:]
+    rows = np.arange(m).reshape(m, 1)
+    q = F.broadcast_to(np.eye(m), tuple(a.shape[:-2]) + (m, m))
+    for i in range(tau.shape[-1]):
+        v = F.where(rows > i, a[..., :, i:i + 1], (rows == i).astype(np.float64))
+        t = F.expand_dims(F.expand_dims(tau[..., i], -1), -1)
+        q = q - t * F.matmul(F.matmul(q, v), F.swapaxes(v, -1, -2))
+    return q[..., :, :n]
+
+
+@op("histc", "floor sum", composed=True)
+def _histc(x, bins=100, min=0, max=0):          # noqa: A002 - torch's keyword names
+    x = F.ravel(x)
+    if min == max:
+        lo, hi = F.min(x), F.max(x)
+        same = F.equal(lo, hi)
+        lo, hi = F.where(same, lo - 1, lo), F.where(same, hi + 1, hi)
+    else:
+        lo, hi = np.asarray(float(min)), np.asarray(float(max))
+    inside = F.logical_and(F.greater_equal(x, lo), F.less_equal(x, hi))
+    slot = F.minimum(F.floor((x - lo) * bins / (hi - lo)), bins - 1.0)
+    hits = F.logical_and(F.expand_dims(inside, 1), F.equal(F.expand_dims(slot, 1), np.arange(bins, dtype=x.dtype)))
+    return F.sum(F.cast(hits, x.dtype), 0)
 
 
 def counterpart(name: str) -> Entry | None:

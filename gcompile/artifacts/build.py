@@ -47,6 +47,7 @@ import onnx
 
 from ..errors import GcompileError
 from ..frontend import source
+from ..ir.dtypes import is_float
 from ..logs import logger, phase, progress, timings
 from ..lowering import to_onnx
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, serialize
@@ -232,7 +233,7 @@ def _check(name: str, serialized: Serialized, model, float64_ops, provider: str,
     load_ms = 1e3 * (time.perf_counter() - start)
     result = {**modelfile.run(session, model, feeds), "load_ms": load_ms}
     for out, value in result["outputs"].items():
-        if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+        if is_float(value.dtype) and not np.all(np.isfinite(value)):
             raise GcompileError(f"--check of {name!r}: output {out!r} has non-finite values on random inputs")
     return result
 

@@ -10,10 +10,9 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from ..errors import GcompileError
+from ..ir import dtypes
 from ..ir.dims import dtype_name, format_shape
 from ..ir.graph import TensorType, tensor_type
-
-_DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"}
 
 
 @dataclass(frozen=True)
@@ -46,12 +45,12 @@ def spec(shape: int | str | Iterable[int | str], dtype: DTypeLike = "float32") -
             raise GcompileError(f"bad spec: dim {d!r} in shape {_short(shape)} must be a non-negative int or "
                                 f"a symbol name such as 'batch'{_the_right_form(shape)}")
     try:
-        dtype = np.dtype(dtype)
+        dtype = dtypes.as_dtype(dtype)
     except TypeError:
         raise GcompileError(f"bad spec: unknown dtype {dtype!r}") from None
-    if dtype.name not in _DTYPES:
+    if dtype not in dtypes.TRACED:
         raise GcompileError(f"bad spec: dtype {dtype_name(dtype)} is not supported (use one of "
-                            f"{', '.join(sorted(_DTYPES))})")
+                            f"{', '.join(sorted(d.name for d in dtypes.TRACED))})")
     return Spec(tuple(int(d) if not isinstance(d, str) else d for d in shape), dtype)
 
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import GcompileError, ShapeError, TraceError
+from ..errors import GcompileError, ShapeError, TraceError, UnsupportedError
+from ..ir import dtypes
 from ..ir.dims import format_shape, product
 from ..ir.graph import Graph, Node, TensorType, ValueRef, tensor_type
 from ..ir.registry import get_op
@@ -221,7 +222,7 @@ def _lift_array(value, dtype=None) -> Tensor:
         if hit is not None and hit[0] is value:
             return hit[1]
     arr = np.asarray(value, dtype=dtype)
-    if arr.dtype == object or arr.dtype.kind not in "biuf":
+    if arr.dtype not in dtypes.TRACED:
         raise TraceError(f"cannot use a value of type {type(value).__name__} (dtype {arr.dtype}) "
                          f"as a tensor (at {user_location()})")
     node = frame.graph.add_node("constant", [], {"value": arr}, [tensor_type(arr.dtype, arr.shape)],
@@ -269,12 +270,20 @@ def _captured(frame: _Frame, value: Tensor) -> Tensor:
 
 
 def apply_n(op_name: str, inputs: Sequence[Any], **attrs) -> list[Tensor]:
-    """Record one application of a registered op; returns its outputs as Tensors."""
+    """Record one application of a registered op; returns its outputs as Tensors. On a dtype ONNX
+    Runtime has no kernel for (ir/dtypes.py), the op is recorded in the compute dtype between casts."""
+    tensors = [as_tensor(x) for x in inputs]
+    types = [t.type for t in tensors]
+    try:
+        how = dtypes.route(op_name, [t.dtype for t in types])
+    except UnsupportedError as err:
+        raise UnsupportedError(f"{err} (at {user_location()})") from None
+    if how is not None:
+        return _routed(op_name, tensors, attrs, *how)
     frame = current_frame()
     op = get_op(op_name)
-    tensors = [as_tensor(x) for x in inputs]
     try:
-        out_types = op.infer([t.type for t in tensors], **attrs)
+        out_types = op.infer(types, **attrs)
     except ShapeError as err:
         shapes = ", ".join(f"{t.dtype.name}{format_shape(t.shape)}" for t in tensors)
         raise ShapeError(f"{op_name}: {err} (operands {shapes}; at {user_location()})") from None
@@ -283,6 +292,21 @@ def apply_n(op_name: str, inputs: Sequence[Any], **attrs) -> list[Tensor]:
     node = frame.graph.add_node(op_name, [t.ref for t in tensors], attrs, out_types,
                                 order=frame.order, source=user_location())
     return [Tensor(frame.graph, node.out(i), t) for i, t in enumerate(out_types)]
+
+
+def _routed(op_name: str, tensors: list[Tensor], attrs: dict, narrow, wide, mode: str) -> list[Tensor]:
+    """op_name recorded on the operands of dtype `narrow` cast to `wide` (dtypes.to_compute), its
+    results cast back; the casts and the op itself are recorded by apply_n, which has kernels for them."""
+    def cast(x, dtype):
+        return x if x.dtype == dtype else apply_n("cast", [x], dtype=dtype)[0]
+
+    def add(x, c):
+        return apply_n("add", [x, as_tensor(c)])[0]
+    widened = [dtypes.to_compute(t, mode, wide, cast, add) if t.dtype == narrow else t for t in tensors]
+    outs = apply_n(op_name, widened, **attrs)
+    index = dtypes.INDEX_OUTPUTS.get(op_name, set())
+    return [dtypes.from_compute(y, narrow, mode, cast, add) if y.dtype == wide and i not in index else y
+            for i, y in enumerate(outs)]
 
 
 def apply(op_name: str, inputs: Sequence[Any], **attrs) -> Tensor:

@@ -256,10 +256,10 @@ def _einsum(node, ins, batched, size):
     return apply_n("einsum", ins, equation=",".join(terms) + "->" + letter + out)
 
 
-@batching_rule("inv", "det", "slogdet", "cholesky", "solve")
+@batching_rule("inv", "det", "slogdet", "cholesky", "solve", "eigh", "svd", "pinv", "matrix_exp")
 def _matrices(node, ins, batched, size):
-    """The solvers take (..., n, n) matrices: the batch axis is one more leading dim (solve's
-    operands share theirs)."""
+    """The solvers and the decompositions' results take (..., m, n) matrices: the batch axis is one
+    more leading dim (solve's operands, a decomposition's matrix and results, share theirs)."""
     return apply_n(node.op, all_batched(ins, batched, size), **node.attrs)
 
 

@@ -20,6 +20,7 @@ from ..errors import GcompileError, TraceError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, as_tensor, current_frame, recording_order
 from ..ir.dims import format_type
+from ..ir.dtypes import is_float
 from ..ir.graph import Graph, ValueRef
 from ..ir.registry import get_op
 from ..logs import phase
@@ -29,7 +30,7 @@ from ..ops.shape_rules import broadcasts_to
 
 
 def _is_float(graph: Graph, ref: ValueRef) -> bool:
-    return graph.type_of(ref).dtype.kind == "f"
+    return is_float(graph.type_of(ref).dtype)
 
 
 def _backward_set(graph: Graph, outputs: list[ValueRef]) -> set[ValueRef]:
@@ -119,7 +120,7 @@ def grad(outputs: Tensor | Sequence[Tensor], inputs: Sequence[Tensor], grad_outp
     _refuse_outer_paths(graph, outputs, inputs)
     inputs, outputs = [as_tensor(x) for x in inputs], [as_tensor(y) for y in outputs]
     for x in inputs:
-        if x.dtype.kind != "f":
+        if not is_float(x.dtype):
             raise GcompileError(f"cannot take a gradient with respect to {x!r}: its dtype {x.dtype.name} "
                                 f"is not floating point (at {user_location()})")
     if grad_outputs is None:

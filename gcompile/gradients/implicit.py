@@ -33,6 +33,7 @@ from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..frontend.trace import inline, trace_body
 from ..ir import dims
+from ..ir.dtypes import is_float
 from ..ir.graph import Graph
 from ..ir.registry import supply_vjp
 from ..ops.control import while_loop
@@ -71,7 +72,7 @@ def _operands(what: str, x0: Any, params: tuple, adjoint: str, jacobian: bool,
     if isinstance(adjoint_steps, bool) or not isinstance(adjoint_steps, (int, np.integer)) or adjoint_steps < 1:
         raise GcompileError(f"{what}: adjoint_steps must be a positive int, got {adjoint_steps!r} (at {where})")
     x0 = as_tensor(x0)
-    if x0.dtype.kind != "f":
+    if not is_float(x0.dtype):
         raise ShapeError(f"{what}: x must be a float Tensor, got {x0.type} (at {where})")
     if jacobian and not dims.is_static(x0.shape):
         raise ShapeError(f"{what}: x is {x0.type}; building ∂g/∂x one VJP per element needs a static shape. "
@@ -270,7 +271,7 @@ def _root_vjp(grads, inputs, outputs, *, body: Graph, x_index: int, source: str,
               adjoint_steps: int):
     (x_bar,) = grads
     result: list[Tensor | None] = [None] * len(inputs)
-    wrt = [i for i, t in enumerate(inputs) if i != x_index and t.dtype.kind == "f"]
+    wrt = [i for i, t in enumerate(inputs) if i != x_index and is_float(t.dtype)]
     if x_bar is None or not wrt:
         return result
     if adjoint == "dense":

@@ -29,6 +29,7 @@ from ..errors import UnsupportedError
 from ..frontend.tensor import Tensor, apply_n, current_frame
 from ..frontend.trace import inline, trace_body
 from ..ir import dims
+from ..ir.dtypes import is_float
 from ..ir.graph import Graph, ValueRef, bodies, extract, tensor_type
 from ..ir.registry import Trait, has_trait, is_random, supply_vjp
 from ..ops.basic import zeros_like
@@ -45,9 +46,9 @@ def _scan_vjp(grads, inputs, outputs, *, body: Graph, n_consts: int, n_carry: in
     nc, nk = n_consts, n_carry
     nx, ny = len(inputs) - nc - nk, len(outputs) - nk
     consts, init, xs = inputs[:nc], inputs[nc:nc + nk], inputs[nc + nk:]
-    fk = [i for i in range(nk) if init[i].dtype.kind == "f"]     # carries with cotangents
-    fx = [j for j in range(nx) if xs[j].dtype.kind == "f"]       # xs with cotangents
-    fc = [i for i in range(nc) if consts[i].dtype.kind == "f"]   # consts with cotangents
+    fk = [i for i in range(nk) if is_float(init[i].dtype)]     # carries with cotangents
+    fx = [j for j in range(nx) if is_float(xs[j].dtype)]       # xs with cotangents
+    fc = [i for i in range(nc) if is_float(consts[i].dtype)]   # consts with cotangents
     ys_in = [j for j in range(ny) if grads[nk + j] is not None]  # ys with a cotangent (None: a symbolic zero)
 
     # -- the joint body J(c, k, x, k̄', ȳ) -> (k̄, x̄, c̄) -----------------------------------------------
@@ -296,9 +297,9 @@ def _while_vjp(grads, inputs, outputs, *, body: Graph, n_consts: int, source: st
         body, n_ys = new_body, n_ys + len(added)
     carried = outputs[nk + n_ys - nk:]                                     # the carries at each step's start
     drawn = _draws(body, nk, n_ys, source)                                 # the ys that are each step's draws
-    fk = [i for i in range(nk) if init[i].dtype.kind == "f"]
-    fc = [i for i in range(nc) if consts[i].dtype.kind == "f"]
-    ys_in = [j for j in range(n_ys) if grads[nk + j] is not None and outputs[nk + j].dtype.kind == "f"]
+    fk = [i for i in range(nk) if is_float(init[i].dtype)]
+    fc = [i for i in range(nc) if is_float(consts[i].dtype)]
+    ys_in = [j for j in range(n_ys) if grads[nk + j] is not None and is_float(outputs[nk + j].dtype)]
     if not fk and not fc:
         return [None] * len(inputs)
     n_fk, n_fc = len(fk), len(fc)
@@ -371,8 +372,8 @@ def _cond_vjp(grads, inputs, outputs, *, then_body: Graph, else_body: Graph, sou
     """The backward of a branch is a branch: a cond on the same predicate whose bodies are each branch's
     VJP (gc.grad of the branch w.r.t. its float operands, weighted by the outputs' cotangents)."""
     pred, ops = inputs[0], inputs[1:]
-    wrt = [i for i, t in enumerate(ops) if t.dtype.kind == "f"]
-    seeded = [j for j, g in enumerate(grads) if g is not None and outputs[j].dtype.kind == "f"]
+    wrt = [i for i, t in enumerate(ops) if is_float(t.dtype)]
+    seeded = [j for j, g in enumerate(grads) if g is not None and is_float(outputs[j].dtype)]
     result: list[Tensor | None] = [None] * len(inputs)
     if not wrt or not seeded:
         return result

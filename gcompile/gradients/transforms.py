@@ -23,6 +23,7 @@ from ..frontend import pytree
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, as_tensor, current_frame
 from ..ir import dims
+from ..ir.dtypes import is_float
 from ..ops.basic import add_n, cast, zeros_like
 from ..ops.indexing import stack
 from ..ops.reduce import sum as reduce_sum
@@ -67,7 +68,7 @@ def _select(args: Sequence[Tensor], argnums: Argnums) -> tuple[list[Tensor], boo
 
 
 def _scalar(value: Any, who: str) -> Tensor:
-    if not isinstance(value, Tensor) or value.shape != () or value.dtype.kind != "f":
+    if not isinstance(value, Tensor) or value.shape != () or not is_float(value.dtype):
         described = value.type if isinstance(value, Tensor) else type(value).__name__
         raise GcompileError(f"{who} needs a function returning a floating-point scalar Tensor (shape ()), "
                             f"got {described}; reduce it first (e.g. F.sum or F.mean)")
@@ -106,7 +107,7 @@ def value_and_grad(fn: Callable[..., Any], argnums: Argnums = 0, has_aux: bool =
         # (a step counter) get None; a lone integer argument is an error.
         wanted = [leaf for leaves, tree in flat
                   for leaf, buffer in zip(leaves, pytree.buffer_mask(tree))
-                  if tree.is_leaf or (leaf.dtype.kind == "f" and not buffer)]
+                  if tree.is_leaf or (is_float(leaf.dtype) and not buffer)]
         grads = dict(zip(map(id, wanted), grad_of(value, wanted)))
         trees = [pytree.unflatten(tree, [grads.get(id(leaf)) for leaf in leaves]) for leaves, tree in flat]
         gradient = trees[0] if single else tuple(trees)
@@ -197,11 +198,11 @@ def jvp(fn: Callable, primals: Any, tangents: Any) -> tuple[Any, Any]:
     outs = [as_tensor(y) for y in _as_tuple(outputs)]
     graph = current_frame().graph
     mark = graph.mark()
-    floats = [y for y in outs if y.dtype.kind == "f"]
+    floats = [y for y in outs if is_float(y.dtype)]
     placeholders = [zeros_like(y) for y in floats]
     pulled = grad_of(floats, primals, placeholders)
     pushed = iter(grad_of(_inner(pulled, tangents), placeholders) if floats else [])
-    results = [next(pushed) if y.dtype.kind == "f" else zeros_like(y) for y in outs]
+    results = [next(pushed) if is_float(y.dtype) else zeros_like(y) for y in outs]
     prune_new_nodes(graph, mark, [r.ref for r in results])
     return outputs, results[0] if not isinstance(outputs, (tuple, list)) else type(outputs)(results)
 
@@ -232,7 +233,7 @@ def _static(shape: tuple, what: str) -> tuple:
 
 def _jacobian_of(y: Tensor, xs: list[Tensor]) -> list[Tensor]:
     """∂y/∂x for each x, shaped y.shape + x.shape: one VJP per element of y (one-hot cotangents), stacked."""
-    if y.dtype.kind != "f":
+    if not is_float(y.dtype):
         raise GcompileError(f"jacobian of a non-float output ({y.type})")
     out_shape = _static(y.shape, "the output")
     for x in xs:

@@ -30,6 +30,7 @@ from ..errors import GcompileError
 from ..frontend.spec import spec
 from ..frontend.trace import trace
 from ..gradients import grad
+from ..ir.dtypes import is_float
 from ..lowering import to_onnx
 from ..passes import optimize
 from .load import load_onnx
@@ -41,7 +42,7 @@ def _wrt_names(f, wrt: str) -> list[str]:
     names: list[str] = []
     for item in (s.strip() for s in wrt.split(",")):
         if item == "params":
-            found = [n for n, v in f.params.items() if v.dtype.kind == "f"]
+            found = [n for n, v in f.params.items() if is_float(v.dtype)]
             if not found:
                 raise GcompileError("--wrt params: the model has no float initializers")
         elif item in f.input_names or item in f.params:
@@ -93,14 +94,14 @@ def gradient_model(model, wrt: str, of: str | None = None, loss: str | None = No
     if target is not None and not needs_target:
         raise GcompileError("--target names the loss target input: use it with --loss mse or cross_entropy")
     y_type = out_types[of]
-    if y_type.dtype.kind != "f":
+    if not is_float(y_type.dtype):
         raise GcompileError(f"output {of!r} is {y_type.dtype.name}: only float outputs can be differentiated")
     if loss == "cross_entropy" and y_type.ndim < 1:
         raise GcompileError(f"--loss cross_entropy needs logits with a class axis (last); {of!r} is a scalar")
 
     for n in names:
         s = specs[n] if n in specs else spec(f.params[n].shape, f.params[n].dtype)
-        if s.dtype.kind != "f":
+        if not is_float(s.dtype):
             raise GcompileError(f"--wrt {n!r}: it is {s.dtype.name}; only float tensors can be differentiated")
         specs.setdefault(n, s)
     diff_params = [n for n in names if n in f.params]

@@ -183,6 +183,7 @@ class Inliner:
         self.deferred: set = set()      # refs of Tensors known in principle but too large to compute at import
         self.repeats = 1                # how many times the subgraph being translated is translated (repeated)
         self.forms: dict[tuple, str] = {}   # NodeContext.form, by the node's path
+        self.notes: dict = {}           # what translators tell each other about values (translators/quantize.py)
 
     def note_dims(self, x) -> None:
         if isinstance(x, Tensor):

@@ -37,7 +37,7 @@ from ..frontend.tensor import Tensor, current_frame
 from ..ir.dims import astype_hint, dtype_name, format_shape
 from ..runtime.modelfile import check_seal, external_data_file, parse, verify
 from .inline import Inliner
-from .table import np_dtype
+from .table import OptionalValue, TensorSequence, np_dtype
 from .validate import check_model, declared_bytes, size_mismatch, tensor_array
 
 __all__ = ["load_onnx"]
@@ -150,6 +150,19 @@ def _symbol(name: str) -> str:
     return name if name and not name[0].isdigit() else f"d_{name}"
 
 
+_KINDS = {"sequence_type": "a sequence", "map_type": "a map", "optional_type": "an optional",
+          "sparse_tensor_type": "a sparse tensor"}
+
+
+def _tensor_type(what: str, type_proto):
+    """The tensor type of a graph input; an UnsupportedError naming what it is for any other kind."""
+    kind = type_proto.WhichOneof("value")
+    if kind != "tensor_type":
+        raise UnsupportedError(f"{what} is {_KINDS.get(kind, 'of no declared type')}, not a tensor: gcompile's "
+                               "model inputs are tensors, sequences of tensors and optionals")
+    return type_proto.tensor_type
+
+
 class OnnxModel:
     """A loaded ONNX model; call it on Tensors while tracing (see load_onnx).
 
@@ -183,19 +196,13 @@ class OnnxModel:
         with naming(self.source):
             return [self._spec(v) for v in self._inputs]
 
-    @staticmethod
-    def _tensor_type(value_info):
-        """The tensor type of a model input; an UnsupportedError naming what it is for another kind."""
-        kind = value_info.type.WhichOneof("value")
-        if kind != "tensor_type":
-            what = {"sequence_type": "a sequence", "map_type": "a map", "optional_type": "an optional",
-                    "sparse_tensor_type": "a sparse tensor"}.get(kind, "of no declared type")
-            raise UnsupportedError(f"input {value_info.name!r} is {what}, not a tensor: gcompile's model inputs are "
-                                   "tensors (sequences, maps and optionals are not supported as inputs)")
-        return value_info.type.tensor_type
-
     def _spec(self, value_info) -> Spec:
-        tt = self._tensor_type(value_info)
+        kind = value_info.type.WhichOneof("value")
+        if kind in ("sequence_type", "optional_type"):
+            raise UnsupportedError(f"input {value_info.name!r} is {_KINDS[kind]}, not a tensor: it has no gc.spec; "
+                                   "call the model inside a traced function with a list of tensors for a sequence, "
+                                   "a tensor or None for an optional")
+        tt = _tensor_type(f"input {value_info.name!r}", value_info.type)
         dtype = np_dtype(tt.elem_type, f"input {value_info.name!r}")
         if not tt.HasField("shape"):
             raise GcompileError(f"input {value_info.name!r} declares no shape; give a gc.spec for it instead")
@@ -222,17 +229,43 @@ class OnnxModel:
         env = {name: self._checked(f"param {name!r}", params[name], value.dtype, value.shape, exact=True)
                if name in params else value for name, value in self._params.items()}
         for value_info, value in zip(self._inputs, inputs):
-            tt = self._tensor_type(value_info)
-            declared = self._spec(value_info) if tt.HasField("shape") else None
-            dtype = np_dtype(tt.elem_type, f"input {value_info.name!r}")
-            env[value_info.name] = self._checked(f"input {value_info.name!r}", value, dtype,
-                                                 declared.shape if declared else None, exact=False)
+            env[value_info.name] = self._input(f"input {value_info.name!r}", value_info.type, value)
         inliner = Inliner(self.opsets, overrides)
         for value in env.values():
-            inliner.note_dims(value)
+            for leaf in value.items if isinstance(value, TensorSequence) else [value]:
+                inliner.note_dims(leaf)
         inliner.run(self.proto.graph, env)
-        outs = [inliner.materialize(env[name]) for name in self.output_names]
+        outs = [self._output(inliner, name, env[name]) for name in self.output_names]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _input(self, what: str, type_proto, value):
+        """The value of a graph input: a tensor; a sequence (a list or tuple of tensors, as exporters write
+        a list argument); an optional (None when absent)."""
+        kind = type_proto.WhichOneof("value")
+        if kind == "optional_type":
+            inner = type_proto.optional_type.elem_type
+            held = "sequence" if inner.WhichOneof("value") == "sequence_type" else "tensor"
+            return OptionalValue(None if value is None else self._input(what, inner, value), held)
+        if kind == "sequence_type":
+            if not isinstance(value, (list, tuple)):
+                raise InputError(f"{what} is a sequence of tensors: pass a list of them, got {type(value).__name__}")
+            element = type_proto.sequence_type.elem_type
+            return TensorSequence(self._input(f"{what}[{i}]", element, v) for i, v in enumerate(value))
+        tensor_type = _tensor_type(what, type_proto)
+        shape = tuple(d.dim_value if d.HasField("dim_value") else "?" for d in tensor_type.shape.dim) \
+            if tensor_type.HasField("shape") else None
+        return self._checked(what, value, np_dtype(tensor_type.elem_type, what), shape, exact=False)
+
+    @staticmethod
+    def _output(inliner: Inliner, name: str, value):
+        """A graph output as the call returns it: a Tensor, or a list of them for a sequence."""
+        if isinstance(value, OptionalValue):
+            if value.element is None:
+                raise UnsupportedError(f"output {name!r} is an empty optional: a traced function returns tensors")
+            value = value.element
+        if isinstance(value, TensorSequence):
+            return [inliner.materialize(v) for v in value.items]
+        return inliner.materialize(value)
 
     @staticmethod
     def _checked(what: str, value, dtype, shape, exact: bool):

@@ -23,6 +23,8 @@ from functools import partial
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..ir import dtypes
+from ..ir.dtypes import is_float
 from . import sizes
 from .sizes import NotSymbolic
 
@@ -60,6 +62,15 @@ class TensorSequence:
         self.items = list(items)
 
 
+class OptionalValue:
+    """An ONNX optional value (translators/sequence.py): its element (a Tensor, numpy array or
+    TensorSequence), or None when empty. Known at import: which it is never depends on data."""
+    __slots__ = ("element", "kind")
+
+    def __init__(self, element, kind: str = "tensor"):
+        self.element, self.kind = element, kind      # kind: "tensor" or "sequence", what it would hold
+
+
 def sym_or_const(values, dtype=np.int64):
     """SymInts for object entries holding a symbol, else a plain numpy array of `dtype`."""
     values = np.asarray(values, dtype=object)
@@ -77,7 +88,7 @@ def entries(value) -> np.ndarray:
     if not isinstance(value, (np.ndarray, np.generic)):
         raise NotSymbolic()                    # a run-time Tensor operand
     arr = np.asarray(value)
-    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
+    if is_float(arr.dtype) and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
         raise NotSymbolic()
     return np.asarray([int(v) for v in arr.reshape(-1)], dtype=object).reshape(arr.shape)
 
@@ -96,9 +107,9 @@ SYMBOLIC_BINARY = {"Mul": sizes.mul, "Div": sizes.div, "ExactDiv": sizes.exact_d
                    **{op: partial(sizes.compare, op) for op in COMPARISONS}}
 
 
-# dtypes gcompile traces (ONNX's others: strings, bfloat16, float8, 4-bit, unsigned 16-64, complex)
-SUPPORTED_DTYPES = frozenset(np.dtype(t) for t in ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                                                   "uint8", "bool"))
+# dtypes gcompile traces (ir/dtypes.py; ONNX's others: strings, complex, float8e8m0, 2-bit ints)
+SUPPORTED_DTYPES = dtypes.TRACED
+PACKED = frozenset((dtypes.INT4, dtypes.UINT4, dtypes.FLOAT4))    # stored two values a byte
 
 
 def np_dtype(elem_type: int, what: str) -> np.dtype:
@@ -125,7 +136,7 @@ def check_dtype(value: np.ndarray, what: str) -> np.ndarray:
 def require_float(n, x, what: str = "input"):
     """`x` itself when it is a float operand of node `n`, else an UnsupportedError naming the node:
     translators whose gcompile ops take floats only refuse other dtypes here, with the ONNX node named."""
-    if np.dtype(x.dtype).kind != "f":
+    if not is_float(np.dtype(x.dtype)):
         raise n.unsupported(f"{n.op_type} on a {np.dtype(x.dtype).name} {what} is not supported (float only)")
     return x
 

@@ -32,7 +32,7 @@ import onnx.checker
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from ..errors import GcompileError
-from .table import DOMAINS, TRANSLATORS, check_dtype, np_dtype
+from .table import DOMAINS, PACKED, TRANSLATORS, check_dtype, np_dtype
 
 MAX_NESTING = 16     # graphs inside graphs; real models nest two or three
 MAX_ELEMENTS = 2 ** 63 - 1   # in one tensor: sizes are int64 in ONNX and its runtimes
@@ -193,6 +193,8 @@ def declared_bytes(tensor, what: str) -> tuple[int, np.dtype]:
     """The bytes a tensor's shape and dtype declare (Python ints: never overflows), and its dtype."""
     _check_dims(tensor.dims, what)
     dtype = np_dtype(tensor.data_type, what)
+    if dtype in PACKED:          # two 4-bit values a byte
+        return (math.prod(tensor.dims) + 1) // 2, dtype
     return math.prod(tensor.dims) * dtype.itemsize, dtype
 
 
@@ -209,7 +211,8 @@ def tensor_array(tensor, what: str) -> np.ndarray:
     if tensor.HasField("raw_data"):
         stored = len(tensor.raw_data)
     else:
-        stored = len(getattr(tensor, helper.tensor_dtype_to_field(tensor.data_type))) * dtype.itemsize
+        field = getattr(tensor, helper.tensor_dtype_to_field(tensor.data_type))
+        stored = len(field) * (1 if dtype in PACKED else dtype.itemsize)
     if stored != nbytes:
         raise size_mismatch(tensor, what, nbytes, dtype, f"stores {stored} bytes")
     return check_dtype(numpy_helper.to_array(tensor), what)

@@ -2,9 +2,10 @@
 no kernel for them.
 
 ONNX allows each op a set of element types (its schema's type constraints), and ONNX Runtime's
-CPU provider implements a subset of those: 1.31 has no int16 Max, Min, Where, ArgMax, ArgMin or
-Pad, no bool Where, no int8, int16 or uint8 Einsum, no uint8 CumSum, no uint64 sum or product,
-and no float16 or bool ScatterElements with a reduction; an op's lowering may also meet a dtype
+CPU provider implements a subset of those: 1.31 has no int16 or uint16 Max, Min, Where,
+ArgMax, ArgMin or Pad, no uint16 TopK, no bool Where, no int8, int16, uint8 or uint16 Einsum,
+no uint8 CumSum, no uint64 sum or product, and no float16 or bool ScatterElements with a
+reduction; an op's lowering may also meet a dtype
 its ONNX op does not allow at all (ReduceSum and MatMul take no int8, int16 or bool; Neg no
 uint8). LowerContext.emit asks `widening` before it emits a node: where the node's dtype is
 missing, its operands of that dtype are cast to the first wider dtype that has a kernel and its
@@ -34,20 +35,22 @@ _dtype = np.dtype
 # compiling every registry op in every dtype gcompile traces (tests/lowering/test_dtype_kernels.py),
 # each with the condition on the node's attributes under which the kernel is missing.
 _ALWAYS: Callable[[dict], bool] = lambda attrs: True  # noqa: E731
+_SHORT = frozenset({_dtype("int16"), _dtype("uint16")})
 MISSING: dict[str, tuple[frozenset[np.dtype], Callable[[dict], bool]]] = {
-    "Max": (frozenset({_dtype("int16")}), _ALWAYS),
-    "Min": (frozenset({_dtype("int16")}), _ALWAYS),
-    "Where": (frozenset({_dtype("int16"), _dtype("bool")}), _ALWAYS),
-    "ArgMax": (frozenset({_dtype("int16")}), _ALWAYS),
-    "ArgMin": (frozenset({_dtype("int16")}), _ALWAYS),
-    "Pad": (frozenset({_dtype("int16")}), _ALWAYS),
-    "Einsum": (frozenset({_dtype("int8"), _dtype("int16"), _dtype("uint8")}), _ALWAYS),
+    "Max": (_SHORT, _ALWAYS),
+    "Min": (_SHORT, _ALWAYS),
+    "Where": (_SHORT | {_dtype("bool")}, _ALWAYS),
+    "ArgMax": (_SHORT, _ALWAYS),
+    "ArgMin": (_SHORT, _ALWAYS),
+    "TopK": (frozenset({_dtype("uint16")}), _ALWAYS),
+    "Pad": (_SHORT, _ALWAYS),
+    "Einsum": (_SHORT | {_dtype("int8"), _dtype("uint8")}, _ALWAYS),
     "CumSum": (frozenset({_dtype("uint8"), _dtype("uint32"), _dtype("uint64")}), _ALWAYS),
     "ReduceSum": (frozenset({_dtype("uint32"), _dtype("uint64")}), _ALWAYS),     # sums of unsigned ints (numpy's)
     "ReduceProd": (frozenset({_dtype("uint32"), _dtype("uint64")}), _ALWAYS),
     "Pow": (frozenset({_dtype("int8"), _dtype("int16"), _dtype("uint8")}), _ALWAYS),   # as an exponent too
-    # ONNX Runtime's optimizer rewrites an int16 Clip whose bounds are equal into an int16 Where
-    "Clip": (frozenset({_dtype("int16")}), _ALWAYS),
+    # ONNX Runtime's optimizer rewrites an int16 or uint16 Clip whose bounds are equal into a Where of that dtype
+    "Clip": (_SHORT, _ALWAYS),
     "ScatterElements": (frozenset({_dtype("float16"), _dtype("bool")}),
                         lambda attrs: attrs.get("reduction", "none") not in (None, "none")),
 }

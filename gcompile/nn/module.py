@@ -30,6 +30,7 @@ from ..errors import GcompileError, InputError, TraceError, name_mismatch
 from ..frontend import pytree
 from ..frontend.tensor import Tensor, current_frame, lift_named
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from . import state
 
 __all__ = ["Module", "ModuleList", "Sequential"]
@@ -271,7 +272,7 @@ class Module:
 
 
 def _is_float(value: Any) -> bool:
-    return np.dtype(value.dtype).kind == "f" if hasattr(value, "dtype") else False
+    return is_float(np.dtype(value.dtype)) if hasattr(value, "dtype") else False
 
 
 def _refill(obj: Any, it: Iterator) -> Any:

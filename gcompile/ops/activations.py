@@ -19,6 +19,7 @@ from ..errors import ShapeError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from ..ir.registry import Trait, defop
 from .basic import cast
 from .elementwise import (
@@ -175,7 +176,7 @@ def silu(x) -> Tensor:
     """x·sigmoid(x) (swish). One op whose derivatives of every order are closed forms in x and
     sigmoid(x), its second output (ops/poly.py)."""
     x = as_tensor(x)
-    if x.dtype.kind != "f":   # as x * sigmoid(x) promotes: int64 gives float64
+    if not is_float(x.dtype):   # as x * sigmoid(x) promotes: int64 gives float64
         x = cast(x, np.result_type(x.dtype, np.float32))
     return apply_n("silu", [x])[0]
 
@@ -251,7 +252,7 @@ defop("gelu", infer=unary_float, reference=_gelu_reference, lower=_lower_gelu, v
 # -- compositions ---------------------------------------------------------------------------------
 def _float(x) -> Tensor:
     x = as_tensor(x)
-    return x if x.dtype.kind == "f" else cast(x, np.float32)
+    return x if is_float(x.dtype) else cast(x, np.float32)
 
 
 def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:

@@ -10,6 +10,7 @@ from ..errors import ShapeError, UnsupportedError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, as_tensor
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from .basic import cast
 from .elementwise import _promote, logical_and, not_equal, where
 from .indexing import concat, take
@@ -33,7 +34,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     NaN as there. dropout_p > 0 needs training=True (the attention weights go through F.dropout
     with `seed`: a keyed mask inside gc.random_key, as in a training step, else ONNX's Dropout)."""
     q, k, v = _promote(query, key, value)
-    if q.dtype.kind != "f":
+    if not is_float(q.dtype):
         raise ShapeError(f"scaled_dot_product_attention needs float tensors, got {q.dtype.name} "
                          f"(at {user_location()})")
     if q.ndim < 2 or k.ndim < 2 or v.ndim < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:

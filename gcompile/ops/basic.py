@@ -6,6 +6,7 @@ from onnx import helper
 
 from ..errors import ShapeError
 from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir import dtypes
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .shape_rules import broadcast_shapes, same_dtype, unary_any
@@ -29,22 +30,37 @@ defop("constant", infer=lambda types, value, name=None: [tensor_type(value.dtype
 
 
 # -- cast --------------------------------------------------------------------------------------
-def cast(x, dtype) -> Tensor:
-    """x converted to `dtype` (numpy casting; float -> int truncates toward zero)."""
-    x, dtype = as_tensor(x), np.dtype(dtype)
-    return x if x.dtype == dtype else apply("cast", [x], dtype=dtype)
+def cast(x, dtype, saturate: bool = True) -> Tensor:
+    """x converted to `dtype` (numpy casting; float -> int truncates toward zero). To a float8 format,
+    values beyond its range become its largest finite value when `saturate` (ONNX's default), else
+    infinity where the format has one and NaN where not."""
+    x, dtype = as_tensor(x), dtypes.as_dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    return apply("cast", [x], dtype=dtype, **({} if saturate or dtype not in dtypes.FLOAT8 else {"saturate": False}))
 
 
-def _cast_vjp(g, ins, outs, dtype):
-    if ins[0].dtype.kind != "f":
+def _cast_vjp(g, ins, outs, dtype, saturate=True):
+    if not dtypes.is_float(ins[0].dtype):
         return [None]
     return [cast(g[0], ins[0].dtype)]
 
 
+def cast_array(x, dtype, saturate=True):
+    """numpy's astype, except that a float8 target saturates as ONNX's Cast (ml_dtypes would give NaN)."""
+    if dtype in dtypes.FLOAT8 and saturate and not dtypes.is_integer(x.dtype):
+        x = np.clip(x, *dtypes.limits(dtype))
+    return x.astype(dtype)
+
+
+def _lower_cast(ctx, names, node):
+    extra = {} if node.attrs.get("saturate", True) else {"saturate": 0}
+    return ctx.emit("Cast", names, to=helper.np_dtype_to_tensor_dtype(node.attrs["dtype"]), **extra)
+
+
 defop("cast",
-      infer=lambda types, dtype: [tensor_type(dtype, types[0].shape)],
-      reference=lambda x, dtype: x.astype(dtype),
-      lower=lambda ctx, names, node: ctx.emit("Cast", names, to=helper.np_dtype_to_tensor_dtype(node.attrs["dtype"])),
+      infer=lambda types, dtype, saturate=True: [tensor_type(dtype, types[0].shape)],
+      reference=cast_array, lower=_lower_cast,
       vjp=_cast_vjp, traits={Trait.CHEAP, Trait.ELEMENT_COPY, Trait.NOOP_IF_SAME_TYPE, Trait.ELEMENTWISE})
 
 

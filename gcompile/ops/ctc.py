@@ -14,6 +14,7 @@ from numpy.typing import ArrayLike
 
 from ..errors import ShapeError
 from ..frontend.tensor import Tensor, as_tensor
+from ..ir.dtypes import is_float
 from .basic import cast, full
 from .elementwise import equal, greater, logical_and, maximum, not_equal, where
 from .indexing import concat, stack, take, take_along_axis
@@ -66,7 +67,7 @@ def ctc_loss(log_probs: Tensor | ArrayLike, labels: Tensor | ArrayLike, input_le
     """
     log_probs = as_tensor(log_probs)
     labels, input_lengths, label_lengths = (as_tensor(a) for a in (labels, input_lengths, label_lengths))
-    if log_probs.ndim != 3 or log_probs.dtype.kind != "f":
+    if log_probs.ndim != 3 or not is_float(log_probs.dtype):
         raise ShapeError(f"ctc_loss: log_probs must be float (T, N, C), got {log_probs.type}")
     if labels.ndim != 2 or labels.dtype.kind not in "iu" or labels.shape[1] == 0:
         raise ShapeError(f"ctc_loss: labels must be int (N, S) with S >= 1, got {labels.type}")

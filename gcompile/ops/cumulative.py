@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
 from .basic import cast, stop_gradient
@@ -134,7 +135,7 @@ def _scan_infer(types, axis, exclusive, reverse):
 
 
 def _cumsum_vjp(g, ins, outs, axis, exclusive, reverse):
-    if ins[0].dtype.kind != "f":
+    if not is_float(ins[0].dtype):
         return [None]
     return [apply("cumsum", [g[0]], axis=axis, exclusive=exclusive, reverse=not reverse)]
 
@@ -163,7 +164,7 @@ def _later_recurrence(a: Tensor, b: Tensor, axis: int, reverse: bool) -> Tensor:
 
 def _cumprod_vjp(g, ins, outs, axis, exclusive, reverse):
     x, y, g = ins[0], outs[0], g[0]
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         return [None]
 
     def scan(op, v, exclusive=exclusive, reverse=reverse):
@@ -198,7 +199,7 @@ def logcumsumexp(x, axis=None) -> Tensor:
     each combining every position with the one 2^k before it, so the axis size must be static.
     Gradients come from logaddexp's, to any order."""
     x = as_tensor(x)
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         x = cast(x, np.float32)
     if axis is None:
         x, axis = ravel(x), 0
@@ -228,11 +229,11 @@ def _running_extreme(x, axis, largest: bool, what: str) -> tuple[Tensor, Tensor]
     if not isinstance(n, int):
         raise UnsupportedError(f"{what} along axis {axis}, whose size {n!r} is symbolic, is not supported: the "
                                "scan's step count depends on the size")
-    floating = x.dtype.kind == "f"
+    floating = is_float(x.dtype)
     key = stop_gradient(x)
-    if not largest:                       # the running minimum is the running maximum of -x (ties kept)
-        key = negative(key) if floating or x.dtype.kind == "i" else cast(key, np.int64) * -1
-    lowest = -np.inf if key.dtype.kind == "f" else np.iinfo(key.dtype).min
+    if not largest:     # the running minimum is the running maximum of -x (of ~x for integers, ties kept)
+        key = negative(key) if floating else as_tensor(np.invert(np.zeros((), x.dtype))) - key  # ~x: no overflow
+    lowest = -np.inf if is_float(key.dtype) else np.iinfo(key.dtype).min
     index = broadcast_to(np.arange(n, dtype=np.int64).reshape((n,) + (1,) * (x.ndim - axis - 1)), x.shape)
     pads = [(0, 0)] * x.ndim
     step = 1

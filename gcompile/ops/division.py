@@ -1,10 +1,12 @@
 """Division and rounding toward zero, with numpy's names and PyTorch's gradients: reciprocal,
-trunc, frac, fmod, remainder, floor_divide.
+trunc, frac, fmod, remainder, floor_divide and trunc_divide.
 
 fmod keeps the dividend's sign (C's fmod, ONNX Mod with fmod=1) and remainder the divisor's
 (Python's %); floor_divide is Python's // (numpy's algorithm, exact where floor(a / b) would
 round across an integer). Integer division by zero gives 0, as numpy does, where ONNX Runtime
-would stop with an error. trunc and floor_divide pass no gradient (piecewise constant);
+would stop with an error. trunc_divide is torch.div(a, b, rounding_mode="trunc"): trunc(a / b)
+for floats, ONNX's truncating Div for integers. trunc, floor_divide and trunc_divide pass no
+gradient (piecewise constant);
 fmod's and remainder's divisor gets -g·trunc(a/b) and -g·floor(a/b).
 """
 from __future__ import annotations
@@ -12,19 +14,26 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from onnx import helper
 
 from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.dtypes import is_float
 from ..ir.registry import Trait, defop
+from . import integers
+from .basic import cast
 from .elementwise import (
     _onnx,
     _promote,
     _unary_def,
+    divide,
+    equal,
     floor,
+    where,
 )
 from .emitter import Emitter, Value
 from .shape_rules import binary_numeric, unary_float
 
-__all__ = ["floor_divide", "fmod", "frac", "reciprocal", "remainder", "trunc"]
+__all__ = ["floor_divide", "fmod", "frac", "reciprocal", "remainder", "trunc", "trunc_divide"]
 
 reciprocal = _unary_def("reciprocal", lambda x: 1 / x, _onnx("Reciprocal"),
                         lambda g, ins, outs: [-(g[0] * outs[0] * outs[0])])
@@ -68,10 +77,16 @@ floor_divide = _binary("floor_divide", "floor(a / b) as Python's // computes it 
                                        "no gradient.")
 
 
-def _integer_safe(e: Emitter, a: Value, b: Value, compute) -> Value:
-    """compute(a, b') with b' = 1 where b == 0, then 0 there (numpy's integer result)."""
-    zero = e.eq(b, 0)
-    return e.where(zero, 0, compute(a, e.where(zero, 1, b)))
+def trunc_divide(a, b) -> Tensor:
+    """a / b rounded toward zero (torch.div(a, b, rounding_mode="trunc"), C's integer division): integer
+    operands stay integers (division by zero gives 0, as floor_divide's); no gradient."""
+    a, b = _promote(a, b)
+    if is_float(a.dtype):
+        return trunc(divide(a, b))
+    if a.dtype == np.bool_:
+        a, b = cast(a, np.int64), cast(b, np.int64)
+    zero = equal(b, 0)
+    return where(zero, np.zeros((), a.dtype), apply("div", [a, where(zero, np.ones((), b.dtype), b)]))
 
 
 def _remainder_differs(e: Emitter, r: Value, b: Value) -> Value:
@@ -82,15 +97,17 @@ def _remainder_differs(e: Emitter, r: Value, b: Value) -> Value:
 def _lower_fmod(ctx, names, node):
     e = Emitter(ctx, node.outputs[0].dtype)
     a, b = e.wrap(names[0]), e.wrap(names[1])
-    mod = lambda a, b: e("Mod", a, b, fmod=1)  # noqa: E731
-    return (mod(a, b) if e.dtype.kind == "f" else _integer_safe(e, a, b, mod)).name
+    if is_float(e.dtype):
+        return e("Mod", a, b, fmod=1).name
+    # a - trunc(a / b)·b: ONNX Runtime's integer Mod with fmod=1 computes in float64 (ops/integers.py)
+    return integers.safe_division(e, a, b, lambda a, b: a - e("Div", a, b) * b).name
 
 
 def _lower_remainder(ctx, names, node):
     e = Emitter(ctx, node.outputs[0].dtype)
     a, b = e.wrap(names[0]), e.wrap(names[1])
-    if e.dtype.kind != "f":
-        return _integer_safe(e, a, b, lambda a, b: e("Mod", a, b, fmod=0)).name
+    if not is_float(e.dtype):
+        return integers.safe_division(e, a, b, lambda a, b: e("Mod", a, b, fmod=0)).name
     r = e("Mod", a, b, fmod=1)          # fmod, moved to b's sign
     return e.where(_remainder_differs(e, r, b), r + b, r).name
 
@@ -98,8 +115,12 @@ def _lower_remainder(ctx, names, node):
 def _lower_floor_divide(ctx, names, node):
     e = Emitter(ctx, node.outputs[0].dtype)
     a, b = e.wrap(names[0]), e.wrap(names[1])
-    if e.dtype.kind != "f":        # a - a mod b is an exact multiple of b
-        return _integer_safe(e, a, b, lambda a, b: (a - e("Mod", a, b, fmod=0)) / b).name
+    if not is_float(e.dtype):        # the truncated quotient, one less where the remainder's sign differs from b's
+        def floored(a, b):
+            q = a / b
+            differs = _remainder_differs(e, a - q * b, b)
+            return q - e("Cast", differs, to=helper.np_dtype_to_tensor_dtype(e.dtype)) if e.dtype.kind == "i" else q
+        return integers.safe_division(e, a, b, floored).name
     # numpy's npy_divmod: (a - fmod(a, b)) / b is nearly an integer; step down where the remainder's
     # sign differs from b's, then round that to the nearest integer
     mod = e("Mod", a, b, fmod=1)
@@ -113,23 +134,15 @@ def _lower_floor_divide(ctx, names, node):
 def _quotient_vjp(rounding):
     def vjp(g, ins, outs):
         a, b = ins
-        if a.dtype.kind != "f":
+        if not is_float(a.dtype):
             return [None, None]
         return [g[0], -(g[0] * rounding(a / b))]
     return vjp
 
 
-def _int_safe_reference(fn):
-    def reference(a, b):
-        if np.result_type(a, b).kind == "f":
-            return fn(a, b)
-        return np.where(b == 0, 0, fn(a, np.where(b == 0, 1, b)))
-    return reference
-
-
-defop("fmod", infer=binary_numeric, reference=_int_safe_reference(np.fmod), lower=_lower_fmod,
+defop("fmod", infer=binary_numeric, reference=integers.safe_reference(np.fmod), lower=_lower_fmod,
       vjp=_quotient_vjp(trunc), traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
-defop("remainder", infer=binary_numeric, reference=_int_safe_reference(np.remainder), lower=_lower_remainder,
+defop("remainder", infer=binary_numeric, reference=integers.safe_reference(np.remainder), lower=_lower_remainder,
       vjp=_quotient_vjp(floor), traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
-defop("floor_divide", infer=binary_numeric, reference=_int_safe_reference(np.floor_divide),
+defop("floor_divide", infer=binary_numeric, reference=integers.safe_reference(np.floor_divide),
       lower=_lower_floor_divide, traits={Trait.NONDIFF, Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})

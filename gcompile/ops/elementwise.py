@@ -9,8 +9,10 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
+from . import integers
 from .basic import cast
 from .emitter import Emitter
 from .poly import SIGMOID_PRIME, TANH_PRIME, poly
@@ -25,9 +27,11 @@ from .shape_rules import (
     unary_numeric,
 )
 
-__all__ = ["abs", "add", "ceil", "clip", "cos", "divide", "equal", "erf", "exp", "exp2", "expm1", "floor",
-           "greater", "greater_equal", "lerp", "less", "less_equal", "log", "log10", "log1p", "log2",
-           "logaddexp", "logical_and", "logical_not", "logical_or", "maximum", "minimum", "multiply", "negative",
+__all__ = ["abs", "add", "addcdiv", "addcmul", "ceil", "clip", "cos", "divide", "equal", "erf", "exp", "exp2", "expm1",
+           "floor",
+           "greater", "greater_equal", "heaviside", "lerp", "less", "less_equal", "log", "log10", "log1p", "log2",
+           "logaddexp", "logaddexp2", "logical_and", "logical_not", "logical_or", "logical_xor", "maximum", "minimum",
+           "multiply", "negative",
            "not_equal", "pow", "power", "round", "rsqrt", "sigmoid", "sign", "sin",
            "sqrt", "square", "subtract", "tan", "tanh", "where"]
 
@@ -65,26 +69,12 @@ def _binary(op) -> Callable[..., Tensor]:
 
 
 add, subtract, multiply = _binary("add"), _binary("sub"), _binary("mul")
-
-
-def power(a, b) -> Tensor:
-    """a ** b elementwise, with numpy's promotion. Integers to a negative integer power known when
-    tracing are an error, as in numpy; a negative exponent computed at run time gives a ** b
-    truncated toward zero, as PyTorch does: 1 for a base of 1, ±1 for -1, 0 for any other base
-    (0 included)."""
-    base, exponent = _promote(a, b)
-    if base.dtype.kind in "iu" and not isinstance(b, Tensor) and np.any(np.asarray(b) < 0):
-        raise ShapeError(f"integers to negative integer powers are not allowed (as in numpy): {base.dtype} ** "
-                         f"{np.asarray(b).tolist() if np.size(b) <= 8 else 'an array with negative entries'}; cast "
-                         "the base to a float dtype for a fractional result")
-    return apply("pow", [base, exponent])
-
-
+power = _binary("pow")
 maximum, minimum = _binary("maximum"), _binary("minimum")
 
 
 def _float_or_none(x, grad):
-    return grad if x.dtype.kind == "f" else None
+    return grad if is_float(x.dtype) else None
 
 
 defop("add", infer=binary_broadcast, reference=np.add, lower=_onnx("Add"),
@@ -103,23 +93,26 @@ def _div_vjp(g, ins, outs):
     return [ga, -ga * outs[0]]
 
 
+def _truncated(a, b):
+    """a / b truncated toward zero, exact (a / b in float64 is not, past 2**53)."""
+    floored = np.floor_divide(a, b)
+    inexact = (a - floored * b != 0) & ((a < 0) != (b < 0))
+    return np.where(inexact, floored + 1, floored)
+
+
+_integer_quotient = integers.safe_reference(_truncated)
+
+
 def _div_reference(a, b):
-    dtype = np.result_type(a, b)
-    if dtype.kind in "iu":   # ONNX Div truncates toward zero on integers; by zero: 0, numpy's integer result
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(b == 0, 0, np.trunc(a / np.where(b == 0, 1, b))).astype(dtype)
-    return np.divide(a, b)
+    # ONNX Div truncates toward zero on integers; by zero it gives 0 here (ops/integers.py)
+    return np.divide(a, b) if is_float(np.result_type(a, b)) else _integer_quotient(a, b)
 
 
 def _lower_div(ctx, names, node):
-    """ONNX Div; on integers with divisor 0 replaced by 1 and the quotient by 0 there (numpy's
-    integer result): ONNX Runtime fails the run on an integer division by zero."""
-    if node.outputs[0].dtype.kind not in "iu":
-        return ctx.emit("Div", names)
     e = Emitter(ctx, node.outputs[0].dtype)
-    a, b = e.wrap(names[0]), e.wrap(names[1])
-    zero = e.eq(b, 0)
-    return e.where(zero, 0, e("Div", a, e.where(zero, 1, b))).name
+    if is_float(e.dtype):
+        return ctx.emit("Div", names)
+    return integers.safe_division(e, e.wrap(names[0]), e.wrap(names[1]), lambda a, b: a / b).name
 
 
 def divide(a, b) -> Tensor:
@@ -137,7 +130,7 @@ def _pow_vjp(g, ins, outs):
     # base 1 where y == 0: there y·x^(y-1) is 0 even at x = 0 (not 0·inf), so x**2 at 0 has finite
     # derivatives of every order (passes drop the where when y is a nonzero constant)
     gx = g[0] * y * power(where(equal(y, 0), 1, x), y - 1)
-    if y.dtype.kind != "f":
+    if not is_float(y.dtype):
         return [gx, None]
     # d/dy x^y = x^y·ln x is 0·(-inf) at x = 0; PyTorch's value there is 0 for y >= 0 (0^y is
     # constant in y), which ln 1 gives, with no NaN in the derivatives of this rule either
@@ -145,22 +138,18 @@ def _pow_vjp(g, ins, outs):
     return [gx, g[0] * outs[0] * log(base)]
 
 
-def _pow_reference(x, y):
-    if np.result_type(x, y).kind != "i":
-        return np.power(x, y)
-    return np.where((y < 0) & (np.abs(x) != 1), 0, np.power(x, np.abs(y))).astype(np.result_type(x, y))
-
-
 def _lower_pow(ctx, names, node):
-    """ONNX Pow; on signed integers, a negative exponent gives 0 except for bases ±1 (power(), as
-    PyTorch): ONNX Runtime's integer Pow computes it in floating point and converts the infinity
-    of 0 ** -1 to int, which is undefined (INT_MIN here)."""
-    if node.outputs[0].dtype.kind != "i":
+    dtype = node.outputs[0].dtype
+    if is_float(dtype):
         return ctx.emit("Pow", names)
-    e = Emitter(ctx, node.outputs[0].dtype)
-    x, y = e.wrap(names[0]), e.wrap(names[1])
-    powered = e("Pow", x, e("Abs", y))
-    return e.where(y < 0, e.where(e.eq(e("Abs", x), 1), powered, 0), powered).name
+    # integer powers by squaring: ONNX Runtime's Pow computes them in float64 (ops/integers.py)
+    exponent = ctx.graph.nodes[node.inputs[1].node]
+    known = exponent.attrs["value"] if exponent.op == "constant" else None
+    return integers.power(ctx, names[0], names[1], dtype, known)
+
+
+def _pow_reference(a, b):
+    return np.power(a, b) if is_float(np.result_type(a, b)) else integers.power_reference(a, b)
 
 
 defop("pow", infer=binary_broadcast, reference=_pow_reference, lower=_lower_pow, vjp=_pow_vjp,
@@ -182,9 +171,17 @@ def zeros_scalar(like: Tensor) -> Tensor:
     return as_tensor(np.zeros((), like.dtype))
 
 
-defop("maximum", infer=binary_broadcast, reference=np.maximum, lower=_onnx("Max"),
+def _lower_extremum(op_type: str):
+    def lower(ctx, names, node):
+        if integers.orders_wrongly(node.outputs[0].dtype):
+            return integers.extremum(ctx, names[0], names[1], largest=op_type == "Max")
+        return ctx.emit(op_type, names)
+    return lower
+
+
+defop("maximum", infer=binary_broadcast, reference=np.maximum, lower=_lower_extremum("Max"),
       vjp=_minmax_vjp(lambda a, b: less(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
-defop("minimum", infer=binary_broadcast, reference=np.minimum, lower=_onnx("Min"),
+defop("minimum", infer=binary_broadcast, reference=np.minimum, lower=_lower_extremum("Min"),
       vjp=_minmax_vjp(lambda a, b: greater(a, b)), traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
 
 
@@ -216,6 +213,13 @@ def _logaddexp_vjp(g, ins, outs):
 
 defop("logaddexp", infer=binary_float, reference=np.logaddexp, lower=_lower_logaddexp, vjp=_logaddexp_vjp,
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
+
+
+def logaddexp2(a, b) -> Tensor:
+    """log2(2**a + 2**b) without overflow, as numpy.logaddexp2: logaddexp of a·ln 2 and b·ln 2, over
+    ln 2 (so ties, infinities and the gradients, 2**a / (2**a + 2**b), are logaddexp's)."""
+    a, b = promote_float(a, b)
+    return logaddexp(a * math.log(2), b * math.log(2)) * (1 / math.log(2))
 
 
 # -- comparisons and logic (no gradient) ---------------------------------------------------------
@@ -267,6 +271,18 @@ def logical_not(a) -> Tensor:
     return apply("logical_not", [a])
 
 
+def _truth(x) -> Tensor:
+    """x as bool: nonzero (NaN included) is True, as numpy's and torch's logical functions read numbers."""
+    x = as_tensor(x)
+    return x if x.dtype == np.bool_ else not_equal(x, np.zeros((), x.dtype))
+
+
+def logical_xor(a, b) -> Tensor:
+    """Elementwise a xor b (numpy.logical_xor, torch.logical_xor): numbers count as True where nonzero;
+    the result is bool (no gradient)."""
+    return not_equal(_truth(a), _truth(b))
+
+
 # -- where -------------------------------------------------------------------------------------
 def where(cond, a, b) -> Tensor:
     """Elementwise choice: a where cond is true, else b (broadcasting all three)."""
@@ -296,7 +312,7 @@ defop("where", infer=_where_infer, reference=np.where, lower=_onnx("Where"), vjp
 def _unary(op) -> Callable[..., Tensor]:
     def fn(x) -> Tensor:
         x = as_tensor(x)
-        if x.dtype.kind != "f" and op not in ("neg", "abs", "sign"):
+        if not is_float(x.dtype) and op not in ("neg", "abs", "sign"):
             x = cast(x, np.float32)
         return apply(op, [x])
     fn.__name__ = op
@@ -364,7 +380,12 @@ log1p = _unary_def("log1p", np.log1p, _lower_log1p, lambda g, ins, outs: [g[0] /
 expm1 = _unary_def("expm1", np.expm1, _lower_expm1, lambda g, ins, outs: [g[0] * (outs[0] + 1)])
 
 # Piecewise-constant ops: declared non-differentiable (zero gradient, never an error).
-sign: Callable[..., Tensor] = _unary_def("sign", np.sign, _onnx("Sign"), None, traits=(Trait.NONDIFF,),
+def _lower_sign(ctx, names, node):
+    dtype = node.outputs[0].dtype
+    return integers.sign(ctx, names[0], dtype) if integers.orders_wrongly(dtype) else ctx.emit("Sign", names)
+
+
+sign: Callable[..., Tensor] = _unary_def("sign", np.sign, _lower_sign, None, traits=(Trait.NONDIFF,),
                                          infer=unary_numeric)
 floor = _unary_def("floor", np.floor, _onnx("Floor"), None, traits=(Trait.NONDIFF,))
 ceil = _unary_def("ceil", np.ceil, _onnx("Ceil"), None, traits=(Trait.NONDIFF,))
@@ -392,10 +413,17 @@ def clip(x, lo=None, hi=None) -> Tensor:
             x = where(greater(x, hi), hi, x)
         return x
     x = _promote(x, *bounds)[0]
+    if x.dtype.kind in "iu":
+        # integer bounds stay exact integers (float64 would round those past 2**53), held within x's dtype
+        info = np.iinfo(x.dtype)
+
+        def held(b):
+            return None if b is None else min(max(int(b), int(info.min)), int(info.max))
+        return bounded(x, held(lo), held(hi), inclusive=True)
     return bounded(x, None if lo is None else float(lo), None if hi is None else float(hi), inclusive=True)
 
 
-def bounded(x: Tensor, lo: float | None, hi: float | None, inclusive: bool) -> Tensor:
+def bounded(x: Tensor, lo: float | int | None, hi: float | int | None, inclusive: bool) -> Tensor:
     """The clip op with constant bounds: the gradient passes inside [lo, hi] (inclusive, torch.clamp's
     convention) or only strictly inside (torch.nn.functional.hardtanh's)."""
     return apply("clip", [x], lo=lo, hi=hi, inclusive=inclusive)
@@ -408,13 +436,15 @@ def _clip_reference(x, lo, hi, inclusive):
 
 def _lower_clip(ctx, names, node):
     dtype = node.outputs[0].dtype
-    bound = lambda v: "" if v is None else ctx.const(np.asarray(v, dtype))  # noqa: E731
-    return ctx.emit("Clip", [names[0], bound(node.attrs["lo"]), bound(node.attrs["hi"])])
+    lo, hi = (None if v is None else ctx.const(np.asarray(v, dtype)) for v in (node.attrs["lo"], node.attrs["hi"]))
+    if integers.orders_wrongly(dtype):
+        return integers.clip(ctx, names[0], lo, hi)
+    return ctx.emit("Clip", [names[0], lo or "", hi or ""])
 
 
 def _clip_vjp(g, ins, outs, lo, hi, inclusive):
     x = ins[0]
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         return [None]
     above, below = (greater_equal, less_equal) if inclusive else (greater, less)
     inside = [test(x, bound) for test, bound in ((above, lo), (below, hi)) if bound is not None]
@@ -432,6 +462,27 @@ def lerp(start, end, weight) -> Tensor:
     start, end, weight = promote_float(start, end, weight)
     d = end - start
     return where(less(abs(weight), 0.5), start + weight * d, end - d * (1 - weight))
+
+
+def addcmul(input, tensor1, tensor2, value=1) -> Tensor:
+    """input + value·tensor1·tensor2 (torch.addcmul), broadcast."""
+    product = multiply(tensor1, tensor2)
+    return add(input, product if value == 1 else multiply(product, value))
+
+
+def addcdiv(input, tensor1, tensor2, value=1) -> Tensor:
+    """input + value·tensor1/tensor2 (torch.addcdiv), broadcast; integer operands divide as floats."""
+    ratio = divide(tensor1, tensor2)
+    return add(input, ratio if value == 1 else multiply(ratio, value))
+
+
+def heaviside(x, values) -> Tensor:
+    """The step function (numpy.heaviside, torch.heaviside): 0 where x < 0, `values` where x == 0, 1
+    where x > 0, NaN where x is NaN (as numpy; torch gives 0 there); integers give float64, as numpy. x
+    gets no gradient (the step is flat wherever it is differentiable); `values` gets it where x == 0."""
+    x, values = promote_float(x, values)
+    step = where(not_equal(x, x), np.asarray(np.nan, x.dtype), cast(greater(x, 0), x.dtype))
+    return where(equal(x, 0), values, step)
 
 
 # -- exponentials and logarithms in other bases ----------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Matrix products: matmul (batched, broadcasting), linear, einsum."""
+"""Matrix products: matmul (batched, broadcasting), linear, bilinear, einsum."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +13,7 @@ from .reduce import sum_to_shape
 from .shape import broadcast_to, expand_dims, reshape, squeeze, swapaxes
 from .shape_rules import broadcast_shapes, require_float, same_dtype
 
-__all__ = ["dot", "einsum", "linear", "matmul"]
+__all__ = ["bilinear", "dot", "einsum", "linear", "matmul"]
 
 
 def matmul(a, b) -> Tensor:
@@ -117,6 +117,19 @@ def linear(x, w, b=None) -> Tensor:
     """x @ w + b, with w of shape (in, out)."""
     y = matmul(x, w)
     return y if b is None else y + b
+
+
+def bilinear(x1, x2, weight, bias=None) -> Tensor:
+    """torch's bilinear: y[..., o] = x1[..., i] weight[o, i, j] x2[..., j] + bias[o], for x1 (..., in1),
+    x2 (..., in2) (batch dims broadcast) and weight (out, in1, in2)."""
+    x1, x2, weight = _promote(x1, x2, weight)
+    if weight.ndim != 3 or x1.ndim < 1 or x2.ndim < 1 or (x1.shape[-1], x2.shape[-1]) != weight.shape[1:]:
+        raise ShapeError(f"bilinear: x1 {dims.format_shape(x1.shape)} and x2 {dims.format_shape(x2.shape)} must end "
+                         f"in the in1 and in2 of weight (out, in1, in2) {dims.format_shape(weight.shape)}")
+    batch = broadcast_shapes(x1.shape[:-1], x2.shape[:-1])
+    x1, x2 = broadcast_to(x1, batch + x1.shape[-1:]), broadcast_to(x2, batch + x2.shape[-1:])
+    y = einsum("...i,oij,...j->...o", x1, weight, x2)
+    return y if bias is None else y + bias
 
 
 # -- einsum --------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """PyTorch's losses and similarity: nll_loss, binary_cross_entropy(_with_logits), l1_loss,
-smooth_l1_loss, huber_loss, kl_div, cosine_similarity, pairwise_distance, margin_ranking_loss,
-hinge_embedding_loss and triplet_margin_loss, with torch's argument names (`reduction`).
+smooth_l1_loss, huber_loss, kl_div, poisson_nll_loss, gaussian_nll_loss, cosine_similarity,
+pairwise_distance, margin_ranking_loss, hinge_embedding_loss and triplet_margin_loss, with torch's
+argument names (`reduction`); the other margin losses are in ops/margin_losses.py.
 
 All are compositions, written so their gradients are finite where torch's are (a norm at 0, a
 log at 0 with a zero weight, the kinks of the hinge losses take torch's side).
@@ -13,8 +14,9 @@ from ..errors import GcompileError, ShapeError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, as_tensor
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from .activations import relu
-from .basic import cast
+from .basic import cast, stop_gradient
 from .elementwise import (
     _promote,
     abs,
@@ -38,7 +40,7 @@ from .statistics import vector_norm
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cosine_similarity", "hinge_embedding_loss",
            "huber_loss", "kl_div", "l1_loss", "margin_ranking_loss", "nll_loss", "pairwise_distance",
-           "smooth_l1_loss", "triplet_margin_loss"]
+           "gaussian_nll_loss", "poisson_nll_loss", "smooth_l1_loss", "triplet_margin_loss"]
 
 
 def _reduction(loss: Tensor, reduction: str, what: str) -> Tensor:
@@ -54,7 +56,7 @@ def _reduction(loss: Tensor, reduction: str, what: str) -> Tensor:
 
 def _floats(*values) -> list[Tensor]:
     xs = _promote(*values)
-    return xs if xs[0].dtype.kind == "f" else [cast(x, np.float32) for x in xs]
+    return xs if is_float(xs[0].dtype) else [cast(x, np.float32) for x in xs]
 
 
 def _zero(x: Tensor) -> np.ndarray:
@@ -146,6 +148,37 @@ def kl_div(input, target, reduction: str = "mean", log_target: bool = False) -> 
     if reduction == "batchmean":
         return reduce_sum(loss) / (loss.shape[0] if loss.ndim else 1)
     return _reduction(loss, reduction, "kl_div")
+
+
+# -- likelihoods ------------------------------------------------------------------------------------------
+def poisson_nll_loss(input, target, log_input: bool = True, full: bool = False, eps: float = 1e-8,
+                     reduction: str = "mean") -> Tensor:
+    """torch's poisson_nll_loss: exp(input) - target·input for a log-rate input (log_input), else
+    input - target·log(input + eps); full=True adds Stirling's approximation of log(target!),
+    target·log(target) - target + log(2π·target)/2, where target > 1."""
+    x, t = _floats(input, target)
+    loss = exp(x) - t * x if log_input else x - t * log(x + eps)
+    if full:
+        big = greater(t, 1)
+        safe = where(big, t, np.ones((), t.dtype))
+        loss = loss + where(big, safe * log(safe) - safe + 0.5 * log(2 * np.pi * safe), _zero(t))
+    return _reduction(loss, reduction, "poisson_nll_loss")
+
+
+def gaussian_nll_loss(input, target, var, full: bool = False, eps: float = 1e-6, reduction: str = "mean") -> Tensor:
+    """torch's gaussian_nll_loss: (log(var) + (input - target)²/var)/2, plus log(2π)/2 with full=True.
+    var has input's shape, or one fewer trailing dim, or a last dim of 1 (one variance per row); it
+    is clamped below at eps with its gradient passed through the clamp, as torch does."""
+    x, t, v = _floats(input, target, var)
+    if v.ndim == x.ndim - 1 and v.shape == x.shape[:-1]:
+        v = expand_dims(v, -1)
+    if v.ndim != x.ndim or not all(a in (b, 1) for a, b in zip(v.shape[-1:], x.shape[-1:])) or \
+            broadcast_shapes(v.shape, x.shape) != broadcast_shapes(x.shape, t.shape):
+        raise ShapeError(f"gaussian_nll_loss: var {format_shape(v.shape)} does not fit input {format_shape(x.shape)} "
+                         f"(at {user_location()})")
+    v = v + stop_gradient(maximum(v, eps) - v)
+    loss = 0.5 * (log(v) + (x - t) * (x - t) / v)
+    return _reduction(loss + 0.5 * np.log(2 * np.pi) if full else loss, reduction, "gaussian_nll_loss")
 
 
 # -- similarity and margins ---------------------------------------------------------------------------------

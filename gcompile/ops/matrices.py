@@ -1,7 +1,7 @@
 """Matrix products and parts beyond matmul and einsum (ops/linalg.py): the product forms
-(addmm, baddbmm, outer, inner, kron, tensordot), matrix parts (trace, diagonal, diag, tril,
-triu), cross and cdist, with numpy's and PyTorch's names. Each is a composition of traced ops,
-so its gradients of every order come from theirs.
+(addmm, baddbmm, addmv, addbmm, addr, outer, inner, vecdot, kron, tensordot), matrix parts (trace,
+diagonal, diag, tril, triu, block_diag), cross, cdist and pdist, with numpy's and PyTorch's names.
+Each is a composition of traced ops, so its gradients of every order come from theirs.
 """
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from ..frontend.tensor import Tensor, as_tensor
 from ..ir.dims import format_shape
 from .basic import cast
 from .elementwise import _promote, abs, greater, maximum, not_equal, power, sqrt, where
-from .indexing import concat, slice_axes, take
+from .indexing import concat, pad, slice_axes, take
 from .linalg import einsum, matmul
 from .reduce import max as reduce_max
 from .reduce import sum as reduce_sum
 from .shape import expand_dims, ravel, reshape, swapaxes, transpose
-from .shape_rules import normalize_axis, require_float
+from .shape_rules import broadcast_shapes, normalize_axis, require_float
 
-__all__ = ["addmm", "baddbmm", "cdist", "cross", "diag", "diagonal", "inner", "kron", "outer", "tensordot", "trace",
-           "tril", "triu"]
+__all__ = ["addbmm", "addmm", "addmv", "addr", "baddbmm", "block_diag", "cdist", "cross", "diag", "diagonal", "inner",
+           "kron", "outer", "pdist", "tensordot", "trace", "tril", "triu", "vecdot"]
 
 
 def _where(what: str) -> str:
@@ -36,27 +36,44 @@ def _mT(x: Tensor) -> Tensor:
 def addmm(input, a, b, beta=1, alpha=1) -> Tensor:
     """torch.addmm: beta * input + alpha * (a @ b) for matrices a, b (input broadcasts); with beta=0
     input is ignored (NaN in it does not propagate), as torch."""
-    a, b = _promote(a, b)
-    if a.ndim != 2 or b.ndim != 2:
-        raise ShapeError(_where(f"addmm: a and b must be matrices, got {format_shape(a.shape)} and "
-                                f"{format_shape(b.shape)}"))
-    return _scaled_sum(input, matmul(a, b), beta, alpha)
+    return _scaled_product("addmm", (2, 2), "a and b must be matrices", matmul, input, a, b, beta, alpha)
 
 
 def baddbmm(input, a, b, beta=1, alpha=1) -> Tensor:
     """torch.baddbmm: beta * input + alpha * (a @ b) for batches of matrices a (B, n, k), b (B, k, m)."""
+    return _scaled_product("baddbmm", (3, 3), "a and b must be batches of matrices (rank 3)", matmul, input, a, b,
+                           beta, alpha)
+
+
+def addmv(input, mat, vec, beta=1, alpha=1) -> Tensor:
+    """torch.addmv: beta * input + alpha * (mat @ vec) for a matrix (n, m) and a vector (m,)."""
+    return _scaled_product("addmv", (2, 1), "mat and vec must be a matrix and a vector", matmul, input, mat, vec,
+                           beta, alpha)
+
+
+def addbmm(input, a, b, beta=1, alpha=1) -> Tensor:
+    """torch.addbmm: beta * input + alpha * Σ_i a[i] @ b[i], the products of two batches of matrices
+    (B, n, k) and (B, k, m) summed over the batch."""
+    return _scaled_product("addbmm", (3, 3), "a and b must be batches of matrices (rank 3)",
+                           lambda a, b: einsum("bnk,bkm->nm", a, b), input, a, b, beta, alpha)
+
+
+def addr(input, vec1, vec2, beta=1, alpha=1) -> Tensor:
+    """torch.addr: beta * input + alpha * the outer product of the vectors vec1 (n,) and vec2 (m,)."""
+    return _scaled_product("addr", (1, 1), "vec1 and vec2 must be vectors", outer, input, vec1, vec2, beta, alpha)
+
+
+def _scaled_product(what: str, ranks: tuple[int, int], rule: str, product, input, a, b, beta, alpha) -> Tensor:
+    """torch's add*-forms: beta * input + alpha * product(a, b), a and b of the ranks given (`rule` says
+    so in the error); with beta=0 input is not read, so NaN in it does not propagate."""
     a, b = _promote(a, b)
-    if a.ndim != 3 or b.ndim != 3:
-        raise ShapeError(_where(f"baddbmm: a and b must be batches of matrices (rank 3), got "
-                                f"{format_shape(a.shape)} and {format_shape(b.shape)}"))
-    return _scaled_sum(input, matmul(a, b), beta, alpha)
-
-
-def _scaled_sum(input, product: Tensor, beta, alpha) -> Tensor:
-    product = product if alpha == 1 else product * alpha
+    if (a.ndim, b.ndim) != ranks:
+        raise ShapeError(_where(f"{what}: {rule}, got {format_shape(a.shape)} and {format_shape(b.shape)}"))
+    out = product(a, b)
+    out = out if alpha == 1 else out * alpha
     if beta == 0:
-        return product
-    return product + (input if beta == 1 else input * beta)
+        return out
+    return out + (input if beta == 1 else input * beta)
 
 
 def outer(a, b) -> Tensor:
@@ -72,6 +89,15 @@ def inner(a, b) -> Tensor:
         return a * b
     la, lb = "abcdefghij"[:a.ndim - 1], "klmnopqrst"[:b.ndim - 1]
     return einsum(f"{la}z,{lb}z->{la}{lb}", a, b)
+
+
+def vecdot(x1, x2, axis: int = -1) -> Tensor:
+    """numpy.vecdot / torch.linalg.vecdot (whose `dim` is `axis`): the dot products of the vectors along
+    `axis`, the operands broadcast first (real numbers: no conjugation)."""
+    x1, x2 = _promote(x1, x2)
+    if x1.ndim == 0 or x2.ndim == 0:
+        raise ShapeError(_where(f"vecdot needs vectors, got {format_shape(x1.shape)} and {format_shape(x2.shape)}"))
+    return reduce_sum(x1 * x2, normalize_axis(axis, len(broadcast_shapes(x1.shape, x2.shape))))
 
 
 def tensordot(a, b, axes=2) -> Tensor:
@@ -180,7 +206,25 @@ def triu(x, k: int = 0) -> Tensor:
     return _triangle(x, k, False, "triu")
 
 
-# -- cdist -------------------------------------------------------------------------------------------------
+def block_diag(*arrays) -> Tensor:
+    """torch.block_diag (scipy.linalg.block_diag): the matrices on the diagonal of one matrix of zeros, in
+    order; a 0-d operand is a 1 x 1 matrix and a 1-d one a row. dtypes promote as arithmetic does."""
+    if not arrays:
+        raise ShapeError(_where("block_diag needs at least one matrix"))
+    blocks = [b if b.ndim == 2 else reshape(b, (1, -1) if b.ndim == 1 else (1, 1)) for b in _promote(*arrays)]
+    for b in blocks:
+        if b.ndim != 2:
+            raise ShapeError(_where(f"block_diag takes 0-, 1- or 2-d operands, got {format_shape(b.shape)}"))
+        _static_dims(b, (0, 1), "block_diag")
+    width = sum(b.shape[1] for b in blocks)
+    rows, before = [], 0
+    for b in blocks:
+        rows.append(pad(b, ((0, 0), (before, width - before - b.shape[1]))))
+        before += b.shape[1]
+    return concat(rows, 0)
+
+
+# -- cdist and pdist ---------------------------------------------------------------------------------------
 def cdist(x1, x2, p: float = 2.0) -> Tensor:
     """torch.cdist: the p-norm distances between the rows of x1 (..., P, M) and x2 (..., R, M),
     (..., P, R), computed from the differences (exact; torch may use a matmul form for large
@@ -192,16 +236,35 @@ def cdist(x1, x2, p: float = 2.0) -> Tensor:
                                 "(..., P, M) and (..., R, M)"))
     if p < 0:
         raise ShapeError(_where(f"cdist: p must be >= 0, got {p}"))
-    diff = abs(expand_dims(x1, -2) - expand_dims(x2, -3))                # (..., P, R, M)
+    return _norms(expand_dims(x1, -2) - expand_dims(x2, -3), float(p))
+
+
+def _norms(diff: Tensor, p: float) -> Tensor:
+    """The p-norms of differences over their last axis, with torch's gradient: 0 where a norm is 0."""
+    diff = abs(diff)
     if p == 0:
-        return reduce_sum(cast(not_equal(diff, 0), x1.dtype), -1)
+        return reduce_sum(cast(not_equal(diff, 0), diff.dtype), -1)
     if p == np.inf:                              # with no coordinates the distance is 0, as torch
-        return reduce_max(diff, -1) if isinstance(x1.shape[-1], int) and x1.shape[-1] else \
+        return reduce_max(diff, -1) if isinstance(diff.shape[-1], int) and diff.shape[-1] else \
             maximum(reduce_max(diff, -1), 0)
     if p == 1:
         return reduce_sum(diff, -1)
-    total = reduce_sum(power(diff, float(p)), -1)
+    total = reduce_sum(power(diff, p), -1)
     positive = greater(total, 0)                 # the root's derivative is infinite at 0: keep it out
-    root = power(where(positive, total, np.ones((), x1.dtype)), 1 / p) if p != 2 else \
-        sqrt(where(positive, total, np.ones((), x1.dtype)))
-    return where(positive, root, np.zeros((), x1.dtype))
+    root = power(where(positive, total, np.ones((), diff.dtype)), 1 / p) if p != 2 else \
+        sqrt(where(positive, total, np.ones((), diff.dtype)))
+    return where(positive, root, np.zeros((), diff.dtype))
+
+
+def pdist(x, p: float = 2.0) -> Tensor:
+    """torch.pdist: the p-norm distances between the rows of x (N, M) for each pair i < j, in that
+    order (row-major over the upper triangle), (N (N - 1) / 2,); gradients as cdist's."""
+    x = as_tensor(x)
+    require_float(x.type, "x")
+    if x.ndim != 2:
+        raise ShapeError(_where(f"pdist needs a matrix (N, M), got {format_shape(x.shape)}"))
+    if p < 0:
+        raise ShapeError(_where(f"pdist: p must be >= 0, got {p}"))
+    (n,) = _static_dims(x, (0,), "pdist")
+    i, j = np.triu_indices(n, 1)
+    return _norms(take(x, i.astype(np.int64), 0) - take(x, j.astype(np.int64), 0), float(p))

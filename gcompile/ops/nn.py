@@ -15,6 +15,7 @@ from ..errors import GcompileError, ShapeError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from . import random
@@ -33,7 +34,7 @@ __all__ = ["batch_norm", "dropout", "layer_norm", "log_softmax", "mse", "one_hot
 
 def _float(x) -> Tensor:
     x = as_tensor(x)
-    return x if x.dtype.kind == "f" else cast(x, np.float32)
+    return x if is_float(x.dtype) else cast(x, np.float32)
 
 
 _axis = axis_for

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import full
@@ -41,7 +42,7 @@ defop("isfinite", infer=_test_infer, reference=np.isfinite, lower=_isfinite_lowe
 def _test(op: str, for_exact: bool) -> Callable[..., Tensor]:
     def fn(x) -> Tensor:
         x = as_tensor(x)
-        if x.dtype.kind != "f":     # integers and bools are always finite
+        if not is_float(x.dtype):     # integers and bools are always finite
             return full(x.shape, for_exact, np.bool_)
         return apply(op, [x])
     fn.__name__ = op
@@ -58,7 +59,7 @@ def nan_to_num(x, nan: float = 0.0, posinf: float | None = None, neginf: float |
     """x with NaN, +inf and -inf replaced (numpy.nan_to_num, torch.nan_to_num): by default 0 and the
     largest finite values of x's dtype. The gradient passes where x is finite and is 0 elsewhere."""
     x = as_tensor(x)
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         return x
     big = float(np.finfo(x.dtype).max)
     y = where(isnan(x), nan, x)
@@ -88,6 +89,6 @@ def signbit(x) -> Tensor:
         return full(x.shape, False, np.bool_)
     zero = np.zeros((), x.dtype)
     negative = less(x, zero)
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         return negative
     return logical_or(negative, logical_and(equal(x, zero), less(np.ones((), x.dtype) / x, zero)))

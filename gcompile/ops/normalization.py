@@ -1,5 +1,5 @@
 """PyTorch's normalisation functions beyond batch and layer norm: group_norm, instance_norm,
-rms_norm and normalize (biased variances, as torch).
+rms_norm, normalize (biased variances, as torch) and local_response_norm.
 
 group_norm (and instance_norm, one group per channel) is a primitive op with a closed-form VJP,
 as training-mode batch_norm: written out, its backward was some fourteen passes over the
@@ -16,10 +16,12 @@ from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply_n, as_tensor
 from ..ir import dims
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
-from .basic import cast
-from .elementwise import _promote, maximum, rsqrt
+from .basic import add_n, cast
+from .elementwise import _promote, maximum, power, rsqrt
+from .indexing import pad, slice_axes
 from .nn import _plus
 from .reduce import count, mean
 from .reduce import sum as reduce_sum
@@ -27,12 +29,12 @@ from .shape import broadcast_to, reshape
 from .shape_rules import normalize_axis, require_float, same_dtype
 from .statistics import vector_norm
 
-__all__ = ["group_norm", "instance_norm", "normalize", "rms_norm"]
+__all__ = ["group_norm", "instance_norm", "local_response_norm", "normalize", "rms_norm"]
 
 
 def _float(x) -> Tensor:
     x = as_tensor(x)
-    return x if x.dtype.kind == "f" else cast(x, np.float32)
+    return x if is_float(x.dtype) else cast(x, np.float32)
 
 
 def _channel_params(x: Tensor, weight, bias, what: str) -> tuple[Tensor, Tensor]:
@@ -194,3 +196,22 @@ def normalize(x, p: float = 2.0, axis: int = 1, eps: float = 1e-12) -> Tensor:
     norm's gradient is 0 at a zero vector, as torch's."""
     x = _float(x)
     return x / maximum(vector_norm(x, p, normalize_axis(axis, x.ndim), keepdims=True), eps)
+
+
+def local_response_norm(x, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0) -> Tensor:
+    """torch's local_response_norm of x (N, C, *): x / (k + alpha·mean of x² over a window of `size`
+    channels)^beta, the window running from c - size//2 to c + (size-1)//2, zeros past the ends
+    counted in the mean (torch's average pooling with its padding). The window sum is `size` shifted
+    slices (no pooling op: ONNX Runtime's CPU AveragePool has no float64 kernel)."""
+    x = _float(x)
+    if x.ndim < 3 or not isinstance(x.shape[1], int):
+        raise ShapeError(f"local_response_norm: x must be (N, C, *) with a static C, got {format_shape(x.shape)} "
+                         f"(at {user_location()})")
+    size = int(size)
+    if size < 1:
+        raise ShapeError(f"local_response_norm: size must be positive, got {size} (at {user_location()})")
+    c = x.shape[1]
+    pads = ((0, 0), (size // 2, (size - 1) // 2)) + ((0, 0),) * (x.ndim - 2)
+    squares = pad(x * x, pads)
+    window = add_n([slice_axes(squares, (1,), (i,), (i + c,), (1,)) for i in range(size)])
+    return x / power(window * (alpha / size) + k, beta)

@@ -31,7 +31,9 @@ def _numpy_spread(fn):
 _ADAPTED = {"var": lambda F: _numpy_spread(F.var), "std": lambda F: _numpy_spread(F.std)}
 # numpy functions whose meaning differs: refused rather than silently computed otherwise
 _DIFFERENT = {"median": "numpy.median averages the two middle values of an even-sized slice, "
-                        "gcompile.functions.median is PyTorch's lower median: call it directly"}
+                        "gcompile.functions.median is PyTorch's lower median: call it directly",
+              "nanmedian": "numpy.nanmedian averages the two middle numbers of an even count, "
+                           "gcompile.functions.nanmedian is PyTorch's lower median: call it directly"}
 
 
 def _lookup(name: str, module: str = "numpy"):

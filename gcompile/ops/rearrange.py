@@ -1,5 +1,6 @@
 """Rearranging data without computing on it: flip, roll, rot90, moveaxis/movedim, unflatten, the
-numpy stacks (hstack, vstack, dstack), unbind and repeat_interleave.
+numpy stacks (hstack, vstack, dstack, column_stack) and atleast_1d/2d/3d, meshgrid, unbind,
+repeat_interleave and channel_shuffle.
 
 Each is a composition of slices, concats, transposes, reshapes, broadcasts and gathers with
 static indices, so their gradients (and every higher order) come from those ops' adjoint pairs
@@ -21,8 +22,8 @@ from .indexing import concat, slice_axes, take
 from .shape import broadcast_to, reshape, transpose
 from .shape_rules import normalize_axes, normalize_axis
 
-__all__ = ["dstack", "flip", "hstack", "movedim", "moveaxis", "repeat_interleave", "roll", "rot90", "unbind",
-           "unflatten", "vstack"]
+__all__ = ["atleast_1d", "atleast_2d", "atleast_3d", "channel_shuffle", "column_stack", "dstack", "flip", "hstack",
+           "meshgrid", "movedim", "moveaxis", "repeat_interleave", "roll", "rot90", "unbind", "unflatten", "vstack"]
 
 
 def _static(x: Tensor, axis: int, what: str) -> int:
@@ -190,6 +191,61 @@ def dstack(xs) -> Tensor:
     return concat([_at_least(x, 3) for x in _sequence(xs, "dstack")], 2)
 
 
+def column_stack(xs) -> Tensor:
+    """numpy column_stack / torch.column_stack: 0-d and 1-d arrays as columns (n, 1), joined along axis 1
+    with the 2-d ones."""
+    return concat([reshape(x, (-1, 1)) if x.ndim < 2 else x for x in _sequence(xs, "column_stack")], 1)
+
+
+def _each(rank: int, arrays) -> Tensor | tuple[Tensor, ...]:
+    if len(arrays) == 1 and isinstance(arrays[0], (list, tuple)):
+        return tuple(_at_least(as_tensor(a), rank) for a in arrays[0])
+    out = tuple(_at_least(as_tensor(a), rank) for a in arrays)
+    return out[0] if len(out) == 1 else out
+
+
+def atleast_1d(*arrays):
+    """numpy atleast_1d / torch.atleast_1d: each array with at least one axis (a 0-d one as (1,)); one
+    Tensor for one array, a tuple for several (or for a list of them, as torch)."""
+    return _each(1, arrays)
+
+
+def atleast_2d(*arrays):
+    """numpy atleast_2d: each array with at least two axes, (1, N) for a 1-d one; one or a tuple."""
+    return _each(2, arrays)
+
+
+def atleast_3d(*arrays):
+    """numpy atleast_3d: each array with at least three axes ((1, N, 1) for 1-d, (M, N, 1) for 2-d)."""
+    return _each(3, arrays)
+
+
+def meshgrid(*xs, indexing: str = "xy", sparse: bool = False) -> tuple[Tensor, ...]:
+    """numpy meshgrid (torch.meshgrid, whose default is indexing="ij"): the coordinate arrays of the
+    grid of 1-d (or 0-d) arrays xs, each of shape (len(x0), len(x1), ...) with "ij" and with the
+    first two lengths swapped with "xy"; sparse=True gives their broadcastable forms instead."""
+    if len(xs) == 1 and isinstance(xs[0], (list, tuple)):
+        xs = tuple(xs[0])
+    if indexing not in ("xy", "ij"):
+        raise ShapeError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r} (at {user_location()})")
+    xs = tuple(reshape(as_tensor(x), (-1,)) if as_tensor(x).ndim < 2 else as_tensor(x) for x in xs)
+    if any(x.ndim != 1 for x in xs):
+        raise ShapeError(f"meshgrid needs 0-d or 1-d arrays, got {', '.join(format_shape(x.shape) for x in xs)} "
+                         f"(at {user_location()})")
+    n = len(xs)
+    order = list(range(n))
+    if indexing == "xy" and n >= 2:
+        order[0], order[1] = 1, 0
+    shape = [1] * n
+    for axis, x in zip(order, xs):
+        shape[axis] = x.shape[0]
+    out = []
+    for axis, x in zip(order, xs):
+        column = reshape(x, tuple(x.shape[0] if k == axis else 1 for k in range(n)))
+        out.append(column if sparse else broadcast_to(column, tuple(shape)))
+    return tuple(out)
+
+
 # -- repeat_interleave -------------------------------------------------------------------------------------
 def repeat_interleave(x, repeats, axis=None) -> Tensor:
     """numpy repeat (torch.repeat_interleave): each element repeated `repeats` times along `axis`
@@ -218,3 +274,18 @@ def repeat_interleave(x, repeats, axis=None) -> Tensor:
         raise ShapeError(f"repeat_interleave: {reps.size} repeats for axis {a} of size {n} in "
                          f"{format_shape(x.shape)} (at {user_location()})")
     return take(x, np.repeat(np.arange(n, dtype=np.int64), reps), axis=a)
+
+
+# -- channel_shuffle ---------------------------------------------------------------------------------------
+def channel_shuffle(x, groups: int) -> Tensor:
+    """torch's channel_shuffle of x (N, C, *): the C channels as `groups` rows of C/groups, read by
+    columns (channel g·(C/groups) + i goes to i·groups + g)."""
+    x = as_tensor(x)
+    groups = int(groups)
+    c = x.shape[1] if x.ndim >= 3 else None
+    if not isinstance(c, int) or groups < 1 or c % groups:
+        raise ShapeError(f"channel_shuffle: x {format_shape(x.shape)} needs (N, C, *) with a static C divisible by "
+                         f"groups={groups} (at {user_location()})")
+    rest = tuple(x.shape[2:])
+    y = reshape(x, (x.shape[0], groups, c // groups) + rest)
+    return reshape(transpose(y, [0, 2, 1] + list(range(3, y.ndim))), tuple(x.shape))

@@ -6,8 +6,10 @@ from onnx import helper
 
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
+from . import integers
 from .basic import cast, stop_gradient
 from .cumulative import accumulator_dtype, cumprod
 from .elementwise import equal, exp, log, not_equal, where, zeros_scalar
@@ -15,7 +17,8 @@ from .nonfinite import isfinite
 from .shape import broadcast_to, reshape
 from .shape_rules import normalize_axes, reduced_shape
 
-__all__ = ["all", "any", "logsumexp", "max", "mean", "min", "nanmean", "nansum", "prod", "sum", "sum_to_shape"]
+__all__ = ["all", "any", "count_nonzero", "logsumexp", "max", "mean", "min", "nanmean", "nansum", "prod", "sum",
+           "sum_to_shape"]
 
 
 def _reduce_infer(types, axes, keepdims):
@@ -29,6 +32,9 @@ def _lower_reduce(onnx_op):
         t = ctx.graph.type_of(node.inputs[0])
         if onnx_op == "ReduceMean":
             return _lower_mean(ctx, names[0], t, node.outputs[0], a["axes"], a["keepdims"])
+        ordering = onnx_op in ("ReduceMax", "ReduceMin")
+        if integers.orders_wrongly(t.dtype) if ordering else integers.through_float(t.dtype):
+            return integers.reduction(ctx, onnx_op, names[0], t, a["axes"], a["keepdims"])
         return ctx.emit(onnx_op, [names[0], ctx.int64s(a["axes"])], keepdims=int(a["keepdims"]))
     return lower
 
@@ -48,7 +54,7 @@ def _lower_mean(ctx, x: str, t, out, axes, keepdims: bool) -> str:
 def _reduction(op):
     def fn(x, axis=None, keepdims: bool = False) -> Tensor:
         x = as_tensor(x)
-        if op in ("reduce_mean",) and x.dtype.kind != "f":
+        if op in ("reduce_mean",) and not is_float(x.dtype):
             x = cast(x, np.float32)
         elif op in ("reduce_sum", "reduce_prod"):     # a count of bools, a sum of int8s: int64, as numpy and torch
             x = cast(x, accumulator_dtype(x.dtype))
@@ -99,7 +105,7 @@ def _product_of_others(x: Tensor, axes) -> Tensor:
 
 def _prod_vjp(g, ins, outs, axes, keepdims):
     x = ins[0]
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         return [None]
     return [_kept(g[0], x, axes, keepdims) * _product_of_others(x, axes)]
 
@@ -114,7 +120,7 @@ def _np_extremum(fn, largest: bool):
     bool; numpy raises there, while ONNX Runtime gives it (so any() of nothing is False, all()
     True, and logsumexp of nothing -inf)."""
     def reference(x, axes, keepdims):
-        if x.dtype.kind == "f":
+        if is_float(x.dtype):
             identity = -np.inf if largest else np.inf
         elif x.dtype.kind == "b":
             identity = not largest
@@ -158,7 +164,7 @@ def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
 def nansum(x, axis=None, keepdims: bool = False) -> Tensor:
     """The sum over axes with NaN read as 0 (numpy.nansum, torch.nansum); NaN entries get no gradient."""
     x = as_tensor(x)
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         return sum(x, axis, keepdims)
     return sum(where(not_equal(x, x), zeros_scalar(x), x), axis, keepdims)
 
@@ -167,7 +173,7 @@ def nanmean(x, axis=None, keepdims: bool = False) -> Tensor:
     """The mean over axes of the entries that are not NaN (numpy.nanmean, torch.nanmean): NaN where a
     slice holds only NaN (or nothing); NaN entries get no gradient."""
     x = as_tensor(x)
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         x = cast(x, np.float32)
     kept = cast(equal(x, x), x.dtype)
     return nansum(x, axis, keepdims) / sum(kept, axis, keepdims)
@@ -186,6 +192,14 @@ any = _logical(max)
 all.__name__, any.__name__ = "all", "any"
 all.__doc__ = "Whether every element over `axis` is nonzero (numpy.all, torch.all; NaN counts as true): bool."
 any.__doc__ = "Whether some element over `axis` is nonzero (numpy.any, torch.any; NaN counts as true): bool."
+
+
+def count_nonzero(x, axis=None, keepdims: bool = False) -> Tensor:
+    """numpy.count_nonzero / torch.count_nonzero (whose `dim` is `axis`): the int64 number of nonzero
+    entries (NaN counts) over `axis`, all of them by default."""
+    x = as_tensor(x)
+    truth = x if x.dtype == np.bool_ else not_equal(x, zeros_scalar(x))
+    return sum(cast(truth, np.int64), axis, keepdims)
 
 
 # -- element counts (symbolic dims resolved at run time) -------------------------------------------

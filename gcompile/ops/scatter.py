@@ -23,6 +23,7 @@ from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast, full, zeros_like
@@ -70,8 +71,20 @@ def _scatter_reduce_vjp(g, ins, outs, axis, reduction):
     out, g = outs[0], g[0]
     read = _gather_elements(out, idx, axis)
     if reduction == "mul":
-        # out / base and out / update: exact away from zeros, as F.prod's gradient
-        return [g * out / base, None, _gather_elements(g * out, idx, axis) / updates]
+        # base: g times the product of the updates landing there (no division). An update: g times the
+        # product of the others in its group, out / update where the update is not 0; where it is, the
+        # product with the zeros read as 1 if it is the group's only zero, else 0 (exact at zeros, as
+        # F.prod's and PyTorch's)
+        one = np.ones((), base.dtype)
+        landed = _scatter_reduce_elements(broadcast_to(one, base.shape), idx, updates, axis, "mul")
+        zero = equal(updates, 0)
+        zeros_here = _gather_elements(scatter_add_along_axis(zeros_like(base), idx, cast(zero, base.dtype), axis),
+                                      idx, axis)
+        without_zeros = _gather_elements(_scatter_reduce_elements(base, idx, where(zero, one, updates), axis, "mul"),
+                                         idx, axis)
+        others = where(zero, where(equal(zeros_here, 1), without_zeros, np.zeros((), base.dtype)),
+                       read / where(zero, one, updates))
+        return [g * landed, None, _gather_elements(g, idx, axis) * others]
     # max/min: shared equally among the values equal to the result (the base's and the updates'), as PyTorch
     from_self = cast(equal(base, out), g.dtype)
     from_updates = cast(equal(updates, read), g.dtype)
@@ -171,12 +184,13 @@ def scatter_reduce(x, axis: int, index, src, reduce: str, include_self: bool = T
     """torch.scatter_reduce: the src values at index along `axis` combined into x by `reduce`
     ("sum", "prod", "mean", "amax", "amin"); include_self=False leaves x's own value out wherever
     an index lands (elsewhere x is kept). Gradients as PyTorch's: amax/amin share among all values
-    equal to the result; prod's divides by the factor, so it is exact away from zeros."""
+    equal to the result; prod's is the product of the other factors, exact at zeros too (its second
+    derivative where a group holds at most one zero, as PyTorch's)."""
     if reduce not in _SCATTER_REDUCES:
         raise ShapeError(f"scatter_reduce: reduce must be one of {', '.join(_SCATTER_REDUCES)}, got {reduce!r} "
                          f"(at {user_location()})")
     x, a, idx, src = _along_axis_operands(x, axis, index, src, "scatter_reduce")
-    if x.dtype.kind != "f" and reduce == "mean":
+    if not is_float(x.dtype) and reduce == "mean":
         raise ShapeError(f"scatter_reduce: reduce='mean' needs a float x, got {x.dtype.name} (at {user_location()})")
 
     def combine(part: Tensor) -> Tensor:
@@ -187,7 +201,7 @@ def scatter_reduce(x, axis: int, index, src, reduce: str, include_self: bool = T
             hit = greater_equal(hits, 1)
         if not include_self:
             neutral = {"sum": 0, "mean": 0, "prod": 1, "amax": -np.inf, "amin": np.inf}[reduce]
-            if part.dtype.kind != "f" and reduce in ("amax", "amin"):
+            if not is_float(part.dtype) and reduce in ("amax", "amin"):
                 info = np.iinfo(part.dtype)
                 neutral = info.min if reduce == "amax" else info.max
             start = where(hit, np.asarray(neutral, part.dtype), part)

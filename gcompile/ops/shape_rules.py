@@ -6,6 +6,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..frontend.source import user_location
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from ..ir.graph import TensorType, tensor_type
 
 
@@ -71,7 +72,7 @@ def axes_for(axis, ndim: int, what: str) -> tuple[int, ...]:
 
 
 def require_float(t: TensorType, what: str = "operand") -> None:
-    if t.dtype.kind != "f":
+    if not is_float(t.dtype):
         raise ShapeError(f"{what} must be a float tensor, got {t.dtype.name}")
 
 

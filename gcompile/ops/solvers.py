@@ -1,5 +1,6 @@
 """Dense matrix solvers and what is built on them: det, slogdet, logdet, inv, solve, cholesky,
-qr, svd, pinv, lstsq, solve_triangular, cholesky_solve, matrix_power and multi_dot.
+qr, solve_triangular, cholesky_solve, matrix_power and multi_dot (the spectral decompositions:
+ops/decompositions.py).
 
 ONNX has no matrix solver, so the solvers are written out as ai.onnx ops for a static matrix
 size n <= MAX_SOLVE_SIZE (leading batch dims may be symbolic): Gauss-Jordan elimination with
@@ -8,7 +9,7 @@ product of the pivots and the permutation's sign), and Cholesky's column recurre
 works on whole rows, so a solver emits O(n) nodes. Their gradients are the standard matrix
 identities written with these same ops (d inv = -inv^T g inv^T, d det = g det inv^T, ...), so
 they differentiate again. qr is Householder's reflections written with traced ops (gradients
-by composition). eigh is refused: ONNX has no eigensolver and no exact finite algorithm exists.
+by composition).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 from ..errors import ShapeError, UnsupportedError
 from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
 from .basic import stop_gradient
@@ -28,8 +30,8 @@ from .reduce import sum as reduce_sum
 from .shape import broadcast_to, expand_dims, squeeze
 from .shape_rules import broadcast_shapes, require_float
 
-__all__ = ["cholesky", "cholesky_solve", "det", "eigh", "inv", "logdet", "lstsq", "matrix_exp", "matrix_power",
-           "multi_dot", "pinv", "qr", "slogdet", "solve", "solve_triangular", "svd"]
+__all__ = ["cholesky", "cholesky_solve", "det", "inv", "logdet", "matrix_power", "multi_dot", "qr", "slogdet", "solve",
+           "solve_triangular"]
 
 MAX_SOLVE_SIZE = 32
 
@@ -179,7 +181,7 @@ def inv(a) -> Tensor:
     elimination with partial pivoting. A singular matrix gives infinities or NaN (no error at run
     time)."""
     a = as_tensor(a)
-    return apply("inv", [a if a.dtype.kind == "f" else a.astype(np.float32)])
+    return apply("inv", [a if is_float(a.dtype) else a.astype(np.float32)])
 
 
 # solve
@@ -211,7 +213,7 @@ def solve(a, b) -> Tensor:
     (..., n, k), or a 1-d b (n,) (numpy 2's rule); batch dims broadcast. Gauss-Jordan elimination
     with partial pivoting."""
     a, b = _promote(a, b)
-    if a.dtype.kind != "f":
+    if not is_float(a.dtype):
         a, b = a.astype(np.float32), b.astype(np.float32)
     vector = b.ndim == 1
     if vector:
@@ -277,14 +279,14 @@ def det(a) -> Tensor:
     pivots of Gaussian elimination with partial pivoting, signed by the row swaps (0 for a singular
     matrix). Its gradient g·det·inv(a)^T needs an invertible a."""
     a = as_tensor(a)
-    return apply("det", [a if a.dtype.kind == "f" else a.astype(np.float32)])
+    return apply("det", [a if is_float(a.dtype) else a.astype(np.float32)])
 
 
 def slogdet(a) -> tuple[Tensor, Tensor]:
     """numpy.linalg.slogdet: (sign, log|det|) of square matrices, from the same elimination as det
     (sign 0 and -inf for a singular matrix). The gradient of log|det| is inv(a)^T."""
     a = as_tensor(a)
-    sign, logabs = apply_n("slogdet", [a if a.dtype.kind == "f" else a.astype(np.float32)])
+    sign, logabs = apply_n("slogdet", [a if is_float(a.dtype) else a.astype(np.float32)])
     return sign, logabs
 
 
@@ -326,7 +328,7 @@ def cholesky(a) -> Tensor:
     a (..., n, n), static n <= MAX_SOLVE_SIZE (only a's lower triangle is read, as LAPACK; a matrix
     that is not positive definite gives NaN). The gradient treats a as symmetric, as torch."""
     a = as_tensor(a)
-    return apply("cholesky", [a if a.dtype.kind == "f" else a.astype(np.float32)])
+    return apply("cholesky", [a if is_float(a.dtype) else a.astype(np.float32)])
 
 
 # qr
@@ -338,15 +340,22 @@ def qr(a, mode: str = "reduced"):
     so Q and R carry LAPACK's signs, which numpy and torch return. Written with traced ops, so
     gradients of every order follow (where the column norms are nonzero)."""
     a = as_tensor(a)
-    a = a if a.dtype.kind == "f" else a.astype(np.float32)
+    a = a if is_float(a.dtype) else a.astype(np.float32)
     if mode not in ("reduced", "complete", "r"):
         raise ShapeError(_where(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}"))
     if a.ndim < 2 or not all(isinstance(d, int) for d in a.shape[-2:]):
         raise ShapeError(_where(f"qr needs matrices (..., m, n) with static m and n, got {format_shape(a.shape)}"))
-    m, n = a.shape[-2:]
-    k = min(m, n)
+    k = min(a.shape[-2:])
     if k > MAX_SOLVE_SIZE:
         raise UnsupportedError(_where(f"qr: {k} reflections are beyond the unrolled bound ({MAX_SOLVE_SIZE})"))
+    return householder(a, mode)
+
+
+def householder(a: Tensor, mode: str):
+    """qr's reflections on float matrices a (..., m, n) with static m, n, without qr's bound on their
+    number (the SVD's completion of U takes as many as a has columns)."""
+    m, n = a.shape[-2:]
+    k = min(m, n)
     r = a
     q = broadcast_to(np.eye(m, dtype=a.dtype), a.shape[:-2] + (m, m))
     rows = np.arange(m).reshape(m, 1)
@@ -456,37 +465,3 @@ def cholesky_solve(b, factor, upper: bool = False) -> Tensor:
     low = read + where(outside, factor - stop_gradient(factor), np.zeros((), factor.dtype))
     low = _mT(low) if upper else low
     return solve(matmul(low, _mT(low)), b)
-
-
-# -- refused ------------------------------------------------------------------------------------------------
-def _refused(what: str, reason: str):
-    def refuse(*args, **kwargs):
-        raise UnsupportedError(_where(f"{what} is not supported: {reason}"))
-    refuse.__name__ = what
-    refuse.__doc__ = f"Refused: {reason}."
-    return refuse
-
-
-_SPECTRAL = "it needs singular values, which have no finite exact algorithm and no ONNX op"
-svd = _refused("svd", f"{_SPECTRAL}; F.qr gives an orthogonal basis, or compute the SVD outside the model")
-pinv = _refused("pinv", f"{_SPECTRAL}; for a full-rank matrix use F.solve (square), or Q, R = F.qr(a) and "
-                        "pinv(a) = F.solve_triangular(R, Q^T, upper=True) (tall a)")
-lstsq = _refused("lstsq", "a rank-revealing least-squares solve (LAPACK's gelsy/gelsd) needs pivoted QR or singular "
-                          "values; for a full-rank tall a, Q, R = F.qr(a) and x = F.solve_triangular(R, Q^T b, "
-                          "upper=True)")
-
-
-def matrix_exp(a):
-    """Refused: the matrix exponential's scaling-and-squaring depends on a's norm at run time."""
-    raise UnsupportedError(_where("matrix_exp is not supported: scaling and squaring picks its number of squarings "
-                                  "from the matrix's norm at run time, which a static graph cannot; for a known "
-                                  "bound on the norm, a truncated series with F.matrix_power is exact enough"))
-
-
-
-
-def eigh(a, UPLO: str = "L"):
-    """Refused: a symmetric eigensolver is iterative and ONNX has no eigensolver op."""
-    raise UnsupportedError(_where("eigh is not supported: ONNX has no eigensolver op, and eigenvalues have no "
-                                  "finite exact algorithm to write out; compute them outside the model"))
-

@@ -22,6 +22,7 @@ from ..errors import ShapeError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, apply_n, as_tensor
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import Trait, defop
 from .basic import cast, zeros_like
@@ -81,7 +82,7 @@ def _topk_infer(types, k, axis, largest):
 
 def _sort_key(x, largest):
     """A key whose stable ascending argsort is the op's order (NaN as +inf, largest first if asked)."""
-    if x.dtype.kind == "f":
+    if is_float(x.dtype):
         key = np.where(np.isnan(x), np.inf, x)
         return -key if largest else key
     return ~x if largest else x          # bitwise not reverses the order of integers without overflow
@@ -98,7 +99,7 @@ def _lower_topk(ctx, names, node):
     a = node.attrs
     x, t = names[0], ctx.graph.type_of(node.inputs[0])
     k = ctx.int64s([a["k"]]) if a["k"] is not None else ctx.shape_tensor((t.shape[a["axis"]],))
-    floating = t.dtype.kind == "f"
+    floating = is_float(t.dtype)
     key = x
     if floating:
         key = ctx.emit("Where", [ctx.emit("IsNaN", [x]), ctx.const(np.asarray(np.inf, t.dtype)), x])
@@ -118,27 +119,35 @@ defop("topk", infer=_topk_infer, reference=_topk_reference, lower=_lower_topk, v
 
 
 # -- median ------------------------------------------------------------------------------------------------
-def median(x, axis: int | None = None, keepdims: bool = False) -> Tensor:
+def median(x, axis: int | None = None, keepdims: bool = False, return_indices: bool = False):
     """The lower median along `axis` (None: of all elements), torch.median's values: the element at
-    (n-1)//2 of the sorted slice, NaN if the slice holds NaN. The gradient goes to that element."""
+    (n-1)//2 of the sorted slice, NaN if the slice holds NaN. The gradient goes to that element.
+    With return_indices, also its int64 index along `axis` (torch.median(x, dim)'s indices; of equal
+    values, the one a stable sort puts in the middle)."""
     x = as_tensor(x)
     full_rank = x.ndim
+    axis = None if full_rank == 0 else axis          # torch: dim 0 or -1 of a 0-d tensor is its one element
     x, ax = _operand(x, axis, "median")
     n = x.shape[ax]
     if n == 0:
         raise ShapeError(f"median: axis {ax} of x {format_shape(x.shape)} is empty (at {user_location()})")
     if isinstance(n, int):
         k = (n + 1) // 2
-        smallest = topk(x, k, ax, largest=False)[0]
-        middle = slice_axes(smallest, (ax,), (k - 1,), (k,), (1,))
+        smallest, order = topk(x, k, ax, largest=False)
+        middle, index = (slice_axes(t, (ax,), (k - 1,), (k,), (1,)) for t in (smallest, order))
     else:         # a symbolic axis: sort it all and take the middle at run time
         position = floor_divide(cast(count(x, (ax,)), np.int64) - 1, 2)
-        middle = expand_dims(take(sort(x, ax), position, ax), ax)
-    if x.dtype.kind == "f":
-        middle = where(reduce_any(isnan(x), ax, keepdims=True), np.nan, middle)
+        middle, index = (expand_dims(take(t, position, ax), ax) for t in (sort(x, ax), argsort(x, ax)))
+    if is_float(x.dtype):
+        nan = reduce_any(isnan(x), ax, keepdims=True)
+        middle = where(nan, np.nan, middle)
+        index = where(nan, argmax(cast(isnan(x), np.int64), ax, keepdims=True), index)    # the first NaN, as torch
     if axis is None:
-        return reshape(middle, (1,) * full_rank) if keepdims else reshape(middle, ())
-    return middle if keepdims else squeeze(middle, ax)
+        shape = (1,) * full_rank if keepdims else ()
+        middle, index = reshape(middle, shape), reshape(index, shape)
+    elif not keepdims:
+        middle, index = squeeze(middle, ax), squeeze(index, ax)
+    return (middle, index) if return_indices else middle
 
 
 # -- argmax and argmin -------------------------------------------------------------------------------------
@@ -172,7 +181,7 @@ def _lower_arg(onnx_op):
         a = node.attrs
         x, t = names[0], ctx.graph.type_of(node.inputs[0])
         found = ctx.emit(onnx_op, [x], axis=a["axis"], keepdims=int(a["keepdims"]), select_last_index=0)
-        if t.dtype.kind != "f":
+        if not is_float(t.dtype):
             return found
         nan = ctx.emit("Cast", [ctx.emit("IsNaN", [x])], to=6)      # int32
         first_nan = ctx.emit("ArgMax", [nan], axis=a["axis"], keepdims=int(a["keepdims"]), select_last_index=0)

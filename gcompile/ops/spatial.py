@@ -21,6 +21,7 @@ from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
 from ..ir.dims import format_shape
+from ..ir.dtypes import is_float
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
 from .basic import cast
@@ -218,7 +219,7 @@ def interpolate(x, size=None, scale_factor=None, mode: str = "nearest", align_co
             scales = None
     if any(o < 1 for o in out):
         raise ShapeError(f"interpolate: output size {out} must be positive on every axis (at {user_location()})")
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         raise ShapeError(f"interpolate needs a float x, got {x.dtype.name} (at {user_location()})")
     if mode == "area":
         return adaptive_avg_pool(x, out)
@@ -260,7 +261,7 @@ def adaptive_avg_pool(x, output_size) -> Tensor:
     ceil((i+1)*in/out)) (uneven and overlapping where out does not divide in); output_size is an
     int or one per spatial axis (None keeps that axis)."""
     x, out = _adaptive_args(x, output_size, "adaptive_avg_pool")
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         raise ShapeError(f"adaptive_avg_pool needs a float x, got {x.dtype.name} (at {user_location()})")
     matrices = []
     for n_in, n_out in zip(x.shape[2:], out):

@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.dtypes import is_float
 from ..ir.registry import Trait, defop
 from . import special_tables as tables
 from .basic import cast
@@ -49,6 +50,7 @@ from .elementwise import (
     log,
     log1p,
     logical_and,
+    logical_or,
     promote_float,
     sqrt,
     where,
@@ -57,7 +59,8 @@ from .elementwise import abs as absolute
 from .emitter import Emitter
 from .shape_rules import binary_float, unary_float
 
-__all__ = ["digamma", "erfc", "erfinv", "i0", "lgamma", "log_ndtr", "logit", "ndtr", "ndtri", "polygamma", "xlogy"]
+__all__ = ["digamma", "erfc", "erfinv", "i0", "lgamma", "log_ndtr", "logit", "ndtr", "ndtri", "polygamma", "xlog1py",
+           "xlogy"]
 
 # Bernoulli numbers B2, B4, ..., B20
 _BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510, 43867 / 798, -174611 / 330)
@@ -308,7 +311,7 @@ def polygamma(n: int, x) -> Tensor:
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
         raise ShapeError(f"polygamma: n must be a non-negative int, got {n!r} (at {user_location()})")
     x = as_tensor(x)
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         x = cast(x, np.float32)
     return apply("polygamma", [x], n=int(n))
 
@@ -343,6 +346,15 @@ def _xlogy_vjp(g, ins, outs):
 
 defop("xlogy", infer=binary_float, reference=_xlogy_reference, lower=_lower_xlogy, vjp=_xlogy_vjp,
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
+
+
+def xlog1py(x, y) -> Tensor:
+    """x·log1p(y), and 0 where x == 0 unless y is NaN (torch.special.xlog1py, scipy.special.xlog1py),
+    even at y = -1 or +inf. Gradients as PyTorch's: d/dx = log1p(y), but 0 where x == 0 and y <= -1;
+    d/dy = x/(1 + y)."""
+    x, y = promote_float(x, y)
+    skip = logical_and(equal(x, 0), logical_or(less_equal(y, -1), equal(y, np.inf)))
+    return x * log1p(where(skip, np.zeros((), y.dtype), y))
 
 
 def logit(x, eps: float | None = None) -> Tensor:

@@ -1,4 +1,5 @@
-"""Spread and size: var and std (with PyTorch's `correction`), vector_norm, matrix_norm and norm.
+"""Spread and size: var and std (with PyTorch's `correction`), vector_norm, matrix_norm, norm and
+cond.
 
 var is two passes (the mean, then the mean squared deviation), which float32 needs. std's
 gradient is 0 where the variance is 0 (a constant slice), and a norm's gradient is 0 where the
@@ -8,7 +9,8 @@ vector_norm is one op, so it lowers to ONNX's ReduceL1/ReduceL2 and carries PyTo
 subgradients: ord ±inf shares the gradient equally among the tied extreme entries, ord 0
 (the count of nonzeros) has none, and ord p (negative too) is g·sign(x)·|x|^(p-1)/‖x‖^(p-1),
 0 at x = 0. matrix_norm's ord ±1 and ±inf are the extreme column or row sums of |x|; the
-spectral and nuclear norms need singular values, which gcompile does not compute.
+spectral norms (ord ±2) are the extreme singular values and the nuclear norm their sum
+(ops/decompositions.py), whose gradients U diag(g) Vᵀ are finite.
 """
 from __future__ import annotations
 
@@ -17,26 +19,30 @@ import math
 import numpy as np
 from onnx import helper
 
-from ..errors import ShapeError, UnsupportedError
+from ..errors import ShapeError
 from ..frontend.source import user_location
 from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.dtypes import is_float
 from ..ir.registry import defop
 from .basic import cast
+from .decompositions import svdvals
 from .elementwise import abs as absolute
 from .elementwise import equal, maximum, not_equal, power, sign, sqrt, where
+from .indexing import slice_axes
 from .reduce import _kept, _reduce_infer, count, mean
 from .reduce import max as reduce_max
 from .reduce import min as reduce_min
 from .reduce import sum as reduce_sum
-from .shape import squeeze
+from .shape import expand_dims, squeeze, transpose
 from .shape_rules import axes_for, normalize_axis
+from .solvers import inv
 
-__all__ = ["matrix_norm", "norm", "std", "var", "vector_norm"]
+__all__ = ["cond", "matrix_norm", "norm", "std", "var", "vector_norm"]
 
 
 def _float(x) -> Tensor:
     x = as_tensor(x)
-    return x if x.dtype.kind == "f" else cast(x, np.float32)
+    return x if is_float(x.dtype) else cast(x, np.float32)
 
 
 def var(x, axis=None, correction: float = 1, keepdims: bool = False) -> Tensor:
@@ -92,8 +98,8 @@ def norm(x, ord=None, axis=None, keepdims: bool = False) -> Tensor:
 def matrix_norm(x, ord="fro", axis=(-2, -1), keepdims: bool = False) -> Tensor:
     """torch.linalg.matrix_norm over the two axes `axis` (rows, columns): "fro" (the square root of
     the sum of squares), 1 / -1 (the largest / smallest column sum of |x|), inf / -inf (the largest
-    / smallest row sum). The spectral norms (2, -2) and "nuc" need singular values, which gcompile
-    does not compute: they are refused (for a bound, the Frobenius norm is >= the spectral norm)."""
+    / smallest row sum), 2 / -2 (the largest / smallest singular value) and "nuc" (the sum of the
+    singular values; static sizes along `axis`, as svd)."""
     x = _float(x)
     if not isinstance(axis, (tuple, list)) or len(axis) != 2:
         raise ShapeError(f"matrix_norm: axis must be a pair of axes, got {axis!r} (at {user_location()})")
@@ -103,9 +109,7 @@ def matrix_norm(x, ord="fro", axis=(-2, -1), keepdims: bool = False) -> Tensor:
     if ord == "fro":
         return vector_norm(x, 2, (rows, cols), keepdims)
     if ord in (2, -2, "nuc"):
-        raise UnsupportedError(f"matrix_norm: ord {ord!r} needs singular values, which gcompile does not compute "
-                               "(ONNX has no SVD); ord 'fro', 1, -1, inf and -inf are supported "
-                               f"(at {user_location()})")
+        return _spectral_norm(x, ord, rows, cols, keepdims)
     if ord not in (1, -1, math.inf, -math.inf):
         raise ShapeError(f"matrix_norm: ord must be 'fro', 'nuc', 1, -1, 2, -2, inf or -inf, got {ord!r} "
                          f"(at {user_location()})")
@@ -115,6 +119,37 @@ def matrix_norm(x, ord="fro", axis=(-2, -1), keepdims: bool = False) -> Tensor:
     if ord > 0 and _may_be_empty(x.shape, (kept,)):
         y = maximum(y, 0)                   # the largest of no sums is 0, as torch (a max's own is -inf)
     return y if keepdims else squeeze(y, (rows, cols))
+
+
+def _spectral_norm(x: Tensor, ord, rows: int, cols: int, keepdims: bool) -> Tensor:
+    """The singular values of the (rows, cols) planes: their largest, smallest or sum."""
+    rest = [a for a in range(x.ndim) if a not in (rows, cols)]
+    s = svdvals(transpose(x, rest + [rows, cols]))                                 # (..., k)
+    if ord == "nuc" or s.shape[-1] == 0:           # no singular values: 0, as torch
+        y = reduce_sum(s, -1)
+    else:
+        k = s.shape[-1]
+        y = squeeze(slice_axes(s, (s.ndim - 1,), (0,) if ord == 2 else (k - 1,), (1,) if ord == 2 else (k,), (1,)), -1)
+    if keepdims:
+        for axis in sorted((rows, cols)):
+            y = expand_dims(y, axis)
+    return y
+
+
+def cond(x, p=None) -> Tensor:
+    """numpy.linalg.cond / torch.linalg.cond: the condition number of x (..., m, n) in the norm p: None
+    or 2 is the largest singular value over the smallest, -2 its inverse; any other matrix_norm ord
+    ("fro", "nuc", ±1, ±inf; square x) is ‖x‖·‖inv(x)‖. inf where the smallest singular value is 0
+    (for p None, ±2), inf or NaN where x is singular (the others, through inv)."""
+    x = _float(x)
+    if x.ndim < 2:
+        raise ShapeError(f"cond needs matrices (..., m, n), got {x.type} (at {user_location()})")
+    if p in (None, 2, -2):
+        s = svdvals(x)
+        k = s.shape[-1]
+        top, bottom = (squeeze(slice_axes(s, (s.ndim - 1,), (i,), (i + 1,), (1,)), -1) for i in (0, k - 1))
+        return top / bottom if p != -2 else bottom / top
+    return matrix_norm(x, p) * matrix_norm(inv(x), p)
 
 
 def _norm_reference(x, ord, axes, keepdims):

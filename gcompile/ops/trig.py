@@ -1,5 +1,5 @@
 """Inverse trigonometric and hyperbolic functions, arctan2 and hypot (numpy's names, with
-PyTorch's asin/acos/atan/atan2/asinh/acosh/atanh as aliases).
+PyTorch's asin/acos/atan/atan2/asinh/acosh/atanh as aliases), angle conversions and sinc.
 
 ONNX has each unary one; onnxruntime's CPU provider has float32 kernels only, so in float64
 the hyperbolic ones lower to formulas written with ops that have float64 kernels (accurate near
@@ -7,6 +7,7 @@ the hyperbolic ones lower to formulas written with ops that have float64 kernels
 float64, as Erf and Tan are. arctan2 and hypot have no ONNX op: arctan2 is atan of the smaller
 over the larger magnitude, placed in its quadrant by the signs (signed zeros included, as numpy),
 and hypot is the larger magnitude times sqrt(1 + ratio²), which neither overflows nor underflows.
+sinc is a composition: its Taylor series near 0, where sin(πx)/(πx) and its derivatives cancel.
 """
 from __future__ import annotations
 
@@ -15,14 +16,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..frontend.tensor import Tensor, apply
+from ..frontend.tensor import Tensor, apply, as_tensor
+from ..ir.dtypes import is_float
 from ..ir.registry import Trait, defop
-from .elementwise import _onnx, _unary_def, emit_log1p, equal, promote_float, rsqrt, where, zeros_scalar
+from .basic import cast
+from .elementwise import _onnx, _unary_def, emit_log1p, equal, less, promote_float, rsqrt, sin, where, zeros_scalar
+from .elementwise import abs as absolute
 from .emitter import Emitter, Value, sign_bit
 from .shape_rules import binary_float
 
 __all__ = ["acos", "acosh", "arccos", "arccosh", "arcsin", "arcsinh", "arctan", "arctan2", "arctanh", "asin",
-           "asinh", "atan", "atan2", "atanh", "cosh", "hypot", "sinh"]
+           "asinh", "atan", "atan2", "atanh", "cosh", "deg2rad", "hypot", "rad2deg", "sinc", "sinh"]
 
 _LN2 = math.log(2)
 _BIG = 2.0 ** 28        # past this, asinh(x) and acosh(x) are log(2|x|) to double precision
@@ -162,3 +166,38 @@ defop("arctan2", infer=binary_float, reference=np.arctan2, lower=_lower_arctan2,
 defop("hypot", infer=binary_float, reference=np.hypot, lower=_lower_hypot,
       vjp=lambda g, ins, outs: [g[0] * ins[0] / outs[0], g[0] * ins[1] / outs[0]],
       traits={Trait.CHEAP, Trait.BROADCASTS, Trait.ELEMENTWISE})
+
+
+# -- angles and sinc ----------------------------------------------------------------------------------------
+def _float(x) -> Tensor:
+    x = as_tensor(x)
+    return x if is_float(x.dtype) else cast(x, np.float32)
+
+
+def deg2rad(x) -> Tensor:
+    """Degrees to radians, x·π/180 (numpy.deg2rad; integers as float32, as the other math functions)."""
+    return _float(x) * (math.pi / 180)
+
+
+def rad2deg(x) -> Tensor:
+    """Radians to degrees, x·180/π (numpy.rad2deg)."""
+    return _float(x) * (180 / math.pi)
+
+
+# sin(y)/y = Σ (-y²)^k/(2k+1)! for |y| < 1/2: to y^16 the next term is below float64's rounding there
+_SINC_SERIES = [(-1) ** k / math.factorial(2 * k + 1) for k in range(9)]
+
+
+def sinc(x) -> Tensor:
+    """The normalized sinc, sin(πx)/(πx) and 1 at 0 (numpy.sinc, torch.sinc). Below |πx| = 1/2 it is
+    the Taylor series, so every derivative is right near and at 0 (the quotient's cancel there:
+    its first derivative in float32 would keep no digits near 0); ±inf gives NaN, as numpy."""
+    x = _float(x)
+    y = x * math.pi
+    near = less(absolute(y), 0.5)
+    y2 = y * y
+    series = _SINC_SERIES[-1]
+    for c in reversed(_SINC_SERIES[:-1]):
+        series = series * y2 + c
+    safe = where(near, np.ones((), x.dtype), y)
+    return where(near, series, sin(safe) / safe)

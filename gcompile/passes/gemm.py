@@ -5,6 +5,7 @@ transposes of such products in double backward); onnxruntime's own fusions miss 
 when dims are symbolic or a transpose sits on the output."""
 from __future__ import annotations
 
+from ..ir.dtypes import is_float
 from ..ir.graph import Graph, Node, TensorType, ValueRef
 from .base import PassResult
 
@@ -28,7 +29,7 @@ def _bias_fits(graph: Graph, bias: ValueRef, out_shape) -> bool:
 
 def _to_gemm(graph: Graph, node: Node) -> bool:
     """matmul(a, b) with 2-D operands -> gemm, absorbing transposed operands."""
-    if (node.op != "matmul" or node.outputs[0].dtype.kind != "f"     # ONNX Gemm is float-only
+    if (node.op != "matmul" or not is_float(node.outputs[0].dtype)     # ONNX Gemm is float-only
             or any(graph.type_of(r).ndim != 2 for r in node.inputs)):
         return False
     (a, trans_a), (b, trans_b) = (_untransposed(graph, r) for r in node.inputs)

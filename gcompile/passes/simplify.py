@@ -18,6 +18,7 @@ cheaper than a general power on every runtime we run (docs/strategies.md).
 from __future__ import annotations
 
 from ..errors import ShapeError
+from ..ir.dtypes import runs_as_is
 from ..ir.graph import Graph, Node, ValueRef, tensor_type
 from ..ir.registry import Trait, constant_equal_to, get_op, has_trait
 from ..ops.shape_rules import broadcast_shapes
@@ -228,7 +229,8 @@ def _expand_to_sink(graph: Graph, node: Node) -> tuple[int, tuple] | None:
     for pos, ref in enumerate(node.inputs):
         producer = graph.nodes[ref.node]
         if producer.op != "expand" or ref in graph.outputs or node.inputs.count(ref) != 1 \
-                or not product and len(graph.consumers(producer.id)) != 1:
+                or not product and len(graph.consumers(producer.id)) != 1 \
+                or not runs_as_is("expand", [node.outputs[0].dtype]):     # an expand routed through a cast
             continue
         smaller = _product_unexpanded(graph, node, pos) if product else _broadcast_unexpanded(graph, node.inputs, pos)
         if smaller is not None and smaller != node.outputs[0].shape:

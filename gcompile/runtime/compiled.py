@@ -13,6 +13,7 @@ from numpy.typing import ArrayLike
 from ..errors import GcompileError, InputError
 from ..frontend import pytree
 from ..frontend.trace import Traced
+from ..ir import dtypes
 from ..ir.dims import astype_hint, bind, dtype_name, format_shape
 from ..ir.graph import Graph
 from ..lowering import to_onnx
@@ -20,6 +21,7 @@ from ..lowering.lower import TARGET_KEY
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, serialize
 from ..lowering.targets import DEFAULT_TARGET, target_for_provider
 from . import modelfile
+from .host_types import from_host, needs_host_types, to_host, with_host_types
 from .providers import external_data_from_memory, make_session, resolve_provider
 
 _ORT_TYPES = {f"tensor({name})": np.dtype(dt) for name, dt in [
@@ -57,8 +59,8 @@ def load_session(serialized: Serialized, provider: str, nodes: int | None = None
 
 def non_finite(value: np.ndarray) -> str | None:
     """'2 NaN and 1 Inf value(s), the first at index (0, 1)' for a float array with any, else None."""
-    if value.dtype.kind not in "fc":
-        return None
+    if not (dtypes.is_float(value.dtype) or value.dtype in dtypes.NARROW_FLOATS or value.dtype.kind == "c"):
+        return None               # (ml_dtypes' floats are kind 'V' or 'f')
     bad = ~np.isfinite(value)
     if not bad.any():
         return None
@@ -87,8 +89,14 @@ class CompiledFunction:
             raise GcompileError("onnxruntime's CPU provider has no float64 kernel for: " + "; ".join(float64_ops)
                                 + ". Compile this function in float32, or run the saved model on a runtime "
                                   "that has these kernels")
-        self._session = load_session(serialize(model, "model.onnx", EXTERNAL_DATA_THRESHOLD, seal=False), provider,
-                                     nodes=len(model.graph.node))
+        if provider != "cuda" and any(t.dtype == dtypes.FLOAT4 for node in traced.graph.topo_order()
+                                      for t in node.outputs):
+            raise GcompileError("onnxruntime 1.31 has no kernel for float4_e2m1fn (not even Cast): this function "
+                                "traces and exports (gc.export), but cannot run here; cast to float32 before it")
+        self._host_types = needs_host_types(model)
+        runnable = with_host_types(model) if self._host_types else model
+        self._session = load_session(serialize(runnable, "model.onnx", EXTERNAL_DATA_THRESHOLD, seal=False), provider,
+                                     nodes=len(runnable.graph.node))
         self._output_names = list(traced.graph.output_names)
 
     @property
@@ -174,6 +182,14 @@ class CompiledFunction:
         return outputs
 
     def _run(self, feeds: dict[str, Any]) -> list[np.ndarray]:
+        if self._host_types:
+            feeds = {name: to_host(v) if isinstance(v, np.ndarray) else v for name, v in feeds.items()}
+            outputs = self._run_session(feeds)
+            types = [self.graph.type_of(ref) for ref in self.graph.outputs]
+            return [from_host(v, t.dtype) for v, t in zip(outputs, types)]
+        return self._run_session(feeds)
+
+    def _run_session(self, feeds: dict[str, Any]) -> list[np.ndarray]:
         if not any(isinstance(v, _ort_value_type()) for v in feeds.values()):
             return self._session.run(self._output_names, feeds)
         binding = self._session.io_binding()

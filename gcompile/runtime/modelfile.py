@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import GcompileError, InputError, UnsupportedError, name_mismatch
 from ..ir.dims import astype_hint, bind, format_type
+from ..ir.dtypes import is_float
 from ..lowering import seal
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, external_data_versions, serialize
 from .files import folder_lock, write_files
@@ -598,7 +599,7 @@ def random_feeds(model, seed: int = 0) -> dict[str, np.ndarray]:
                                 for name, shape, dtype in largest) + "; give smaller specs to check")
     feeds = {}
     for name, shape, dtype in planned:
-        if dtype.kind == "f":
+        if is_float(dtype):
             feeds[name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind == "b":
             feeds[name] = rng.random(shape) < 0.5

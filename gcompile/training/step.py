@@ -34,6 +34,7 @@ from ..frontend.spec import spec
 from ..frontend.tensor import Tensor, recording_order
 from ..frontend.trace import Traced, argument_names, trace
 from ..gradients.engine import grad
+from ..ir.dtypes import is_float
 from ..ops.random import random_key
 from ..runtime.compiled import CompiledFunction, compile_traced
 from .layout import SKIPPED, StepLayout, check_finite
@@ -153,7 +154,7 @@ def check_params(params: Any, optimizer: Any) -> Params:
         arr = np.array(leaf)   # a copy: the initial values stay as exported
         if is_buffer:
             buffers.append(name)
-        elif arr.dtype.kind != "f":
+        elif not is_float(arr.dtype):
             raise GcompileError(f"params[{name!r}]: a parameter must be a floating-point array, got {arr.dtype.name}")
         check_finite(f"params[{name!r}]", arr, buffer=is_buffer)
         values[name] = arr
@@ -257,7 +258,7 @@ def _split(result: Any, has_aux: bool) -> tuple[Any, Any]:
         loss, aux = result
     else:
         loss, aux = result, None
-    if not hasattr(loss, "shape") or loss.shape != () or loss.dtype.kind != "f":
+    if not hasattr(loss, "shape") or loss.shape != () or not is_float(loss.dtype):
         described = getattr(loss, "type", type(loss).__name__)
         raise GcompileError(f"the loss function must return a floating-point scalar Tensor (shape ()), got "
                             f"{described}; reduce it first (e.g. F.mean)"

@@ -199,6 +199,25 @@ def test_scatter_reduce_and_masked_select():
     check_vmap(gc.grad(loss, argnums=(0, 2)), [x, index[0], src], [0, None, 0])
 
 
+def test_quantization_per_example_and_shared_scales():
+    """F.quantize_linear, F.dequantize_linear and F.fake_quantize (per tensor, per axis, per block) with the
+    scale batched or shared, and fake quantization's per-example gradients in x and the scale."""
+    x = rand(B, 3, 4) * 3
+    scale, per_axis, blocks = np.abs(rand(B)) + 0.2, np.abs(rand(3)) + 0.2, np.abs(rand(3, 2)) + 0.2
+    zero = np.array([5, -3, 0], np.int8)
+
+    def f(x, s, a, b):
+        q = F.quantize_linear(x, s, np.int8(-2))
+        return (q, F.dequantize_linear(q, s, np.int8(-2)), F.quantize_linear(x, a, zero, axis=0),
+                F.fake_quantize(x, a, zero, axis=0), F.fake_quantize(x, b, np.uint8(100), axis=1, block_size=2))
+    check_vmap(f, [x, scale, per_axis, blocks], [0, 0, None, None], ort=True)
+    check_vmap(f, [x, scale[0], per_axis, blocks], [0, None, None, None])
+
+    def loss(x, s):
+        return F.sum(F.fake_quantize(x, s, np.uint8(128)) ** 2)
+    check_vmap(gc.grad(loss, argnums=(0, 1)), [x, scale], [0, 0], ort=True)
+
+
 # -- linear algebra -------------------------------------------------------------------------------------------------
 def _spd(*shape):
     a = RNG.standard_normal(shape)
@@ -384,3 +403,39 @@ def test_while_loop_examples_stop_at_their_own_step():
 def test_elementwise_ops_need_no_rule_of_their_own():
     """The generic rule covers every ELEMENTWISE op; RULES holds only the others."""
     assert not [name for name in batching.RULES if Trait.ELEMENTWISE in REGISTRY[name].traits]
+
+
+# -- PyTorch's compositions (issue #45 item 4) -------------------------------------------------------------------
+def _pytorch_compositions(x, w, labels, listed, idx):
+    """One call of each of PyTorch's pointwise names, product forms, losses, spatial ops and shape
+    helpers on an example x (3, 4) with shared weights w (4,), class labels (3,), multilabel lists
+    (3, 4) and max-pool indices (1, 1, 2, 2) of the example's own."""
+    a = F.reshape(x, 2, 3, 2)
+    pooled = F.reshape(x[:2, :2], 1, 1, 2, 2)
+    return (F.logaddexp2(x, w), F.addcmul(x, x, w, value=0.5), F.addcdiv(x, w, 2 + x * x, value=-2),
+            F.xlog1py(x, w * w), F.sinc(x), F.deg2rad(x) + F.rad2deg(w), F.trunc_divide(x, 0.3),
+            F.logical_xor(x > 0, w > 0), F.heaviside(F.trunc(x), w),
+            F.addmv(x[:, 0], x, w, 0.5, 2), F.addbmm(x[:, :3], a, F.transpose(a, (0, 2, 1))), F.addr(x, x[:, 0], w),
+            F.vecdot(x, w), F.block_diag(x, w), F.pdist(x, 1.5), F.lstsq(x, w[:3])[0],
+            F.cosine_embedding_loss(x, x * w, np.array([1, -1, 1]), 0.2, "none"), F.poisson_nll_loss(x, w * w),
+            F.gaussian_nll_loss(x, w, 1 + x * x, reduction="none"), F.soft_margin_loss(x, F.sign(w)),
+            F.multi_margin_loss(x, labels, p=2), F.multilabel_margin_loss(x, listed, "none"),
+            F.multilabel_soft_margin_loss(x, w > 0),
+            F.local_response_norm(F.reshape(x, 1, 4, 3), 3, alpha=0.3),
+            F.bilinear(x, x[:, :2], F.reshape(x[:2], 1, 4, 2)),
+            F.channel_shuffle(F.reshape(x, 1, 4, 3), 2), F.max_unpool(pooled, idx, 2),
+            *F.meshgrid(w, x[:, 0]), F.atleast_3d(w), F.column_stack([w, x[0]]), F.diff(x), F.trapezoid(x, w),
+            F.cumulative_trapezoid(x, axis=0))
+
+
+def test_pytorch_compositions_batch_and_give_per_example_gradients():
+    x, labels = rand(B, 3, 4), RNG.integers(0, 4, (B, 3))
+    listed = np.where(RNG.random((B, 3, 4)) < 0.3, -1, RNG.integers(0, 4, (B, 3, 4)))
+    idx = RNG.integers(0, 16, (B, 1, 1, 2, 2))             # unpooled 4x4 planes; a repeated index keeps the last write
+    args = [x, rand(4), labels, listed, idx]
+    check_vmap(_pytorch_compositions, args, [0, None, 0, 0, 0], ort=True)
+
+    def loss(x, w, labels, listed, idx):
+        return sum(F.sum(out * out) for out in _pytorch_compositions(x, w, labels, listed, idx)
+                   if out.dtype.kind == "f")
+    check_vmap(gc.grad(loss, argnums=(0, 1)), args, [0, None, 0, 0, 0])

@@ -119,11 +119,21 @@ def _tensor_to_float64(t) -> None:
         t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
 
 
+def _type_to_float64(type_proto) -> None:
+    """A float32 tensor type, or the float32 tensors a sequence or optional type holds, as float64."""
+    kind = type_proto.WhichOneof("value")
+    if kind == "tensor_type" and type_proto.tensor_type.elem_type == TensorProto.FLOAT:
+        type_proto.tensor_type.elem_type = TensorProto.DOUBLE
+    elif kind == "sequence_type":
+        _type_to_float64(type_proto.sequence_type.elem_type)
+    elif kind == "optional_type":
+        _type_to_float64(type_proto.optional_type.elem_type)
+
+
 def _graph_to_float64(graph) -> None:
     from onnx import AttributeProto
     for value in [*graph.input, *graph.output, *graph.value_info]:
-        if value.type.tensor_type.elem_type == TensorProto.FLOAT:
-            value.type.tensor_type.elem_type = TensorProto.DOUBLE
+        _type_to_float64(value.type)
     for t in graph.initializer:
         _tensor_to_float64(t)
     for node in graph.node:
@@ -132,6 +142,8 @@ def _graph_to_float64(graph) -> None:
         for attr in node.attribute:
             if attr.type == AttributeProto.TENSOR:
                 _tensor_to_float64(attr.t)
+            elif attr.type == AttributeProto.TYPE_PROTO:       # Optional's type
+                _type_to_float64(attr.tp)
             elif attr.type == AttributeProto.GRAPH:
                 _graph_to_float64(attr.g)
             elif attr.type == AttributeProto.GRAPHS:

@@ -3,7 +3,7 @@ run on gcompile's numpy reference evaluator.
 
 A case is *op-supported* when every node of its model (If branches included) has a translator.
 Each such case either passes, is refused with an UnsupportedError (a feature gcompile does not
-express, such as uint16 data or dilated pooling: never a wrong result), or
+express, such as pooling with dilations: never a wrong result), or
 is listed in EXCLUDED with a reason. Anything else fails the test.
 
 Node tests feed every operand as a graph input, where exporters write axes, shapes, pads and the
@@ -16,8 +16,9 @@ import os
 import warnings
 
 import numpy as np
+import onnx
 import pytest
-from onnx import TensorProto, numpy_helper
+from onnx import numpy_helper
 
 import gcompile as gc
 import gcompile.functions as F
@@ -25,13 +26,14 @@ from gcompile.errors import UnsupportedError
 from gcompile.frontend.tensor import Tensor
 from gcompile.frontend.trace import trace
 from gcompile.importer.table import SUPPORTED_DTYPES, TRANSLATORS
+from gcompile.ir.dtypes import BFLOAT16, NARROW_FLOATS, is_float
 from gcompile.ir.evaluate import evaluate
 from gcompile.testing import check_grad
 
 from .helpers import as_float64
 
 # Only goes up: the number of op-supported cases that pass.
-PASS_FLOOR = 1485
+PASS_FLOOR = 1744
 
 EXCLUDED = {
     "test_maxunpool_export_with_output_shape": "its expectation counts the indices in the shape MaxPool's geometry "
@@ -40,7 +42,8 @@ EXCLUDED = {
                                                "gcompile does (tests/importer/test_translators_vs_reference.py)",
 }
 
-TOLERANCE = {np.dtype(np.float16): dict(rtol=2e-3, atol=2e-3)}
+TOLERANCE = {np.dtype(np.float16): dict(rtol=2e-3, atol=2e-3), BFLOAT16: dict(rtol=1e-2, atol=1e-2),
+             **{d: dict(rtol=0, atol=0) for d in NARROW_FLOATS}}
 # Cases whose expected outputs onnx writes by hand to 4 decimal places (gridsample.py: -0.1406 for
 # -0.140625): compared to one unit of that last place, as some are cut rather than rounded (roialign.py:
 # 0.9727 where onnx's own ReferenceEvaluator computes 0.97278).
@@ -62,21 +65,37 @@ def _op_supported(case) -> bool:
     return all(d in ("", "ai.onnx") and (op in TRANSLATORS or op == "If") for d, op in _ops(case.model.graph))
 
 
-def _bound(inputs, bind: str) -> list[bool]:
-    return [bind == "all" or bind == "all_but_first" and i > 0 or bind == "ints" and np.asarray(a).dtype.kind in "biu"
-            for i, a in enumerate(inputs)]
+def _leaves(values):
+    """The arrays of a case's inputs or outputs: TensorProtos (the Cast and int16 cases store theirs so,
+    for the dtypes numpy lacks) read as numpy or ml_dtypes arrays, sequences (lists) flattened."""
+    for v in values:
+        if isinstance(v, list):
+            yield from _leaves(v)
+        elif v is not None:          # an absent optional
+            yield numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else np.asarray(v)
+
+
+def _rebuild(values, leaves):
+    """`values`' structure (lists for sequences) with the leaves taken from the iterator `leaves`."""
+    return [_rebuild(v, leaves) if isinstance(v, list) else None if v is None else next(leaves) for v in values]
+
+
+def _bound(arrays, bind: str) -> list[bool]:
+    return [bind == "all" or bind == "all_but_first" and i > 0 or bind == "ints" and a.dtype.kind in "biu"
+            for i, a in enumerate(arrays)]
 
 
 def _run(f, inputs, bind: str):
     """Evaluate with the inputs `bind` names held as constants: none, the integer and bool ones, all
     but the first (float parameters such as Resize's scales), or all."""
-    known = _bound(inputs, bind)
-    runtime = [a for a, k in zip(inputs, known) if not k]
+    arrays = list(_leaves(inputs))
+    known = _bound(arrays, bind)
+    runtime = [a for a, k in zip(arrays, known) if not k]
 
     def fn(*xs):
         it = iter(xs)
-        return f(*[a if k else next(it) for a, k in zip(inputs, known)])
-    traced = trace(fn, [gc.spec(np.shape(a), np.asarray(a).dtype) for a in runtime])
+        return f(*_rebuild(inputs, iter([a if k else next(it) for a, k in zip(arrays, known)])))
+    traced = trace(fn, [gc.spec(a.shape, a.dtype) for a in runtime])
     return evaluate(traced.graph, runtime)
 
 
@@ -85,7 +104,7 @@ def _check_case(case) -> str:
     tolerance = ROUNDED.get(case.name)
     f = gc.load_onnx(case.model)
     for inputs, expected in case.data_sets:
-        if any(np.asarray(a).dtype not in SUPPORTED_DTYPES for a in inputs):
+        if any(a.dtype not in SUPPORTED_DTYPES for a in _leaves(inputs)):
             raise UnsupportedError("an input dtype gcompile does not trace")
         for bind in ("none", "ints", "all_but_first", "all"):
             try:
@@ -94,12 +113,13 @@ def _check_case(case) -> str:
             except UnsupportedError as err:
                 if "must be known at import time" not in str(err) or bind == "all":
                     raise
+        expected = list(_leaves(expected))
         assert len(got) == len(expected)
         for g, e in zip(got, expected):
-            e = numpy_helper.to_array(e) if isinstance(e, TensorProto) else np.asarray(e)   # (int16 cases: protos)
             assert (g.dtype, g.shape) == (e.dtype, e.shape)
-            if e.dtype.kind == "f":
-                np.testing.assert_allclose(g, e, **(tolerance or TOLERANCE.get(e.dtype, dict(rtol=1e-4, atol=1e-5))))
+            if is_float(e.dtype) or e.dtype in NARROW_FLOATS:
+                np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64),
+                                           **(tolerance or TOLERANCE.get(e.dtype, dict(rtol=1e-4, atol=1e-5))))
             else:
                 np.testing.assert_array_equal(g, e)
     return bind
@@ -149,7 +169,9 @@ def test_onnx_node_conformance(cases, outcomes):
 GRADIENT_OPS = {"AffineGrid", "BitShift", "CausalConvWithState", "CenterCropPad", "Col2Im", "CumProd", "DeformConv",
                 "DequantizeLinear", "DFT", "Det", "DynamicQuantizeLinear", "GlobalLpPool", "GridSample", "Hardmax",
                 "LinearAttention", "LpPool", "LRN", "MaxUnpool", "MeanVarianceNormalization", "ReverseSequence",
-                "RoiAlign", "RotaryEmbedding", "STFT", "SwiGLU", "TensorScatter", "Acos", "Asin", "Atan"}
+                "RoiAlign", "RotaryEmbedding", "STFT", "SwiGLU", "TensorScatter", "Acos", "Asin", "Atan",
+                "SequenceMap", "SequenceInsert", "SequenceErase", "SequenceConstruct", "SplitToSequence",
+                "ConcatFromSequence", "Optional", "OptionalGetElement"}
 GRADIENT_CASES = ("test_wrap_pad", "test_maxpool_2d_dilations", "test_maxpool_3d_dilations", "test_maxpool_with_argmax",
                   "test_averagepool_2d_dilations", "test_averagepool_3d_dilations",
                   "test_averagepool_2d_ceil_last_window", "test_scatter_elements_with_reduction", "test_scatternd_m",
@@ -180,28 +202,31 @@ def _gradient_checked(case) -> bool:
         any(op in GRADIENT_OPS for _, op in _ops(case.model.graph))
 
 
+_WIDE = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _check_gradient(case, bind: str) -> bool:
     """check_grad (order 1) of the case's float64 model, its inputs bound as its forward check needed
     and the finite entries of its float outputs weighted (an output entry of ±inf, such as a masked
     score, has no derivative); False where it has no float input or output that the gradient connects."""
-    inputs = [np.asarray(a) for a in case.data_sets[0][0]]
-    if any(a.dtype == np.float16 for a in inputs):
-        return False
+    inputs = list(_leaves(case.data_sets[0][0]))
+    if any(a.dtype == np.float16 or a.dtype == BFLOAT16 for a in inputs):
+        return False                 # as_float64 keeps their casts: no float64 reference
     f = gc.load_onnx(as_float64(case.model))
     rng = np.random.default_rng(0)
     known = _bound(inputs, bind)
-    arrays = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in inputs]
-    arrays = [a if k or a.dtype.kind != "f" else
+    arrays = [a.astype(np.float64) if a.dtype in _WIDE else a for a in inputs]     # (float8 inputs are data)
+    arrays = [a if k or a.dtype not in _WIDE else
               np.where(np.isfinite(a), a + 1e-2 * (1 + np.abs(a)) * rng.standard_normal(a.shape), a)
               for a, k in zip(arrays, known)]               # the run-time floats moved, their infinities kept
     runtime = [a for a, k in zip(arrays, known) if not k]
 
     def fn(*xs):
         it = iter(xs)
-        outs = f(*[a if k else next(it) for a, k in zip(arrays, known)])
+        outs = f(*_rebuild(case.data_sets[0][0], iter([a if k else next(it) for a, k in zip(arrays, known)])))
         return [F.where(F.isfinite(o), o, np.zeros((), o.dtype)) for o in
-                (outs if isinstance(outs, (tuple, list)) else (outs,)) if isinstance(o, Tensor) and o.dtype.kind == "f"]
-    if not any(a.dtype.kind == "f" for a in runtime) or not _float_outputs(fn, runtime):
+                (outs if isinstance(outs, (tuple, list)) else (outs,)) if isinstance(o, Tensor) and o.dtype in _WIDE]
+    if not any(a.dtype in _WIDE for a in runtime) or not _float_outputs(fn, runtime):
         return False
     check_grad(fn, runtime, order=1, lowered=False, rtol=1e-4)
     return True

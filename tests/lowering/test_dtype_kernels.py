@@ -1,8 +1,8 @@
 """Every registry op, in every dtype gcompile traces, runs on ONNX Runtime's CPU provider or is
 refused when traced (or, in float64, before a session is made: context.NO_FLOAT64_CPU_KERNEL).
 
-ONNX Runtime 1.31 has no kernel for some (op, dtype) pairs ONNX allows (int16 Max, Min, Where and
-Pad; int8 and uint8 Einsum; uint8 and uint64 CumSum; ...), and an op's lowering may meet a dtype its
+ONNX Runtime 1.31 has no kernel for some (op, dtype) pairs ONNX allows (int16 and uint16 Max,
+Min, Where and Pad; int8 and uint8 Einsum; uint8 and uint64 CumSum; ...), and an op's lowering may meet a dtype its
 ONNX op does not allow (ReduceSum of int8, MatMul of int16, Neg of uint8); either way the runtime
 used to answer with its raw NOT_IMPLEMENTED or INVALID_GRAPH. lowering/kernels.py computes such
 nodes in a wider dtype. Here each op is called as its sample says (tests/elementwise_samples.py
@@ -24,7 +24,7 @@ from gcompile.lowering.lower import to_onnx
 from ..elementwise_samples import ATTRS, arity, elementwise_ops, operands
 from ..gradients.vmap_samples import SAMPLES
 
-DTYPES = ["bool", "int8", "uint8", "int16", "int32", "int64", "float16", "float32", "float64"]
+DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "int64", "float16", "float32", "float64"]
 
 
 def _as(dtype: str):

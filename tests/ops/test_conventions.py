@@ -94,6 +94,26 @@ CONVENTIONS = {  # name: (function, inputs, [value, gradients...])
     "erfinv at ±1": (F.erfinv, [a(1.0, -1, 0)], [a(inf, -inf, 0), a(inf, inf, np.sqrt(np.pi) / 2)]),
     "cumprod with zeros": (lambda x: F.cumprod(x) * a(1.0, 2, 3, 4), [a(2.0, 0, 3, 0)],
                            [a(2, 0, 0, 0), a(1, 22, 0, 0)]),
+    "heaviside at 0": (F.heaviside, [a(-1.0, 0, 2), a(0.5, 0.3, 0.7)], [a(0, 0.3, 1), a(0, 0, 0), a(0, 1, 0)]),
+    "sinc at 0": (F.sinc, [a(0.0, 1)], [a(1, 0), a(0, -1)]),
+    "xlog1py at x = 0": (F.xlog1py, [a(0.0, 0, 2), a(-1.0, 0.5, -0.5)],
+                         [a(0, 0, 2 * np.log(0.5)), a(0, np.log1p(0.5), np.log(0.5)), a(0, 0, 4)]),
+    "kthvalue ties": (lambda x: F.kthvalue(x, 2)[0], [a(3.0, 1, 1, 2)], [1.0, a(0, 0, 1, 0)]),
+    "nanmedian with NaN": (F.nanmedian, [a(3.0, 1, nan, 2)], [2.0, a(0, 0, 0, 1)]),
+    "mode ties": (lambda x: F.mode(x)[0], [a(3.0, 1, 3, 1)], [1.0, a(0, 0, 0, 1)]),
+    "quantile at a sample": (lambda x: F.quantile(x, a(0.5, 1 / 3)), [a(1.0, 2, 3, 4)], [a(2.5, 2), a(0, 1.5, 0.5, 0)]),
+    "max_unpool repeated index": (lambda p: F.max_unpool(p, np.array([[[1, 1, 4]]]), 2),
+                                  [a(1.0, 2, 3).reshape(1, 1, 3)],
+                                  [a(0, 2, 0, 0, 3, 0).reshape(1, 1, 6), a(0, 1, 1).reshape(1, 1, 3)]),
+    "eigvalsh at a repeated eigenvalue": (F.eigvalsh, [np.eye(2)], [a(1, 1), np.eye(2)]),
+    "eigh vectors at a repeated eigenvalue": (lambda x: F.eigh(x)[1] * a(1.0, 2, 3, 4).reshape(2, 2), [np.eye(2)],
+                                              [np.diag([1.0, 4]), np.full((2, 2), nan)]),
+    "svdvals at a repeated singular value": (F.svdvals, [np.array([[0.0, 1], [1, 0]])],
+                                             [a(1, 1), np.array([[0.0, 1], [1, 0]])]),
+    "pinv at rank deficiency": (F.pinv, [np.diag([2.0, 0])], [np.diag([0.5, 0]), np.array([[-0.25, 0.25], [0.25, 0]])]),
+    "gaussian_nll_loss with var below eps": (
+        lambda v: F.gaussian_nll_loss(a(1.0, 1), a(0.0, 0), v, reduction="sum"), [a(1e-9, 2)],
+        [0.5 * (np.log(1e-6) + 1e6) + 0.5 * (np.log(2) + 0.5), a(0.5 / 1e-6 - 0.5 / 1e-12, 0.125)]),
 }
 
 

@@ -361,3 +361,46 @@ def test_where_between_bools_runs_on_onnx_runtime():
     a, b = np.array([[1.0], [-1.0], [3.0]]), np.array([True, False])
     check_forward(lambda a, b: F.where(F.greater(a, 0), F.less(a, 2), b), [a, b],
                   np.where(a > 0, a < 2, b))
+
+
+# -- PyTorch's pointwise names: logaddexp2, addcmul, addcdiv, logical_xor, heaviside -----------------------
+def test_logaddexp2_matches_numpy_and_differentiates():
+    a = np.array([-3.0, 0.0, 2.0, 50.0, -np.inf, np.inf, 1.0, np.nan])
+    b = np.array([1.0, 0.0, -2.0, 49.0, -np.inf, 1.0, np.inf, 1.0])
+    with np.errstate(invalid="ignore"):
+        check_forward(F.logaddexp2, [a, b], np.logaddexp2(a, b), rtol=1e-14)
+    check_forward(F.logaddexp2, [np.zeros((0, 2)), np.zeros(2)], np.zeros((0, 2)))
+    x, y = rand(3, 4, seed=20, dtype=np.float64), rand(4, seed=21, dtype=np.float64)
+    check_grads(F.logaddexp2, [x, y])
+    check_grads(F.logaddexp2, [x, x.copy()])                           # ties: half to each
+
+
+def test_addcmul_addcdiv_broadcast_and_scale():
+    x, a, b = rand(2, 3, seed=22), rand(3, seed=23), rand(2, 1, seed=24) + 3
+    check_forward(lambda x, a, b: (F.addcmul(x, a, b), F.addcmul(x, a, b, value=-0.5), F.addcdiv(x, a, b),
+                                   F.addcdiv(x, a, b, value=2)), [x, a, b],
+                  [x + a * b, x - 0.5 * a * b, x + a / b, x + 2 * a / b])
+    check_grads(lambda x, a, b: (F.addcmul(x, a, b, value=3), F.addcdiv(x, a, b, value=-2)),
+                [x.astype(np.float64), a.astype(np.float64), b.astype(np.float64)])
+    ints = np.array([3, 4]), np.array([2, 8])          # integer operands divide as floats
+    check_forward(lambda x, a: F.addcdiv(x, x, a), list(ints), ints[0] + ints[0] / ints[1])
+
+
+def test_logical_xor_reads_numbers_as_truth_values():
+    a = np.array([0.0, -2.0, np.nan, 0.0, 1.0])
+    b = np.array([0.0, 0.0, 1.0, -0.0, 3.0])
+    check_forward(F.logical_xor, [a, b], np.logical_xor(a, b))
+    t, f = np.array([True, False]), np.array([[True], [False]])
+    check_forward(F.logical_xor, [t, f], np.logical_xor(t, f))
+    check_forward(F.logical_xor, [np.array(3), np.array([0, 5])], np.logical_xor(3, [0, 5]))
+
+
+def test_heaviside_values_at_zero_infinities_and_nan():
+    x = np.array([-1.0, -0.0, 0.0, 2.0, np.inf, -np.inf, np.nan])
+    v = np.array([0.5, 0.25, 7.0, 0.5, 0.5, 0.5, 0.5])
+    check_forward(F.heaviside, [x, v], np.heaviside(x, v))
+    check_forward(F.heaviside, [np.array([-2, 0, 3]), np.array(5)], np.heaviside([-2, 0, 3], 5))
+    g = gc.compile(lambda x, v: gc.grad(F.sum(F.heaviside(x, v) * np.arange(7.0)), [x, v]), x, v)(x, v)
+    np.testing.assert_array_equal(g[0], np.zeros(7))                  # the step is flat
+    np.testing.assert_array_equal(g[1], [0, 1, 2, 0, 0, 0, 0])        # values counts where x == 0
+    check_grads(lambda v: F.heaviside(np.array([-1.0, 0.0, 1.0]), v), [np.array([[0.3, 0.2, 0.1], [0.4, -0.5, 0.6]])])

@@ -253,3 +253,32 @@ def test_einsum_gradient_where_a_size_one_index_meets_a_larger_one():
     a, b = rng.standard_normal((1, 1, 3)), rng.standard_normal((2, 4, 2))
     check_forward(lambda a, b: F.einsum("abc,bea->ce", a, b), [a, b], np.einsum("abc,bea->ce", a, b), rtol=1e-12)
     check_grads(lambda a, b: F.einsum("abc,bea->ce", a, b), [a, b])
+
+
+def test_bilinear():
+    rng = np.random.default_rng(12)
+    x1, x2, w, b = rng.standard_normal((2, 3, 4)), rng.standard_normal((3, 5)), rng.standard_normal((6, 4, 5)), \
+        rng.standard_normal(6)
+    want = np.einsum("nbi,oij,bj->nbo", x1, w, x2)
+    check_forward(lambda x1, x2, w, b: (F.bilinear(x1, x2, w), F.bilinear(x1, x2, w, b)), [x1, x2, w, b],
+                  [want, want + b], rtol=1e-12)
+    check_grads(lambda x1, x2, w, b: F.bilinear(x1, x2, w, b), [x1, x2, w, b])
+    with pytest.raises(gc.ShapeError, match="bilinear: x1 .* must end in the in1 and in2"):
+        gc.compile(F.bilinear, x1, x1, w)
+
+
+def test_bilinear_and_products_of_zero_size_operands():
+    """An empty batch gives an empty result, an empty contraction (in1 = 0, or addbmm's batch, addmv's
+    columns) sums nothing, so the result is the bias or the input alone, as numpy's einsum and torch."""
+    w, b = rand(4, 3, 2, seed=1, dtype=np.float64), rand(4, seed=2, dtype=np.float64)
+    ones = np.ones
+    check_forward(lambda x1, x2, w, b: (F.bilinear(x1, x2, w, b),
+                                        F.bilinear(ones((2, 0)), ones((2, 2)), ones((4, 0, 2)), b)),
+                  [np.zeros((0, 3)), np.zeros((0, 2)), w, b], [np.zeros((0, 4)), np.broadcast_to(b, (2, 4))])
+    x = rand(3, seed=3, dtype=np.float64)
+    check_forward(lambda x: (F.addmv(x, ones((3, 0)), ones(0), 2.0), F.addbmm(ones((2, 3)), ones((0, 2, 4)),
+                                                                              ones((0, 4, 3))),
+                             F.addr(ones((0, 2)), ones(0), ones(2)), F.vecdot(ones((0, 4)), ones((0, 4)))),
+                  [x], [2 * x, ones((2, 3)), ones((0, 2)), ones(0)])
+    check_forward(lambda z: (F.column_stack([z, z]), F.atleast_3d(z), *F.meshgrid(z[:, 0], ones(3))),
+                  [np.zeros((0, 4))], [np.zeros((0, 8)), np.zeros((0, 4, 1)), np.zeros((3, 0)), np.zeros((3, 0))])

@@ -380,3 +380,141 @@ def test_embedding_bag_weights_and_last_offset():
         gc.compile(lambda w: F.embedding_bag(IDS, w, OFFSETS, "mean", per_sample_weights=psw), TABLE)
     with pytest.raises(gc.UnsupportedError, match="offsets must be known when tracing"):
         gc.compile(lambda w, o: F.embedding_bag(IDS, w, o), TABLE, np.array([0, 4]))
+
+
+# -- likelihood and margin losses (PyTorch's formulas written out in numpy) -------------------------------------
+def softplus(z):
+    return np.logaddexp(0, z)
+
+
+def test_poisson_and_gaussian_nll_losses():
+    rate, counts = rand(3, 4), np.abs(np.round(3 * rand(3, 4)))
+    stirling = np.where(counts > 1, counts * np.log(np.maximum(counts, 1)) - counts
+                        + 0.5 * np.log(2 * np.pi * np.maximum(counts, 1)), 0)
+    p = np.exp(rate)
+    check_forward(lambda x, t: (F.poisson_nll_loss(x, t), F.poisson_nll_loss(x, t, full=True, reduction="none"),
+                                F.poisson_nll_loss(F.exp(x), t, log_input=False, reduction="sum")), [rate, counts],
+                  [np.mean(p - counts * rate), p - counts * rate + stirling,
+                   np.sum(p - counts * np.log(p + 1e-8))], rtol=1e-12)
+    x, t, v = rand(3, 4), rand(3, 4), np.abs(rand(3, 4)) + 0.1
+    half_log_2pi = 0.5 * np.log(2 * np.pi)
+    row_var = np.abs(rand(3)) + 0.1
+    check_forward(lambda x, t, v, r: (F.gaussian_nll_loss(x, t, v), F.gaussian_nll_loss(x, t, v, full=True,
+                                                                                         reduction="sum"),
+                                      F.gaussian_nll_loss(x, t, r, reduction="none")), [x, t, v, row_var],
+                  [np.mean(0.5 * (np.log(v) + (x - t) ** 2 / v)),
+                   np.sum(0.5 * (np.log(v) + (x - t) ** 2 / v) + half_log_2pi),
+                   0.5 * (np.log(row_var[:, None]) + (x - t) ** 2 / row_var[:, None])], rtol=1e-12)
+    check_grads(lambda x, t, v: (F.poisson_nll_loss(x, t, reduction="none"), F.gaussian_nll_loss(x, t, v)),
+                [rate, counts + 0.5, v])
+    # var below eps is clamped, and its gradient passes the clamp (torch clamps without recording it)
+    g = gc.compile(lambda v: gc.grad(F.gaussian_nll_loss(np.ones(2), np.zeros(2), v, reduction="sum"), [v])[0],
+                   np.array([1e-9, 2.0]))(np.array([1e-9, 2.0]))
+    np.testing.assert_allclose(g, [0.5 / 1e-6 - 0.5 / 1e-12, 0.5 / 2 - 0.5 / 4], rtol=1e-12)
+    with pytest.raises(gc.ShapeError, match="gaussian_nll_loss: var .* does not fit input"):
+        gc.compile(F.gaussian_nll_loss, x, t, rand(2))
+
+
+def test_cosine_embedding_and_soft_margin_losses():
+    a, b, y = rand(4, 3), rand(4, 3), np.array([1.0, -1.0, 1.0, -1.0])
+    a[1] = 0.0                                                             # a zero vector: torch's 1e-12
+    cos = (a * b).sum(1) / np.sqrt(((a * a).sum(1) + 1e-12) * ((b * b).sum(1) + 1e-12))
+    want = np.where(y == 1, 1 - cos, np.maximum(cos - 0.2, 0))
+    check_forward(lambda a, b, y: (F.cosine_embedding_loss(a, b, y, 0.2, "none"), F.cosine_embedding_loss(a, b, y),
+                                   F.cosine_embedding_loss(a[0], b[0], y[0])), [a, b, y],
+                  [want, np.mean(np.where(y == 1, 1 - cos, np.maximum(cos, 0))), 1 - cos[0]], rtol=1e-12)
+    x = rand(3, 4)
+    t = np.sign(rand(3, 4))
+    check_forward(lambda x, t: (F.soft_margin_loss(x, t),
+                                F.multilabel_soft_margin_loss(x, (t + 1) / 2, reduction="none"),
+                                F.multilabel_soft_margin_loss(x, (t + 1) / 2, weight=np.arange(4.0))), [x, t],
+                  [np.mean(softplus(-t * x)), np.mean((t + 1) / 2 * softplus(-x) + (1 - t) / 2 * softplus(x), 1),
+                   np.mean(np.mean(((t + 1) / 2 * softplus(-x) + (1 - t) / 2 * softplus(x)) * np.arange(4.0), 1))],
+                  rtol=1e-12)
+    check_forward(F.soft_margin_loss, [np.array([800.0, -800.0]), np.array([-1.0, 1.0])], np.float64(800.0))
+    check_grads(lambda a, b, x: (F.cosine_embedding_loss(a, b, y, 0.1, "none"), F.soft_margin_loss(x, t),
+                                 F.multilabel_soft_margin_loss(x, (t + 1) / 2)), [a + 0.1, b, x])
+
+
+def multi_margin(x, y, p=1, margin=1.0, weight=None):
+    n, c = x.shape
+    out = np.zeros(n)
+    for i in range(n):
+        for j in range(c):
+            if j != y[i]:
+                out[i] += max(0.0, margin - x[i, y[i]] + x[i, j]) ** p * (1 if weight is None else weight[y[i]])
+    return out / c
+
+
+def multilabel_margin(x, y):
+    n, c = x.shape
+    out = np.zeros(n)
+    for i in range(n):
+        listed = []
+        for k in y[i]:
+            if k < 0:
+                break
+            listed.append(k)
+        for j in listed:
+            out[i] += sum(max(0.0, 1 - x[i, j] + x[i, k]) for k in range(c) if k not in listed)
+    return out / c
+
+
+def test_multi_margin_and_multilabel_margin_losses():
+    x = rand(5, 4)
+    y = np.array([0, 3, 1, 1, 2])
+    w = np.abs(rand(4))
+    check_forward(lambda x: (F.multi_margin_loss(x, y, reduction="none"), F.multi_margin_loss(x, y, p=2, margin=0.5),
+                             F.multi_margin_loss(x, y, weight=w, reduction="sum"), F.multi_margin_loss(x[0], y[0])),
+                  [x], [multi_margin(x, y), np.mean(multi_margin(x, y, 2, 0.5)),
+                        np.sum(multi_margin(x, y, weight=w)), multi_margin(x[:1], y[:1])[0]], rtol=1e-12)
+    labels = np.array([[3, 0, -1, 1], [1, 1, 2, -1], [-1, 2, 0, 0], [0, 1, 2, 3], [2, -1, -1, -1]])
+    check_forward(lambda x: (F.multilabel_margin_loss(x, labels, "none"), F.multilabel_margin_loss(x, labels),
+                             F.multilabel_margin_loss(x[0], labels[0])), [x],
+                  [multilabel_margin(x, labels), np.mean(multilabel_margin(x, labels)),
+                   multilabel_margin(x[:1], labels[:1])[0]], rtol=1e-12)
+    check_forward(lambda x: (F.multi_margin_loss(x, np.array(0)), F.multilabel_margin_loss(x, np.array(0))),
+                  [np.array(1.5)], [0.0, 0.0])              # one class: nothing to compare
+    check_grads(lambda x, y, labels: (F.multi_margin_loss(x, y, reduction="none"), F.multi_margin_loss(x, y, p=2),
+                                      F.multilabel_margin_loss(x, labels, "none")), [x, y, labels])
+
+
+def np_local_response_norm(x, size, alpha, beta, k):
+    c = x.shape[1]
+    sq = x * x
+    div = np.zeros_like(x)
+    for ch in range(c):
+        lo, hi = ch - size // 2, ch + (size - 1) // 2
+        div[:, ch] = sq[:, max(lo, 0):min(hi, c - 1) + 1].sum(1)
+    return x / (k + alpha * div / size) ** beta
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_local_response_norm(size):
+    x = rand(2, 4, 3, 2)
+    check_forward(lambda x: F.local_response_norm(x, size, alpha=0.3, beta=0.6, k=1.5), [x],
+                  np_local_response_norm(x, size, 0.3, 0.6, 1.5), rtol=1e-12)
+    check_grads(lambda x: F.local_response_norm(x, size, alpha=0.3), [x[:, :, :, 0]])
+
+
+def test_local_response_norm_edges():
+    check_forward(lambda x: F.local_response_norm(x, 3), [np.zeros((2, 3, 0))], np.zeros((2, 3, 0)))
+    with pytest.raises(gc.ShapeError, match=r"local_response_norm: x must be \(N, C, \*\)"):
+        gc.compile(lambda x: F.local_response_norm(x, 3), rand(3))
+
+
+def test_pytorch_losses_of_an_empty_batch():
+    """An empty batch: reduction 'none' gives an empty loss, 'sum' 0, 'mean' NaN (0/0, as torch's
+    own for these losses; its multi_margin and multilabel_margin return whatever memory held), and
+    the gradient is empty."""
+    x, y, labels, listed = np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64), np.zeros((0, 4), np.int64)
+    losses = [(lambda x, r: F.cosine_embedding_loss(x, x + 1, y, reduction=r), (0,)),
+              (lambda x, r: F.poisson_nll_loss(x, x, reduction=r), (0, 4)),
+              (lambda x, r: F.gaussian_nll_loss(x, x, x * x + 1, reduction=r), (0, 4)),
+              (lambda x, r: F.soft_margin_loss(x, x, r), (0, 4)),
+              (lambda x, r: F.multi_margin_loss(x, labels, reduction=r), (0,)),
+              (lambda x, r: F.multilabel_margin_loss(x, listed, r), (0,)),
+              (lambda x, r: F.multilabel_soft_margin_loss(x, x, reduction=r), (0,))]
+    check_forward(lambda x: [loss(x, r) for loss, _ in losses for r in ("none", "sum", "mean")], [x],
+                  [want for _, shape in losses for want in (np.zeros(shape), 0.0, np.nan)])
+    check_values(lambda x: gc.grad(sum(F.sum(loss(x, "sum")) for loss, _ in losses), [x]), [x], [x])

@@ -2,7 +2,7 @@
 and the unrolled solvers (inv, solve, det, slogdet, cholesky): forward through onnxruntime
 against numpy (float32 and float64, batches, a symbolic batch), float64 gradient checks at orders
 1 and 2, and the edges: singular matrices, size-1 and empty diagonals, zero distances, ties of
-pivots, the size bound, and the refused qr/eigh."""
+pivots and the size bound."""
 import numpy as np
 import pytest
 
@@ -198,8 +198,6 @@ def test_solver_limits_and_refusals():
         gc.compile(F.det, rand(2, 3))
     with pytest.raises(gc.UnsupportedError, match="qr: 33 reflections are beyond"):
         gc.compile(F.qr, gc.spec((big, big)))
-    with pytest.raises(gc.UnsupportedError, match="eigh is not supported"):
-        gc.compile(lambda a: np.linalg.eigh(a), rand(3, 3))
 
 
 # -- qr ----------------------------------------------------------------------------------------------------
@@ -316,12 +314,51 @@ def test_logdet_and_multi_dot():
         gc.compile(lambda a: F.matrix_power(a, 2), rand(2, 3))
 
 
-@pytest.mark.parametrize("fn, message", [
-    (F.svd, "svd is not supported: it needs singular values.*F.qr"),
-    (F.pinv, "pinv is not supported.*F.solve"),
-    (lambda a: F.lstsq(a, a), "lstsq is not supported.*F.qr"),
-    (F.matrix_exp, "matrix_exp is not supported.*F.matrix_power"),
-])
-def test_spectral_refusals_name_an_alternative(fn, message):
-    with pytest.raises(gc.UnsupportedError, match=message):
-        gc.compile(fn, rand(3, 3))
+# -- PyTorch's product forms, vecdot, block_diag and pdist -------------------------------------------------------
+def test_addmv_addbmm_addr_and_vecdot():
+    x, m, v = rand(3), rand(3, 4), rand(4)
+    b, a1, a2 = rand(3, 5), rand(2, 3, 4), rand(2, 4, 5)
+    r, u, w = rand(3, 4), rand(3), rand(4)
+    check_forward(lambda x, m, v, b, a1, a2, r, u, w: (F.addmv(x, m, v), F.addmv(x, m, v, beta=0.5, alpha=2),
+                                                      F.addbmm(b, a1, a2, beta=2, alpha=-1), F.addr(r, u, w),
+                                                      F.addr(r, u, w, beta=0), F.vecdot(m, v), F.vecdot(a1, m, axis=1)),
+                  [x, m, v, b, a1, a2, r, u, w],
+                  [x + m @ v, 0.5 * x + 2 * (m @ v), 2 * b - (a1 @ a2).sum(0), r + np.outer(u, w), np.outer(u, w),
+                   np.vecdot(m, v), (a1 * m).sum(1)], rtol=1e-12)      # torch's dim: after broadcasting
+    check_forward(lambda x, m, v: F.addmv(x, m, v, beta=0), [np.full(3, np.nan), m, v], m @ v)   # beta=0 ignores input
+    a1, a2, b = rand(3, 2, 4), rand(3, 4, 5), rand(2, 5)          # addbmm's batch of 3 symbolic with x's and m's rows
+    check_grads(lambda x, m, v, b, a1, a2: (F.addmv(x, m, v, 2, 3), F.addbmm(b, a1, a2, 0.5), F.addr(m, x, v),
+                                            F.vecdot(m, v)), [x, m, v, b, a1, a2])
+    with pytest.raises(gc.ShapeError, match="addmv: mat and vec must be a matrix and a vector"):
+        gc.compile(F.addmv, x, v, v)
+
+
+def test_block_diag_of_matrices_vectors_scalars_and_empties():
+    a, b, c, e = rand(2, 3), rand(4), np.array(7.0), np.zeros((0, 2))
+    want = np.zeros((4, 10))
+    want[:2, :3], want[2, 3:7], want[3, 7] = a, b, 7.0
+    check_forward(lambda a, b, c, e: F.block_diag(a, b, c, e), [a, b, c, e], want)
+    ints = np.array([[1, 2]])
+    check_forward(lambda a, i: F.block_diag(a, i), [a, ints],
+                  np.block([[a, np.zeros((2, 2))], [np.zeros((1, 3)), ints]]))
+    check_grads(lambda a, b: F.block_diag(a, b, a), [a, rand(3, 1)])
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 0.0, 3.0, np.inf])
+def test_pdist(p):
+    x = rand(5, 3)
+    i, j = np.triu_indices(5, 1)
+    want = np.array([np.linalg.norm(x[a] - x[b], p) for a, b in zip(i, j)])
+    check_forward(lambda x: F.pdist(x, p), [x], want, rtol=1e-12)
+    if p:
+        check_grads(lambda x: F.pdist(x, p), [x])
+
+
+def test_pdist_edges():
+    """One row gives no distance, no columns zero distances; a repeated row's distance is 0 with a
+    gradient of 0 (torch's), not NaN."""
+    check_forward(lambda x: (F.pdist(x), F.pdist(x[:, :0])), [rand(1, 3)], [np.zeros(0), np.zeros(0)])
+    x = np.array([[1.0, 2.0], [1.0, 2.0], [0.0, 0.0]])
+    check_forward(F.pdist, [x], np.array([0.0, np.sqrt(5), np.sqrt(5)]), rtol=1e-14)
+    g = gc.compile(lambda x: gc.grad(F.sum(F.pdist(x)), [x])[0], x)(x)
+    np.testing.assert_allclose(g, [[1 / np.sqrt(5), 2 / np.sqrt(5)]] * 2 + [[-2 / np.sqrt(5), -4 / np.sqrt(5)]])

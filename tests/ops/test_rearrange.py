@@ -107,3 +107,24 @@ def test_symbolic_axes_are_refused_where_data_moves_along_them():
 def test_argument_errors(call, error, message):
     with pytest.raises(error, match=message):
         gc.compile(call, X)
+
+
+# -- column_stack, atleast_nd, meshgrid ------------------------------------------------------------------------
+def test_column_stack_and_atleast_nd():
+    a, b, c = np.arange(3.0), np.arange(6.0).reshape(3, 2), np.float64(7.0)
+    check_forward(lambda a, b: F.column_stack([a, b, a]), [a, b], np.column_stack([a, b, a]))
+    check_forward(lambda c: F.column_stack([c]), [c], np.column_stack([c]))
+    for fn, np_fn in ((F.atleast_1d, np.atleast_1d), (F.atleast_2d, np.atleast_2d), (F.atleast_3d, np.atleast_3d)):
+        check_forward(lambda a, b, c, fn=fn: (*fn(a, b, c), fn(c), *fn([a])), [a, b, c],
+                      [*np_fn(a, b, c), np_fn(c), np_fn(a)])
+    check_grads(lambda a, b: (F.column_stack([a, b]), F.atleast_3d(b)), [a, b])
+
+
+@pytest.mark.parametrize("indexing", ["xy", "ij"])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_meshgrid(indexing, sparse):
+    x, y, z = np.arange(3.0), np.arange(4.0) * 2, np.array(5.0)
+    check_forward(lambda x, y, z: F.meshgrid(x, y, z, indexing=indexing, sparse=sparse), [x, y, z],
+                  list(np.meshgrid(x, y, z, indexing=indexing, sparse=sparse)))
+    check_forward(lambda x: F.meshgrid(x, indexing=indexing), [x], list(np.meshgrid(x, indexing=indexing)))
+    check_grads(lambda x, y: F.meshgrid([x, y], indexing=indexing, sparse=sparse), [x, y])

@@ -230,3 +230,22 @@ def test_masked_select_static_and_runtime_masks():
 def test_refused_forms(call, error, message):
     with pytest.raises(error, match=message):
         gc.compile(call, f32(X)[0])
+
+
+def test_scatter_reduce_prod_gradient_is_exact_at_zeros():
+    """The product of the other factors, never a division by a factor: a group with one zero update
+    gives that update the product of the rest and the others 0, a group with two zeros gives all 0,
+    a zero in x gives x the updates' product (torch's values; a division gave NaN). The second
+    derivative is exact where a group holds at most one zero (as PyTorch's)."""
+    x = np.array([2.0, 0.0, 3.0, 5.0])
+    src = np.array([0.0, 4.0, 7.0, 0.0, 0.0, 6.0])
+    index = np.array([0, 0, 1, 2, 2, 3])
+    out, gx, gsrc = gc.compile(lambda x, s: [F.scatter_reduce(x, 0, index, s, "prod"),
+                                             *gc.grad(F.sum(F.scatter_reduce(x, 0, index, s, "prod")), [x, s])],
+                               x, src)(x, src)
+    np.testing.assert_array_equal(out, [0.0, 0.0, 0.0, 30.0])
+    np.testing.assert_array_equal(gx, [0.0, 7.0, 0.0, 6.0])
+    np.testing.assert_array_equal(gsrc, [8.0, 0.0, 0.0, 0.0, 0.0, 5.0])
+    check_grads(lambda x, s: F.scatter_reduce(x, 0, index, s, "prod", include_self=False), [x, src], order=1)
+    one_zero = np.array([0.0, 4.0, 7.0, 0.0, 2.0, 6.0])
+    check_grads(lambda x, s: F.scatter_reduce(x, 0, index, s, "prod"), [x, one_zero])

@@ -444,3 +444,60 @@ def test_pooling_option_errors():
         gc.compile(lambda x: F.avg_pool(x, 2, divisor_override=0), rand(1, 1, 4, 4))
     with pytest.raises(gc.ShapeError, match="smaller than the dilated kernel"):
         gc.compile(lambda x: F.max_pool(x, 2, pad=3, dilation=2), rand(1, 1, 8, 8))
+
+
+# -- max_unpool and channel_shuffle ------------------------------------------------------------------------------
+def np_unpool(x, idx, size):
+    n, c = x.shape[:2]
+    out = np.zeros((n, c, int(np.prod(size))))
+    flat_x, flat_i = x.reshape(n, c, -1), idx.reshape(n, c, -1)
+    for a in range(n):
+        for b in range(c):
+            for v, i in zip(flat_x[a, b], flat_i[a, b]):
+                out[a, b, i] = v                                   # in order: the last write wins
+    return out.reshape((n, c) + tuple(size))
+
+
+@pytest.mark.parametrize("shape, kernel, stride, pad", [((2, 3, 9), 3, 2, 1), ((1, 2, 6, 7), 2, 2, 0),
+                                                        ((1, 2, 5, 6), (3, 2), (2, 1), (1, 0)),
+                                                        ((1, 1, 4, 4, 6), 2, 2, 0)])
+def test_max_unpool_inverts_max_pool(shape, kernel, stride, pad):
+    x = np.random.default_rng(len(shape)).standard_normal(shape)
+    pooled, idx = gc.compile(lambda x: F.max_pool(x, kernel, stride, pad, return_indices=True), x)(x)
+    size = shape[2:]
+    check_forward(lambda p, i: F.max_unpool(p, i, kernel, stride, pad, output_size=size), [pooled, idx],
+                  np_unpool(pooled, idx, size))
+    check_grads(lambda p, i: F.max_unpool(p, i, kernel, stride, pad, output_size=shape), [pooled, idx])
+
+
+def test_max_unpool_default_size_and_repeated_indices():
+    """Without output_size the size is (in - 1)·stride - 2·pad + kernel; a repeated index (windows that
+    overlap on one maximum) keeps the value written last, which alone gets the gradient."""
+    p, idx = np.array([[[1.0, 2.0, 3.0]]]), np.array([[[1, 1, 4]]])
+    check_forward(lambda p, i: F.max_unpool(p, i, 2), [p, idx], np.array([[[0.0, 2.0, 0.0, 0.0, 3.0, 0.0]]]))
+    g = gc.compile(lambda p: gc.grad(F.sum(F.max_unpool(p, idx, 2) * np.arange(6.0)), [p])[0], p)(p)
+    np.testing.assert_array_equal(g, [[[0.0, 1.0, 4.0]]])
+    with pytest.raises(gc.ShapeError, match="max_unpool: x .* and indices .* must share one shape"):
+        gc.compile(lambda p: F.max_unpool(p, idx[..., :2], 2), p)
+
+
+def test_channel_shuffle():
+    x = np.arange(2 * 6 * 3, dtype=np.float64).reshape(2, 6, 3)
+    want = x.reshape(2, 3, 2, 3).transpose(0, 2, 1, 3).reshape(2, 6, 3)
+    check_forward(lambda x: F.channel_shuffle(x, 3), [x], want)
+    check_grads(lambda x: F.channel_shuffle(x, 2), [np.random.default_rng(9).standard_normal((2, 4, 2, 2))])
+    with pytest.raises(gc.ShapeError, match="channel_shuffle: .* divisible by groups=4"):
+        gc.compile(lambda x: F.channel_shuffle(x, 4), x)
+
+
+def test_max_unpool_needs_static_images():
+    """A symbolic spatial size is refused by name (it met Python arithmetic on the symbol before); a
+    symbolic batch and channel count trace and run."""
+    for out in (None, (4,)):
+        with pytest.raises(gc.ShapeError, match=r"max_unpool: the spatial sizes of x \(1, 2, w\) must be static"):
+            gc.compile(lambda x, out=out: F.max_unpool(x, F.cast(x, np.int64), 2, output_size=out),
+                       gc.spec((1, 2, "w"), np.float64))
+    pooled, idx = np.array([[[3.0, 5.0]], [[1.0, 2.0]]]), np.array([[[1, 2]], [[3, 0]]])
+    cf = gc.compile(lambda p, i: F.max_unpool(p, i, 2), gc.spec(("n", "c", 2), np.float64),
+                    gc.spec(("n", "c", 2), np.int64))
+    np.testing.assert_array_equal(cf(pooled, idx), np_unpool(pooled, idx, (4,)))

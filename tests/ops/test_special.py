@@ -204,3 +204,16 @@ def test_normal_and_bessel_gradients():
     g = gc.compile(lambda x: gc.grad(F.sum(gc.grad(F.sum(F.i0(x)), [x])[0]), [x])[0], np.zeros(1),
                    provider="cpu")(np.zeros(1))
     np.testing.assert_allclose(g, [0.5])                                  # I0''(0) = 1/2
+
+
+def test_xlog1py_values_and_torchs_gradients():
+    """0 where x == 0 (y = -1, +inf and beyond -1 too) unless y is NaN; d/dx = log1p(y), 0 where
+    x == 0 and y <= -1; d/dy = x / (1 + y)."""
+    x = np.array([0.0, 0.0, 0.0, 0.0, 2.0, -1.5, 3.0, 0.0, nan])
+    y = np.array([-1.0, inf, nan, 0.5, -0.5, 1e-9, -2.0, -3.0, 1.0])
+    want = np.array([0.0, 0.0, nan, 0.0, 2 * math.log(0.5), -1.5 * math.log1p(1e-9), nan, 0.0, nan])
+    check_values(F.xlog1py, [x, y], want)
+    pts = np.array([0.0, 0.0, 0.0, 2.0]), np.array([-1.0, 0.5, 2.0, -0.5])
+    check_values(lambda x, y: gc.grad(F.sum(F.xlog1py(x, y)), [x]), list(pts),
+                 [np.array([0.0, math.log1p(0.5), math.log1p(2.0), math.log1p(-0.5)])])
+    check_grads(F.xlog1py, [rand(3, 4, seed=40), rand(4, seed=41, low=-0.5, high=3.0)])

@@ -89,3 +89,33 @@ def test_arctan2_and_hypot_gradients():
     zero = np.zeros(1)
     check_values(lambda y, x: gc.grad(F.sum(F.arctan2(y, x)), [y, x]), [zero, zero], [[0.0], [0.0]])
     check_values(lambda y, x: gc.grad(F.sum(F.hypot(y, x)), [y, x]), [zero, zero], [[nan], [nan]])
+
+
+# -- angles and sinc --------------------------------------------------------------------------------------
+def test_angle_conversions():
+    x = np.array([0.0, 90.0, -180.0, 1e300, inf, nan])
+    check_forward(lambda x: (F.deg2rad(x), F.rad2deg(F.deg2rad(x))), [x], [np.deg2rad(x), np.rad2deg(np.deg2rad(x))],
+                  rtol=1e-15)
+    check_forward(F.deg2rad, [np.array([180, -90])], np.deg2rad([180, -90]).astype(np.float32))
+    check_grads(lambda x: (F.deg2rad(x), F.rad2deg(x)), [rand(3, 2, seed=30)])
+
+
+def test_sinc_matches_numpy_across_its_series_switch():
+    x = np.concatenate([rand(40, seed=31, low=-4, high=4), [0.0, -0.0, 1e-30, 0.159, 0.1592, 0.16, 1.0, -3.0,
+                                                               1e8, inf, -inf, nan]])
+    with np.errstate(invalid="ignore"):
+        check_forward(F.sinc, [x], np.sinc(x), rtol=1e-14, atol=1e-16)
+        check_forward(F.sinc, [x.astype(np.float32)], np.sinc(x).astype(np.float32), rtol=2e-6, atol=1e-7)
+    check_forward(F.sinc, [np.zeros((2, 0))], np.zeros((2, 0)))
+
+
+def test_sinc_derivatives_at_and_near_zero():
+    """sinc'(0) = 0 and sinc''(0) = -π²/3 exactly (the series), and float32's first derivative keeps its
+    digits near 0, where (y cos y - sin y)/y² would cancel."""
+    check_grads(F.sinc, [np.array([0.0, 0.158, 0.16, -0.5, 2.3])])
+    d2 = gc.compile(lambda x: gc.grad(F.sum(gc.grad(F.sum(F.sinc(x)), [x])[0]), [x])[0], np.zeros(1))(np.zeros(1))
+    np.testing.assert_allclose(d2, [-np.pi ** 2 / 3], rtol=1e-12)
+    x = np.float32([1e-3, 1e-2])
+    d1 = gc.compile(lambda x: gc.grad(F.sum(F.sinc(x)), [x])[0], x)(x)
+    y = np.pi * x.astype(np.float64)
+    np.testing.assert_allclose(d1, np.pi * (y * np.cos(y) - np.sin(y)) / y ** 2, rtol=1e-5)

@@ -287,3 +287,17 @@ def sampling_and_spectra_grad(x, grid, ids):
     gx, ggrid = gc.grad(loss, [x, grid])
     bits = F.bitwise_xor(ids << 3, ~(ids >> 1)) & 0x5A5A
     return {"loss": loss, "x": gx, "grid": ggrid, "bits": bits}
+
+
+# -- spectral decompositions (Jacobi sweeps and scaling and squaring in while loops), their gradient --------------
+@gc.export(x=gc.spec(("batch", 3, 3)))
+def spectral_grad(x):
+    """eigh of a symmetric matrix, svd, pinv and matrix_exp, each an ONNX Loop with a condition (the
+    iterations stop per batch at run time), and the gradient through their closed-form VJPs."""
+    w, v = F.eigh(x + F.swapaxes(x, -1, -2))
+    u, s, vh = F.svd(x[:, :, :2], full_matrices=False)
+    p = F.pinv(x)
+    e = F.matrix_exp(x * 2.0)
+    loss = F.sum(w * w) + F.sum(v * v * w[:, None, :]) + F.sum(s) + F.sum(u * u * s[:, None, :]) + F.sum(p * p) \
+        + F.sum(e)
+    return {"w": w, "s": s, "pinv": p, "exp": e, "x": gc.grad(loss, [x])[0]}

@@ -31,6 +31,7 @@ from gcompile.lowering.serialize import serialize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(ROOT, "tests", "portability", "corpus.py")
+DTYPES_CORPUS = os.path.join(ROOT, "tests", "portability", "dtypes_corpus.py")
 EXAMPLES = os.path.join(ROOT, "examples")
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -39,8 +40,8 @@ RTOL, ATOL = 1e-4, 1e-5
 # checks this against what is built, so a new example joins the matrix by being listed here).
 CASES = ["gradient_penalty", "lstm_grad", "scan_rnn_hvp", "euler_flow", "cnn_bn_adam", "dropout_train",
          "transformer_grad", "conv_penalty", "imported_grad", "force_matching", "grouped_conv_grad",
-         "depthwise_saliency", "scans_and_pools_grad", "sampling_and_spectra_grad", "cnn.predict",
-         "cnn.loss_and_grads",
+         "depthwise_saliency", "scans_and_pools_grad", "sampling_and_spectra_grad", "spectral_grad",
+         "cnn.predict", "cnn.loss_and_grads",
          "ctc_lstm.ctc_train_step", "finetune_onnx.finetune", "hvp.hvp", "mlp.predict", "mlp.loss_and_grads",
          "neural_ode.loss_and_grads", "nn_cnn.predict", "nn_cnn.train_step", "pinn.pinn_loss_and_grads",
          "wgan_gp.wgan_gp_penalty"]
@@ -77,15 +78,16 @@ def sources() -> list[str]:
     return [CORPUS, *sorted(glob.glob(os.path.join(EXAMPLES, "*.py")))]
 
 
-def build_cases() -> list[Case]:
-    """Every artifact of every source, built for the portable target, with its inputs and reference outputs."""
+def build_cases(paths: list[str] | None = None) -> list[Case]:
+    """Every artifact of every source (or of `paths`), built for the portable target, with its inputs and
+    reference outputs."""
     ort = onnxruntime()
     cases = []
-    for path in sources():
+    for path in paths or sources():
         stem = os.path.splitext(os.path.basename(path))[0]
         _, built = lower_all(path)
         for info, model, _float64_ops, _times in built:
-            name = info.name if path == CORPUS else f"{stem}.{info.name}"
+            name = info.name if path in (CORPUS, DTYPES_CORPUS) else f"{stem}.{info.name}"
             data = serialize(model, f"{info.name}.onnx")[0]
             feeds = info.check_feeds(model)
             session = ort.InferenceSession(data, _quiet_options(ort), providers=["CPUExecutionProvider"])

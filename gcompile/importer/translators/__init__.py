@@ -11,7 +11,7 @@ from . import (  # noqa: F401
     indexing,
     nn,
     pooling,
-    quantization,
+    quantize,
     reduce,
     resize,
     rnn,

@@ -18,6 +18,7 @@ import numpy as np
 
 from ... import functions as F
 from ...ir import dims
+from ...ir.dtypes import is_float
 from ..table import np_dtype, onnx_op, require_float, scalar_like
 from .shape import diagonal_offsets, iota
 
@@ -116,7 +117,7 @@ def _attention(n, q, k, v, mask=None, past_key=None, past_value=None, nonpad_kv_
     biased = scores if bias is None else scores + bias
     precision = n.attr("softmax_precision")
     wide = np.dtype(q.dtype) if precision is None else np_dtype(precision, n.describe())
-    if wide.kind != "f":
+    if not is_float(wide):
         raise n.unsupported(f"softmax_precision {wide.name} (a float type)")
     logits = F.cast(biased, wide)              # the softmax in softmax_precision, its result in the inputs' dtype
     if bias is None:

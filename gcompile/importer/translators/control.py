@@ -31,7 +31,7 @@ from ...frontend.tensor import Tensor, as_tensor
 from ...frontend.trace import trace_body
 from ...ops import random
 from ...ops.control import cond_node, scan, while_node
-from ..table import onnx_op
+from ..table import OptionalValue, TensorSequence, onnx_op
 from .shape import iota
 
 UNROLL_LIMIT = 256
@@ -127,12 +127,19 @@ class _RunTimeCondition(Exception):
 
 @onnx_op("Loop")
 def _loop(n, trips=None, cond=None, *initial):
+    structured = any(isinstance(v, (TensorSequence, OptionalValue)) for v in initial)
     if n.form == "while" or trips is None or not isinstance(trips, np.ndarray) or \
             cond is not None and not isinstance(cond, np.ndarray):
+        if structured:
+            raise n.unsupported("it carries a sequence or an optional, so it is unrolled at import: its trip count and "
+                                "condition must be known at import time, but are computed at run time")
         return _while(n, trips, cond, initial)
     count = n.ints(trips, "trip count")[0]
     if cond is not None and not bool(n.known(cond, "condition").reshape(-1)[0]):
         count = 0
+    if structured and count > UNROLL_LIMIT:     # a sequence's length changes from step to step: unrolled
+        raise n.unsupported(f"it carries a sequence or an optional through {count} steps, more than the "
+                                f"{UNROLL_LIMIT} unrolled at import")
 
     def step(carry, i):
         outs = n.run_graph("body", [i, np.array(True), *carry])
@@ -143,6 +150,9 @@ def _loop(n, trips=None, cond=None, *initial):
             raise _RunTimeCondition
         return outs[1:1 + len(initial)], outs[1 + len(initial):]
     try:
+        if structured:
+            with n.repeated(max(count, 1), f"it is unrolled into {count} steps"):
+                return _unrolled(step, initial, count)
         final, ys = _looped(n, step, initial, iota(max(count, 0)))   # a huge count is no huge constant
     except _RunTimeCondition:
         return _retried(n, trips, cond, initial)
@@ -212,7 +222,7 @@ def if_node(n, cond, run_branch) -> list:
     def branch(name: str) -> Callable[[list[Tensor]], list[Tensor]]:
         if n.attr(name) is None:
             raise n.unsupported(f"it lacks its {name}")
-        return lambda _: [as_tensor(v) for v in run_branch(name)]
+        return lambda _: [as_tensor(_tensor_output(n, v)) for v in run_branch(name)]
     try:
         traced = [trace_body(branch(name), []) for name in ("then_branch", "else_branch")]
         (then_body, then_captured), (else_body, else_captured) = traced
@@ -220,6 +230,15 @@ def if_node(n, cond, run_branch) -> list:
     except TraceError as err:   # a branch giving a sequence, or outputs of other types than the other's
         raise n.unsupported(f"its condition is computed at run time, so both branches are imported, but {err}") \
             from None
+
+
+def _tensor_output(n, value):
+    """A branch output of an If decided at run time: a tensor (a sequence's or optional's structure is
+    fixed at import, so it cannot depend on a run-time condition)."""
+    if isinstance(value, (TensorSequence, OptionalValue)):
+        raise n.unsupported("a branch gives a sequence or an optional, so its condition must be known at import "
+                            "time (it is computed at run time)")
+    return value
 
 
 def _unrolled(step, carry, count: int):

@@ -22,6 +22,7 @@ import numpy as np
 
 from ... import functions as F
 from ...frontend.tensor import Tensor, apply
+from ...ir.dtypes import is_float
 from .. import sizes
 from ..table import COMPARISONS, SYMBOLIC_BINARY, SymInts, entrywise, onnx_op, require_float, scalar_like
 
@@ -56,7 +57,7 @@ def _sign(n, x):
 
 @onnx_op("Relu")
 def _relu(n, x):
-    return F.relu(x) if np.dtype(x.dtype).kind == "f" else F.maximum(x, scalar_like(0, x))
+    return F.relu(x) if is_float(np.dtype(x.dtype)) else F.maximum(x, scalar_like(0, x))
 
 
 @onnx_op("Reciprocal")
@@ -156,7 +157,7 @@ def _not(n, x):
 def _symbolic(op_type, a, b):
     """Elementwise shape arithmetic on SymInts (sizes.py); a quotient of float sizes must be exact."""
     dtype = next(v.dtype for v in (a, b) if isinstance(v, SymInts))
-    op = "ExactDiv" if op_type == "Div" and dtype.kind == "f" else op_type
+    op = "ExactDiv" if op_type == "Div" and is_float(dtype) else op_type
     return entrywise(SYMBOLIC_BINARY[op], a, b, dtype=np.dtype(np.bool_) if op_type in COMPARISONS else None)
 
 
@@ -169,7 +170,7 @@ def _binary(op_type, fn):
 
 
 def _div(a, b):
-    if np.dtype(a.dtype).kind == "f":
+    if is_float(np.dtype(a.dtype)):
         return F.divide(a, b)
     return apply("div", [a, b])       # ONNX integer Div truncates toward zero, as gcompile's div op
 
@@ -184,9 +185,9 @@ for _op, _fn in _BINARY.items():
 
 @onnx_op("Pow")
 def _pow(n, x, y):
-    if np.dtype(x.dtype).kind == "f":
+    if is_float(np.dtype(x.dtype)):
         return F.power(x, F.cast(y, x.dtype))
-    if np.dtype(y.dtype).kind == "f":      # int base, float exponent: the result keeps the base's type
+    if is_float(np.dtype(y.dtype)):      # int base, float exponent: the result keeps the base's type
         return F.cast(F.power(F.cast(x, np.float64), F.cast(y, np.float64)), x.dtype)
     return F.power(x, F.cast(y, x.dtype))
 
@@ -238,7 +239,7 @@ def _mod(n, a, b):
     if isinstance(a, SymInts) or isinstance(b, SymInts):
         return entrywise(partial(sizes.mod, fmod=bool(n.attr("fmod", 0))), a, b)
     dtype = np.result_type(a.dtype, b.dtype)
-    if dtype.kind == "f":                  # in float64, so that a float32 quotient rounds far less
+    if is_float(dtype):                  # in float64, so that a float32 quotient rounds far less
         wide_a, wide_b = F.cast(a, np.float64), F.cast(b, np.float64)
         q = wide_a / wide_b
         rest = wide_a - F.sign(q) * F.floor(F.abs(q)) * wide_b

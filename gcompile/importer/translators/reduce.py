@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import functions as F
+from ...ir.dtypes import is_float
 from ...ops.shape_rules import normalize_axes, normalize_axis
 from ..table import onnx_op
 
@@ -42,11 +43,11 @@ def _reduction(body, empty=None):
 
 
 def _least(dtype):
-    return -np.inf if dtype.kind == "f" else False if dtype.kind == "b" else np.iinfo(dtype).min
+    return -np.inf if is_float(dtype) else False if dtype.kind == "b" else np.iinfo(dtype).min
 
 
 def _greatest(dtype):
-    return np.inf if dtype.kind == "f" else True if dtype.kind == "b" else np.iinfo(dtype).max
+    return np.inf if is_float(dtype) else True if dtype.kind == "b" else np.iinfo(dtype).max
 
 
 _REDUCTIONS = {
@@ -76,7 +77,7 @@ def _arg_extremum(n, x):
     reduce = F.max if n.op_type == "ArgMax" else F.min
     extremum = reduce(x, axis, keepdims=True)
     hit = F.equal(x, extremum)
-    if np.dtype(x.dtype).kind == "f":
+    if is_float(np.dtype(x.dtype)):
         hit = F.logical_or(hit, F.logical_and(F.not_equal(x, x), F.not_equal(extremum, extremum)))
     position = F.reshape(F.arange(size), (size,) + (1,) * (x.ndim - axis - 1))
     keep = bool(n.attr("keepdims", 1))

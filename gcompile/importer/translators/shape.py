@@ -19,6 +19,7 @@ from ... import functions as F
 from ...errors import ShapeError
 from ...frontend.tensor import Tensor
 from ...ir import dims
+from ...ops.basic import cast_array
 from ...ops.indexing import slice_axes
 from ...ops.shape_rules import broadcast_shapes, normalize_axes, normalize_axis
 from ...passes.fold import MAX_FOLD_ELEMENTS
@@ -68,10 +69,11 @@ def _cast(n, x, like=None):
         if dtype.kind not in "iuf":
             raise NotSymbolic()
         return SymInts(x.values, dtype)      # sizes cast to float (arange(float(n))) stay whole numbers
+    saturate = bool(n.attr("saturate", 1))   # float8 targets only
     if isinstance(x, np.ndarray):            # CastLike of a constant to a size's type: still a constant
         with np.errstate(all="ignore"):      # as the reference evaluator casts (-inf to int is the runtime's)
-            return x.astype(dtype)
-    return F.cast(x, dtype)
+            return cast_array(x, dtype, saturate)
+    return F.cast(x, dtype, saturate)
 
 
 # -- reshaping -------------------------------------------------------------------------------------------
