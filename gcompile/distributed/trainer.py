@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,7 +35,7 @@ from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD
 from ..runtime import npz
 from ..runtime.modelfile import check_value, signature
 from ..training.split import SplitStep
-from ..training.trainer import check_names
+from ..training.trainer import check_names, warn_skipped
 from .cluster import WorkerError, connect
 from .stall import durations, stalled
 from .worker import PHASES, Worker, fingerprint
@@ -313,10 +312,8 @@ class DistributedTrainer:
     def _skip(self) -> None:
         self._skipped += 1
         if self._skipped == 1:
-            warnings.warn(f"DistributedTrainer.step: a step was skipped (after {self._count} applied) because a loss "
-                          "or the averaged gradient is not finite (NaN or Inf); parameters and optimizer state are "
-                          "unchanged. trainer.skipped_steps counts such steps; this warning is given once per "
-                          "trainer", RuntimeWarning, stacklevel=3)
+            warn_skipped("DistributedTrainer", self._count, "a loss or the averaged gradient",
+                         "parameters and optimizer state")
 
     def _run(self, count: int, shards: list[tuple], weights: list[float]) -> tuple[float, bool]:
         """(the batch's loss, whether the guard skipped the step)."""
