@@ -97,6 +97,25 @@ def test_every_flip_and_cut_of_a_saved_model_is_refused(saved, tmp_path, load):
     assert refused_copies(saved / "predict.onnx", tmp_path / "copy.onnx", load) == []
 
 
+def test_every_flip_and_cut_of_a_saved_models_bytes_is_refused(saved, tmp_path):
+    """gc.load_onnx(bytes) checks the seal the bytes of a saved file carry (it parsed them unchecked)."""
+    assert refused_copies(saved / "predict.onnx", tmp_path / "copy.onnx", lambda p: gc.load_onnx(p.read_bytes()),
+                          "the given bytes") == []
+
+
+@pytest.mark.parametrize("role", ["gradient", "update"])
+def test_every_flip_and_cut_of_a_saved_split_step_is_refused(tmp_path, role):
+    """SplitStep.save wrote both models unsealed: damaged copies loaded and computed other numbers."""
+    from gcompile.distributed import SplitStep, export_split_step
+    split = export_split_step(loss, PARAMS, gc.optim.Adam(0.01), gc.spec(("batch", 3)), gc.spec(("batch", 2)),
+                              provider="cpu")
+    split.save(tmp_path / "saved")
+    shutil.copytree(tmp_path / "saved", tmp_path / "copy")
+    target = tmp_path / "copy" / f"{role}.onnx"
+    assert refused_copies(tmp_path / "saved" / f"{role}.onnx", target,
+                          lambda _: SplitStep.load(tmp_path / "copy")) == []
+
+
 def test_every_flip_and_cut_of_a_saved_training_step_is_refused_by_the_trainer(saved, tmp_path):
     assert refused_copies(saved / "step.onnx", tmp_path / "copy.onnx", lambda p: gc.runtime.Trainer(p, PARAMS)) == []
 

@@ -20,6 +20,7 @@ checkpoint, on any number of workers.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -32,9 +33,9 @@ from ..errors import GcompileError, InputError
 from ..ir.dims import astype_hint, format_shape, format_type
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD
 from ..runtime import npz
-from ..runtime.modelfile import signature
+from ..runtime.modelfile import check_value, signature
 from ..training.split import SplitStep
-from ..training.trainer import check_names
+from ..training.trainer import check_names, warn_skipped
 from .cluster import WorkerError, connect
 from .stall import durations, stalled
 from .worker import PHASES, Worker, fingerprint
@@ -79,13 +80,15 @@ class DistributedTrainer:
     others took (or as the phase took in the last step), and at least `stall` seconds, counts as
     hung and is replaced (distributed/stall.py); timeout: seconds any step may take at most.
     reduction: 'mean' when the loss is a mean over the batch (shards weighted by their size),
-    'sum' when it is a sum.
+    'sum' when it is a sum. skip_nonfinite (default True): a step whose loss (on any shard) or
+    averaged gradient holds NaN or Inf changes nothing and is counted in `skipped_steps`, as
+    Trainer's guard does. A trainer may be shared by threads: its calls run one at a time.
     """
 
     def __init__(self, step: Any, params: Mapping[str, ArrayLike] | None = None, provider: str | None = None, *,
                  workers: int = 2, address: str | None = None, cpus_per_worker: float = 1.0, restarts: int = 1,
                  timeout: float = 300.0, stall: float = 10.0, reduction: str = "mean",
-                 connect_timeout: float = 5.0) -> None:
+                 connect_timeout: float = 5.0, skip_nonfinite: bool = True) -> None:
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
             raise GcompileError(f"workers must be a positive integer, got {workers!r}")
         if reduction not in ("mean", "sum"):
@@ -119,6 +122,8 @@ class DistributedTrainer:
         self._software: dict | None = None   # what the first workers reported (handshake)
         self._closed, self._count = False, 0
         self._wall = 0.0
+        self.skip_nonfinite, self._skipped = bool(skip_nonfinite), 0
+        self._lock = threading.RLock()   # steps, reads and checkpoints of one trainer run one at a time
         try:
             self._workers = self._start(workers)
             self._set_all(initial)
@@ -166,7 +171,8 @@ class DistributedTrainer:
         actor = self._ray.remote(Worker).options(
             num_cpus=self._cpus, num_gpus=1 if self.provider == "cuda" else 0, max_restarts=0,
             scheduling_strategy="SPREAD")
-        started = [actor.remote(self._models, self.provider, max(1, int(self._cpus))) for _ in range(n)]
+        started = [actor.remote(self._models, self.provider, max(1, int(self._cpus)), self.skip_nonfinite)
+                   for _ in range(n)]
         try:
             self.handshake(started)
         except BaseException:
@@ -220,8 +226,9 @@ class DistributedTrainer:
                                 "could not recover from): start a new one and load a checkpoint")
 
     def _carried(self) -> dict[str, np.ndarray]:
-        self._open()
-        return {k: np.array(v) for k, v in self._get([self._workers[0].carried.remote()])[0].items()}
+        with self._lock:
+            self._open()
+            return {k: np.array(v) for k, v in self._get([self._workers[0].carried.remote()])[0].items()}
 
     @property
     def params(self) -> dict[str, np.ndarray]:
@@ -237,14 +244,22 @@ class DistributedTrainer:
 
     @property
     def step_count(self) -> int:
-        """Steps taken so far."""
-        return self._count
+        """Steps applied so far (a step the guard skipped does not count: see skipped_steps)."""
+        with self._lock:
+            return self._count
+
+    @property
+    def skipped_steps(self) -> int:
+        """Steps this trainer skipped because a loss or the averaged gradient was not finite."""
+        with self._lock:
+            return self._skipped
 
     def verify(self) -> str:
         """Check that every worker holds bit-identical parameters, optimizer state and step counter;
         returns their digest. A GcompileError naming the workers that differ."""
-        self._open()
-        digests = self._get([w.digest.remote() for w in self._workers])
+        with self._lock:
+            self._open()
+            digests = self._get([w.digest.remote() for w in self._workers])
         if len(set(digests)) != 1:
             raise WorkerError("the workers' parameters differ (digests " + ", ".join(
                 f"worker {i}: {d}" for i, d in enumerate(digests)) + "); this is a gcompile bug or workers with "
@@ -257,15 +272,9 @@ class DistributedTrainer:
         if len(batch) != len(names):
             raise InputError(f"DistributedTrainer.step takes {len(names)} batch input(s) "
                              f"({', '.join(names) or 'none'}), got {len(batch)}")
-        feeds = []
-        for name, value in zip(names, batch):
-            arr = np.asarray(value)
-            dtype, shape = self._types[name]
-            if arr.dtype != dtype or arr.ndim != len(shape) or any(
-                    isinstance(d, int) and d != n for d, n in zip(shape, arr.shape)):
-                raise InputError(f"batch input {name!r}: expected {format_type(dtype, shape)}, "
-                                 f"got {format_type(arr.dtype, arr.shape)}{astype_hint(dtype, arr.dtype)}")
-            feeds.append(arr)
+        bound: dict[str, tuple[int, str]] = {}   # one size per symbolic dim across the batch
+        feeds = [check_value(f"batch input {name!r}", value, *self._types[name], bound)
+                 for name, value in zip(names, batch)]
         lengths = {name: arr.shape[0] for name, arr in zip(names, feeds) if arr.ndim}
         if len(set(lengths.values())) > 1:
             raise InputError("the batch inputs are cut into shards along their first axis, which must have one "
@@ -285,23 +294,34 @@ class DistributedTrainer:
     def step(self, *batch: ArrayLike) -> float:
         """Run one data-parallel step on `batch` (cut into shards); returns the loss over the whole
         batch (the shards' losses combined as their gradients are), computed before the update."""
-        self._open()
         shards, weights = self._shards(batch)
-        while True:
-            try:
-                loss = self._run(self._count, shards, weights)
-            except _StepFailed as failure:
-                self._recover(self._count, failure)
-                continue
-            self._count += 1
-            return loss
+        with self._lock:
+            self._open()
+            while True:
+                try:
+                    loss, skipped = self._run(self._count, shards, weights)
+                except _StepFailed as failure:
+                    self._recover(self._count, failure)
+                    continue
+                if skipped:
+                    self._skip()
+                else:
+                    self._count += 1
+                return loss
 
-    def _run(self, count: int, shards: list[tuple], weights: list[float]) -> float:
+    def _skip(self) -> None:
+        self._skipped += 1
+        if self._skipped == 1:
+            warn_skipped("DistributedTrainer", self._count, "a loss or the averaged gradient",
+                         "parameters and optimizer state")
+
+    def _run(self, count: int, shards: list[tuple], weights: list[float]) -> tuple[float, bool]:
+        """(the batch's loss, whether the guard skipped the step)."""
         ray, workers, n = self._ray, self._workers, len(self._workers)
         start = time.perf_counter()
         outs = [w.gradients.options(num_returns=n + 1).remote(count, n, *shard) for w, shard in zip(workers, shards)]
         reduced = [w.reduce.remote(count, weights, *[outs[i][1 + j] for i in range(n)]) for j, w in enumerate(workers)]
-        applied = [w.apply.remote(count, *reduced) for w in workers]
+        applied = [w.apply.remote(count, *[o[0] for o in outs], *reduced) for w in workers]
         phases = {"gradients": [o[0] for o in outs], "reduce": reduced, "apply": applied}
         self._watch(phases, start)
         try:
@@ -312,10 +332,11 @@ class DistributedTrainer:
         except ray.exceptions.RayTaskError as err:   # the worker's own exception, in `cause`
             inner = getattr(err, "cause", None) or err
             raise _StepFailed(f"{type(inner).__name__}: {_first_line(inner)}", phases, cause=inner) from None
-        if counts != [count + 1] * n:
-            raise _StepFailed(f"the workers' step counters are {counts} after step {count + 1}", phases)
+        skipped = counts[0][1]
+        if counts != [(count + (not skipped), skipped)] * n:
+            raise _StepFailed(f"the workers' step counters and skips are {counts} after step {count + 1}", phases)
         self._wall = time.perf_counter() - start
-        return float(sum(w * m[0] for w, m in zip(weights, metas)))
+        return float(sum(w * m[0] for w, m in zip(weights, metas))), skipped
 
     def _watch(self, phases: dict[str, list], start: float) -> None:
         """Wait for every task of the step submitted at `start`, noting when each finishes; a
@@ -337,7 +358,8 @@ class DistributedTrainer:
     def timings(self) -> dict[str, float]:
         """Seconds of the last step: wall (as the driver saw it) and, per phase, the slowest worker's
         compute; what remains of the wall time is communication and scheduling."""
-        per_worker = self._get([w.timings.remote() for w in self._workers])
+        with self._lock:
+            per_worker = self._get([w.timings.remote() for w in self._workers])
         out = {"wall": self._wall}
         for phase in PHASES:
             out[phase] = max(t.get(phase, 0.0) for t in per_worker)
@@ -392,23 +414,26 @@ class DistributedTrainer:
     def save(self, path: str | os.PathLike) -> None:
         """Write parameters, optimizer state and step counter to an .npz file, atomically, after
         checking that every worker holds the same (verify). Trainer.load reads it too."""
-        self.verify()
-        values = self._carried()
+        with self._lock:
+            self.verify()
+            values = self._carried()
         npz.write(path, {entry: values[name] for entry, name in self._entries().items()})
 
     def load(self, path: str | os.PathLike) -> None:
         """Resume every worker from a checkpoint (written by this class or by Trainer.save, with any
         number of workers); checked against the layout before any array is read."""
-        self._open()
         entries = self._entries()
         arrays = npz.read(path, {entry: self._types[name] for entry, name in entries.items()})
-        self._set_all({name: arrays[entry] for entry, name in entries.items()})
+        with self._lock:
+            self._open()
+            self._set_all({name: arrays[entry] for entry, name in entries.items()})
 
     # -- lifetime ------------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop the workers (the Ray cluster keeps running)."""
-        self._closed = True
-        workers, self._workers = self._workers, []
+        with self._lock:
+            self._closed = True
+            workers, self._workers = self._workers, []
         if self._ray.is_initialized():
             for w in workers:
                 self._ray.kill(w, no_restart=True)

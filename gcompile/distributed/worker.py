@@ -5,7 +5,8 @@ step counter) on its device.
 A step is three calls, submitted by the driver all at once and chained through object refs, so
 the driver never touches gradient data: `gradients` (this worker's shard -> its loss and its
 gradient cut into N chunks), `reduce` (chunk j of every worker -> their weighted sum; worker j
-reduces chunk j), `apply` (the N reduced chunks -> the averaged gradient -> the update model).
+reduces chunk j), `apply` (the N reduced chunks -> the averaged gradient -> the update model,
+skipped where a loss or that gradient is not finite).
 The carried values live in two buffer sets, as in gcompile.training.Trainer: `apply` writes the
 spare set and then swaps, so the previous step's values stay until the next `apply`, and
 `rollback` can return to them after a step that failed on another worker.
@@ -44,8 +45,9 @@ class Worker:
     """See the module docstring. Constructed by Ray with the models' bytes (one object ref that
     every worker reads), the execution provider and its share of threads."""
 
-    def __init__(self, models: tuple[bytes, bytes], provider: str, threads: int) -> None:
+    def __init__(self, models: tuple[bytes, bytes], provider: str, threads: int, skip_nonfinite: bool = True) -> None:
         import onnxruntime as ort
+        self.skip_nonfinite = skip_nonfinite
         gradient_bytes, update_bytes = models
         self._fingerprint = fingerprint(gradient_bytes, update_bytes)
         update = onnx.load_from_string(update_bytes)
@@ -138,7 +140,7 @@ class Worker:
         for name in self.layout.params:
             binding.bind_ortvalue_input(name, self._live[name])
         for name, arr in zip(self.layout.batch, shard):
-            binding.bind_cpu_input(name, np.ascontiguousarray(arr))
+            binding.bind_cpu_input(name, np.require(arr, requirements="C"))
         outputs = ["loss"] + [grad_name(p) for p in self.layout.params]
         for name in outputs:
             binding.bind_output(name, "cpu")
@@ -157,21 +159,30 @@ class Worker:
         self._seconds["reduce"] = time.perf_counter() - start
         return out
 
-    def apply(self, count: int, *reduced: tuple) -> int:
-        """Run the update model on the gathered average gradient; returns the new step count."""
+    def apply(self, count: int, *parts: tuple) -> tuple[int, bool]:
+        """Run the update model on the gathered average gradient; `parts` are every worker's
+        (loss,) and then the N reduced chunks. Returns (the new step count, whether the step was
+        skipped): with skip_nonfinite, a step where a shard's loss or the averaged gradient holds
+        NaN or Inf changes nothing (every worker sees the same values, so all skip it together)."""
         self._expect(count, "apply")
         self._maybe_fail(count, "apply")
         start = time.perf_counter()
-        grads = self._plan.unflatten(self._plan.join(reduced))
+        n = len(parts) // 2
+        losses, reduced = [p[0] for p in parts[:n]], parts[n:]
+        flat = self._plan.join(reduced)
+        if self.skip_nonfinite and not (np.isfinite(losses).all() and all(np.isfinite(b).all() for b in flat)):
+            self._seconds["apply"] = time.perf_counter() - start
+            return self._count, True
+        grads = self._plan.unflatten(flat)
         binding = self._update.io_binding()
         for name in self.layout.carried:
             binding.bind_ortvalue_input(name, self._live[name])
             binding.bind_ortvalue_output(self.layout.new(name), self._spare[name])
         for name, arr in grads.items():
-            binding.bind_cpu_input(name, np.ascontiguousarray(arr))
+            binding.bind_cpu_input(name, np.require(arr, requirements="C"))   # 0-d stays 0-d (not ascontiguousarray)
         with flushed():
             self._update.run_with_iobinding(binding)
         self._live, self._spare = self._spare, self._live
         self._count = count + 1
         self._seconds["apply"] = time.perf_counter() - start
-        return self._count
+        return self._count, False

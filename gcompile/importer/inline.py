@@ -7,6 +7,11 @@ whose operands are all known is evaluated at import time, by tracing its transla
 graph and running that on the numpy reference evaluator, so shape subgraphs never become run-time
 data and their results stay exact.
 
+A subgraph (a loop body, an If branch) may be translated more than once: a Loop is unrolled, or
+translated again as a while loop once its condition turns out to be computed at run time, and
+loops nest, so the counts multiply. Their product is bounded by MAX_REPEATS (NodeContext.repeated):
+a few kilobytes of nested Loops would otherwise keep the importer busy for hours.
+
 That evaluation is bounded like the graph passes' constant folding: a node that would compute a
 value of more than MAX_FOLD_ELEMENTS (4,096) elements is traced into the model instead, fed by its
 known operands as constants, so a few hundred bytes of ConstantOfShape, Expand, Tile or Range
@@ -15,6 +20,7 @@ be known at import time (a shape, axes, pads, ...) but depends on one of those i
 """
 from __future__ import annotations
 
+import contextlib
 from collections import ChainMap
 
 import numpy as np
@@ -31,9 +37,10 @@ from ..passes.fold import MAX_FOLD_ELEMENTS
 from . import sizes
 from .table import DOMAINS, TRANSLATORS, NotSymbolic, SymInts, TensorSequence
 from .translators.control import if_node
-from .validate import node_name, tensor_array
+from .validate import node_name, takes_sequence, tensor_array
 
 _COUNTABLE = {np.dtype(t) for t in ("float32", "float64", "int32", "int64")}
+MAX_REPEATS = 1024   # translations of one subgraph in one import, over every loop around it
 
 
 def attribute_value(attr, what: str):
@@ -55,28 +62,55 @@ def attribute_value(attr, what: str):
 class NodeContext:
     """What a translator sees of one ONNX node: attributes, opset, and helpers for its operands."""
 
-    def __init__(self, proto, opset: int, inliner: Inliner, scope=None):
+    def __init__(self, proto, opset: int, inliner: Inliner, scope=None, path: tuple = ()):
         self.proto, self.opset, self.inliner = proto, opset, inliner
         self.op_type = proto.op_type
         self._attrs = {a.name: a for a in proto.attribute}
         self.scope = {} if scope is None else scope    # the values the node's subgraphs may read by name
+        self.path = path      # where the node is in the model: node indices and the graph attributes between
 
-    def run_graph(self, graph, inputs: list) -> list:
-        """Translate a subgraph of this node (a Loop or Scan body) on `inputs`, one per graph input, in
-        the node's scope; returns its outputs. What the body learns about dims stays inside it."""
+    def run_graph(self, name: str, inputs: list) -> list:
+        """Translate this node's subgraph `name` (a Loop or Scan body) on `inputs`, one per graph input,
+        in the node's scope; returns its outputs. What the body learns about dims stays inside it."""
+        graph = self.attr(name)
         names = [i.name for i in graph.input]
         if len(names) != len(inputs):
-            raise self.unsupported(f"its body takes {len(names)} inputs, but {len(inputs)} are given to it")
+            raise self.unsupported(f"its {name} takes {len(names)} inputs, but {len(inputs)} are given to it")
         saved = dict(self.inliner.dim_sources), set(self.inliner.deferred)
-        scope = ChainMap(dict(zip(names, inputs)), self.scope)
+        scope = ChainMap({**initializers(graph), **dict(zip(names, inputs))}, self.scope)
         try:
-            self.inliner.run(graph, scope)
+            self.inliner.run(graph, scope, (*self.path, name))
         finally:
             self.inliner.dim_sources, self.inliner.deferred = saved
         missing = [o.name for o in graph.output if o.name not in scope]
         if missing:
-            raise GcompileError(f"{self.describe()}: its body does not compute its outputs {missing}")
+            raise GcompileError(f"{self.describe()}: its {name} does not compute its outputs {missing}")
         return [scope[o.name] for o in graph.output]
+
+    @property
+    def form(self) -> str | None:
+        """What an earlier translation of this very node found it must become (a Loop whose condition
+        is computed at run time: "while"), when it is translated again inside a body translated again."""
+        return self.inliner.forms.get(self.path)
+
+    @form.setter
+    def form(self, value: str) -> None:
+        self.inliner.forms[self.path] = value
+
+    @contextlib.contextmanager
+    def repeated(self, times: int, why: str):
+        """Translate this node's subgraphs `times` over in the block (`why` says why, for the error):
+        an UnsupportedError where that makes a subgraph translated more than MAX_REPEATS times in
+        all, counting the loops this node is nested in."""
+        total = self.inliner.repeats * times
+        if total > MAX_REPEATS:
+            raise self.unsupported(f"{why}, so its body would be translated {total} times, counting the loops around "
+                                   f"it; gcompile translates a loop body at most {MAX_REPEATS} times (refused)")
+        outer, self.inliner.repeats = self.inliner.repeats, total
+        try:
+            yield
+        finally:
+            self.inliner.repeats = outer
 
     def describe(self) -> str:
         return f"ONNX node {node_name(self.proto)!r} ({self.op_type}, opset {self.opset})"
@@ -147,6 +181,8 @@ class Inliner:
         self.overrides = dict(overrides or {})   # op type -> Translator used instead of the registered one
         self.dim_sources: dict = {}     # dim name -> (Tensor, axis) holding it, to compute it at run time
         self.deferred: set = set()      # refs of Tensors known in principle but too large to compute at import
+        self.repeats = 1                # how many times the subgraph being translated is translated (repeated)
+        self.forms: dict[tuple, str] = {}   # NodeContext.form, by the node's path
         self.notes: dict = {}           # what translators tell each other about values (translators/quantize.py)
 
     def note_dims(self, x) -> None:
@@ -217,17 +253,18 @@ class Inliner:
         return result
 
     # -- graphs and nodes ---------------------------------------------------------------------------
-    def run(self, graph, env) -> None:
-        """Translate every node of `graph` (an onnx GraphProto), reading and writing `env`."""
-        for proto in graph.node:
-            self.run_node(proto, env)
+    def run(self, graph, env, path: tuple = ()) -> None:
+        """Translate every node of `graph` (an onnx GraphProto, at `path` in the model: see
+        NodeContext.path), reading and writing `env`."""
+        for index, proto in enumerate(graph.node):
+            self.run_node(proto, env, (*path, index))
 
     def _opset(self, proto) -> int:
         domain = "" if proto.domain in DOMAINS else proto.domain
         return self.opsets.get(domain, 0)
 
-    def run_node(self, proto, env) -> None:
-        ctx = NodeContext(proto, self._opset(proto), self, env)
+    def run_node(self, proto, env, path: tuple) -> None:
+        ctx = NodeContext(proto, self._opset(proto), self, env, path)
         translator = self.overrides.get(proto.op_type) or TRANSLATORS.get(proto.op_type) if proto.domain in DOMAINS \
             else None
         if proto.op_type == "If" and proto.domain in DOMAINS:
@@ -239,9 +276,12 @@ class Inliner:
                 f"(supported: {len(TRANSLATORS) + 1} ai.onnx ops, listed in gcompile.importer.table.TRANSLATORS)")
         else:
             operands = []
-            for name in proto.input:
+            for index, name in enumerate(proto.input):
                 if name and name not in env:
                     raise GcompileError(f"{ctx.describe()} reads {name!r}, which no earlier node produces")
+                if isinstance(env.get(name), TensorSequence) and not takes_sequence(proto.op_type, ctx.opset, index):
+                    raise ctx.unsupported(f"its input {index} ({name!r}) is a sequence of tensors, where "
+                                          f"{proto.op_type} takes a tensor")
                 operands.append(env[name] if name else None)
             implicit = [env[name] for name in sorted(outer_names(proto)) if name in env]
             try:
@@ -326,9 +366,9 @@ class Inliner:
         its own) what it learns about dims stays inside it."""
         branch = ctx.attr(name)
         saved = dict(self.dim_sources), set(self.deferred)
-        scope = ChainMap({}, env)
+        scope = ChainMap(initializers(branch), env)
         try:
-            self.run(branch, scope)
+            self.run(branch, scope, (*ctx.path, name))
         finally:
             if restore:
                 self.dim_sources, self.deferred = saved
@@ -336,6 +376,11 @@ class Inliner:
         if missing:
             raise GcompileError(f"{ctx.describe()}: its {name} does not compute its outputs {missing}")
         return [scope[o.name] for o in branch.output]
+
+
+def initializers(graph) -> dict:
+    """The initializers of a subgraph (a loop body, an If branch) as numpy arrays, by name."""
+    return {t.name: tensor_array(t, f"initializer {t.name!r} of graph {graph.name!r}") for t in graph.initializer}
 
 
 def outer_names(proto) -> set[str]:

@@ -35,7 +35,7 @@ from ..errors import GcompileError, InputError, UnsupportedError
 from ..frontend.spec import Spec, spec
 from ..frontend.tensor import Tensor, current_frame
 from ..ir.dims import astype_hint, dtype_name, format_shape
-from ..runtime.modelfile import external_data_file, parse, verify
+from ..runtime.modelfile import check_seal, external_data_file, parse, verify
 from .inline import Inliner
 from .table import OptionalValue, TensorSequence, np_dtype
 from .validate import check_model, declared_bytes, size_mismatch, tensor_array
@@ -50,7 +50,8 @@ def load_onnx(model: str | os.PathLike | bytes | bytearray | onnx.ModelProto) ->
     Initializers stored as external data are read from files beside the model (give its path);
     a location outside the model's folder (absolute, `..`, or a symlink out) is refused. Where
     a gcompile build's manifest.json beside the model lists it, the file and its external data
-    must have the sha256 the manifest records; a file gcompile saved must match its own seal.
+    must have the sha256 the manifest records; a file gcompile saved, or its bytes, must match its
+    own seal.
     """
     folder = None                # where external data is read from: beside a model given by its path
     if isinstance(model, onnx.ModelProto):
@@ -59,6 +60,7 @@ def load_onnx(model: str | os.PathLike | bytes | bytearray | onnx.ModelProto) ->
         source = "the given bytes"
         if not model:
             raise GcompileError(f"{source}: empty, not an ONNX model")
+        check_seal(source, model)       # bytes a gcompile file held carry its seal: checked as the file's would be
         proto = _parse(lambda: onnx.load_from_string(bytes(model)), source)
     elif isinstance(model, (str, os.PathLike)):
         source = os.fspath(model)

@@ -60,8 +60,7 @@ from ..frontend.spec import Spec
 from ..frontend.tensor import Tensor
 from ..nn.module import Module
 from ..ops.reduce import count
-from ..runtime.files import atomic_write
-from ..runtime.modelfile import metadata_json
+from ..runtime.modelfile import metadata_json, save
 from .inline import outer_names
 from .load import OnnxModel, load_onnx
 from .table import TRANSLATORS, Translator
@@ -502,7 +501,8 @@ class TorchModule(Module):
         return self._onnx.input_specs()
 
     def save_onnx(self, path: str | os.PathLike) -> None:
-        """Write the exported model with the current parameters and buffers; gc.from_torch(path) loads it."""
+        """Write the exported model with the current parameters and buffers, sealed with its sha256
+        (runtime.modelfile.save); gc.from_torch(path) loads it and verifies the seal."""
         proto = onnx.ModelProto()
         proto.CopyFrom(self._onnx.proto)
         state = self.state_dict()
@@ -517,7 +517,7 @@ class TorchModule(Module):
         meta = json.loads(entry.value)
         meta["training"] = self.training
         entry.value = json.dumps(meta)
-        atomic_write(path, proto.SerializeToString())
+        save(proto, path)
 
     def __repr__(self) -> str:
         return f"TorchModule({self._name}, {len(self.params)} parameters, training={self.training})"

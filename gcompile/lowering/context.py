@@ -328,12 +328,23 @@ class LowerContext:
         return emitted
 
     def int64s(self, values) -> str:
-        return self.const(np.asarray(values, dtype=np.int64).reshape(-1))
+        return self.const(self._int64(values).reshape(-1))
+
+    def _int64(self, values) -> np.ndarray:
+        """Sizes as int64, a LoweringError naming the node being lowered for one that does not fit (a
+        shape of more than 2**63 - 1 elements, which no runtime counts)."""
+        try:
+            return np.asarray(values, dtype=np.int64)
+        except OverflowError:
+            node = self._current
+            where = f"{node.op} (at {node.source or 'an unknown line'}): " if node is not None else ""
+            raise LoweringError(f"{where}the sizes {values} do not fit in int64: a tensor of 2**63 or more elements "
+                                "cannot be computed") from None
 
     def dim_scalar(self, size) -> str:
         """A dim, static or symbolic, as a 0-d int64 tensor (a count for Range, Mod, Equal)."""
         if isinstance(size, int):
-            return self.const(np.asarray(size, np.int64))
+            return self.const(self._int64(size))
         return self.emit("Reshape", [self.shape_tensor((size,)), self.int64s([])])
 
     def index_range(self, size) -> str:

@@ -35,6 +35,8 @@ def methods(F: ModuleType) -> dict:
         "__sub__": F.subtract, "__rsub__": _swap(F.subtract),
         "__mul__": F.multiply, "__rmul__": _swap(F.multiply),
         "__truediv__": F.divide, "__rtruediv__": _swap(F.divide),
+        "__floordiv__": F.floor_divide, "__rfloordiv__": _swap(F.floor_divide),
+        "__mod__": F.remainder, "__rmod__": _swap(F.remainder),
         "__pow__": F.power, "__rpow__": _swap(F.power),
         "__matmul__": F.matmul, "__rmatmul__": _swap(F.matmul),
         "__neg__": F.negative, "__pos__": lambda self: self, "__abs__": F.abs,

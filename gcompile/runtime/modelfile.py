@@ -61,17 +61,34 @@ def save(model, path, external_data_threshold: int = EXTERNAL_DATA_THRESHOLD) ->
     (runtime.files.folder_lock) and wait for each other. A GcompileError naming the file when it
     cannot be written (a full disk, no permission); the old file is then still there."""
     folder, name = os.path.split(os.path.abspath(os.fspath(path)))
-    data, weights, location = serialize(model, name, external_data_threshold)
-    files = [(location, weights)] if weights is not None and location is not None else []
+    save_set(folder, {name: model}, external_data_threshold, what=os.fspath(path))
+
+
+def save_set(folder, models: Mapping[str, Any], external_data_threshold: int = EXTERNAL_DATA_THRESHOLD,
+             what: str | None = None) -> None:
+    """Write the models {file name: ModelProto} into `folder` as one set, each sealed and with its
+    external data as `save` writes one: every file is written in full before any is renamed into
+    place, the .onnx files last, so a failure or kill leaves the old set or the new one.
+    `what` names the set in errors (by default the files' paths)."""
+    folder = os.path.abspath(os.fspath(folder))
+    what = what or ", ".join(os.path.join(folder, name) for name in models)
+    data_files, onnx_files = [], []
+    for name, model in models.items():
+        data, weights, location = serialize(model, name, external_data_threshold)
+        if weights is not None and location is not None:
+            data_files.append((location, weights))
+        onnx_files.append((name, data))
     try:
         with folder_lock(folder, wait=True):
-            older = [n for n in external_data_versions(name, os.listdir(folder)) if n != location]
-            write_files(folder, files + [(name, data)], remove=older)
+            existing = os.listdir(folder)
+            kept = {location for location, _ in data_files}
+            dropped = [n for name in models for n in external_data_versions(name, existing) if n not in kept]
+            write_files(folder, data_files + onnx_files, remove=dropped)
     except OSError as err:
-        raise GcompileError(f"cannot save {os.fspath(path)}: {err.strerror or err}; the file there, if any, is "
+        raise GcompileError(f"cannot save {what}: {err.strerror or err}; the files there, if any, are "
                             "unchanged") from None
     except GcompileError as err:   # the folder cannot be created or locked
-        raise GcompileError(f"cannot save {os.fspath(path)}: {err}") from None
+        raise GcompileError(f"cannot save {what}: {err}") from None
 
 
 def load(path):

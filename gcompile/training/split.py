@@ -34,7 +34,6 @@ from ..frontend.trace import argument_names, trace
 from ..gradients.transforms import value_and_grad
 from ..runtime import modelfile
 from ..runtime.compiled import compile_traced
-from ..runtime.files import folder_lock, write_files
 from .layout import METADATA_KEY, StepLayout
 from .optim import Optimizer
 from .step import StepOptions, check_params, step_layout
@@ -90,12 +89,10 @@ class SplitStep:
         return self.layout.initial_state(chosen)
 
     def save(self, folder: str | os.PathLike) -> None:
-        """Write FOLDER/gradient.onnx and FOLDER/update.onnx, as one set (runtime.files.write_files)."""
-        folder = os.path.abspath(os.fspath(folder))
-        os.makedirs(folder, exist_ok=True)
-        with folder_lock(folder, wait=True):
-            write_files(folder, [(FILES[role], model.SerializeToString())
-                                 for role, model in (("gradient", self.gradient), ("update", self.update))])
+        """Write FOLDER/gradient.onnx and FOLDER/update.onnx, as one set, each sealed with its sha256
+        (runtime.modelfile.save_set), which SplitStep.load verifies."""
+        modelfile.save_set(folder, {FILES[role]: model for role, model in
+                                    (("gradient", self.gradient), ("update", self.update))})
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> SplitStep:

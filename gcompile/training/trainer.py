@@ -217,10 +217,8 @@ class Trainer:
     def _skip(self) -> None:
         self._skipped += 1
         if self._skipped == 1:
-            warnings.warn(f"Trainer.step: a step was skipped (after {self.step_count} applied) because its loss or "
-                          "a gradient is not finite (NaN or Inf); parameters, buffers and optimizer state are "
-                          "unchanged. trainer.skipped_steps counts such steps; this warning is given once per "
-                          "Trainer", RuntimeWarning, stacklevel=3)
+            warn_skipped("Trainer", self.step_count, "its loss or a gradient",
+                         "parameters, buffers and optimizer state")
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def _entries(self) -> dict[str, str]:
@@ -310,3 +308,11 @@ def check_names(what: str, given: Mapping[str, Any], expected: Sequence[str]) ->
     parts = name_mismatch([n for n in expected if n not in given], [n for n in given if n not in expected])
     if parts:
         raise InputError(f"{what} do not match the training step: {'; '.join(parts)}")
+
+
+def warn_skipped(trainer: str, applied: int, cause: str, kept: str) -> None:
+    """The warning a trainer gives at the first step its non-finite guard skipped (called from its
+    step's _skip: the warning points at the user's call of step)."""
+    warnings.warn(f"{trainer}.step: a step was skipped (after {applied} applied) because {cause} is not finite (NaN "
+                  f"or Inf); {kept} are unchanged. trainer.skipped_steps counts such steps; this warning is given "
+                  f"once per {trainer}", RuntimeWarning, stacklevel=4)

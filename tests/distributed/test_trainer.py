@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import gcompile as gc
+import gcompile.functions as F
 from gcompile.distributed import DistributedTrainer, WorkerError, export_split_step
 from gcompile.distributed.reduce import FlatPlan, weighted_sum
 from gcompile.distributed.worker import Worker
@@ -256,7 +257,7 @@ def test_batches_that_cannot_be_sharded_are_refused():
     with DistributedTrainer(split, workers=3) as trainer:
         with pytest.raises(InputError, match="a batch of 2 row"):
             trainer.step(x[:2], y[:2])
-        with pytest.raises(InputError, match="must have one length: x has 16, y has 15"):
+        with pytest.raises(InputError, match="symbolic dim 'batch' is 16 in batch input 'x' but 15 in batch input 'y'"):
             trainer.step(x, y[:15])
         with pytest.raises(InputError, match=r"batch input 'x': expected float64\(batch, 3\), got float32"):
             trainer.step(x.astype(np.float32), y)
@@ -270,6 +271,67 @@ def test_batches_that_cannot_be_sharded_are_refused():
         DistributedTrainer(split, workers=40)
     with pytest.raises(GcompileError, match="workers must be a positive integer"):
         DistributedTrainer(split, workers=0)
+
+
+def test_batch_inputs_that_disagree_on_a_symbolic_dim_are_refused_naming_it():
+    """Only the leading (shard) axis was compared: other symbolic dims reached a worker's ONNX
+    Runtime, whose raw failure came back as 'step 1 failed'."""
+    def loss(p, x, y):
+        return F.mean(((x - y) * p["w"]) ** 2)
+    split = export_split_step(loss, {"w": np.float32(0.5)}, gc.optim.SGD(0.1), gc.spec(("batch", "n")),
+                              gc.spec(("batch", "n")), provider="cpu")
+    ones = np.ones((4, 5), np.float32)
+    with DistributedTrainer(split, workers=2) as trainer:
+        with pytest.raises(InputError, match=r"symbolic dim 'n' is 3 in batch input 'x' but 5 in batch input 'y'"):
+            trainer.step(ones[:, :3], ones)
+        assert trainer.step_count == 0
+        assert np.isfinite(trainer.step(ones, ones * 0))
+
+
+def test_steps_from_two_threads_all_count_and_equal_a_serial_run():
+    """Two threads stepping one trainer sent two steps of the same number to the workers at once
+    ('the workers are out of step'); its calls now run one at a time."""
+    split, _, params, x, y = mlp_split(gc.optim.SGD(0.1))
+    errors = []
+
+    def steps():
+        try:
+            for _ in range(12):
+                trainer.step(x, y)
+        except Exception as err:   # noqa: BLE001 - reported below
+            errors.append(err)
+    with DistributedTrainer(split, workers=2) as trainer:
+        threads = [threading.Thread(target=steps) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and trainer.step_count == 24
+        expected = simulate(split, params, [(x, y)] * 24, 2)
+        for name, value in trainer.params.items():
+            np.testing.assert_array_equal(value, expected[name])
+
+
+def test_a_step_with_a_non_finite_loss_or_gradient_is_skipped_on_every_worker():
+    """One NaN in one shard made every parameter NaN while the step counter advanced; the step is
+    now skipped on every worker (parameters and optimizer state unchanged) and counted."""
+    split, _, params, x, y = mlp_split(gc.optim.Adam(0.01))
+    bad = x.copy()
+    bad[3, 0] = np.nan                       # in the first worker's shard only
+    with DistributedTrainer(split, workers=2) as trainer:
+        trainer.step(x, y)
+        before = {**trainer.params, **trainer.state}
+        with pytest.warns(RuntimeWarning, match="a step was skipped"):
+            assert np.isnan(trainer.step(bad, y))
+        assert trainer.step_count == 1 and trainer.skipped_steps == 1
+        for name, value in {**trainer.params, **trainer.state}.items():
+            np.testing.assert_array_equal(value, before[name])
+        trainer.verify()
+        trainer.step(x, y)
+        assert trainer.step_count == 2
+        expected = simulate(split, params, [(x, y)] * 2, 2)
+        for name, value in trainer.params.items():
+            np.testing.assert_array_equal(value, expected[name])
 
 
 def test_a_trainer_without_ray_says_how_to_install_it(monkeypatch):

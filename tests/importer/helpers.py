@@ -1,5 +1,11 @@
-"""Small hand-built ONNX models for the importer tests."""
+"""Small hand-built ONNX models for the importer tests, and a bound on the memory a test may use."""
+import contextlib
+import os
+import re
+import tracemalloc
+
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}
@@ -64,6 +70,38 @@ def ort_run(proto, feeds: dict) -> list:
             out.type.CopyFrom(inferred[out.name].type)
     session = ort.InferenceSession(copy.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
+
+
+@contextlib.contextmanager
+def address_space(headroom: int = 1 << 30):
+    """Run the block with at most `headroom` more address space than now: an allocation of what a
+    hostile file declares is then a MemoryError in the test, not an exhausted machine."""
+    resource = pytest.importorskip("resource")
+    status = "/proc/self/status"
+    match = re.search(r"VmSize:\s+(\d+) kB", open(status).read()) if os.path.exists(status) else None  # noqa: SIM115
+    if not match:
+        pytest.skip("needs Linux's /proc/self/status")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = int(match.group(1)) * 1024 + headroom
+    resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@contextlib.contextmanager
+def small_memory(peak=64 << 20, headroom=1 << 30):
+    """address_space(headroom), and a check that the memory Python and numpy allocated in the
+    block peaked under `peak` bytes."""
+    with address_space(headroom):
+        tracemalloc.start()
+        try:
+            yield
+            used = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert used < peak, f"peak {used} bytes"
 
 
 def as_float64(proto):

@@ -4,10 +4,7 @@ import time stay small (bigger ones are left to the runtime).
 
 The size bombs run under `small_memory`: an address-space limit turns a regression into a
 MemoryError in this test instead of an exhausted machine, and tracemalloc bounds the peak."""
-import contextlib
-import os
 import re
-import tracemalloc
 
 import numpy as np
 import onnx
@@ -16,38 +13,17 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
 import gcompile as gc
+import gcompile.functions as F
 from gcompile.cli import main
 from gcompile.frontend.trace import trace
 from gcompile.importer.grad import gradient_model
 from gcompile.lowering import to_onnx
 from gcompile.passes import optimize
 
-from .helpers import mlp_model
+from .helpers import mlp_model, small_memory
 
-resource = pytest.importorskip("resource")
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
 HUGE = 10 ** 10          # elements: 37 GiB of float32, if anything tried to hold them
-
-
-@contextlib.contextmanager
-def small_memory(peak=64 << 20, headroom=1 << 30):
-    """Run the block with at most `headroom` more address space than now, and check that the
-    memory Python and numpy allocated in it peaked under `peak` bytes."""
-    status = "/proc/self/status"
-    match = re.search(r"VmSize:\s+(\d+) kB", open(status).read()) if os.path.exists(status) else None  # noqa: SIM115
-    if not match:
-        pytest.skip("needs Linux's /proc/self/status")
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = int(match.group(1)) * 1024 + headroom
-    resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
-    tracemalloc.start()
-    try:
-        yield
-        used = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-    assert used < peak, f"peak {used} bytes"
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=20):
@@ -261,6 +237,19 @@ def test_a_malformed_node_is_refused_by_the_onnx_checker(tmp_path):
         gc.load_onnx(path)
 
 
+@pytest.mark.parametrize("value", [2, -1, 2 ** 40])
+@pytest.mark.parametrize("op, attr", [("ReduceSum", "keepdims"), ("Gemm", "transA")])
+def test_a_flag_attribute_other_than_0_or_1_is_refused(op, attr, value):
+    """ONNX Runtime keeps a reduction's dims only for keepdims == 1 and the importer kept them for
+    any nonzero value: the same file computed other shapes in each."""
+    inputs = ["x", "x"] if op == "Gemm" else ["x"]
+    m = _model([helper.make_node(op, inputs, ["y"], name="flagged", **{attr: value})], [("x", FLOAT, [3, 3])],
+               [("y", FLOAT, None)])
+    with pytest.raises(gc.GcompileError, match=rf"node 'flagged' \({op}\) is not valid ONNX: its attribute "
+                                               rf"'{attr}' is {value}, where ONNX allows 0 or 1"):
+        gc.load_onnx(m)
+
+
 # -- corrupted bytes: a working model or a GcompileError, nothing else ---------------------------------
 def test_corrupted_files_load_or_raise_gcompile_errors():
     data = mlp_model().SerializeToString()
@@ -281,3 +270,252 @@ def test_corrupted_files_load_or_raise_gcompile_errors():
                 assert str(err).startswith("the given bytes"), err
                 outcomes["refused"] += 1
     assert outcomes["loaded"] and outcomes["refused"], outcomes
+
+
+# -- the node-reading layer: attributes of the schema's type, input counts, subgraphs -----------------------
+def _scan_model():
+    """y = the running sum of the rows of x (3, 2), as one Scan node named 'scan'."""
+    body = helper.make_graph([helper.make_node("Add", ["c", "xi"], ["c2"]),
+                              helper.make_node("Identity", ["c2"], ["yi"])], "body",
+                             [helper.make_tensor_value_info("c", FLOAT, [2]),
+                              helper.make_tensor_value_info("xi", FLOAT, [2])],
+                             [helper.make_tensor_value_info("c2", FLOAT, [2]),
+                              helper.make_tensor_value_info("yi", FLOAT, [2])])
+    scan = helper.make_node("Scan", ["c0", "x"], ["cn", "y"], name="scan", body=body, num_scan_inputs=1)
+    return _model([scan], [("x", FLOAT, [3, 2])], [("y", FLOAT, None)], [_const("c0", [0.0, 0.0], np.float32)])
+
+
+def _damaged(edit):
+    m = _scan_model()
+    edit(m.graph.node[0])
+    return m
+
+
+def _rename_body(node):
+    node.attribute[0].name = "ody"      # a flipped byte in the attribute's name
+
+
+def _float_count(node):
+    node.attribute[1].ClearField("i")
+    node.attribute[1].type, node.attribute[1].f = onnx.AttributeProto.FLOAT, 1.5
+
+
+def _body_as_int(node):
+    node.attribute[0].ClearField("g")
+    node.attribute[0].type, node.attribute[0].i = onnx.AttributeProto.INT, 3
+
+
+def _other_op(node):
+    node.op_type = "IsNaN"             # keeps its body attribute and its two inputs
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (_rename_body, r"Unrecognized attribute: ody for operator Scan"),
+    (_float_count, r"Mismatched attribute type in 'scan : num_scan_inputs'\. Expected: 'INT', actual: 'FLOAT'"),
+    (_body_as_int, r"Mismatched attribute type in 'scan : body'\. Expected: 'GRAPH', actual: 'INT'"),
+    (_other_op, r"has input size 2 not in range \[min=1, max=1\]"),
+], ids=["attribute-renamed", "count-of-another-type", "body-of-another-type", "op-type-changed"])
+def test_a_damaged_node_holding_a_graph_is_refused_naming_it(tmp_path, edit, reason):
+    """Nodes holding graphs (Scan, Loop, If) skipped onnx's node check: a Scan whose body attribute
+    lost its name reached the translator as None (AttributeError, `gcompile grad` exit 1)."""
+    m = _damaged(edit)
+    path = _save(tmp_path, m)
+    op = m.graph.node[0].op_type
+    with pytest.raises(gc.GcompileError,
+                       match=rf"{re.escape(path)}: node 'scan' \({op}\) is not valid ONNX: .*{reason}"):
+        gc.load_onnx(path)
+    result = CliRunner().invoke(main, ["grad", path, "--wrt", "x", "-o", str(tmp_path / "g.onnx")])
+    assert result.exit_code == 2, result.output
+    assert "node 'scan'" in result.output and "this is a gcompile bug" not in result.output
+
+
+def test_an_if_node_is_checked_too():
+    branch = helper.make_graph([helper.make_node("Neg", ["x"], ["b"])], "branch", [],
+                               [helper.make_tensor_value_info("b", FLOAT, [3])])
+    node = helper.make_node("If", ["c"], ["y"], name="choose", then_branch=branch, else_branch=branch)
+    node.attribute[1].ClearField("g")
+    node.attribute[1].type, node.attribute[1].f = onnx.AttributeProto.FLOAT, 0.5
+    m = _model([node], [("x", FLOAT, [3]), ("c", TensorProto.BOOL, [])], [("y", FLOAT, None)])
+    with pytest.raises(gc.GcompileError, match=r"node 'choose' \(If\) is not valid ONNX: Mismatched attribute type in "
+                                               r"'choose : then_branch'"):
+        gc.load_onnx(m)
+
+
+def _nested_ifs(depth):
+    """y = -x inside `depth` If nodes nested in their then branches (built field by field: onnx.helper
+    parses what it copies, which protobuf refuses past about 30 levels)."""
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "inner", [],
+                              [helper.make_tensor_value_info("y", FLOAT, [3])])
+    for level in range(depth):
+        node = onnx.NodeProto(op_type="If", input=["c"], output=["y"], name=f"if_{level}")
+        for name in ("then_branch", "else_branch"):
+            node.attribute.add(name=name, type=onnx.AttributeProto.GRAPH).g.CopyFrom(
+                graph if name == "then_branch" else helper.make_graph(
+                    [helper.make_node("Identity", ["x"], ["y"])], "plain", [],
+                    [helper.make_tensor_value_info("y", FLOAT, [3])]))
+        graph = onnx.GraphProto(name=f"level_{level}", output=[helper.make_tensor_value_info("y", FLOAT, [3])])
+        graph.node.add().CopyFrom(node)
+    m = _model([], [("x", FLOAT, [3]), ("c", TensorProto.BOOL, [])], [("y", FLOAT, [3])])
+    m.graph.node.add().CopyFrom(graph.node[0])
+    return m
+
+
+def test_graphs_nested_deeper_than_the_bound_are_refused():
+    """A ModelProto of 400 nested If nodes made every check recurse until Python's limit (RecursionError)."""
+    from gcompile.importer.validate import MAX_NESTING
+    f = gc.load_onnx(_nested_ifs(MAX_NESTING))
+    traced, _ = _traced(f)
+    assert traced.graph.outputs
+    for depth in (MAX_NESTING + 1, 400):
+        with pytest.raises(gc.GcompileError, match=rf"the given ModelProto: node 'if_{depth - MAX_NESTING - 1}' "
+                                                   rf"\(If\) holds graphs nested more than {MAX_NESTING} deep"):
+            gc.load_onnx(_nested_ifs(depth))
+
+
+def _looped(depth, trip=5, needs_iteration=False):
+    """Loops nested `depth` deep, each with a constant trip count and a condition its body computes
+    from data (so each is first tried as a scan, then as a while loop); with needs_iteration each
+    body also slices with its iteration number (so each is unrolled instead)."""
+    body = None
+    for level in range(depth):
+        p = f"l{level}_"
+        nodes = [helper.make_node("Sin", [p + "x"], [p + "y"]) if body is None else
+                 helper.make_node("Loop", ["trip", ""] + [p + "x"], [p + "y"], body=body, name=f"loop_{level}")]
+        if needs_iteration:
+            nodes += [helper.make_node("Unsqueeze", [p + "i", "zero"], [p + "i1"]),
+                      helper.make_node("Slice", [p + "y", "zero", p + "i1"], [p + "s"]),
+                      helper.make_node("ReduceSum", [p + "s"], [p + "t"], keepdims=0),
+                      helper.make_node("Identity", [p + "cond"], [p + "co"])]
+        else:
+            nodes += [helper.make_node("ReduceSum", [p + "y"], [p + "t"], keepdims=0),
+                      helper.make_node("Less", [p + "t", "hundred"], [p + "co"])]
+        body = helper.make_graph(nodes, f"body_{level}", [
+            helper.make_tensor_value_info(p + "i", INT64, []),
+            helper.make_tensor_value_info(p + "cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info(p + "x", FLOAT, [3])],
+            [helper.make_tensor_value_info(p + "co", TensorProto.BOOL, []),
+             helper.make_tensor_value_info(p + "y", FLOAT, [3])])
+    return _model([helper.make_node("Loop", ["trip", "", "x"], ["y"], body=body, name="outer")],
+                  [("x", FLOAT, [3])], [("y", FLOAT, None)],
+                  [_const("hundred", 100.0, np.float32), _const("trip", trip), _const("zero", [0])])
+
+
+def test_nested_loops_translate_their_bodies_a_bounded_number_of_times(monkeypatch):
+    """A Loop whose condition turns out to be computed from data is translated again as a while loop:
+    nested, each level doubled the work (12 levels, 2.8 KB: 2^12 translations of the innermost body)."""
+    from gcompile.importer import inline
+    translated = []
+    original = inline.Inliner.run_node
+
+    def counting(self, proto, *args):
+        translated.append(proto.op_type)
+        return original(self, proto, *args)
+    monkeypatch.setattr(inline.Inliner, "run_node", counting)
+    _traced(gc.load_onnx(_looped(12)))
+    assert 12 < translated.count("Sin") <= 2 * 12
+
+
+def test_loops_unrolled_inside_unrolled_loops_are_refused_past_the_bound():
+    from gcompile.importer.inline import MAX_REPEATS
+    _traced(gc.load_onnx(_looped(2, trip=30, needs_iteration=True)))         # 30 x 30 translations of the body
+    with pytest.raises(gc.UnsupportedError, match=rf"ONNX node 'loop_1' \(Loop, opset 20\): it is unrolled into 40 "
+                                                  rf"steps, so its body would be translated 1600 times, counting the "
+                                                  rf"loops around it; gcompile translates a loop body at most "
+                                                  rf"{MAX_REPEATS} times"):
+        _traced(gc.load_onnx(_looped(2, trip=40, needs_iteration=True)))
+
+
+def test_subgraph_initializers_are_read():
+    """An If branch's own initializer was unknown to the importer ('reads 'w', which no earlier node produces')."""
+    branch = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["b"])], "branch", [],
+                               [helper.make_tensor_value_info("b", FLOAT, [3])],
+                               [_const("w", [2.0, 3.0, 4.0], np.float32)])
+    plain = helper.make_graph([helper.make_node("Neg", ["x"], ["b"])], "plain", [],
+                              [helper.make_tensor_value_info("b", FLOAT, [3])])
+    m = _model([helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=plain)],
+               [("x", FLOAT, [3]), ("c", TensorProto.BOOL, [])], [("y", FLOAT, [3])])
+    f = gc.load_onnx(m)
+    run = gc.compile(lambda x, c: f(x, c), gc.spec((3,)), gc.spec((), "bool"), provider="cpu")
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    np.testing.assert_array_equal(run(x, np.array(True)), x * [2, 3, 4])
+    np.testing.assert_array_equal(run(x, np.array(False)), -x)
+
+
+def test_a_sequence_given_to_an_op_taking_a_tensor_is_refused():
+    nodes = [helper.make_node("SequenceConstruct", ["x", "x"], ["s"]), helper.make_node("Relu", ["s"], ["y"], name="r")]
+    with pytest.raises(gc.UnsupportedError, match=r"ONNX node 'r' \(Relu, opset 20\): its input 0 \('s'\) is a "
+                                                  r"sequence of tensors, where Relu takes a tensor"):
+        _traced(gc.load_onnx(_model(nodes, [("x", FLOAT, [3])], [("y", FLOAT, None)])))
+
+
+# -- sizes a file declares never become constants of that size ---------------------------------------------
+SIDE = 10 ** 5           # a side of HUGE elements
+
+
+def _sized(case):
+    """A small model one of whose translators builds a constant from a size the file declares: a
+    Loop's trip count, the lengths of causal attention, an einsum diagonal, an RNN's sequence
+    length (with sequence_lens), a Tile of a shape."""
+    if case == "loop":
+        body = helper.make_graph([helper.make_node("Identity", ["cond"], ["co"]),
+                                  helper.make_node("Sin", ["v"], ["w"])], "body",
+                                 [helper.make_tensor_value_info("i", INT64, []),
+                                  helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                                  helper.make_tensor_value_info("v", FLOAT, [3])],
+                                 [helper.make_tensor_value_info("co", TensorProto.BOOL, []),
+                                  helper.make_tensor_value_info("w", FLOAT, [3])])
+        return _model([helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)], [("x", FLOAT, [3])],
+                      [("y", FLOAT, None)], [_const("n", HUGE)])
+    if case == "attention":
+        return _model([helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1)],
+                      [(name, FLOAT, [1, 1, SIDE, 2]) for name in "qkv"], [("y", FLOAT, None)], opset=23)
+    if case == "einsum":
+        return _model([helper.make_node("Einsum", ["x"], ["y"], equation="ii->i")], [("x", FLOAT, [SIDE, SIDE])],
+                      [("y", FLOAT, None)])
+    if case == "rnn":
+        return _model([helper.make_node("RNN", ["x", "w", "r", "", "lens"], ["y"], hidden_size=1)],
+                      [("x", FLOAT, [HUGE, 1, 1]), ("lens", TensorProto.INT32, [1])], [("y", FLOAT, None)],
+                      [_const("w", [[[0.5]]], np.float32), _const("r", [[[0.25]]], np.float32)])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Tile", ["s", "r"], ["t"]),
+             helper.make_node("Cast", ["t"], ["y"], to=FLOAT)]
+    return _model(nodes, [("x", FLOAT, ["n"])], [("y", FLOAT, None)], [_const("r", [HUGE])])
+
+
+@pytest.mark.parametrize("case", ["loop", "attention", "einsum", "rnn", "tile-of-a-shape"])
+def test_sizes_a_file_declares_never_become_constants_that_large(case):
+    """Each of these built a numpy constant of the declared size at import: 8 TiB for the loop's
+    iteration numbers, 10^10 elements for the attention mask and the identity matrix, ..."""
+    m = _sized(case)
+    with small_memory():
+        traced, lowered = _traced(gc.load_onnx(m))
+    biggest = max((int(np.prod(n.attrs["value"].shape)) for n in traced.graph.topo_order() if n.op == "constant"),
+                  default=0)
+    assert biggest <= 4096 and lowered.ByteSize() < 64 << 10
+
+
+def test_a_resize_too_large_to_interpolate_is_refused_before_allocating():
+    m = _model([helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="up", mode="linear")],
+               [("x", FLOAT, [1, 1, 1, SIDE])], [("y", FLOAT, None)], [_const("sizes", [1, 1, 1, 2 * SIDE])])
+    with small_memory(), pytest.raises(gc.UnsupportedError, match=rf"ONNX node 'up' \(Resize, opset 20\): resizing an "
+                                                                  rf"axis of size {SIDE} to {2 * SIDE} needs a "):
+        _traced(gc.load_onnx(m))
+
+
+@pytest.mark.parametrize("where", ["input", "value_info"])
+def test_a_declared_shape_of_more_elements_than_int64_counts_is_refused(where):
+    """Such a shape reached the lowering, which failed converting it (OverflowError, exit 1)."""
+    m = _model([helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Neg", ["h"], ["y"])],
+               [("x", FLOAT, [2 ** 40, 2 ** 30] if where == "input" else [3])], [("y", FLOAT, None)])
+    if where == "value_info":
+        m.graph.value_info.append(helper.make_tensor_value_info("h", FLOAT, [2 ** 62, 4]))
+    name = {"input": "x", "value_info": "h"}[where]
+    with pytest.raises(gc.GcompileError, match=rf"{where} '{name}' declares shape .* elements, more than any "
+                                               r"runtime counts \(2\*\*63 - 1\)"):
+        gc.load_onnx(m)
+
+
+def test_a_shape_too_large_for_int64_is_a_lowering_error():
+    spec = gc.spec((2 ** 62, 8))
+    with pytest.raises(gc.GcompileError, match=r"reshape \(at .*test_hostile_models.py:\d+\): the sizes .* do not fit "
+                                               r"in int64"):
+        gc.compile(lambda x: F.reshape(x, (2 ** 65,)), spec, provider="cpu")

@@ -88,6 +88,22 @@ def test_saved_model_round_trips_and_refuses_other_models(tmp_path):
         gc.from_torch(DATA / "torch_mlp.onnx")
 
 
+def test_a_saved_model_is_sealed_and_a_damaged_copy_refused(tmp_path):
+    """save_onnx wrote an unsealed file: a flipped bit in a weight loaded and computed other numbers."""
+    from gcompile.lowering import seal
+    model, _, _ = _fixture("cnn")
+    model.save_onnx(tmp_path / "m.onnx")
+    data = (tmp_path / "m.onnx").read_bytes()
+    assert seal.read(data) is not None
+    weight = np.asarray(model.state_dict()["0.weight"], np.float32).tobytes()
+    at = data.index(weight[:16]) + 5
+    damaged = bytearray(data)
+    damaged[at] ^= 0x10
+    (tmp_path / "m.onnx").write_bytes(bytes(damaged))
+    with pytest.raises(gc.GcompileError, match=f"{re.escape(str(tmp_path / 'm.onnx'))} is damaged"):
+        gc.from_torch(tmp_path / "m.onnx")
+
+
 @pytest.mark.parametrize("edit, field", [
     (lambda m: "[" + json.dumps(m), None), (lambda m: json.dumps({**m, "state": "conv.weight"}), "state"),
     (lambda m: json.dumps({k: v for k, v in m.items() if k != "training"}), "training"),

@@ -2,10 +2,12 @@
 gcompile ops or maps non-default attributes (float64 numeric checks on the reference evaluator)."""
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 import gcompile as gc
 from gcompile.testing import check_grad
 
+from .helpers import model as onnx_model
 from .helpers import single_node
 
 
@@ -82,3 +84,24 @@ def test_imported_op_gradients(case):
     # reference evaluator only (the gcompile ops they import as are checked on ONNX Runtime in tests/ops)
     check_grad(lambda *xs: f(*xs), arrays, order=1, lowered=False)
     check_grad(lambda *xs: f(*xs), arrays, order=2, lowered=False)
+
+
+@pytest.mark.parametrize("op, fmod", [("Div", None), ("Mod", 0), ("Mod", 1)])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_division_by_zero_gives_numpys_zero(op, fmod, dtype):
+    """ONNX Runtime fails a run on an integer division by zero ('Integer division by zero'): an
+    imported Div or Mod of integers reached it raw. Where the divisor is 0 the result is now 0, as
+    numpy's integer floor_divide, remainder and fmod give."""
+    elem = {np.int32: TensorProto.INT32, np.int64: TensorProto.INT64}[dtype]
+    attrs = {} if fmod is None else {"fmod": fmod}
+    m = onnx_model([helper.make_node(op, ["a", "b"], ["y"], **attrs)], [("a", [6], elem), ("b", [6], elem)],
+              [("y", [6], elem)])
+    a, b = np.array([7, -7, 7, -7, 3, 0], dtype), np.array([2, 2, -2, 0, 0, 0], dtype)
+    f = gc.load_onnx(m)
+    got = gc.compile(lambda a, b: f(a, b), a, b, provider="cpu")(a, b)
+    with np.errstate(all="ignore"):
+        safe = np.where(b == 0, 1, b)
+        expected = {"Div": np.where(b == 0, 0, np.trunc(a / safe)), "Mod": np.remainder(a, b) if fmod == 0 else
+                    np.fmod(a, b)}[op].astype(dtype)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, expected)

@@ -35,6 +35,33 @@ def test_division_family_on_integers_divides_by_zero_as_numpy(name):
     check_forward(lambda a: getattr(F, name)(a, 3), [a], getattr(np, name)(a, 3))
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_python_operators_divide_integer_tensors_by_zero_as_numpy(dtype):
+    """`//` and `%` on Tensors were a TypeError; `/` of integers is numpy's true division."""
+    a = np.array([5, -5, 5, -5, 4, 0, 7, -7], dtype)
+    b = np.array([3, 3, -3, -3, 2, 0, 0, 0], dtype)
+    f = gc.compile(lambda a, b: (a // b, a % b, a / b, 7 // b, a % 3), a, b, provider="cpu")
+    with np.errstate(all="ignore"):
+        expected = (a // b, a % b, a / b, 7 // b, a % 3)
+    for got, want in zip(f(a, b), expected):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_powers_with_negative_exponents(dtype):
+    """A negative exponent on integers reached ONNX Runtime's Pow, which converts the infinity of
+    0 ** -1 to int (INT_MIN); it gives a ** b truncated toward zero, as PyTorch: 1 for base 1, ±1
+    for -1, 0 otherwise (numpy raises), whether the exponent is known when tracing or not."""
+    x = np.array([0, 1, -1, -1, 2, -3, 0, 2, -2, 5], dtype)
+    y = np.array([-1, -5, -3, -2, -1, -2, 0, 3, 3, 0], dtype)
+    expected = np.array([0, 1, -1, 1, 0, 0, 1, 8, -8, 1], dtype)
+    check_forward(lambda x, y: x ** y, [x, y], expected)
+    check_forward(lambda x: x ** -1, [x], np.where(np.abs(x) == 1, x, 0))
+    check_forward(lambda x: x ** 2, [x], x ** 2)
+    np.testing.assert_allclose(gc.compile(lambda x: x ** -1.0, x[1:], provider="cpu")(x[1:]), x[1:] ** -1.0)
+
+
 def test_python_floor_division_where_floor_of_the_quotient_rounds_wrong():
     a, b = np.array([1.0, -1.0, 0.3, 7.0]), np.array([0.1, 0.1, 0.1, 0.7])
     check_forward(F.floor_divide, [a, b], np.floor_divide(a, b), rtol=0, atol=0)

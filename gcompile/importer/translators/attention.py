@@ -20,6 +20,7 @@ from ... import functions as F
 from ...ir import dims
 from ...ir.dtypes import is_float
 from ..table import np_dtype, onnx_op, require_float, scalar_like
+from .shape import diagonal_offsets, iota
 
 
 def _heads(x, heads: int):
@@ -61,8 +62,9 @@ def _bias(n, q, k, mask, past, nonpad):
             offset = 0 if past is None else past.shape[2]
         else:                                                # per example: (batch, 1, 1, 1)
             offset = F.reshape(F.cast(nonpad, np.int64), (-1, 1, 1, 1)) - np.int64(q_len)
-        # how far key j lies before query i's position
-        behind = np.arange(q_len, dtype=np.int64)[:, None] - np.arange(kv_len, dtype=np.int64)[None, :] + offset
+        # how far key j lies before query i's position (at run time for a grid of a size the file
+        # declares: diagonal_offsets)
+        behind = offset - diagonal_offsets(q_len, kv_len)
         limits = [(behind, 0)] if n.attr("is_causal", 0) else []       # key j at or before the position
         if left >= 0:
             limits.append((-behind, -left))                               # at most left_window_size before
@@ -72,7 +74,7 @@ def _bias(n, q, k, mask, past, nonpad):
             allowed = _and(allowed, value >= floor if isinstance(value, np.ndarray) else
                            F.greater_equal(value, np.int64(floor)))
     if nonpad is not None:                                    # keys past each example's valid length
-        allowed = _and(allowed, F.less(np.arange(kv_len, dtype=np.int64),
+        allowed = _and(allowed, F.less(iota(kv_len),
                                        F.reshape(F.cast(nonpad, np.int64), (-1, 1, 1, 1))))
     if allowed is not None:
         blocked = np.where(allowed, 0, -np.inf).astype(q.dtype) if isinstance(allowed, np.ndarray) else \

@@ -32,6 +32,7 @@ from ...frontend.trace import trace_body
 from ...ops import random
 from ...ops.control import cond_node, scan, while_node
 from ..table import OptionalValue, TensorSequence, onnx_op
+from .shape import iota
 
 UNROLL_LIMIT = 256
 
@@ -84,15 +85,15 @@ def _scan(n, *operands):
     out_axes, out_dirs = n.attr("scan_output_axes") or [0] * n_out, n.attr("scan_output_directions") or [0] * n_out
     if (len(in_axes), len(in_dirs), len(out_axes), len(out_dirs)) != (m, m, n_out, n_out):
         raise n.unsupported("its scan_input/output axes and directions do not match its inputs and outputs")
-    return _scanned(n, body, operands[:n_state], operands[n_state:], in_axes, in_dirs, out_axes, out_dirs)
+    return _scanned(n, operands[:n_state], operands[n_state:], in_axes, in_dirs, out_axes, out_dirs)
 
 
-def _scanned(n, body, states, scanned, in_axes, in_dirs, out_axes, out_dirs) -> list:
+def _scanned(n, states, scanned, in_axes, in_dirs, out_axes, out_dirs) -> list:
     """The loop of a Scan node without a batch axis: final states, then the scan outputs."""
     xs = [_scan_input(n, x, a, d) for x, a, d in zip(scanned, in_axes, in_dirs)]
 
     def step(carry, x):
-        outs = n.run_graph(body, [*carry, *x])
+        outs = n.run_graph("body", [*carry, *x])
         return outs[:len(states)], outs[len(states):]
     final, ys = _looped(n, step, states, xs)
     return [*final, *(_scan_output(n, y, a, d) for y, a, d in zip(ys, out_axes, out_dirs))]
@@ -114,8 +115,9 @@ def _batched_scan(n, body, lengths, *operands) -> list:
         raise n.unsupported(f"Scan before opset 9 with sequence_lens {n.ints(lengths, 'sequence_lens')} shorter "
                             f"than the {steps!r} steps of its inputs")
     dirs = n.attr("directions") or [0] * m
-    results = [_scanned(n, body, [x[b] for x in operands[:n_state]], [x[b] for x in operands[n_state:]], [0] * m,
-                        dirs, [0] * n_out, [0] * n_out) for b in range(batch)]
+    with n.repeated(batch, f"it scans each of its {batch} examples with a loop of its own"):
+        results = [_scanned(n, [x[b] for x in operands[:n_state]], [x[b] for x in operands[n_state:]], [0] * m,
+                            dirs, [0] * n_out, [0] * n_out) for b in range(batch)]
     return [F.stack(list(outs), 0) for outs in zip(*results)]
 
 
@@ -125,13 +127,13 @@ class _RunTimeCondition(Exception):
 
 @onnx_op("Loop")
 def _loop(n, trips=None, cond=None, *initial):
-    body = n.attr("body")
     structured = any(isinstance(v, (TensorSequence, OptionalValue)) for v in initial)
-    if trips is None or not isinstance(trips, np.ndarray) or cond is not None and not isinstance(cond, np.ndarray):
+    if n.form == "while" or trips is None or not isinstance(trips, np.ndarray) or \
+            cond is not None and not isinstance(cond, np.ndarray):
         if structured:
             raise n.unsupported("it carries a sequence or an optional, so it is unrolled at import: its trip count and "
                                 "condition must be known at import time, but are computed at run time")
-        return _while(n, body, trips, cond, initial)
+        return _while(n, trips, cond, initial)
     count = n.ints(trips, "trip count")[0]
     if cond is not None and not bool(n.known(cond, "condition").reshape(-1)[0]):
         count = 0
@@ -140,25 +142,39 @@ def _loop(n, trips=None, cond=None, *initial):
                                 f"{UNROLL_LIMIT} unrolled at import")
 
     def step(carry, i):
-        outs = n.run_graph(body, [i, np.array(True), *carry])
+        outs = n.run_graph("body", [i, np.array(True), *carry])
+        if not outs:
+            raise n.unsupported("its body gives no outputs (it must give its condition first)")
         go = outs[0]
         if not isinstance(go, np.ndarray) or not bool(go.reshape(-1)[0]):
             raise _RunTimeCondition
         return outs[1:1 + len(initial)], outs[1 + len(initial):]
     try:
         if structured:
-            return _unrolled(step, initial, count)
-        final, ys = _looped(n, step, initial, np.arange(max(count, 0), dtype=np.int64))
+            with n.repeated(max(count, 1), f"it is unrolled into {count} steps"):
+                return _unrolled(step, initial, count)
+        final, ys = _looped(n, step, initial, iota(max(count, 0)))   # a huge count is no huge constant
     except _RunTimeCondition:
-        return _while(n, body, trips, cond, initial)
+        return _retried(n, trips, cond, initial)
     except UnsupportedError as err:   # the body needs its iteration number at import time
         if count > UNROLL_LIMIT or "must be known at import time" not in str(err):
             raise
         try:
-            return _unrolled(step, initial, count)
+            with n.repeated(max(count, 1), f"it is unrolled into {count} steps"):
+                return _unrolled(step, initial, count)
         except _RunTimeCondition:
-            return _while(n, body, trips, cond, initial)
+            return _retried(n, trips, cond, initial)
     return [*final, *ys]
+
+
+def _retried(n, trips, cond, initial):
+    """The Loop as a while node, once translating its body as a scan found its condition computed
+    at run time: the body is translated a second time, and only as a while loop when this node is
+    translated again (inside an outer loop's body translated again: else each level of nesting
+    would double the work)."""
+    n.form = "while"
+    with n.repeated(2, "its condition is computed at run time"):
+        return _while(n, trips, cond, initial)
 
 
 def _scalar_of(x, dtype) -> Tensor:
@@ -166,7 +182,7 @@ def _scalar_of(x, dtype) -> Tensor:
     return F.cast(F.reshape(x, ()), dtype)
 
 
-def _while(n, body, trips, cond, initial):
+def _while(n, trips, cond, initial):
     """A Loop that stops on data or at a run-time trip count: one while node carrying the iteration
     number before the Loop's carries."""
     where = f"{n.describe()}, imported at {user_location()}"
@@ -180,7 +196,7 @@ def _while(n, body, trips, cond, initial):
     def step(values):
         i, carry = values[0], values[1:]
         with random.iteration(loop, i):   # the iteration number: one more word of the key of its draws
-            outs = n.run_graph(body, [i, np.array(True), *carry])
+            outs = n.run_graph("body", [i, np.array(True), *carry])
         if len(outs) < 1 + n_state:
             raise n.unsupported(f"its body gives {len(outs)} outputs for {n_state} carries and a condition")
         more = _scalar_of(outs[0], np.bool_)

@@ -248,7 +248,8 @@ def _mod(n, a, b):
         rest = F.cast(F.where(by_infinity, wide_a, rest), dtype)
     else:
         a, b = F.cast(a, dtype), F.cast(b, dtype)
-        rest = a - apply("div", [a, b]) * b
+        zero = scalar_like(0, a)   # by zero: 0, numpy's integer remainder (div gives 0 there, so a - 0·b is a)
+        rest = F.where(F.equal(b, zero), zero, a - apply("div", [a, b]) * b)
     b = F.cast(b, dtype)
     if n.attr("fmod", 0):
         return rest

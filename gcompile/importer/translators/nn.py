@@ -19,7 +19,7 @@ from ...ops.linalg import _LETTERS as EINSUM_LETTERS
 from ...ops.linalg import _canonical as canonical_einsum
 from ...ops.shape_rules import normalize_axes, normalize_axis
 from ..table import onnx_op, require_float, scalar_like
-from .shape import one_hot_mask
+from .shape import diagonal_offsets, one_hot_mask
 
 
 # -- matrix products -------------------------------------------------------------------------------------
@@ -62,7 +62,7 @@ def _einsum(n, *xs):
                     raise n.unsupported(f"a diagonal over an axis of symbolic size {size!r}")
                 fresh = next(spare)
                 ties.append(c + fresh)
-                eyes.append(np.eye(size, dtype=x.dtype))
+                eyes.append(F.cast(F.equal(diagonal_offsets(size, size), np.int64(0)), x.dtype))
                 c = fresh
             fixed += c
         written.append(fixed)

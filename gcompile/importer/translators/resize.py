@@ -20,6 +20,8 @@ from ... import functions as F
 from ...ops.shape_rules import normalize_axis
 from ..table import onnx_op, require_float
 
+MAX_MATRIX_ELEMENTS = 2 ** 24   # entries of one axis's interpolation matrix (128 MiB of float64)
+
 _ROUNDING: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "round_prefer_floor": lambda x: np.ceil(x - 0.5),
     "round_prefer_ceil": lambda x: np.floor(x + 0.5),
@@ -62,7 +64,12 @@ def _cubic(t: np.ndarray, a: float) -> np.ndarray:
 
 
 def _interpolation_matrix(n, size_in: int, size_out: int, scale: float, roi=(0.0, 1.0)) -> np.ndarray:
-    """The (size_out, size_in) float64 matrix of one axis, for the node's mode and attributes."""
+    """The (size_out, size_in) float64 matrix of one axis, for the node's mode and attributes; an
+    UnsupportedError beyond MAX_MATRIX_ELEMENTS entries (sizes come from the file: a hostile one may
+    ask for terabytes)."""
+    if size_out * size_in > MAX_MATRIX_ELEMENTS:
+        raise n.unsupported(f"resizing an axis of size {size_in} to {size_out} needs a {size_out} x {size_in} "
+                            f"interpolation matrix, more than the {MAX_MATRIX_ELEMENTS} entries gcompile builds")
     mode = "linear" if n.attr("mode", "nearest") == "bilinear" else n.attr("mode", "nearest")
     x = _source_positions(_coordinates(n), size_in, size_out, scale, roi)
     weights = np.zeros((size_out, size_in))

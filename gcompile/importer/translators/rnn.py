@@ -14,13 +14,12 @@ and activation_alpha/beta.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ... import functions as F
 from ...errors import ShapeError
 from ...frontend.tensor import as_tensor
 from ...ops.recurrent import _direction
 from ..table import onnx_op, require_float
+from .shape import iota
 
 _ACTIVATIONS = {"sigmoid": F.sigmoid, "tanh": F.tanh, "relu": F.relu}
 _DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
@@ -105,7 +104,7 @@ def _recurrent(h, r, rb):
 def _masks(seq_lens, steps: int):
     """(T, N, 1) bool: true while step t is inside sequence n."""
     seq_lens = as_tensor(seq_lens)
-    return F.expand_dims(F.greater(seq_lens, np.arange(steps, dtype=seq_lens.dtype).reshape(-1, 1)), -1)
+    return F.expand_dims(F.greater(seq_lens, F.reshape(F.cast(iota(steps), seq_lens.dtype), (steps, 1))), -1)
 
 
 @onnx_op("LSTM", "GRU", "RNN")

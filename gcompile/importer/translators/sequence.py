@@ -150,7 +150,7 @@ def _sequence_map(n, seq, *others):
     for other in others:
         if isinstance(other, TensorSequence) and len(other.items) != len(items):
             raise n.unsupported(f"sequences of {len(items)} and {len(other.items)} tensors")
-    body = n.attr("body")
-    results = [n.run_graph(body, [x, *(o.items[i] if isinstance(o, TensorSequence) else o for o in others)])
-               for i, x in enumerate(items)]
-    return [TensorSequence(r[j] for r in results) for j in range(len(body.output))]
+    with n.repeated(max(len(items), 1), f"it maps its body over {len(items)} tensors"):
+        results = [n.run_graph("body", [x, *(o.items[i] if isinstance(o, TensorSequence) else o for o in others)])
+                   for i, x in enumerate(items)]
+    return [TensorSequence(r[j] for r in results) for j in range(len(n.attr("body").output))]

@@ -132,7 +132,10 @@ def _expand(n, x, shape):
 @onnx_op("Tile", symbolic=True)
 def _tile(n, x, repeats):
     if isinstance(x, SymInts):
-        return _on_entries(x, lambda v: np.tile(v, n.ints(repeats, "repeats")))
+        reps = n.ints(repeats, "repeats")
+        if len(reps) != x.ndim or any(r < 0 for r in reps) or math.prod(reps) * x.values.size > MAX_FOLD_ELEMENTS:
+            raise NotSymbolic()      # a value that large, or a malformed one, is left to the run-time Tile
+        return _on_entries(x, lambda v: np.tile(v, reps))
     reps = n.dims(repeats, "repeats")
     if any(isinstance(r, int) and r < 0 for r in reps):
         raise n.unsupported(f"negative repeats {list(reps)}")
@@ -251,7 +254,12 @@ def _offsets(n, x):
     """column - row for every position of x's last two axes (the diagonal index Trilu and EyeLike use)."""
     if x.ndim < 2:
         raise n.unsupported(f"an input of rank {x.ndim} (it needs a matrix)")
-    rows, cols = (_static(n, d, n.op_type) for d in x.shape[-2:])
+    return diagonal_offsets(*(_static(n, d, n.op_type) for d in x.shape[-2:]))
+
+
+def diagonal_offsets(rows: int, cols: int):
+    """column - row over a rows x cols grid (int64): a numpy array up to MAX_FOLD_ELEMENTS, else
+    computed at run time from two iotas, so sizes read from a file never become a constant."""
     row, col = iota(rows), iota(cols)
     if max(rows, cols, rows * cols) <= MAX_FOLD_ELEMENTS:
         return col[None, :] - row[:, None]
