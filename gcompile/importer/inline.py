@@ -35,7 +35,7 @@ from ..ir.graph import Graph
 from ..ops.reduce import count
 from ..passes.fold import MAX_FOLD_ELEMENTS
 from . import sizes
-from .table import DOMAINS, TRANSLATORS, NotSymbolic, SymInts, TensorSequence
+from .table import ALTERNATIVES, DOMAINS, TRANSLATORS, NotSymbolic, SymInts, TensorSequence
 from .translators.control import if_node
 from .validate import node_name, takes_sequence, tensor_array
 
@@ -270,10 +270,13 @@ class Inliner:
         if proto.op_type == "If" and proto.domain in DOMAINS:
             outs = self._if(ctx, env)
         elif translator is None:
+            instead = ALTERNATIVES.get(proto.op_type) if proto.domain in DOMAINS else \
+                "gcompile imports the ai.onnx domain only: export the model without other domains' ops"
             raise UnsupportedError(
                 f"ONNX op {proto.domain or 'ai.onnx'}::{proto.op_type} (opset {ctx.opset}) in node "
                 f"{node_name(proto)!r} is not supported by gcompile's importer "
-                f"(supported: {len(TRANSLATORS) + 1} ai.onnx ops, listed in gcompile.importer.table.TRANSLATORS)")
+                f"(supported: {len(TRANSLATORS) + 1} ai.onnx ops, listed in gcompile.importer.table.TRANSLATORS)"
+                + (f"; {instead}" if instead else ""))
         else:
             operands = []
             for index, name in enumerate(proto.input):

@@ -155,6 +155,22 @@ class Translator:
 
 TRANSLATORS: dict[str, Translator] = {}
 
+_SAMPLING = ("a random draw, whose values no two runtimes share: export the model without sampling (eval mode), "
+             "or feed the random values as an input; gcompile's own reproducible draws are F.dropout under "
+             "gc.random_key")
+_STRINGS = "strings are not tensors gcompile computes on: tokenize or decode outside the model and feed the numbers"
+# What to do instead, for ops an exporter may write that have no translator (the refusal names it).
+ALTERNATIVES: dict[str, str] = {
+    **dict.fromkeys(("Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
+                     "RandomUniformLike"), _SAMPLING),
+    "BitCast": "it reinterprets bits, which gcompile does not model: F.cast converts values",
+    "FlexAttention": "Attention with an additive mask (F.scaled_dot_product_attention's mask) covers score "
+                     "modifications that a mask can say",
+    "ImageDecoder": "decode images outside the model and feed the pixels",
+    **dict.fromkeys(("RegexFullMatch", "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer"),
+                    _STRINGS),
+}
+
 
 def onnx_op(*op_types: str, symbolic: bool = False, numpy_only: bool = False):
     """Register the decorated function as the translator of `op_types` (ai.onnx domain)."""
