@@ -363,10 +363,10 @@ def _pool_gather(node, ins, batched, size):
     return apply_n("pool_gather", [h, _offsets(idx, size, dims.product(h.shape[1:]))], **node.attrs)
 
 
-@batching_rule("dropout_mask")
-def _dropout_mask(node, ins, batched, size):
+@batching_rule("dropout_mask", "keyed_uniform")
+def _keyed_draw(node, ins, batched, size):
     """One more leading axis of keys: a key shared by the examples gets each example's index as one
-    more word, so that every example draws its own mask (as the masks of one batched tensor differ
+    more word, so that every example draws its own values (as the values of one batched tensor differ
     from position to position), and a shared `like` (whose values are not read) is repeated."""
     key, like = ins
     if not batched[0]:
@@ -375,4 +375,4 @@ def _dropout_mask(node, ins, batched, size):
         key = F.concat([broadcast(key, size), F.broadcast_to(index, (size, *lead, 1))], axis=-1)
     if not batched[1]:
         like = broadcast(like, size)
-    return apply_n("dropout_mask", [key, like], **{**node.attrs, "batch_dims": node.attrs["batch_dims"] + 1})
+    return apply_n(node.op, [key, like], **{**node.attrs, "batch_dims": node.attrs["batch_dims"] + 1})

@@ -306,7 +306,7 @@ class Inliner:
         """Translate one node; `implicit` holds the outer values its subgraphs read, which decide, with
         the operands, whether it can be evaluated at import time."""
         present = [v for v in [*operands, *implicit] if v is not None]
-        if all(isinstance(v, np.ndarray) for v in present):
+        if all(isinstance(v, np.ndarray) for v in present) and not translator.draws:
             outs = translator.fn(ctx, *operands) if translator.numpy_only else self._fold(translator, ctx, operands)
             return self._defer(outs)
         if translator.numpy_only:

@@ -151,33 +151,32 @@ class Translator:
     fn: Callable
     symbolic: bool = False      # fn accepts SymInts operands (else they are computed at run time first)
     numpy_only: bool = False    # fn is numpy: only nodes whose operands are all known at import time
+    draws: bool = False         # fn draws random values: never evaluated at import time
 
 
 TRANSLATORS: dict[str, Translator] = {}
 
-_SAMPLING = ("a random draw, whose values no two runtimes share: export the model without sampling (eval mode), "
-             "or feed the random values as an input; gcompile's own reproducible draws are F.dropout under "
-             "gc.random_key")
+_SAMPLING = ("sampling from a distribution: feed the samples as an input (gcompile imports Bernoulli and the "
+             "uniform and normal draws, under gc.random_key)")
 _STRINGS = "strings are not tensors gcompile computes on: tokenize or decode outside the model and feed the numbers"
 # What to do instead, for ops an exporter may write that have no translator (the refusal names it).
 ALTERNATIVES: dict[str, str] = {
-    **dict.fromkeys(("Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
-                     "RandomUniformLike"), _SAMPLING),
+    "Multinomial": _SAMPLING,
     "BitCast": "it reinterprets bits, which gcompile does not model: F.cast converts values",
     "FlexAttention": "Attention with an additive mask (F.scaled_dot_product_attention's mask) covers score "
                      "modifications that a mask can say",
     "ImageDecoder": "decode images outside the model and feed the pixels",
-    **dict.fromkeys(("RegexFullMatch", "StringConcat", "StringNormalizer", "StringSplit", "TfIdfVectorizer"),
+    **dict.fromkeys(("RegexFullMatch", "StringConcat", "StringNormalizer", "StringSplit"),
                     _STRINGS),
 }
 
 
-def onnx_op(*op_types: str, symbolic: bool = False, numpy_only: bool = False):
+def onnx_op(*op_types: str, symbolic: bool = False, numpy_only: bool = False, draws: bool = False):
     """Register the decorated function as the translator of `op_types` (ai.onnx domain)."""
     def register(fn):
         for op_type in op_types:
             if op_type in TRANSLATORS:
                 raise ValueError(f"ONNX op {op_type} translated twice")
-            TRANSLATORS[op_type] = Translator(fn, symbolic, numpy_only)
+            TRANSLATORS[op_type] = Translator(fn, symbolic, numpy_only, draws)
         return fn
     return register

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from ..errors import GcompileError, ShapeError
 from ..frontend.source import user_location
@@ -55,6 +55,8 @@ _ROUNDS = ((15, 0x6DD4B597), (14, 0x6025A62F))   # (shift, odd multiplier) of ea
 _LAST_SHIFT = 13
 _START = 0x2545F491               # the key fold's starting value
 _SALT = (0x1B873593, 0x5BD1E995)  # tell the stream's two keys apart
+_UNIFORM_BITS = 24                # a uniform draw keeps the hash's top 24 bits: exact in float32
+_UNIFORM_SHIFT = 31 - _UNIFORM_BITS
 
 
 def mix(x, key=None) -> np.ndarray:
@@ -83,18 +85,28 @@ def threshold(ratio: float) -> int:
     return int(round(float(ratio) * 2 ** 31))
 
 
-# -- the op --------------------------------------------------------------------------------------------------
-def _mask_infer(types, *, ratio, seed, stream, named, batch_dims):
+# -- the ops ------------------------------------------------------------------------------------------------
+def _check_key(op: str, types, batch_dims: int):
     key, like = types
     lead = like.shape[:batch_dims]
     if key.dtype != np.int64 or key.ndim != batch_dims + 1 or tuple(key.shape[:-1]) != tuple(lead) \
             or not isinstance(key.shape[-1], int):
-        raise ShapeError(f"dropout_mask: the key must be int64 of shape {(*lead, 'words')} with a static number of "
+        raise ShapeError(f"{op}: the key must be int64 of shape {(*lead, 'words')} with a static number of "
                          f"words, got {key}")
-    return [tensor_type(np.bool_, like.shape)]
 
 
-def _mask_reference(key, like, *, ratio, seed, stream, named, batch_dims):
+def _mask_infer(types, *, ratio, seed, stream, named, batch_dims):
+    _check_key("dropout_mask", types, batch_dims)
+    return [tensor_type(np.bool_, types[1].shape)]
+
+
+def _uniform_infer(types, *, dtype, seed, stream, named, batch_dims):
+    _check_key("keyed_uniform", types, batch_dims)
+    return [tensor_type(np.dtype(dtype), types[1].shape)]
+
+
+def _hashes(key, like, *, seed, stream, named, batch_dims) -> np.ndarray:
+    """The 31-bit hash of every position of `like` (uint64), as the lowerings compute it."""
     inner = like.shape[batch_dims:]
     k = np.full(key.shape[:-1], _START, np.uint64)
     for j in range(key.shape[-1]):
@@ -104,7 +116,16 @@ def _mask_reference(key, like, *, ratio, seed, stream, named, batch_dims):
     k2 = mix(k1 ^ np.uint64(c2))
     k1, k2 = (np.reshape(v, k.shape + (1,) * len(inner)) for v in (k1, k2))
     positions = np.arange(int(np.prod(inner, dtype=np.int64)), dtype=np.uint64).reshape(inner) & np.uint64(M31)
-    return mix(positions ^ k1, k2) >= np.uint64(threshold(ratio))
+    return mix(positions ^ k1, k2)
+
+
+def _mask_reference(key, like, *, ratio, **stream):
+    return _hashes(key, like, **stream) >= np.uint64(threshold(ratio))
+
+
+def _uniform_reference(key, like, *, dtype, **stream):
+    top = _hashes(key, like, **stream) >> np.uint64(_UNIFORM_SHIFT)
+    return (top.astype(np.float32) * np.float32(2.0 ** -_UNIFORM_BITS)).astype(dtype)
 
 
 def _emit_mix(ctx, x: str, key: str | None = None) -> str:
@@ -135,10 +156,10 @@ def _times(ctx, x: str, multiplier: int) -> str:
     return ctx.emit("BitwiseAnd", [ctx.emit("Mul", [x, _u32(ctx, multiplier)]), _u32(ctx, M31)])
 
 
-def _lower_mask(ctx, names, node):
+def _emit_hashes(ctx, names, node) -> str:
     """The key's words folded into one 31-bit value per key (a few scalar ops each), the stream's
     two keys from it, then per element: the position xored with the first key, mixed with the
-    second key xored in after the first round, compared with the threshold (19 ops per element)."""
+    second key xored in after the first round (17 ops per element)."""
     a = node.attrs
     key, _ = names
     key_type, like_type = (ctx.graph.type_of(r) for r in node.inputs)
@@ -156,10 +177,25 @@ def _lower_mask(ctx, names, node):
         k1, k2 = (ctx.emit("Unsqueeze", [v, axes]) for v in (k1, k2))
     positions = ctx.emit("Reshape", [ctx.index_range(product(inner)), ctx.shape_tensor(inner)], allowzero=1)
     x = ctx.emit("BitwiseXor", [ctx.emit("Cast", [positions], to=TensorProto.UINT32), k1])
-    x = _emit_mix(ctx, x, k2)
-    if threshold(a["ratio"]) > M31:   # ratio 1: nothing kept (OpenVINO's int32 would read 2^31 as negative)
+    return _emit_mix(ctx, x, k2)
+
+
+def _lower_mask(ctx, names, node):
+    """The hashes compared with the threshold."""
+    x = _emit_hashes(ctx, names, node)
+    if threshold(node.attrs["ratio"]) > M31:   # ratio 1: nothing kept (OpenVINO's int32 would read 2^31 as negative)
         return ctx.emit("Less", [x, _u32(ctx, 0)])
-    return ctx.emit("GreaterOrEqual", [x, _u32(ctx, threshold(a["ratio"]))])
+    return ctx.emit("GreaterOrEqual", [x, _u32(ctx, threshold(node.attrs["ratio"]))])
+
+
+def _lower_uniform(ctx, names, node):
+    """The hashes' top 24 bits (cleared below, then shifted: see _xor_shift) times 2^-24, in float32,
+    where every such value is exact, then cast to the draw's dtype."""
+    x = ctx.emit("BitwiseAnd", [_emit_hashes(ctx, names, node), _u32(ctx, M31 & ~((1 << _UNIFORM_SHIFT) - 1))])
+    x = ctx.emit("BitShift", [x, _u32(ctx, _UNIFORM_SHIFT)], direction="RIGHT")
+    u = ctx.emit("Mul", [ctx.emit("Cast", [x], to=TensorProto.FLOAT), ctx.const(np.float32(2.0 ** -_UNIFORM_BITS))])
+    dtype = np.dtype(node.attrs["dtype"])
+    return u if dtype == np.float32 else ctx.emit("Cast", [u], to=helper.np_dtype_to_tensor_dtype(dtype))
 
 
 # dropout_mask(key, like): True with probability 1 - ratio at each position of `like` (whose values are
@@ -167,6 +203,10 @@ def _lower_mask(ctx, names, node):
 # axes), the stream (seed, stream, named) and the position within like's other axes. Not Trait.RANDOM:
 # two nodes with the same operands and stream hold the same mask, and recomputing one gives it again.
 defop("dropout_mask", infer=_mask_infer, reference=_mask_reference, lower=_lower_mask, traits={Trait.NONDIFF})
+# keyed_uniform(key, like): a float of `dtype` in [0, 1) at each position of `like`, a multiple of 2^-24
+# (the top 24 bits of dropout_mask's hashes). Not Trait.RANDOM, as dropout_mask.
+defop("keyed_uniform", infer=_uniform_infer, reference=_uniform_reference, lower=_lower_uniform,
+      traits={Trait.NONDIFF})
 
 
 def dropout_mask(key: Tensor, like: Tensor, ratio: float, seed: int, stream: int, named: bool,
@@ -290,24 +330,41 @@ def with_step_index(build: Callable[[bool], T]) -> T:
         return build(True)
 
 
-def keyed_mask(x: Tensor, ratio: float, seed: int | None, key) -> Tensor | None:
-    """dropout's keep mask for x drawn from `key` (stream: `seed`, default 0) or from the innermost
-    random_key context (stream: `seed`, else the next number in trace order); None where neither
-    gives a key (the draw is then the runtime's)."""
+def _draw_stream(seed: int | None, key, what: str):
+    """(key words, the context's seed, stream, named) of a draw keyed by `key` (stream: `seed`, default
+    0) or by the innermost random_key context (stream: `seed`, else the next number in trace order);
+    None where neither gives a key."""
     if key is not None:
         key = as_tensor(key)
         if key.dtype.kind not in "iu" or key.ndim > 1 or (key.ndim == 1 and not isinstance(key.shape[0], int)):
-            raise GcompileError(f"dropout: key must be an integer scalar or vector of static length, got {key.type} "
+            raise GcompileError(f"{what}: key must be an integer scalar or vector of static length, got {key.type} "
                                 f"(at {user_location()})")
-        words = reshape(cast(key, np.int64), (-1,))
-        return dropout_mask(words, x, ratio, 0, 0 if seed is None else seed, True)
+        return reshape(cast(key, np.int64), (-1,)), 0, 0 if seed is None else int(seed), True
     if not _STACK.contexts:
         return None
     context = _STACK.contexts[-1]
-    key = context.key()
+    words = context.key()
     if seed is None:
         stream, named = context.drawn[0], False
         context.drawn[0] += 1
     else:
         stream, named = int(seed), True
-    return dropout_mask(key, x, ratio, context.seed, stream, named)
+    return words, context.seed, stream, named
+
+
+def keyed_mask(x: Tensor, ratio: float, seed: int | None, key) -> Tensor | None:
+    """dropout's keep mask for x drawn from `key` or the innermost random_key context (_draw_stream);
+    None where neither gives a key (the draw is then the runtime's)."""
+    drawn = _draw_stream(seed, key, "dropout")
+    return None if drawn is None else dropout_mask(drawn[0], x, ratio, *drawn[1:])
+
+
+def keyed_uniform(like: Tensor, dtype, seed: int | None = None, key=None) -> Tensor | None:
+    """Floats of `dtype` uniform in [0, 1), one per position of `like`, drawn from `key` or the
+    innermost random_key context (_draw_stream); None where neither gives a key."""
+    drawn = _draw_stream(seed, key, "a random draw")
+    if drawn is None:
+        return None
+    words, context_seed, stream, named = drawn
+    return apply("keyed_uniform", [words, as_tensor(like)], dtype=np.dtype(dtype).name, seed=int(context_seed),
+                 stream=int(stream), named=bool(named), batch_dims=0)

@@ -14,6 +14,7 @@ import numpy as np
 import gcompile as gc
 import gcompile.functions as F
 from gcompile.frontend.tensor import apply, apply_n
+from gcompile.ops.random import keyed_uniform
 
 B = 3
 RNG = np.random.default_rng(1)
@@ -139,6 +140,7 @@ SAMPLES: dict[str, Sample] = {
     # per-example keys (a shared key with batched values draws per example: tests/ops/test_random.py)
     "dropout_mask": Sample(lambda k: F.dropout(np.linspace(1.0, 2.0, 12).reshape(3, 4), 0.4, training=True, key=k),
                            [ints(1000, B, 2)], [0]),
+    "keyed_uniform": Sample(lambda k: keyed_uniform(np.zeros((3, 4)), np.float64, key=k), [ints(1000, B, 2)], [0]),
     "cond": Sample(_branch, [rand(B, 3), rand(B, 3)], [0, 0]),
     "root": Sample(_root, [rand(B, 3)], [0]),
     "while": Sample(_halve, [rand(B, 3) * np.array([[1.0], [10.0], [100.0]]), np.array([1.0, 5.0, 0.1])], [0, 0]),

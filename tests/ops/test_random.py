@@ -11,7 +11,7 @@ import gcompile as gc
 import gcompile.functions as F
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
-from gcompile.ops.random import dropout_mask
+from gcompile.ops.random import dropout_mask, keyed_uniform
 
 from ..opcheck import check_grads
 
@@ -249,3 +249,44 @@ def test_vmap_draws_each_examples_own_mask():
             return gc.vmap(lambda x: gc.grad(F.sum(F.tanh(F.dropout(x * w, 0.5, training=True)) ** 2), [x])[0])(xb)
     g = gc.compile(per_example_grads, xb, step, provider="cpu")(xb, step)
     np.testing.assert_array_equal(g == 0, got == 0)          # the gradient's mask is the forward's
+
+
+def _uniforms(shape, key, dtype=np.float32, symbolic=False):
+    """keyed_uniform(x, dtype, key=key) on ONNX Runtime, the reference evaluator and onnx's
+    ReferenceEvaluator running the portable model."""
+    def fn(x):
+        return keyed_uniform(x, dtype, key=key)
+    x = np.ones(shape, dtype)
+    spec = gc.spec(tuple("n" if symbolic and i == 0 else d for i, d in enumerate(shape)), np.dtype(dtype).name)
+    cf = gc.compile(fn, spec, provider="cpu")
+    portable = cf.model_for("portable")
+    onnx.checker.check_model(portable, full_check=True)
+    return cf(x), evaluate(trace(fn, [x]).graph, [x])[0], \
+        ReferenceEvaluator(portable).run(None, {portable.graph.input[0].name: x})[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_uniform_draws_are_the_same_on_every_evaluator(dtype):
+    """Multiples of 2^-24 in [0, 1) (float16 rounds them), mean 1/2 and variance 1/12 over 2^14
+    positions, the same bits on every evaluator at a static and a symbolic size, and in float32 and
+    float64 alike; another key draws other values, zero-size and 0-d shapes too."""
+    for symbolic in (False, True):
+        on_ort, on_ref, on_onnx = _uniforms((128, 128), 9, dtype, symbolic)
+        assert on_ort.dtype == dtype and on_ort.shape == (128, 128)
+        np.testing.assert_array_equal(on_ort, on_ref)
+        np.testing.assert_array_equal(on_ort, on_onnx)
+    u = on_ort.astype(np.float64)
+    assert u.min() >= 0 and u.max() <= 1 and abs(u.mean() - 0.5) < 0.01 and abs(u.var() - 1 / 12) < 0.005
+    if dtype != np.float16:
+        assert u.max() < 1 and np.all(u * 2 ** 24 == np.round(u * 2 ** 24))
+        np.testing.assert_array_equal(u, _uniforms((128, 128), 9, np.float32)[0].astype(np.float64))
+    assert np.mean(u == _uniforms((128, 128), 10, dtype)[0]) < 0.01
+    for shape in ((0, 3), (), (5,)):
+        assert all(v.shape == shape for v in _uniforms(shape, 1, dtype, symbolic=bool(shape)))
+
+
+def test_uniform_draws_pass_no_gradient():
+    """x · u with u drawn like x: the gradient is u itself (u is constant in x), orders 1 and 2."""
+    def fn(x):
+        return F.sin(x) * keyed_uniform(x, x.dtype, key=3)
+    check_grads(fn, [rand(6, 5)])

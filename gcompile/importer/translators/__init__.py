@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     nn,
     pooling,
     quantize,
+    random,
     reduce,
     resize,
     rnn,
