@@ -1,11 +1,15 @@
-"""Shared test set-up: graph passes lint the graph after every run, and `scratch_op` defines ops
-that live in the registry for one test only."""
+"""Shared test set-up: graph passes lint the graph after every run, `scratch_op` defines ops
+that live in the registry for one test only, the run fails when an op's gradient or a lowering
+was never checked (tests/op_coverage.py), and under pytest-xdist (the suite's default, two
+workers) the tests that share a Ray cluster run on one worker."""
 import numpy as np
 import pytest
 
 from gcompile.ir.registry import REGISTRY, defop
 from gcompile.ops.shape_rules import binary_broadcast
 from gcompile.passes import base as passes_base
+
+from . import op_coverage
 
 
 @pytest.fixture
@@ -27,3 +31,30 @@ def scratch_op():
 def pytest_configure(config):
     """Every graph pass run in the tests is followed by Graph.lint()."""
     passes_base.LINT = True
+
+
+def pytest_collection_modifyitems(config, items):
+    """Ray's tests (tests/distributed and the Ray guide's blocks) share one local cluster per process
+    and start Ray worker processes: with --dist loadgroup they run on one xdist worker, in turn."""
+    for item in items:
+        if "distributed" in item.path.parts or "ray.md" in item.name:
+            item.add_marker(pytest.mark.xdist_group("ray"))
+    op_coverage.collected(config, items)
+
+
+def pytest_runtest_setup(item):
+    op_coverage.ran(item)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    worker = getattr(session.config, "workeroutput", None)
+    if worker is not None:          # an xdist worker: the controller judges
+        worker["op_coverage"] = op_coverage.records()
+        return
+    op_coverage.judge(session, exitstatus)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller: a worker finished; add its op checks to the judged records."""
+    op_coverage.merge(getattr(node, "workeroutput", {}).get("op_coverage"))

@@ -3,7 +3,7 @@ and float64 numeric gradient checks (first and second order) of the reference ev
 of the ONNX models ONNX Runtime runs, at static and symbolic sizes.
 
 Every op that appears in a graph checked by `check_grads` is recorded, with the lowerings (an
-op's plain form or a target's strategy) its ONNX models ran; tests/ops/conftest.py fails the
+op's plain form or a target's strategy) its ONNX models ran; tests/op_coverage.py fails the
 run if a differentiable registry op was never gradient-checked, at a symbolic size too, or a
 lowering never ran in a gradient check.
 """

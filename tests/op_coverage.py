@@ -2,19 +2,24 @@
 symbolic size (ONNX Runtime's model of it with one axis symbolic) unless NEEDS_STATIC says why,
 or when a lowering (a checked op's plain form, any target's strategy) ran in no gradient check.
 
-Only judged when every test file under tests/ops was collected and no -k/-m filter was
-given, so running one file or one test stays quiet.
+Only judged when every test file under tests/ops was collected and run and no -k/-m filter was
+given, so running one file or one test stays quiet. Under pytest-xdist each worker runs part of
+the tests: it hands what its checks recorded (tests/opcheck.py) to the controller, which judges
+their union (tests/conftest.py calls these functions from its hooks).
 """
+from __future__ import annotations
+
 from pathlib import Path
 
 import pytest
 
+import gcompile.functions  # noqa: F401  (registers every op: an xdist controller imports no test module)
 from gcompile.ir.registry import REGISTRY
 from gcompile.lowering.targets import TARGETS
 
-from ..opcheck import GRAD_CHECKED_OPS, LOWERINGS_CHECKED, SYMBOLIC_CHECKED_OPS
+from .opcheck import GRAD_CHECKED_OPS, LOWERINGS_CHECKED, SYMBOLIC_CHECKED_OPS
 
-_state = {"complete": False}
+OPS = Path(__file__).resolve().parent / "ops"
 
 # Differentiable ops no function of a symbolic size can reach, and why.
 NEEDS_STATIC: dict[str, str] = {}
@@ -25,16 +30,47 @@ NEEDS_STATIC: dict[str, str] = {}
 # statistics and its gradient's mask on ONNX Runtime instead).
 NO_LOWERING = {"input", "identity", "dropout"}
 
+_state: dict = {"complete": False, "ran": set()}
 
-def pytest_collection_modifyitems(session, config, items):
+
+def collected(config, items) -> None:
+    """Note whether this run holds every test file of tests/ops, unfiltered."""
     files = {Path(str(item.fspath)).resolve() for item in items}
-    wanted = {p.resolve() for p in Path(__file__).parent.glob("test_*.py")}
     filtered = config.getoption("keyword") or config.getoption("markexpr") or any("::" in a for a in config.args)
-    _state["complete"] = wanted <= files and not filtered
+    _state["complete"] = _wanted() <= files and not filtered
 
 
-def pytest_sessionfinish(session, exitstatus):
-    if not _state["complete"] or exitstatus != 0:
+def ran(item) -> None:
+    """Note the file of a test this process runs."""
+    _state["ran"].add(Path(str(item.fspath)).resolve())
+
+
+def records() -> dict:
+    """What this process recorded, as plain data (an xdist worker's output to its controller)."""
+    return {"complete": _state["complete"], "ran": sorted(str(p) for p in _state["ran"]),
+            "grad": sorted(GRAD_CHECKED_OPS), "symbolic": sorted(SYMBOLIC_CHECKED_OPS),
+            "lowerings": [[op, name, n] for (op, name), n in LOWERINGS_CHECKED.items()]}
+
+
+def merge(worker: dict | None) -> None:
+    """Add an xdist worker's records to this process's."""
+    if not worker:
+        return
+    _state["complete"] = _state["complete"] or worker["complete"]
+    _state["ran"].update(Path(p) for p in worker["ran"])
+    GRAD_CHECKED_OPS.update(worker["grad"])
+    SYMBOLIC_CHECKED_OPS.update(worker["symbolic"])
+    for op, name, n in worker["lowerings"]:
+        LOWERINGS_CHECKED[(op, name)] += n
+
+
+def _wanted() -> set[Path]:
+    return {p.resolve() for p in OPS.glob("test_*.py")}
+
+
+def judge(session, exitstatus) -> None:
+    """Fail the session, naming them, on ops or lowerings no gradient check reached."""
+    if not _state["complete"] or not _wanted() <= _state["ran"] or exitstatus != 0:
         return
     missing = sorted(name for name, op in REGISTRY.items()
                      if op.differentiable and op.name not in GRAD_CHECKED_OPS)
