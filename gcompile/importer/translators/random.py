@@ -63,24 +63,13 @@ def _normal(n, like, dtype):
     return F.cast(z * np.float32(n.attr("scale", 1.0)) + np.float32(n.attr("mean", 0.0)), dtype)
 
 
-@onnx_op("RandomUniform", draws=True)
-def _random_uniform(n):
-    return _scaled_uniform(n, _shaped(n), _dtype(n, np.float32))
-
-
-@onnx_op("RandomUniformLike", draws=True)
-def _random_uniform_like(n, x):
-    return _scaled_uniform(n, x, _dtype(n, x.dtype))
-
-
-@onnx_op("RandomNormal", draws=True)
-def _random_normal(n):
-    return _normal(n, _shaped(n), _dtype(n, np.float32))
-
-
-@onnx_op("RandomNormalLike", draws=True)
-def _random_normal_like(n, x):
-    return _normal(n, x, _dtype(n, x.dtype))
+@onnx_op("RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", draws=True)
+def _random(n, x=None):
+    """The draw of the node's kind, shaped as its `shape` attribute or, for the *Like ops, as x (whose
+    dtype is then the default dtype)."""
+    like, default = (_shaped(n), np.float32) if x is None else (x, x.dtype)
+    draw = _normal if n.op_type.startswith("RandomNormal") else _scaled_uniform
+    return draw(n, like, _dtype(n, default))
 
 
 @onnx_op("Bernoulli", draws=True)
