@@ -32,7 +32,8 @@ _MXCSR_OFFSET = 28            # glibc's x86-64 fenv_t: the x87 environment (28 b
 
 
 def keep_subnormals() -> bool:
-    """Whether GCOMPILE_SUBNORMALS asks to keep subnormals (anything but "keep" or unset is an error)."""
+    """Whether GCOMPILE_SUBNORMALS asks to keep subnormals: "keep" does, "flush" or unset do not, anything
+    else is an error."""
     value = os.environ.get("GCOMPILE_SUBNORMALS", "").strip().lower()
     if value not in ("", "flush", "keep"):
         from ..errors import GcompileError

@@ -1,11 +1,11 @@
 """ONNX translators for neural-network layers: matrix products, softmax, normalisation,
-dropout, convolution, pooling and losses.
+convolution, pooling and losses.
 
 Each translator writes the ONNX op's semantics with gcompile ops (gcompile.functions), so the
 imported graph differentiates to any order through the existing VJP rules. Where ONNX allows
 something gcompile does not express exactly (auto_pad on a symbolic size, ...), the translator
-raises a clear UnsupportedError instead of guessing. Dropout in training mode draws a keyed mask
-(translators/random.py).
+raises a clear UnsupportedError instead of guessing. Dropout is translated with the other random
+draws (translators/random.py).
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from ...ir import dims
 from ...ops.indexing import slice_axes
 from ...ops.linalg import _LETTERS as EINSUM_LETTERS
 from ...ops.linalg import _canonical as canonical_einsum
-from ...ops.random import keyed_mask
 from ...ops.shape_rules import normalize_axes, normalize_axis
 from ..table import onnx_op, require_float, scalar_like
 from .shape import diagonal_offsets, one_hot_mask
@@ -195,25 +194,6 @@ def _rms_norm(n, x, scale):
     x = require_float(n, x)
     axes = tuple(range(normalize_axis(n.attr("axis", -1), x.ndim), x.ndim))
     return x * F.rsqrt(F.mean(x * x, axes, keepdims=True) + scalar_like(n.attr("epsilon", 1e-5), x)) * scale
-
-
-@onnx_op("Dropout", draws=True)
-def _dropout(n, x, ratio=None, training=None):
-    """In training mode a keyed mask (translators/random.py: under gc.random_key, the same on every
-    runtime); in inference mode, or with ratio 0, the identity."""
-    training = training is not None and bool(n.known(training, "training_mode").reshape(-1)[0])
-    rate = 0.5 if ratio is None else float(n.known(ratio, "ratio").reshape(-1)[0])
-    if not training or rate == 0.0:
-        return F.identity(x), (F.full(x.shape, 1, np.bool_) if n.wants(1) else None)
-    require_float(n, x)
-    if rate == 1.0:
-        return x * 0, F.full(x.shape, 0, np.bool_)
-    keep = keyed_mask(x, rate, None if n.attr("seed") is None else int(n.attr("seed")), None)
-    if keep is None:
-        raise n.unsupported("Dropout in training mode draws its mask from gc.random_key: call the model inside "
-                            "`with gc.random_key(step):` (a training step opens one with its step counter), or "
-                            "export the model in inference mode")
-    return x * (F.cast(keep, x.dtype) * np.asarray(1 / (1 - rate), x.dtype)), keep
 
 
 # -- convolution (pooling: pooling.py) ------------------------------------------------------------------------

@@ -28,14 +28,20 @@ def _stream(n) -> int | None:
     return None if seed is None else int(np.asarray(seed, np.float32).view(np.int32))
 
 
-def _uniform(n, like, dtype=np.float32):
-    """Uniform floats in [0, 1) of `like`'s shape, from the key of the innermost gc.random_key context."""
-    u = random.keyed_uniform(like, dtype, seed=_stream(n))
-    if u is None:
+def _keyed(n, drawn):
+    """`drawn` (a keyed draw, None outside a gc.random_key context), or the refusal saying how to give a key."""
+    if drawn is None:
         raise n.unsupported("a random draw in an imported model takes its key from gc.random_key: call the "
                             "model inside `with gc.random_key(step):` (a training step opens one with its step "
                             "counter), so that its values are the same on every runtime and on resume")
-    return u
+    return drawn
+
+
+def _uniform(n, like, offset: int = 0):
+    """Float32s uniform in [0, 1) of `like`'s shape, from the key of the innermost gc.random_key context;
+    `offset` names another stream of the same node (the stream after its seed's, or the next in trace order)."""
+    seed = _stream(n)
+    return _keyed(n, random.keyed_uniform(like, np.float32, seed=None if seed is None else seed + offset))
 
 
 def _dtype(n, default) -> np.dtype:
@@ -55,9 +61,7 @@ def _scaled_uniform(n, like, dtype):
 
 def _normal(n, like, dtype):
     """mean + scale · sqrt(-2 ln(1 - u1)) · cos(2π u2): 1 - u1 is in (0, 1], so the log is finite."""
-    seed = _stream(n)
-    u1 = _uniform(n, like)
-    u2 = _uniform(n, like) if seed is None else random.keyed_uniform(like, np.float32, seed=seed + 1)
+    u1, u2 = _uniform(n, like), _uniform(n, like, offset=1)
     radius = F.sqrt(np.float32(-2.0) * F.log(np.float32(1.0) - u1))
     z = radius * F.cos(np.float32(2 * np.pi) * u2)
     return F.cast(z * np.float32(n.attr("scale", 1.0)) + np.float32(n.attr("mean", 0.0)), dtype)
@@ -76,3 +80,18 @@ def _random(n, x=None):
 def _bernoulli(n, p):
     p = F.stop_gradient(require_float(n, p, "probability"))
     return F.cast(F.less(_uniform(n, p), F.cast(p, np.float32)), _dtype(n, p.dtype))
+
+
+@onnx_op("Dropout", draws=True)
+def _dropout(n, x, ratio=None, training=None):
+    """In training mode a keyed mask, scaled as F.dropout scales it; in inference mode, or with ratio 0,
+    the identity."""
+    training = training is not None and bool(n.known(training, "training_mode").reshape(-1)[0])
+    rate = 0.5 if ratio is None else float(n.known(ratio, "ratio").reshape(-1)[0])
+    if not training or rate == 0.0:
+        return F.identity(x), (F.full(x.shape, 1, np.bool_) if n.wants(1) else None)
+    require_float(n, x)
+    if rate == 1.0:
+        return x * 0, F.full(x.shape, 0, np.bool_)
+    keep = _keyed(n, random.keyed_mask(x, rate, None if n.attr("seed") is None else int(n.attr("seed")), None))
+    return x * (F.cast(keep, x.dtype) * np.asarray(1 / (1 - rate), x.dtype)), keep
