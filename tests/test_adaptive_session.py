@@ -298,3 +298,70 @@ def test_without_one_thread_it_only_chooses_spinning(monkeypatch):
         exploit(session)
     assert ONE not in made and session.variant == SPIN
     assert {variant for variant, _ in log} == {SLEEP, SPIN}
+
+
+class BusyFakeSession(FakeSession):
+    """A FakeSession that also advances the process's CPU clock: `busy[variant]` cores over its run."""
+
+    def __init__(self, variant, delay, log, clock, cpu, busy):
+        super().__init__(variant, delay, log, clock)
+        self.cpu, self.busy = cpu, busy
+
+    def run(self, names, feeds, *options):
+        self.cpu.now += self.delay[self.variant] * self.busy[self.variant]
+        return super().run(names, feeds, *options)
+
+
+@pytest.mark.parametrize("busy, others, tries_one", [
+    (1.9, 0.0, False),      # a large step keeping both cores busy on a quiet machine
+    (1.55, 0.4, False),     # just past the threshold, the neighbours below LOAD_SHIFT
+    (1.45, 0.0, True),      # just below it: one thread may win
+    (1.9, 0.6, True),       # a busy neighbour: one thread may win
+    (1.9, None, True),      # the load is unknown
+])
+def test_one_thread_is_not_tried_where_it_cannot_win(monkeypatch, busy, others, tries_one):
+    """A quiet machine (the other processes below LOAD_SHIFT cores) and calls of sleeping workers
+    that kept ONE_THREAD_FUTILE cores or more busy: the comparisons try spinning workers only, and
+    one thread's session is never made. Either side of each threshold, one thread takes its turn."""
+    monkeypatch.setattr(adaptive, "EXPLOIT", 6)
+    delay, log, made = {SLEEP: 0.3, ONE: 0.5, SPIN: 0.3}, [], []
+    clock, cpu = Clock(), Clock()
+    load = Load(clock, cores=others or 0.0)
+
+    def make(threads, spin):
+        made.append(Variant(threads, spin))
+        return BusyFakeSession(Variant(threads, spin), delay, log, clock, cpu, {SLEEP: busy, ONE: 1.0, SPIN: 2.0})
+    session = AdaptiveSession(make, 2, clock, load if others is not None else lambda: None, cpu=cpu)
+    challengers = []
+    for _ in range(3):
+        run_comparison(session)
+        challengers.append(next(v for v in session._times if v != SLEEP))   # the one compared with
+        exploit(session)
+    assert (ONE in made) == tries_one
+    assert challengers == ([ONE, SPIN, ONE] if tries_one else [SPIN, SPIN, SPIN])
+    assert session.variant == SLEEP
+
+
+def test_spinning_workers_cpu_time_does_not_rule_out_one_thread(monkeypatch):
+    """Spinning workers burn CPU while they wait, so their calls say nothing of the work done in
+    parallel: chosen (here they are the fastest), they leave one thread its turn."""
+    monkeypatch.setattr(adaptive, "EXPLOIT", 6)
+    delay, log, made = {SLEEP: 0.4, ONE: 0.5, SPIN: 0.3}, [], []
+    clock, cpu = Clock(), Clock()
+    busy = {SLEEP: 1.0, ONE: 1.0, SPIN: 2.0}
+
+    def make(threads, spin):
+        made.append(Variant(threads, spin))
+        return BusyFakeSession(Variant(threads, spin), delay, log, clock, cpu, busy)
+    session = AdaptiveSession(make, 2, clock, Load(clock, cores=0.0), cpu=cpu)
+    challengers = []
+    for _ in range(2):
+        challengers.append(session._challenger)
+        run_comparison(session)
+        exploit(session)
+    assert session.variant == SPIN and not session._futile(ONE)
+    for _ in range(2):
+        challengers.append(session._challenger)
+        run_comparison(session)
+        exploit(session)
+    assert challengers == [ONE, SPIN, SLEEP, ONE]

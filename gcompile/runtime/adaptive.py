@@ -32,6 +32,14 @@ burst of another process's work is not a new load), and not before the choice ha
 FIRST_EXPLOIT calls (so a machine whose load swings all the time costs at most one comparison per
 FIRST_EXPLOIT calls).
 
+One thread is not tried while it cannot win. On a machine whose other processes use less than
+LOAD_SHIFT cores, a call of a variant with several threads that kept ONE_THREAD_FUTILE cores or
+more busy (this process's CPU time over the call's wall-clock time, with no other call in flight,
+and sleeping workers: spinning ones burn CPU while they wait)
+did that much work in parallel, and one thread would take about that many times as long: a large
+model's training step spent a comparison's calls on one thread at 1.5-1.8 times its time each.
+Where the load is unknown or moves by LOAD_SHIFT, one thread is tried again in its turn.
+
 Only the model's own calls are timed, wall-clock: what the user waits for. A challenger's
 session is created when its first comparison starts, from the third call on (a function called
 once or twice never pays for one), and only for graphs of at most ADAPT_MAX_NODES nodes and
@@ -61,6 +69,7 @@ _LAZY_AT = 2         # calls before the first challenger's session is made
 SPIN_HANDICAP = 1.1  # spinning workers must be 10% faster to be chosen (see the module's docstring)
 LOAD_WINDOW = 0.25   # seconds between readings of the other processes' load
 LOAD_SHIFT = 0.5     # cores of other processes' load gained or lost since a choice that start a comparison
+ONE_THREAD_FUTILE = 1.5   # cores a quiet machine's call kept busy past which one thread is not tried
 
 
 def other_cpu_seconds() -> float | None:
@@ -103,8 +112,11 @@ class AdaptiveSession:
 
     def __init__(self, make: Callable[[int, bool], Any], threads: int,
                  clock: Callable[[], float] = time.perf_counter,
-                 load: Callable[[], float | None] = other_cpu_seconds, one_thread: bool = True) -> None:
-        self._make, self._clock, self._load = make, clock, load
+                 load: Callable[[], float | None] = other_cpu_seconds, one_thread: bool = True,
+                 cpu: Callable[[], float] = time.process_time) -> None:
+        self._make, self._clock, self._load, self._cpu = make, clock, load, cpu
+        self._parallel: float | None = None   # cores the last lone call of several threads kept busy
+        self._in_flight = 0
         self._reading = (clock(), load())     # the last reading of the other processes' load
         self._cores_used: float | None = None  # by the other processes, over the last LOAD_WINDOW
         self._cores_at_choice: float | None = None
@@ -131,11 +143,14 @@ class AdaptiveSession:
     def _choose(self) -> Variant:
         if self._calls < _LAZY_AT:
             return self._choice
+        if self._left > 0:
+            return self._choice
+        if not self._times[self._challenger] and self._futile(self._challenger):
+            self._challenger = self._next_challenger()      # a comparison about to start: skip it
+            self._times = {self._choice: self._times[self._choice], self._challenger: []}
         if self._challenger not in self._sessions:
             self._sessions[self._challenger] = self._make(*self._challenger)
             self._cold.add(self._challenger)
-        if self._left > 0:
-            return self._choice
         if all(len(times) >= EXPLORE for times in self._times.values()):   # both measured: keep the faster a while
             self._choice = min(self._times, key=lambda v: statistics.median(self._times[v])
                                * (SPIN_HANDICAP if v.spin else 1))
@@ -146,6 +161,11 @@ class AdaptiveSession:
             self._cores_at_choice, self._since_choice, self._moved = self._cores_used, 0, False
             return self._choice
         return min(self._times, key=lambda v: len(self._times[v]))
+
+    def _futile(self, variant: Variant) -> bool:
+        """Whether `variant` is one thread and cannot win now (see the module's docstring)."""
+        return (variant.threads == 1 and self._parallel is not None and self._parallel >= ONE_THREAD_FUTILE
+                and self._cores_used is not None and self._cores_used < LOAD_SHIFT)
 
     def _next_challenger(self) -> Variant:
         """The other variants in turn (in the order of self._variants, after the last challenger)."""
@@ -158,17 +178,26 @@ class AdaptiveSession:
             comparing = self._left == 0 and self._calls >= _LAZY_AT
             last = (comparing and variant == self._challenger and variant not in self._cold
                     and len(self._times[variant]) == EXPLORE - 1)
+            self._in_flight += 1
+            alone = self._in_flight == 1
         args = []
         if last:                              # the challenger's last timed call: give its arena back after
             import onnxruntime as ort
             options = ort.RunOptions()
             options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
             args.append(options)
-        start = self._clock()
-        result = run(self._sessions[variant], *args)
-        elapsed = self._clock() - start
+        start, cpu = self._clock(), self._cpu()
+        try:
+            result = run(self._sessions[variant], *args)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+        elapsed, cpu = self._clock() - start, self._cpu() - cpu
         with self._lock:
             self._calls += 1
+            if alone and self._in_flight == 0 and variant.threads > 1 and not variant.spin \
+                    and variant not in self._cold and elapsed > 0:        # (spinning workers burn CPU idle)
+                self._parallel = cpu / elapsed
             if variant in self._cold:
                 self._cold.discard(variant)
             elif comparing and variant in self._times:    # (a binding made before the round changed)
