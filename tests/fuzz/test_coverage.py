@@ -43,15 +43,19 @@ def _short_program(generator, seed: int):
 
 def test_the_generators_reach_every_strategy_and_rewrite():
     """After ALL_ROUNDS rounds of every generator, the next rounds run only the generators whose
-    programs lowered the op of a strategy not reached yet (in its plain form)."""
+    programs lowered the op of a strategy not reached yet (in its plain form), or fired another
+    rewrite of the module of a rewrite not reached yet (loops._prune's programs for _hoist_one)."""
     strategies, rewrites = set(all_strategies()), set(all_rewrites())
     reached: set = set()
     lowered: dict = {}                      # op -> the generators whose programs lowered it
+    fired: dict = {}                        # a rewrite's module -> the generators whose programs fired one
     generators = list(dict.fromkeys(GENERATORS + CONTROL_FLOW))
     for seed in range(MAX_ROUNDS):
         if seed >= ALL_ROUNDS:
             wanted_ops = {op for op, _ in strategies - reached}
-            generators = [gen for gen in generators if any(gen in lowered.get(op, ()) for op in wanted_ops)]
+            wanted_modules = {str(r).split(".")[0] for r in rewrites - reached}
+            generators = [gen for gen in generators if any(gen in lowered.get(op, ()) for op in wanted_ops)
+                          or any(gen in fired.get(module, ()) for module in wanted_modules)]
         for generator in generators:
             program = _short_program(generator, seed)
             if program is None:
@@ -61,6 +65,8 @@ def test_the_generators_reach_every_strategy_and_rewrite():
             reached |= {key for key in result.lowerings if key[1] != "plain"} | set(result.rewrites)
             for op, _ in result.lowerings:
                 lowered.setdefault(op, set()).add(generator)
+            for rewrite in result.rewrites:
+                fired.setdefault(str(rewrite).split(".")[0], set()).add(generator)
         if (strategies | rewrites) <= reached:
             break
     missing = sorted(map(str, (strategies | rewrites) - reached))

@@ -56,6 +56,42 @@ def test_sums_move_out_of_the_loop():
     assert not hoist_loop_sums(graph).changed
 
 
+def _hoisted_carries(monkeypatch, limit, fn, arrays):
+    """The carries hoist_loop_sums moved out of fn's loops with HOIST_MAX_BYTES = limit (values
+    unchanged either way)."""
+    import gcompile.passes.loops as loops
+    monkeypatch.setattr(loops, "HOIST_MAX_BYTES", limit)
+    graph = trace(fn, arrays).graph
+    optimize(graph, 1)
+    run_in_bodies(graph, fuse_gemm)
+    before = evaluate(graph, arrays)
+    carries = sum(n.attrs["n_carry"] for n in _scans(graph))
+    hoist_loop_sums(graph)
+    graph.lint()
+    for a, b in zip(before, evaluate(graph, arrays)):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    return carries - sum(n.attrs["n_carry"] for n in _scans(graph))
+
+
+def test_sums_whose_stacked_operands_pass_the_byte_limit_stay_in_the_loop(monkeypatch):
+    """Each accumulator of `accumulating` stacks h2, (3, 4) float64 over 5 steps: 480 bytes (x_t is
+    the loop's xs, stacked already). At the limit both move out; a byte below, neither."""
+    assert _hoisted_carries(monkeypatch, 480, accumulating, [XS, W, H0]) == 2
+    assert _hoisted_carries(monkeypatch, 479, accumulating, [XS, W, H0]) == 0
+
+
+def test_sums_of_a_loop_of_unknown_length_stay_in_the_loop(monkeypatch):
+    """A while loop's backward runs as many steps as the forward took, unknown when compiling: what
+    it would stack has no bound, so its weight and bias gradients accumulate step by step."""
+    def fn(x, w, b):
+        def body(v):
+            h, k = v
+            return F.tanh(h @ w + b) * 0.7 + h, k + 1
+        h, _ = gc.while_loop(lambda v: v[1] < 5, body, (x, np.int64(0)))
+        return gc.grad(F.sum(h * h), [x, w, b])
+    assert _hoisted_carries(monkeypatch, 1 << 40, fn, [H0, W, XS[0, 0]]) == 0
+
+
 def test_no_hoisting_when_the_accumulator_is_read_in_the_step_or_the_loop_checkpoints():
     def reads_acc(xs, w, h0):
         def step(c, x):
