@@ -1,9 +1,10 @@
-"""The corpus, built once per test session, and each runtime's outcomes on it, run once when first asked."""
+"""The corpora (the main one, and the dtypes artifact), each built once per test session, and each
+runtime's outcomes on them, run once when first asked."""
 import os
 
 import pytest
 
-from .harness import build_cases
+from .harness import DTYPES_CORPUS, build_cases
 
 REQUIRE = "GCOMPILE_REQUIRE_PORTABILITY"
 
@@ -14,7 +15,21 @@ def cases():
 
 
 @pytest.fixture(scope="session")
+def dtype_cases():
+    return {case.name: case for case in build_cases([DTYPES_CORPUS])}
+
+
+@pytest.fixture(scope="session")
 def outcomes(cases, tmp_path_factory):
+    return runner(cases, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def dtype_outcomes(dtype_cases, tmp_path_factory):
+    return runner(dtype_cases, tmp_path_factory)
+
+
+def runner(cases: dict, tmp_path_factory):
     """outcomes(runtime) -> {case: outputs by name, or the runtime's error}. A runtime that is not
     installed skips the test with what is missing, or fails it where GCOMPILE_REQUIRE_PORTABILITY
     is set; a runner that breaks (not one case: the whole run) fails every test of its runtime."""

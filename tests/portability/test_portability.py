@@ -12,7 +12,7 @@ docs/targets.md stay true.
 import pytest
 
 from .harness import CASES, problems
-from .known import RUNTIME_FAILURES, expected
+from .known import RUNTIME_FAILURES, judge
 from .runtimes import RUNTIMES
 
 
@@ -24,14 +24,5 @@ def test_the_corpus_is_what_is_listed(cases):
 @pytest.mark.parametrize("case", CASES)
 def test_runs_as_onnxruntime_does(case, runtime, cases, outcomes):
     outcome = outcomes(runtime)[case]
-    found = [outcome] if isinstance(outcome, str) else problems(cases[case], outcome)
-    known = expected(RUNTIME_FAILURES, runtime.name, case)
-    if known is None:
-        assert not found, f"{case} on {runtime.name}:\n" + "\n".join(found)
-    elif not found:
-        pytest.fail(f"{case} now runs on {runtime.name}: remove it from known.RUNTIME_FAILURES "
-                    f"({known.why}) and from docs/targets.md")
-    else:
-        assert any(known.match in line for line in found), \
-            f"{case} on {runtime.name} fails otherwise than known ({known.match!r}):\n" + "\n".join(found)
-        pytest.xfail(known.why)
+    judge(RUNTIME_FAILURES, runtime.name, case,
+          [outcome] if isinstance(outcome, str) else problems(cases[case], outcome))

@@ -18,11 +18,12 @@
 /** The typed array of each tensor type (ort.Tensor's data; bool as bytes). */
 export const ARRAYS = {
   float32: Float32Array, float64: Float64Array, float16: Uint16Array, int64: BigInt64Array,
-  int32: Int32Array, int16: Int16Array, int8: Int8Array, uint8: Uint8Array, bool: Uint8Array,
+  int32: Int32Array, int16: Int16Array, int8: Int8Array, uint64: BigUint64Array, uint32: Uint32Array,
+  uint16: Uint16Array, uint8: Uint8Array, bool: Uint8Array,
 };
 const DESCR = {
   float32: '<f4', float64: '<f8', float16: '<f2', int64: '<i8', int32: '<i4', int16: '<i2', int8: '|i1',
-  uint8: '|u1', bool: '|b1',
+  uint64: '<u8', uint32: '<u4', uint16: '<u2', uint8: '|u1', bool: '|b1',
 };
 const DTYPE = Object.fromEntries(Object.entries(DESCR).map(([k, v]) => [v, k]));
 
@@ -129,7 +130,7 @@ function asTensor(ort, value, declared) {
     const Typed = ARRAYS[declared.dtype];
     let data = value.data;
     if (!(data instanceof Typed)) {
-      data = declared.dtype === 'int64' ? BigInt64Array.from(data, BigInt) : Typed.from(data);
+      data = Typed === BigInt64Array || Typed === BigUint64Array ? Typed.from(data, BigInt) : Typed.from(data);
     }
     tensor = new ort.Tensor(declared.dtype, data, value.dims);
   }
@@ -145,7 +146,7 @@ function asTensor(ort, value, declared) {
 
 function scalar(ort, dtype, value) {
   const Typed = ARRAYS[dtype];
-  return new ort.Tensor(dtype, Typed.from([dtype === 'int64' ? BigInt(value) : value]), []);
+  return new ort.Tensor(dtype, Typed.from([Typed === BigInt64Array || Typed === BigUint64Array ? BigInt(value) : value]), []);
 }
 
 const ON_CPU = ['cpu', 'cpu-pinned', undefined];
