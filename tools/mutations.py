@@ -35,7 +35,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # The generic checks, fastest and most likely to catch first (pytest -x stops at the first failure).
-GENERIC = ("tests/lowering", "tests/fuzz/test_coverage.py", "tests/fuzz/test_fuzz.py", "tests/ops", "tests/gradients")
+GENERIC = ("tests/lowering", "tests/fuzz/test_coverage.py", "tests/fuzz/test_fuzz.py", "tests/ops", "tests/gradients",
+           "tests/importer/test_translator_derivatives.py", "tests/importer/test_model_fuzz.py")
+# Those of a patch in gc.from_torch's export, run by an interpreter with PyTorch and onnxscript (as
+# .ci/run runs that file in its second environment), GCOMPILE_REQUIRE_TORCH set so none is skipped.
+GENERIC_TORCH = ("tests/importer/test_torch_bridge.py",)
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class Mutation:
     bug: str                                    # what went wrong, in a sentence
     edits: tuple[tuple[str, str, str], ...]     # (file, text, its replacement): each text once in its file
     own_tests: tuple[str, ...]                  # the bug's regression tests (node ids or their prefixes)
+    torch: bool = False                         # the patch is in gc.from_torch's export: run where PyTorch is
 
 
 MUTATIONS = [
@@ -122,6 +127,74 @@ MUTATIONS = [
         (("gcompile/ops/elementwise.py", "    gx = g[0] * y * power(where(equal(y, 0), 1, x), y - 1)\n",
           "    gx = g[0] * y * power(x, y - 1)\n"),),
         ("tests/fuzz/test_regressions.py::test_integer_power_of_an_exact_zero_has_finite_derivatives",)),
+    Mutation(
+        "trainer_lock", "fe4c61c",
+        "Trainer.step swapped its live and spare buffers without a lock: two threads of 500 steps lost "
+        "steps (step_count 992-996) and left parameters up to 1e-3 off the serial run (issue #43 section 1)",
+        (("gcompile/training/trainer.py",
+          "        self._lock = threading.RLock()   # re-entrant: a schedule called inside step may read the trainer\n",
+          "        self._lock = contextlib.nullcontext()\n"),),
+        ("tests/train/test_threads.py::test_two_threads_stepping_one_trainer_equal_a_serial_run",
+         "tests/train/test_threads.py::test_saves_and_reads_during_steps_see_whole_steps",
+         "tests/train/test_threads.py::test_hyperparameters_set_from_another_thread_apply_to_whole_steps")),
+    Mutation(
+        "torch_buffer_updates", "42e4f8d",
+        "gc.from_torch dropped the in-place updates of buffers other than BatchNorm's (an EMA under "
+        "no_grad, a call counter): the buffers never changed in training (issue #43 section 1)",
+        (("gcompile/importer/torch.py", "    mutated = set(signature.buffers_to_mutate.values())\n",
+          "    mutated: set = set()\n"),),
+        ("tests/importer/test_torch_bridge.py::test_state_updates_mode_branches_and_stop_gradients_match_torch",),
+        torch=True),
+    Mutation(
+        "celu_relu_sum", "e622e28",
+        "an imported Celu was relu(x) + alpha*expm1(min(x, 0)/alpha): minimum's tie rule made its "
+        "derivative 0.5 at x = 0, where it is 1 (issue #43 section 1)",
+        (("gcompile/importer/translators/elementwise.py",
+          '    return F.celu(require_float(n, x), n.attr("alpha", 1.0))     # at 0, 1: as F.celu\n',
+          '    alpha, x = n.attr("alpha", 1.0), require_float(n, x)\n'
+          "    return F.relu(x) + F.expm1(F.minimum(x / alpha, scalar_like(0, x))) * alpha\n"),),
+        ("tests/importer/test_activation_kinks.py::test_imported_activation_at_its_kinks",)),
+    Mutation(
+        "seal_unchecked", "d6b4f87",
+        "saved model files carried no integrity check: flipped or cut copies written by cf.save or "
+        "step.save loaded and computed other numbers (here: the loaders take every file as unsealed)",
+        (("gcompile/runtime/modelfile.py", "    if expected is None:\n        return False\n",
+          "    if True:\n        return False\n"),),
+        ("tests/test_seal.py::test_every_flip_and_cut_of_a_saved_model_is_refused",
+         "tests/test_seal.py::test_every_flip_and_cut_of_a_saved_models_bytes_is_refused",
+         "tests/test_seal.py::test_every_flip_and_cut_of_a_saved_split_step_is_refused",
+         "tests/test_seal.py::test_every_flip_and_cut_of_a_saved_training_step_is_refused_by_the_trainer",
+         "tests/test_seal.py::test_every_flip_and_cut_of_external_data_is_refused",
+         "tests/test_seal.py::test_the_cli_refuses_a_damaged_file_with_exit_2_naming_it",
+         "tests/test_seal.py::test_build_and_grad_outputs_are_sealed_and_keep_protecting_themselves_when_copied",
+         "tests/importer/test_torch_bridge.py::test_a_saved_model_is_sealed_and_a_damaged_copy_refused")),
+    Mutation(
+        "nonfinite_gradients", "fe4c61c",
+        "the non-finite step guard looked at the loss only: an infinite gradient of a finite loss "
+        "was applied, and every parameter became NaN (issue #43 section 1)",
+        (("gcompile/training/step.py",
+          "    probes = [F.cast(F.sum(v * 0), np.float32) for v in (loss, *grads)]\n",
+          "    probes = [F.cast(F.sum(v * 0), np.float32) for v in (loss,)]\n"),),
+        ("tests/train/test_nonfinite.py::test_an_infinite_gradient_of_a_finite_loss_is_skipped_before_clipping",
+         "tests/train/test_nonfinite.py::test_a_nan_batch_is_skipped_and_training_goes_on_as_if_it_never_came",
+         "tests/train/test_nonfinite.py::test_buffers_are_kept_too",
+         "tests/train/test_nonfinite.py::test_the_saved_file_guards_itself_on_a_plain_runtime")),
+    Mutation(
+        "flag_attributes", "951b3a3",
+        "an integer attribute ONNX defines as 0 or 1 held another value (ReduceSum's keepdims=2): "
+        "the importer kept the reduced dims where ONNX Runtime drops them, another shape from one file",
+        (("gcompile/importer/validate.py",
+          "        if attr.name in FLAGS and attr.type == AttributeProto.INT and attr.i not in (0, 1):\n",
+          "        if False:\n"),),
+        ("tests/importer/test_hostile_models.py::test_a_flag_attribute_other_than_0_or_1_is_refused",)),
+    Mutation(
+        "inference_mode_export", "778c167",
+        "gc.from_torch let gradients through torch.inference_mode() blocks and methods it decorates "
+        "(torch.export drops the mode without a trace), where PyTorch passes none",
+        (("gcompile/importer/torch.py", "        with _inference_mode_as_no_grad():\n",
+          "        with contextlib.nullcontext():\n"),),
+        ("tests/importer/test_torch_bridge.py::test_state_updates_mode_branches_and_stop_gradients_match_torch",),
+        torch=True),
 ]
 
 
@@ -157,12 +230,15 @@ class Run:
     seconds: float
 
 
-def pytest(tree: Path, args: list[str], stop_first: bool = True) -> Run:
-    """pytest in `tree` (its own code first on the path) with `args`."""
+def pytest(tree: Path, args: list[str], stop_first: bool = True, torch: str | None = None) -> Run:
+    """pytest in `tree` (its own code first on the path) with `args`; by the interpreter `torch`
+    where given (one process: that environment need not have pytest-xdist), torch tests required."""
     report = tree / ".mutation-report.xml"
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-               "-W", "ignore::RuntimeWarning", *(["-x"] if stop_first else []), *args]
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    command = [torch or sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+               "-W", "ignore::RuntimeWarning", *(["-o", "addopts=", "-p", "no:xdist"] if torch else []),
+               *(["-x"] if stop_first else []), *args]
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1",
+           **({"GCOMPILE_REQUIRE_TORCH": "1"} if torch else {})}
     start = time.monotonic()
     done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
     failed = []
@@ -178,11 +254,15 @@ def pytest(tree: Path, args: list[str], stop_first: bool = True) -> Run:
 @dataclass
 class Verdict:
     mutation: Mutation
-    outcome: str               # "caught", "survived", "not applied", "not reproduced", "error"
+    outcome: str               # "caught", "survived", "not applied", "not reproduced", "not run", "error"
     detail: str
 
 
-def check(mutation: Mutation, generic: list[str], keep: bool) -> Verdict:
+def check(mutation: Mutation, generic: list[str], keep: bool, torch: str | None = None) -> Verdict:
+    """`torch`: the interpreter with PyTorch that runs a torch mutation's tests (None: none found)."""
+    if mutation.torch and torch is None:
+        return Verdict(mutation, "not run", "it needs an interpreter with torch and onnxscript: --torch-python")
+    torch = torch if mutation.torch else None
     tree = Path(tempfile.mkdtemp(prefix=f"gcompile-mutation-{mutation.name}-"))
     try:
         copy_tree(tree)
@@ -190,12 +270,12 @@ def check(mutation: Mutation, generic: list[str], keep: bool) -> Verdict:
             apply(mutation, tree)
         except PatchError as err:
             return Verdict(mutation, "not applied", str(err))
-        own = pytest(tree, list(mutation.own_tests), stop_first=False)
+        own = pytest(tree, list(mutation.own_tests), stop_first=False, torch=torch)
         if not own.failed:
             return Verdict(mutation, "not reproduced",
                            f"its own tests pass with the patch (exit {own.code}):\n{own.tail}")
         deselect = [arg for test in mutation.own_tests for arg in ("--deselect", test)]
-        run = pytest(tree, [*generic, *deselect])
+        run = pytest(tree, [*generic, *deselect], torch=torch)
         if run.failed:
             return Verdict(mutation, "caught", f"by {run.failed[0]} ({run.seconds:.0f} s; own tests failing: "
                                                f"{len(own.failed)})")
@@ -209,13 +289,20 @@ def check(mutation: Mutation, generic: list[str], keep: bool) -> Verdict:
             shutil.rmtree(tree, ignore_errors=True)
 
 
-def baseline(generic: list[str]) -> Run:
+def baseline(generic: list[str], torch: str | None = None) -> Run:
     tree = Path(tempfile.mkdtemp(prefix="gcompile-mutation-baseline-"))
     try:
         copy_tree(tree)
-        return pytest(tree, generic)
+        return pytest(tree, generic, torch=torch)
     finally:
         shutil.rmtree(tree, ignore_errors=True)
+
+
+def with_torch(python: str | None) -> str | None:
+    """`python` (else this interpreter) where it imports torch and onnxscript, else None."""
+    python = python or sys.executable
+    found = subprocess.run([python, "-c", "import torch, onnxscript"], capture_output=True)
+    return python if found.returncode == 0 else None
 
 
 def main(argv=None) -> int:
@@ -227,6 +314,9 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="mutations checked at once")
     parser.add_argument("--no-baseline", action="store_true", help="skip the run of the unpatched tree")
     parser.add_argument("--keep", action="store_true", help="keep each patched tree (its path is printed)")
+    parser.add_argument("--torch-python", metavar="PYTHON", default=os.environ.get("GCOMPILE_TORCH_PYTHON"),
+                        help="an interpreter with torch and onnxscript (and gcompile's dependencies) for the "
+                             "mutations of gc.from_torch's export (default: $GCOMPILE_TORCH_PYTHON, else this one)")
     args = parser.parse_args(argv)
 
     known = {m.name: m for m in MUTATIONS}
@@ -239,16 +329,20 @@ def main(argv=None) -> int:
             print(f"{m.name} (fixed in {m.fix}): {m.bug}\n    own tests: {', '.join(m.own_tests)}")
         return 0
     generic = args.checks.split(",") if args.checks else ["tests"] if args.suite else list(GENERIC)
+    torch = with_torch(args.torch_python) if any(m.torch for m in chosen) else None
+    checks = {False: generic, True: args.checks.split(",") if args.checks else list(GENERIC_TORCH)}
     if not args.no_baseline:
-        base = baseline(generic)
-        if base.failed or base.code != 0:
-            print(f"the generic checks fail without any mutation (exit {base.code}; {', '.join(base.failed)}):\n"
-                  f"{base.tail}")
-            return 2
-        print(f"baseline: the generic checks pass unpatched ({base.seconds:.0f} s)", flush=True)
+        for needs_torch in sorted({m.torch for m in chosen if torch or not m.torch}):
+            base = baseline(checks[needs_torch], torch if needs_torch else None)
+            if base.failed or base.code != 0:
+                print(f"the generic checks fail without any mutation (exit {base.code}; {', '.join(base.failed)}):\n"
+                      f"{base.tail}")
+                return 2
+            print(f"baseline: the generic checks{' with torch' * needs_torch} pass unpatched ({base.seconds:.0f} s)",
+                  flush=True)
     verdicts = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for verdict in pool.map(lambda m: check(m, generic, args.keep), chosen):
+        for verdict in pool.map(lambda m: check(m, checks[m.torch], args.keep, torch), chosen):
             print(f"{verdict.mutation.name} (fixed in {verdict.mutation.fix}): {verdict.outcome} {verdict.detail}",
                   flush=True)
             verdicts.append(verdict)

@@ -221,17 +221,8 @@ def mutants(name: str, data: bytes, rng: np.random.Generator, count: int,
     nodes into each level: seconds of passes for a model of a few hundred nodes)."""
     for _ in range(count):
         kind = rng.random()
-        if kind < 0.3:
-            at, bit = int(rng.integers(len(data))), int(rng.integers(8))
-            yield f"{name}: bit {bit} of byte {at} flipped", flip(data, at, bit)
-        elif kind < 0.4:
-            at = int(rng.integers(1, len(data)))
-            yield f"{name}: cut at {at}", data[:at]
-        elif kind < 0.5:
-            out = np.frombuffer(data, np.uint8).copy()
-            at = rng.integers(0, len(data), int(rng.integers(1, 4)))
-            out[at] = rng.integers(0, 256, len(at))
-            yield f"{name}: bytes {sorted(at.tolist())} replaced", out.tobytes()
+        if kind < 0.5:
+            yield _damaged_bytes(name, data, rng, kind)
         elif kind < 0.53:
             depth = int(rng.choice(depths))
             yield f"{name}: nested in {depth} If nodes", nested(onnx.load_from_string(data), depth).SerializeToString()
@@ -239,6 +230,29 @@ def mutants(name: str, data: bytes, rng: np.random.Generator, count: int,
             model = onnx.load_from_string(data)
             done = [_mutate_proto(model, rng) for _ in range(int(rng.integers(1, 3)))]
             yield f"{name}: {'; '.join(done)}", model.SerializeToString()
+
+
+def damaged_bytes(name: str, data: bytes, rng: np.random.Generator, count: int) -> Iterator[tuple[str, bytes]]:
+    """`count` copies of `data` damaged in their bytes only (a bit flipped, a cut, bytes replaced),
+    described; copies equal to `data` (a byte replaced by itself) are left out."""
+    for _ in range(count):
+        what, damaged = _damaged_bytes(name, data, rng, rng.random() * 0.5)
+        if damaged != data:
+            yield what, damaged
+
+
+def _damaged_bytes(name: str, data: bytes, rng: np.random.Generator, kind: float) -> tuple[str, bytes]:
+    """One copy of `data` damaged in its bytes: kind < 0.3 a bit flipped, < 0.4 a cut, else bytes replaced."""
+    if kind < 0.3:
+        at, bit = int(rng.integers(len(data))), int(rng.integers(8))
+        return f"{name}: bit {bit} of byte {at} flipped", flip(data, at, bit)
+    if kind < 0.4:
+        at = int(rng.integers(1, len(data)))
+        return f"{name}: cut at {at}", data[:at]
+    out = np.frombuffer(data, np.uint8).copy()
+    at = rng.integers(0, len(data), int(rng.integers(1, 4)))
+    out[at] = rng.integers(0, 256, len(at))
+    return f"{name}: bytes {sorted(at.tolist())} replaced", out.tobytes()
 
 
 # -- running one -------------------------------------------------------------------------------------

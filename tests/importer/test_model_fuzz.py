@@ -1,19 +1,26 @@
 """Damaged and hostile models of other tools (no seal) end in a loaded model whose numbers are
 ONNX Runtime's for the same file, or a GcompileError naming the file: gc.load_onnx, tracing, a
 gradient, lowering and running never raise anything else, never hang and never allocate what a
-file declares; every command answers 0 or 2. The mutations are those of model_mutations.py,
-seeded; `python -m tests.importer.model_mutations 2000` runs many more by hand."""
+file declares; every command answers 0 or 2. The same models saved by each of gcompile's writers
+carry a seal, and any damage to their bytes is refused by every loader. The mutations are those
+of model_mutations.py, seeded; `python -m tests.importer.model_mutations 2000` runs many more by
+hand."""
 import collections
+from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
 
+import gcompile as gc
+import gcompile.functions as F
 from gcompile.cli import main
+from gcompile.errors import GcompileError
+from gcompile.runtime import modelfile
 
 from .helpers import address_space
-from .model_mutations import corpus, flip, has_loop, mutants, outcome
+from .model_mutations import DATA, corpus, damaged_bytes, flip, has_loop, mutants, outcome
 
 PER_MODEL = 12          # seeded mutants per model of the corpus
 SECONDS = 20            # for one case: load, trace, differentiate and lower a damaged small model
@@ -79,3 +86,64 @@ def test_every_command_answers_0_or_2_on_damaged_models(tmp_path, models):
                 if result.exit_code not in (0, 2):
                     internal.append((what, command, result.exit_code, result.output[-300:]))
     assert internal == []
+
+
+SEALED_PER_FILE = 6     # seeded byte damages per sealed file (each tried by every loader of the file)
+
+
+def _opened(path):
+    with modelfile.opened(path):     # what Trainer(path) and every command read a file with
+        pass
+
+
+def _sealed_files(models, folder: Path) -> dict[str, tuple[Path, dict]]:
+    """name -> (a file one of gcompile's writers saved, the loaders a user reads it with): every
+    model of the corpus through modelfile.save (the writer of cf.save and gcompile grad), a
+    compiled function's cf.save with its weights as external data, a training step's step.save,
+    and a gc.from_torch module's save_onnx."""
+    plain = {"gc.load_onnx": gc.load_onnx, "gc.load_onnx(bytes)": lambda p: gc.load_onnx(p.read_bytes()),
+             "modelfile.opened": _opened}
+    files = {}
+    for name, data in models.items():
+        path = folder / f"{name.replace('/', '_')}.sealed.onnx"
+        modelfile.save(onnx.load_from_string(data), path)
+        files[name] = (path, plain)
+    w = np.linspace(-1, 1, 48, dtype=np.float32).reshape(6, 8)
+    gc.compile(lambda x: F.tanh(x @ w), gc.spec(("batch", 6)), provider="cpu").save(
+        folder / "external.onnx", external_data_threshold=0)
+    files["cf.save, external data"] = (folder / "external.onnx", plain)
+    params = {"w": np.full((3, 2), 0.5, np.float32), "b": np.zeros(2, np.float32)}
+    step = gc.export_train_step(lambda p, x, y: F.mean((x @ p["w"] + p["b"] - y) ** 2), params, gc.optim.Adam(0.01),
+                                gc.spec(("batch", 3)), gc.spec(("batch", 2)), provider="cpu")
+    step.save(folder / "step.onnx")
+    files["step.save"] = (folder / "step.onnx", {**plain, "Trainer(path)": lambda p: gc.runtime.Trainer(p, params)})
+    gc.from_torch(Path(DATA) / "bridge_cnn.onnx").save_onnx(folder / "torch.onnx")
+    files["TorchModule.save_onnx"] = (folder / "torch.onnx", {**plain, "gc.from_torch": gc.from_torch})
+    return files
+
+
+def test_damaged_copies_of_sealed_files_are_refused_by_every_loader(models, tmp_path):
+    """Where a file of another tool may load a damage and compute ONNX Runtime's numbers for it, a
+    file gcompile wrote is sealed with the sha256 of its bytes: every flip, cut or replaced byte
+    (of the .onnx or of its external data) is refused as damaged, whoever wrote it and whichever
+    loader reads it."""
+    rng = np.random.default_rng(45)
+    missed = []
+    for name, (path, loaders) in _sealed_files(models, tmp_path / "sealed").items():
+        targets = [path] + sorted(path.parent.glob(f"{path.name}.*.data"))
+        for target in targets:
+            original = target.read_bytes()
+            for what, damaged in damaged_bytes(f"{name} ({target.name})", original, rng, SEALED_PER_FILE):
+                target.write_bytes(damaged)
+                for loader, load in loaders.items():
+                    try:
+                        load(path)
+                    except GcompileError as err:
+                        if "damaged" not in str(err):
+                            missed.append(f"{what}, {loader}: {str(err)[:200]}")
+                    except Exception as err:   # noqa: BLE001 - any other failure is a miss too
+                        missed.append(f"{what}, {loader}: {type(err).__name__}: {str(err)[:200]}")
+                    else:
+                        missed.append(f"{what}, {loader}: loaded")
+            target.write_bytes(original)
+    assert missed == [], "\n".join(missed)
