@@ -1,4 +1,4 @@
-"""gc.from_torch fixtures for tests/importer/test_torch_bridge.py: two PyTorch modules exported through
+"""gc.from_torch fixtures for tests/importer/test_torch_bridge.py: small PyTorch modules exported through
 gc.from_torch (the dynamo exporter) and saved with TorchModule.save_onnx, with PyTorch's own numbers.
 
 Run by hand where torch and onnxscript are installed (the tests never import them):
@@ -6,11 +6,12 @@ Run by hand where torch and onnxscript are installed (the tests never import the
     .venv/bin/python tools/make_bridge_fixtures.py [--out tests/data] [--only state ...]
 
 For each model of MODELS (a small CNN with BatchNorm, one nn.TransformerEncoderLayer, a layer that
-updates buffers of its own in training mode), in training mode, it writes bridge_<name>.onnx and
-bridge_<name>.npz holding:
+updates buffers of its own in training mode, a layer using each of PyTorch's ways to stop a
+gradient), in training mode, it writes bridge_<name>.onnx and bridge_<name>.npz holding:
   x               the input; w the weights of the scalar loss L = sum(y * w)
   y_train, y_eval PyTorch's output in training mode and in eval mode
-  grad/<name>     dL/d(parameter) in training mode, by state_dict name; grad/x dL/dx
+  grad/<name>     dL/d(parameter) in training mode, by state_dict name, for the parameters that
+                  require a gradient; grad/x dL/dx
   new/<name>      the buffers after the training-mode call (running statistics, the others updated)
   sgd/<name>      the state_dict after one torch.optim.SGD(lr=0.1) step on L
 The same functions build the models in the test that runs where torch is installed. The CNN's file
@@ -65,7 +66,40 @@ def state():
     return RunningMean(6), (5, 6)
 
 
-MODELS = {"cnn": cnn, "transformer": transformer, "state": state}
+class GradModes(torch.nn.Module):
+    """Every way PyTorch stops a gradient, each on a term of the output: a no_grad block, an
+    inference_mode block and a method inference_mode decorates (torch.export drops that mode), a
+    set_grad_enabled(False) block, a detach, and a layer whose parameters are frozen with
+    requires_grad_(False) (no gradient, and the optimizer leaves them)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.inner = torch.nn.Linear(n, n)
+        self.outer = torch.nn.Linear(n, n)
+        self.frozen = torch.nn.Linear(n, n)
+        self.frozen.requires_grad_(False)
+
+    @torch.inference_mode()
+    def center(self, h):
+        return h.mean(0)
+
+    def forward(self, x):
+        h = torch.tanh(self.inner(x))
+        with torch.no_grad():
+            peak = h.abs().amax(dim=(0, 1))
+        with torch.inference_mode():
+            spread = h.std()
+        with torch.set_grad_enabled(False):
+            total = h.sum(0)
+        h = (h - self.center(h).clone()) * peak * spread.clone() + 0.1 * total
+        return self.outer(h) + self.frozen(x) * h + (h * h).detach()
+
+
+def grad_modes():
+    return GradModes(6), (5, 6)
+
+
+MODELS = {"cnn": cnn, "transformer": transformer, "state": state, "grad_modes": grad_modes}
 DROPOUT = 0.3
 
 
@@ -98,14 +132,15 @@ def reference(build, seed: int):
         w = torch.randn(build()[0](x).shape, generator=gen)
     xg = x.clone().requires_grad_(True)
     y = probe(xg)
-    names = [n for n, _ in probe.named_parameters()]
-    grads = torch.autograd.grad((y * w).sum(), [xg] + [p for _, p in probe.named_parameters()])
+    trained = [(n, p) for n, p in probe.named_parameters() if p.requires_grad]
+    names = [n for n, _ in trained]
+    grads = torch.autograd.grad((y * w).sum(), [xg] + [p for _, p in trained])
     arrays = {"x": x, "w": w, "y_train": y.detach(), "grad/x": grads[0]}
     arrays.update({f"grad/{n}": g for n, g in zip(names, grads[1:])})
     arrays.update({f"new/{n}": b.clone() for n, b in probe.named_buffers()})
     stepped = build()[0]
     stepped.load_state_dict(module.state_dict())
-    opt = torch.optim.SGD(stepped.parameters(), lr=0.1)
+    opt = torch.optim.SGD([p for p in stepped.parameters() if p.requires_grad], lr=0.1)
     (stepped(x) * w).sum().backward()
     opt.step()
     arrays.update({f"sgd/{n}": v.clone() for n, v in stepped.state_dict().items()})

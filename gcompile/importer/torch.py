@@ -14,8 +14,9 @@ same graph the model holds it once; where they differ (a forward that reads self
 itself, or updates state in one mode only) the model is an If between them on the bool
 initializer "gcompile.training", which TorchModule sets from its
 mode. The import (gc.load_onnx) becomes a TorchModule: a gc.nn Module whose parameters and
-buffers are exactly the torch module's state_dict entries, in its order; the int64 shape
-constants the exporter adds stay private constants. Calling it inlines the ONNX graph with
+buffers are exactly the torch module's state_dict entries, in its order (parameters frozen with
+requires_grad_(False) become buffers: PyTorch neither differentiates nor trains them); the int64
+shape constants the exporter adds stay private constants. Calling it inlines the ONNX graph with
 those values, so it differentiates and trains like any gc.nn Module.
 
 State the forward updates in place (`with torch.no_grad(): self.ema.mul_(0.9).add_(...)`, a call
@@ -411,7 +412,7 @@ def _annotate(proto: onnx.ModelProto, module: Any, training: bool, updates: list
                                                                    name))
     if flag is not None:
         _set_flag(proto, flag, training)
-    params = [n for n, _ in module.named_parameters()]
+    params = [n for n, p in module.named_parameters() if p.requires_grad]    # frozen ones load as buffers
     batchnorm = {name: {"momentum": m.momentum, "eps": m.eps, "track": m.track_running_stats}
                  for name, m in module.named_modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)}
     entry = proto.metadata_props.add()
