@@ -6,17 +6,22 @@ tree (the files git tracks and the untracked ones it does not ignore) is copied 
 folder and patched there; the bug's own tests must fail there (else the patch does not put the
 bug back); then the generic checks run without those tests, and at least one of them must fail.
 The generic checks are the fixed subset GENERIC (the strategy tests, the fuzzer's programs and its
-coverage, the op checks, the gradient and batching checks), or the whole suite with --suite.
-Before the mutations, the generic checks run once on the unpatched copy and must pass.
+coverage, the op checks, the gradient and batching checks, the translators' derivatives at edge
+points, the damaged-model fuzzer, skipped training steps, stateful objects shared by threads), or
+the whole suite with --suite. A patch of gc.from_torch's export (`torch`) is checked by
+GENERIC_TORCH instead, run by an interpreter with PyTorch (--torch-python). Before the mutations,
+the generic checks run once on the unpatched copy and must pass.
 
     python tools/mutations.py                          # every mutation; exits 1 if one survives
     python tools/mutations.py --list                   # the mutations, their fixes and own tests
     python tools/mutations.py conv_flat_move_mask pow_zero_base --jobs 2 --suite
     python tools/mutations.py --checks tests/lowering,tests/fuzz --no-baseline     # a quick look
+    python tools/mutations.py torch_buffer_updates --torch-python ../torch-venv/bin/python
 
 Exits 0 when every mutation is caught, 1 when one survives (a generic check must be
-strengthened until it fails there) or a patch no longer applies or no longer reproduces its bug
-(update the patch to the current code), 2 when the unpatched tree already fails.
+strengthened until it fails there), a patch no longer applies or no longer reproduces its bug
+(update the patch to the current code) or a torch mutation found no interpreter with PyTorch,
+2 when the unpatched tree already fails.
 """
 from __future__ import annotations
 
