@@ -40,9 +40,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # The generic checks, fastest and most likely to catch first (pytest -x stops at the first failure).
-GENERIC = ("tests/lowering", "tests/fuzz/test_coverage.py", "tests/fuzz/test_fuzz.py", "tests/ops", "tests/gradients",
-           "tests/importer/test_translator_derivatives.py", "tests/importer/test_model_fuzz.py",
-           "tests/train/test_skipped_steps.py", "tests/test_shared_objects.py")
+GENERIC = ("tests/test_shared_objects.py", "tests/train/test_skipped_steps.py",
+           "tests/importer/test_translator_derivatives.py", "tests/importer/test_model_fuzz.py", "tests/lowering",
+           "tests/fuzz/test_coverage.py", "tests/fuzz/test_fuzz.py", "tests/ops", "tests/gradients")
 # Those of a patch in gc.from_torch's export, run by an interpreter with PyTorch and onnxscript (as
 # .ci/run runs that file in its second environment), GCOMPILE_REQUIRE_TORCH set so none is skipped.
 GENERIC_TORCH = ("tests/importer/test_torch_bridge.py",)
