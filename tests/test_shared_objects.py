@@ -89,15 +89,10 @@ def _trainer() -> Shared:
     return Shared(lambda: gc.runtime.Trainer(step), lambda t, k: t.step(*batch), _trainer_state, False)
 
 
-@functools.cache
-def _saved_step(folder: str):
+def _trainer_of_a_file(folder: Path) -> Shared:
     step, params, batch = _mlp_step()
-    step.save(Path(folder) / "step.onnx")
-    return Path(folder) / "step.onnx", params, batch
-
-
-def _trainer_of_a_file(folder) -> Shared:
-    path, params, batch = _saved_step(str(folder))
+    path = folder / "step.onnx"
+    step.save(path)
     return Shared(lambda: gc.runtime.Trainer(path, params), lambda t, k: t.step(*batch), _trainer_state, False)
 
 
