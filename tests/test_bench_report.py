@@ -88,3 +88,15 @@ def test_write_replaces_the_zoo_section_and_the_bench_section_each_from_its_runs
     assert "| W1 mlp-step | 21.0 | 1.00 (0.80–1.10) |" in text and "| gpt2 GPT-2 small | small | 65,536 |" in text
     with pytest.raises(ValueError, match="zoo-table"):
         report.replace_section("no markers", "table", report.ZOO_BEGIN, report.ZOO_END)
+
+
+def test_a_memory_only_zoo_run_says_so_and_has_no_time_columns():
+    run = _zoo_sample()
+    run["settings"]["memory_only"] = True
+    for row in run["zoo"].values():
+        row["passes"], row["build_s"], row["grad_error"] = {}, None, None
+    text = _report().zoo_tables([("zoo_memory.json", run)])
+    assert "Peak memory only (--memory-only): nothing timed." in text and "timed calls" not in text
+    head = next(line for line in text.splitlines() if line.startswith("| model"))
+    assert "× PyTorch (quiet)" not in head and "× PyTorch (busy neighbour)" not in head
+    assert "| resnet50 ResNet-50 | batch 8, 224² | 25.6M | — |" in text

@@ -11,6 +11,7 @@ targets. Also node counts, build latency, compile-time scaling, peak memory, loo
     python -m tools.bench --cpu-time                            # single-threaded work, CPU time
     python -m tools.bench --only "" --scaling 1000,10000,100000 --build-scaling 1000,10000,100000
     python -m tools.bench --memory | --loops | --distributed
+    python -m tools.bench --zoo --memory-only --models vit_b_16 # a real model's peak memory, nothing timed
 
 Layout: workloads/<family>.py define each workload once (shapes, the gcompile step, its PyTorch
 and JAX twins); harness.py times; report.py turns the JSON into docs/performance.md's tables;

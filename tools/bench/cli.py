@@ -47,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--small", action="store_true",
                         help="with --zoo: each model at a tiny size (checks the harness; figures not worth quoting)")
     parser.add_argument("--no-check", action="store_true", help="with --zoo: skip the float64 gradient check")
+    parser.add_argument("--memory-only", action="store_true",
+                        help="with --zoo: only the peak-memory processes (no timing passes, no gradient check)")
     parser.add_argument("--budget", type=float, metavar="FRACTION",
                         help="with --zoo: also gcompile with a memory budget aimed at FRACTION of PyTorch's peak "
                              "(e.g. 0.5), its memory and time")
@@ -87,9 +89,11 @@ def main(argv=None) -> int:
         meta = harness.machine()
         meta["note"] = args.note
         results = {"meta": meta, "settings": {"runs": runs, "repeat": repeat, "contended": args.contended,
-                                              "small": args.small, "budget": args.budget},
+                                              "small": args.small, "budget": args.budget,
+                                              "memory_only": args.memory_only},
                    "zoo": zoo_bench(names, args.small, runs, repeat, args.contended, not args.no_check,
-                                    log=lambda line: print(line, flush=True), budget=args.budget)}
+                                    log=lambda line: print(line, flush=True), budget=args.budget,
+                                    timed=not args.memory_only)}
         results["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
         _write(args.json, results)
         return 0

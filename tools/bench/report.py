@@ -75,9 +75,11 @@ def header(run: dict, name: str) -> str:
     lines = [f"**{name}**: {meta.get('date', 'undated')}, commit {meta.get('commit') or 'unknown'}; "
              f"{meta.get('cpu', 'unknown CPU')}, {meta.get('cores', '?')} cores, {meta.get('platform', '')}; "
              f"Python {meta.get('python', '?')}, {versions}.",
-             f"Load average (1 min) {load_text}. {settings.get('runs', '?')} timed calls per system per pass, "
-             f"{settings.get('repeat', '?')} pass(es); busy neighbour: {settings.get('contended', 0)} process(es) "
-             f"spinning on a core." + (" Single-threaded, CPU time." if meta.get("cpu_time") else "")]
+             f"Load average (1 min) {load_text}. "
+             + ("Peak memory only (--memory-only): nothing timed." if settings.get("memory_only") else
+                f"{settings.get('runs', '?')} timed calls per system per pass, {settings.get('repeat', '?')} "
+                f"pass(es); busy neighbour: {settings.get('contended', 0)} process(es) spinning on a core."
+                + (" Single-threaded, CPU time." if meta.get("cpu_time") else ""))]
     if meta.get("note"):
         lines.append(f"Note: {meta['note']}")
     return "\n".join(lines)

@@ -211,9 +211,12 @@ def memory_run(system: str, folder: str, options: dict) -> dict:
         t0 = time.perf_counter()
         run()
         times.append(time.perf_counter() - t0)
-    return {"system": system, "bare_mb": bare, "imported_mb": imported - bare, "ready_mb": ready - bare,
-            "setup_peak_mb": setup_peak - bare, "peak_mb": status_mb("VmHWM") - bare, "ready_s": ready_s,
-            "step_s": times}
+    figures = {"system": system, "bare_mb": bare, "imported_mb": imported - bare, "ready_mb": ready - bare,
+               "setup_peak_mb": setup_peak - bare, "peak_mb": status_mb("VmHWM") - bare, "ready_s": ready_s,
+               "step_s": times}
+    if system != "torch":
+        figures["onnx_nodes"] = len(cf.model.graph.node)
+    return figures
 
 
 def measure_memory(system: str, folder: str, options: dict | None = None) -> dict:
@@ -257,12 +260,13 @@ BUDGET_SHARE = 0.7
 
 
 def zoo_model(name: str, small: bool, runs: int, repeat: int, busy: int, check: bool, log=print,
-              budget: float | None = None) -> dict:
+              budget: float | None = None, timed: bool = True) -> dict:
     """One model through both systems: exported, each system's memory in a fresh process, then
     `repeat` passes of alternating timing, quiet and beside `busy` neighbours, and the gradient
     check. With `budget` (a fraction of PyTorch's peak), gcompile again with a memory budget aimed
     at that peak ("gcompile:budget"): BUDGET_SHARE of what the target leaves above gcompile's
-    memory once ready. The row holds every figure and the model's facts."""
+    memory once ready. Without `timed`, the memory processes only (no timing, no gradient check:
+    this process then never compiles). The row holds every figure and the model's facts."""
     import tempfile
 
     import torch
@@ -281,6 +285,12 @@ def zoo_model(name: str, small: bool, runs: int, repeat: int, busy: int, check: 
         for system, m in memory.items():
             log(f"{name}: {system:15s} peak {m['peak_mb']:7.0f} MB, ready {m['ready_mb']:7.0f} MB "
                 f"(imports {m['imported_mb']:.0f} MB)")
+        facts = {"label": model.label, "size": "small" if small else model.size, "params": meta["param_count"],
+                 "weights_mb": meta["weights_mb"], "export_s": meta["export_s"], "memory": memory,
+                 "onnx_nodes": memory["gcompile"]["onnx_nodes"],
+                 "budget_mb": budget_bytes / 2**20 if budget_bytes else None}
+        if not timed:
+            return {**facts, "build_s": None, "passes": {}, "grad_error": None}
         torch.set_num_threads(os.cpu_count() or 1)
         module = torch_module(folder)
         arrays, labels = load_inputs(folder)
@@ -306,19 +316,16 @@ def zoo_model(name: str, small: bool, runs: int, repeat: int, busy: int, check: 
         if errors:
             log(f"{name}: gradient error against float64, all parameters: gcompile {errors['gcompile']['all']:.1e}, "
                 f"PyTorch float32 {errors['torch']['all']:.1e}")
-    return {"label": model.label, "size": "small" if small else model.size, "params": meta["param_count"],
-            "weights_mb": meta["weights_mb"], "export_s": meta["export_s"], "build_s": build_s,
-            "memory": memory, "passes": passes, "grad_error": errors, "onnx_nodes": len(cf.model.graph.node),
-            "budget_mb": budget_bytes / 2**20 if budget_bytes else None}
+    return {**facts, "build_s": build_s, "passes": passes, "grad_error": errors}
 
 
 def zoo_bench(names: list[str], small: bool, runs: int, repeat: int, busy: int, check: bool = True,
-              log=print, budget: float | None = None) -> dict:
+              log=print, budget: float | None = None, timed: bool = True) -> dict:
     """zoo_model for each name, the rows keyed by name."""
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}: one of {', '.join(MODELS)}")
-    return {name: zoo_model(name, small, runs, repeat, busy, check, log, budget) for name in names}
+    return {name: zoo_model(name, small, runs, repeat, busy, check, log, budget, timed) for name in names}
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "memory":
