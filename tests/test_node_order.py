@@ -185,8 +185,19 @@ def test_follow_order_puts_a_fused_node_where_its_pattern_was():
     fused = helper.make_node("FusedMatMul", ["a", "g"], ["w"], name="w/MatmulTransposeFusion/")
     made = helper.make_node("Relu", ["w"], ["r"], name="r_new")            # a node of its own, read by none
     optimized = [reference[0], reference[3], reference[4], reference[5], fused, made]
-    assert names(order.follow_order(optimized, reference)) == ["a", "w/MatmulTransposeFusion/", "n", "m", "out",
+    assert names(order.follow_order(optimized, reference)) == ["a", "w/MatmulTransposeFusion/", "out", "n", "m",
                                                                 "r_new"]
+
+
+def test_follow_order_keeps_a_gradient_where_it_was_made_when_its_output_copy_is_dropped():
+    # ONNX Runtime drops the Identity that copies a value into a graph output and lets its producer
+    # write the output: that producer (a weight's gradient) keeps its own place, not the copy's at
+    # the end of the file, where it would hold its operands (forward values) through the backward
+    reference = [node("Tanh", ["x"], "a"), node("MatMul", ["a", "g"], "w"), node("Neg", ["g"], "n"),
+                 node("Tanh", ["n"], "m"), node("Identity", ["m"], "out_m"), node("Identity", ["w"], "out_w")]
+    weight_grad = helper.make_node("MatMul", ["a", "g"], ["out_w"], name="w")
+    optimized = [reference[0], reference[2], helper.make_node("Tanh", ["n"], ["out_m"], name="m"), weight_grad]
+    assert names(order.follow_order(optimized, reference)) == ["a", "w", "n", "m"]
 
 
 def test_a_large_planned_peak_runs_in_trace_order_without_a_memory_pattern(monkeypatch):
@@ -234,10 +245,18 @@ def test_the_ordered_model_keeps_onnx_runtimes_fused_nodes_in_the_files_order(mo
     model, _ = lower.to_onnx(traced.graph, traced.input_names, target="ort-cpu")
     ordered = onnx.load_from_string(providers.ordered_model(model.SerializeToString(), list(model.graph.node)))
     assert [n.op_type for n in ordered.graph.node].count("FusedMatMul") >= len(ws)
-    made_at = {out: i for i, n in enumerate(model.graph.node) for out in n.output}
+    made_at: dict = {}     # (a graph output's copy, which ONNX Runtime drops, counts where its input was made)
+    for i, n in enumerate(model.graph.node):
+        made_at.update({out: i for out in n.output})
+        if n.op_type == "Identity":
+            made_at[n.output[0]] = made_at.get(n.input[0], i)
     places = [max(made_at[o] for o in n.output if o in made_at) for n in ordered.graph.node
               if any(o in made_at for o in n.output)]
-    assert places == sorted(places)
+    assert places == sorted(places), places
+    # each weight's gradient is made before the backward goes on to the layer below, not at the end
+    gradients = {o.name for o in ordered.graph.output[1:]}
+    at = [i for i, n in enumerate(ordered.graph.node) if set(n.output) & gradients]
+    assert len(at) == len(ws) and min(at) < len(ordered.graph.node) - len(ws) - 2
 
 
 def test_a_training_step_with_a_memory_budget_runs_in_its_order_and_steps_as_the_default(monkeypatch):

@@ -114,6 +114,10 @@ def follow_order(nodes: list, reference: list) -> list:
         for out in node.output:
             if out:
                 position["value:" + out] = i
+        if node.op_type == "Identity" and "value:" + node.input[0] in position:
+            # a copy into a graph output, which ONNX Runtime drops, its producer then writing the
+            # output itself: that producer keeps its own place, not the copy's at the end
+            position["value:" + node.output[0]] = position["value:" + node.input[0]]
     _, readers, waiting = _dependencies(nodes)
     unplaced = float("inf")
     places: list[float] = []
