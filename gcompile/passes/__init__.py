@@ -22,7 +22,7 @@ from .fold import fold_constants
 from .gemm import batch_products, fuse_gemm
 from .loops import hoist_loop_sums, prune_loops
 from .recompute import recompute as recompute_pass
-from .recompute import within_budget
+from .recompute import recompute_elementwise, within_budget
 from .simplify import simplify
 
 PIPELINES: dict[int, list[Callable[[Graph], PassResult]]] = {
@@ -39,17 +39,22 @@ def optimize(graph: Graph, level: int = 2, recompute: bool = False, memory_budge
     pass once (last: CSE would merge its copies back).
 
     The graph is then marked to run in its id order (graph.run_in_order) when its planned peak is
-    large (ir/memory.py) or a `memory_budget` (bytes) is given, whose recomputations are chosen
-    first (passes/recompute.py within_budget)."""
+    large (ir/memory.py) or a `memory_budget` (bytes) is given. Such a graph's saved elementwise
+    values that the backward can recompute from values it keeps anyway are marked for recomputing
+    where that lowers the plan (passes/recompute.py recompute_elementwise), then the budget's
+    recomputations are chosen (within_budget)."""
     if level not in PIPELINES:
         raise ValueError(f"optimization level must be 0, 1 or 2, got {level}")
     run_to_fixed_point(graph, PIPELINES[level])
-    if memory_budget is not None:
-        if not isinstance(memory_budget, (int, float)) or isinstance(memory_budget, bool) or memory_budget <= 0:
-            raise GcompileError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
-        within_budget(graph, int(memory_budget))
+    if memory_budget is not None and (not isinstance(memory_budget, (int, float)) or isinstance(memory_budget, bool)
+                                      or memory_budget <= 0):
+        raise GcompileError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
     planned = planned_peak(graph)
     graph.run_in_order = memory_budget is not None or (planned is not None and planned >= FILE_ORDER_MIN_BYTES)
+    if graph.run_in_order:
+        recompute_elementwise(graph)
+    if memory_budget is not None:
+        within_budget(graph, int(memory_budget))
     if run_pass(graph, functools.partial(recompute_pass, cheap=recompute, sequenced=not graph.run_in_order)).changed:
         run_pass(graph, eliminate_dead_code)
     return graph

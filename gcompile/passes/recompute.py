@@ -206,6 +206,76 @@ def _closure(graph: Graph, node: Node, alive: set, chosen: set[int], limit: int)
     return needed
 
 
+def _sizes(graph: Graph) -> tuple[dict, Node | None]:
+    """(each value's bytes, inputs' and constants' as 0 where symbolic; the first other node that
+    makes a value of symbolic shape, or None)."""
+    size: dict = {}
+    symbolic = None
+    for node in graph.nodes.values():
+        for i, t in enumerate(node.outputs):
+            n = nbytes(t)
+            if n is None and node.op not in ("input", "constant") and symbolic is None:
+                symbolic = node
+            size[node.out(i)] = n or 0
+    return size, symbolic
+
+
+# -- saved elementwise values, recomputed -------------------------------------------------------------------
+_ELEMENTWISE_SHARE = 0.1    # the most of the forward's operations (_flops) these copies may take
+
+
+def recompute_elementwise(graph: Graph) -> tuple[int, int] | None:
+    """Mark for recomputing (node.recompute) the nodes whose copy in the backward costs one pass
+    over memory and keeps nothing alive that the backward does not keep anyway: elementwise
+    nodes (Trait.ELEMENTWISE, not random) whose output a higher gradient order reads and whose
+    operands are graph inputs, constants or values that order reads too. A gelu's output beside
+    its input, which the gelu's own derivative reads, is the common case: reverse mode saves both,
+    PyTorch's backward too, where the copy lets the output go between the forward and the point
+    the backward needs it. Kept only where the planned peak (ir/memory.py, with the copies placed
+    as the recompute pass places them) goes down, and within _ELEMENTWISE_SHARE of the forward's
+    operations (the values freeing the most bytes per operation first). Returns (planned peak
+    before, after), or None where a size is symbolic (nothing is marked)."""
+    size, symbolic = _sizes(graph)
+    if symbolic is not None:
+        return None
+    readers: dict[ValueRef, list[Node]] = {}
+    for node in graph.topo_order():
+        for ref in node.inputs:
+            readers.setdefault(ref, []).append(node)
+
+    def saved(ref: ValueRef) -> bool:
+        producer = graph.nodes[ref.node]
+        return producer.op in ("input", "constant") or any(r.order > producer.order for r in readers.get(ref, []))
+    ranked = []
+    for node in graph.nodes.values():
+        if node.op in ("input", "constant") or node.recompute or is_random(node) \
+                or not has_trait(node.op, Trait.ELEMENTWISE) or not all(saved(r) for r in node.inputs):
+            continue
+        freed = sum(size[node.out(i)] for i in range(len(node.outputs))
+                    if any(r.order > node.order for r in readers.get(node.out(i), [])))
+        if freed:
+            ranked.append((freed / _flops(graph, node), -node.id, node.id, _flops(graph, node)))
+    ranked.sort(reverse=True)
+    allowed = _ELEMENTWISE_SHARE * sum(_flops(graph, n) for n in graph.nodes.values()
+                                       if n.order == 0 and n.op not in ("input", "constant"))
+    picked, spent = set(), 0
+    for _, _, node_id, cost in ranked:
+        if spent + cost <= allowed:
+            picked.add(node_id)
+            spent += cost
+    kept = set(graph.outputs)
+    chosen = {n.id for n in graph.nodes.values() if n.recompute}
+    before = peak(_budget_steps(graph, chosen, size), kept)[0]
+    if not picked:
+        return before, before
+    after = peak(_budget_steps(graph, chosen | picked, size), kept)[0]
+    if after >= before:
+        return before, before
+    for node_id in picked:
+        graph.nodes[node_id].recompute = True
+    return before, after
+
+
 def within_budget(graph: Graph, budget: int) -> tuple[int, int]:
     """Mark forward nodes for recomputing (node.recompute) so that the planned peak of the step
     with their copies (see the module's docstring) is at most `budget` bytes, or as low as the
@@ -221,15 +291,12 @@ def within_budget(graph: Graph, budget: int) -> tuple[int, int]:
     moves the peak into the backward, where the copies live at once); a round that does not lower
     the planned peak is taken back, its best choice alone tried, and failing that left out for
     good. The lowest plan any round reached is kept."""
-    size: dict = {}
-    for node in graph.nodes.values():
-        for i, t in enumerate(node.outputs):
-            n = nbytes(t)
-            if n is None and node.op not in ("input", "constant"):
-                where = f" at {node.source}" if node.source else ""
-                raise GcompileError(f"memory_budget needs static sizes, but {node.name} ({node.op}{where}) makes a "
-                                    f"value of shape {format_shape(t.shape)}: give static specs")
-            size[node.out(i)] = n or 0
+    size, node = _sizes(graph)
+    if node is not None:
+        where = f" at {node.source}" if node.source else ""
+        shape = next(t.shape for t in node.outputs if nbytes(t) is None)
+        raise GcompileError(f"memory_budget needs static sizes, but {node.name} ({node.op}{where}) makes a "
+                            f"value of shape {format_shape(shape)}: give static specs")
     kept = set(graph.outputs)
     forward = sum(_flops(graph, n) for n in graph.nodes.values() if n.order == 0 and n.op not in ("input", "constant"))
     readers: dict[ValueRef, list[Node]] = {}
