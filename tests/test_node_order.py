@@ -198,6 +198,12 @@ def test_follow_order_keeps_a_gradient_where_it_was_made_when_its_output_copy_is
     weight_grad = helper.make_node("MatMul", ["a", "g"], ["out_w"], name="w")
     optimized = [reference[0], reference[2], helper.make_node("Tanh", ["n"], ["out_m"], name="m"), weight_grad]
     assert names(order.follow_order(optimized, reference)) == ["a", "w", "n", "m"]
+    # with sizes: it stays where it frees operands at least as large as its output ("a", read last
+    # there), and waits for the end where its output is larger than what it frees
+    small = {"x": 64, "a": 64, "g": 64, "w": 64, "out_w": 64, "n": 64, "m": 64, "out_m": 64}
+    assert names(order.follow_order(optimized, reference, small)) == ["a", "w", "n", "m"]
+    large = {**small, "w": 4096, "out_w": 4096}
+    assert names(order.follow_order(optimized, reference, large)) == ["a", "n", "m", "w"]
 
 
 def test_a_large_planned_peak_runs_in_trace_order_without_a_memory_pattern(monkeypatch):
@@ -240,20 +246,21 @@ def test_the_ordered_model_keeps_onnx_runtimes_fused_nodes_in_the_files_order(mo
     monkeypatch.setattr(gcompile.passes, "FILE_ORDER_MIN_BYTES", 1)
     rng = np.random.default_rng(0)
     ws = [rng.standard_normal((2, 6, 6)).astype(np.float32) for _ in range(3)]
-    traced = trace(tanh_step, [rng.standard_normal((2, 5, 6)).astype(np.float32), *ws])
+    traced = trace(tanh_step, [rng.standard_normal((2, 8, 6)).astype(np.float32), *ws])   # (each hᵀ·g frees h,
+    # larger than the gradient it makes: the gradient stays where it is made)
     optimize(traced.graph)
     model, _ = lower.to_onnx(traced.graph, traced.input_names, target="ort-cpu")
     ordered = onnx.load_from_string(providers.ordered_model(model.SerializeToString(), list(model.graph.node)))
     assert [n.op_type for n in ordered.graph.node].count("FusedMatMul") >= len(ws)
-    made_at: dict = {}     # (a graph output's copy, which ONNX Runtime drops, counts where its input was made)
-    for i, n in enumerate(model.graph.node):
-        made_at.update({out: i for out in n.output})
-        if n.op_type == "Identity":
-            made_at[n.output[0]] = made_at.get(n.input[0], i)
+    made_at = {out: i for i, n in enumerate(model.graph.node) for out in n.output}
+    outputs = {o.name for o in ordered.graph.output}     # (their writers' places: below)
     places = [max(made_at[o] for o in n.output if o in made_at) for n in ordered.graph.node
-              if any(o in made_at for o in n.output)]
-    assert places == sorted(places), places
+              if any(o in made_at for o in n.output) and not set(n.output) & outputs]
+    assert places == sorted(places)
     # each weight's gradient is made before the backward goes on to the layer below, not at the end
+    sizes = providers.value_sizes(model.SerializeToString())     # (what follow_order weighs the gradients by)
+    assert sizes[traced.input_names[0]] == 2 * 8 * 6 * 4 and sizes[model.graph.output[1].name] == 2 * 6 * 6 * 4
+    assert providers.value_sizes(b"not a model") is None
     gradients = {o.name for o in ordered.graph.output[1:]}
     at = [i for i, n in enumerate(ordered.graph.node) if set(n.output) & gradients]
     assert len(at) == len(ws) and min(at) < len(ordered.graph.node) - len(ws) - 2

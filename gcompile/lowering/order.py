@@ -99,7 +99,7 @@ def loader_waits(nodes) -> int:
                for i, node in enumerate(nodes))
 
 
-def follow_order(nodes: list, reference: list) -> list:
+def follow_order(nodes: list, reference: list, sizes: dict[str, int] | None = None) -> list:
     """`nodes`, a graph ONNX Runtime made from the graph of `reference` (fused, folded, with nodes
     of its own), in `reference`'s order. ONNX Runtime numbers the nodes it makes after all others
     and its priority order takes the ready node numbered first, so a fused weight-gradient
@@ -107,17 +107,26 @@ def follow_order(nodes: list, reference: list) -> list:
     of the reference node that made its last output (a fusion keeps its pattern's output names),
     else of the reference node its name derives from ("name/FusionName/"), else the place of its
     first reader (it is made just before it is needed); then the nodes are sorted topologically,
-    the ready node with the earliest place first (ties: as given). Deterministic."""
-    position = {}
+    the ready node with the earliest place first (ties: as given). A graph output's Identity copy,
+    which ONNX Runtime drops, gives its output the place of the node it copies where that node
+    frees operands at least as large as the output (`sizes`: bytes by the reference's value names,
+    where known; without them, always). Deterministic."""
+    position: dict = {}
+    producer = {out: i for i, node in enumerate(reference) for out in node.output if out}
+    last_read = {name: i for i, node in enumerate(reference) for name in node.input if name}
     for i, node in enumerate(reference):
         position[node.name] = i
         for out in node.output:
             if out:
                 position["value:" + out] = i
-        if node.op_type == "Identity" and "value:" + node.input[0] in position:
+        source = producer.get(node.input[0]) if node.op_type == "Identity" else None
+        if source is not None and (sizes is None or sizes.get(node.output[0], 0) <= _freed(reference, source, producer,
+                                                                                            last_read, sizes)):
             # a copy into a graph output, which ONNX Runtime drops, its producer then writing the
-            # output itself: that producer keeps its own place, not the copy's at the end
-            position["value:" + node.output[0]] = position["value:" + node.input[0]]
+            # output itself: that producer keeps its own place, where it frees operands at least as
+            # large as its output (`sizes`, bytes by value name, where known); otherwise it waits
+            # for the copy's place at the end, its output not held through the rest of the step
+            position["value:" + node.output[0]] = source
     _, readers, waiting = _dependencies(nodes)
     unplaced = float("inf")
     places: list[float] = []
@@ -141,6 +150,18 @@ def follow_order(nodes: list, reference: list) -> list:
                 heapq.heappush(ready, (places[r], r))
     assert len(order) == len(nodes), "follow_order needs an acyclic node list"
     return [nodes[i] for i in order]
+
+
+_VIEWS = ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+
+
+def _freed(reference: list, at: int, producer: dict[str, int], last_read: dict[str, int], sizes: dict) -> int:
+    """Bytes of the operands whose last reader is reference[at] (through views of a value read by
+    nothing else, which ONNX Runtime runs in place): what running it frees."""
+    node = reference[at]
+    if node.op_type in _VIEWS and node.input[0] in producer and last_read.get(node.input[0]) == at:
+        return _freed(reference, producer[node.input[0]], producer, last_read, sizes)
+    return sum(sizes.get(v, 0) for v in set(node.input) if v and last_read.get(v) == at)
 
 
 def _dependencies(nodes: list) -> tuple[dict[str, int], list[list[int]], list[int]]:

@@ -194,10 +194,30 @@ def ordered_model(model: bytes, order: Sequence, nodes: int | None = None) -> by
             optimized = onnx.load(path)
         except Exception:
             return None
-    nodes_in_order = follow_order(list(optimized.graph.node), list(order))
+    nodes_in_order = follow_order(list(optimized.graph.node), list(order), value_sizes(model))
     del optimized.graph.node[:]
     optimized.graph.node.extend(nodes_in_order)
     return optimized.SerializeToString()
+
+
+def value_sizes(model: bytes) -> dict[str, int] | None:
+    """The bytes of each value of `model` whose shape ONNX's shape inference finds static, by name;
+    None where inference fails."""
+    import math
+
+    import onnx
+    from onnx import helper
+    try:
+        inferred = onnx.shape_inference.infer_shapes(onnx.load_from_string(model), data_prop=True)
+    except Exception:
+        return None
+    sizes = {}
+    for info in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+        tensor = info.type.tensor_type
+        if tensor.HasField("shape") and tensor.elem_type and all(d.HasField("dim_value") for d in tensor.shape.dim):
+            count: int = math.prod([int(d.dim_value) for d in tensor.shape.dim])
+            sizes[info.name] = count * helper.tensor_dtype_to_np_dtype(tensor.elem_type).itemsize
+    return sizes
 
 
 def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] | None = None,
