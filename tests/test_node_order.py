@@ -204,6 +204,10 @@ def test_follow_order_keeps_a_gradient_where_it_was_made_when_its_output_copy_is
     assert names(order.follow_order(optimized, reference, small)) == ["a", "w", "n", "m"]
     large = {**small, "w": 4096, "out_w": 4096}
     assert names(order.follow_order(optimized, reference, large)) == ["a", "n", "m", "w"]
+    # a reshape or transpose writing the output frees only a value as large as it: it waits too
+    reference[1] = node("Transpose", ["a"], "w")
+    optimized[-1] = helper.make_node("Transpose", ["a"], ["out_w"], name="w")
+    assert names(order.follow_order(optimized, reference, small)) == ["a", "n", "m", "w"]
 
 
 def test_a_large_planned_peak_runs_in_trace_order_without_a_memory_pattern(monkeypatch):

@@ -110,7 +110,8 @@ def follow_order(nodes: list, reference: list, sizes: dict[str, int] | None = No
     the ready node with the earliest place first (ties: as given). A graph output's Identity copy,
     which ONNX Runtime drops, gives its output the place of the node it copies where that node
     frees operands at least as large as the output (`sizes`: bytes by the reference's value names,
-    where known; without them, always). Deterministic."""
+    where known; without them, always) and is not a reshape or transpose (which frees no more
+    than it makes). Deterministic."""
     position: dict = {}
     producer = {out: i for i, node in enumerate(reference) for out in node.output if out}
     last_read = {name: i for i, node in enumerate(reference) for name in node.input if name}
@@ -120,8 +121,8 @@ def follow_order(nodes: list, reference: list, sizes: dict[str, int] | None = No
             if out:
                 position["value:" + out] = i
         source = producer.get(node.input[0]) if node.op_type == "Identity" else None
-        if source is not None and (sizes is None or sizes.get(node.output[0], 0) <= _freed(reference, source, producer,
-                                                                                            last_read, sizes)):
+        if source is not None and reference[source].op_type not in _LAYOUT and (
+                sizes is None or sizes.get(node.output[0], 0) <= _freed(reference, source, producer, last_read, sizes)):
             # a copy into a graph output, which ONNX Runtime drops, its producer then writing the
             # output itself: that producer keeps its own place, where it frees operands at least as
             # large as its output (`sizes`, bytes by value name, where known); otherwise it waits
@@ -153,6 +154,7 @@ def follow_order(nodes: list, reference: list, sizes: dict[str, int] | None = No
 
 
 _VIEWS = ("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+_LAYOUT = (*_VIEWS, "Transpose")
 
 
 def _freed(reference: list, at: int, producer: dict[str, int], last_read: dict[str, int], sizes: dict) -> int:
