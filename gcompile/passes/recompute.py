@@ -234,9 +234,9 @@ def recompute_elementwise(graph: Graph) -> tuple[int, int] | None:
     the backward needs it. Kept only where the planned peak (ir/memory.py, with the copies placed
     as the recompute pass places them) goes down, and within _ELEMENTWISE_SHARE of the forward's
     operations (the values freeing the most bytes per operation first). Returns (planned peak
-    before, after), or None where a size is symbolic (nothing is marked)."""
+    before, after), or None where a size is symbolic, an input's too (nothing is marked)."""
     size, symbolic = _sizes(graph)
-    if symbolic is not None:
+    if symbolic is not None or any(nbytes(t) is None for n in graph.nodes.values() for t in n.outputs):
         return None
     readers: dict[ValueRef, list[Node]] = {}
     for node in graph.topo_order():
