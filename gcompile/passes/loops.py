@@ -134,7 +134,7 @@ def _hoist_one(graph: Graph, node: Node) -> bool:
         if terms and all(_steady(body, r, bound) for r in per_step):
             size = _stacked_bytes(node, per_step)
             if size is not None and size <= HOIST_MAX_BYTES:
-                _hoist(graph, node, i, terms)
+                _hoist(graph, node, i, terms, per_step)
                 return True
     return False
 
@@ -180,11 +180,11 @@ def _term(body: Graph, ref: ValueRef, gemm_only: bool = False) -> tuple | None:
     return None
 
 
-def _hoist(graph: Graph, node: Node, i: int, terms: list[tuple]) -> None:
+def _hoist(graph: Graph, node: Node, i: int, terms: list[tuple], per_step: list[ValueRef]) -> None:
+    """Move accumulator i's `terms` out of the loop; `per_step` are their per-step operands, in order."""
     a, body = node.attrs, node.attrs["body"]
     nc, nk = a["n_consts"], a["n_carry"]
     length = a["length"]
-    per_step = [r for term in terms for r in term[1:] if isinstance(r, ValueRef)]
     ins, outs = body.inputs, body.outputs
     kept = [j for j in range(nk) if j != i]
     new_body = extract(body, ins[:nc] + [ins[nc + j] for j in kept] + ins[nc + nk:],

@@ -35,9 +35,9 @@ FIRST_EXPLOIT calls).
 One thread is not tried while it cannot win. On a machine whose other processes use less than
 LOAD_SHIFT cores, a call of a variant with several threads that kept ONE_THREAD_FUTILE cores or
 more busy (this process's CPU time over the call's wall-clock time, with no other call in flight,
-and sleeping workers: spinning ones burn CPU while they wait)
-did that much work in parallel, and one thread would take about that many times as long: a large
-model's training step spent a comparison's calls on one thread at 1.5-1.8 times its time each.
+and sleeping workers: spinning ones burn CPU while they wait) did that much work in parallel, and
+one thread would take about that many times as long: a large model's training step spent a
+comparison's calls on one thread at 1.5-1.8 times its time each.
 Where the load is unknown or moves by LOAD_SHIFT, one thread is tried again in its turn.
 
 Only the model's own calls are timed, wall-clock: what the user waits for. A challenger's
@@ -141,9 +141,7 @@ class AdaptiveSession:
             return self._choose()
 
     def _choose(self) -> Variant:
-        if self._calls < _LAZY_AT:
-            return self._choice
-        if self._left > 0:
+        if self._calls < _LAZY_AT or self._left > 0:
             return self._choice
         if not self._times[self._challenger] and self._futile(self._challenger):
             self._challenger = self._next_challenger()      # a comparison about to start: skip it
