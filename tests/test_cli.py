@@ -44,6 +44,13 @@ def W():
     return np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
 
 
+@pytest.fixture(autouse=True)
+def own_folder(tmp_path, monkeypatch):
+    """Each test runs in its own folder: a build without -o writes ./build, which tests running
+    side by side (pytest-xdist) would otherwise share, and one would find the other's lock."""
+    monkeypatch.chdir(tmp_path)
+
+
 def invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
@@ -353,7 +360,7 @@ def test_build_from_an_imported_module(tmp_path):
     assert sorted(os.listdir(tmp_path / "out")) == ["curvature.onnx", "manifest.json", "predict.onnx"]
 
 
-def test_the_guide_feeds_a_modules_weights_to_run(tmp_path, monkeypatch):
+def test_the_guide_feeds_a_modules_weights_to_run(tmp_path):
     """docs/guide/cli.md's classify.py, its saved weights and its two commands, as the page writes
     them: `-i m=weights.npz` feeds every input m.<name> of @gc.export(m=model) from Module.save's file."""
     import shlex
@@ -364,7 +371,6 @@ def test_the_guide_feeds_a_modules_weights_to_run(tmp_path, monkeypatch):
     blocks = [body for _, body in re.findall(r"^```(\w+)\n(.*?)^```$", text, re.S | re.M)]
     first = next(i for i, body in enumerate(blocks) if body.startswith("# classify.py"))
     model_py, save, shell = blocks[first:first + 3]
-    monkeypatch.chdir(tmp_path)
     (tmp_path / "classify.py").write_text(model_py)
     namespace: dict = {}
     exec(model_py + save, namespace)   # noqa: S102 - the guide's own code
