@@ -14,6 +14,7 @@ from ..version import __version__
 from .context import LowerContext, value_info
 from .dedupe import dedupe_nodes
 from .order import schedule_order
+from .reads import drop_unread, node_reads
 from .targets import DEFAULT_TARGET, get_target
 from .versions import choose_opset, runtime_limits
 
@@ -60,12 +61,15 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
         outputs.append(value_info(out_name, graph.type_of(ref)))
     inputs = [value_info(n, graph.type_of(r)) for n, r in zip(input_names, graph.inputs)]
     nodes = dedupe_nodes(ctx.nodes, set(graph.output_names) | ctx.apart)   # (a recomputed copy stays a copy)
+    nodes = drop_unread(nodes, set(graph.output_names))
+    read = {name for node in nodes for name in node_reads(node)}
+    initializers = [t for t in ctx.initializers if t.name in read]
     in_file_order = graph.run_in_order
     if not in_file_order:
         nodes = schedule_order(nodes, graph.output_names)   # how ONNX Runtime loads and runs it: see order.py
     typed: dict = {}
     if value_types:   # each node output once, not the values that are graph inputs, initializers or outputs
-        declared = set(input_names) | set(graph.output_names) | {t.name for t in ctx.initializers}
+        declared = set(input_names) | set(graph.output_names) | {t.name for t in initializers}
         produced = {out for node in nodes for out in node.output}   # a merged repeat's outputs are gone
         for node in graph.topo_order():
             for i, t in enumerate(node.outputs):
@@ -73,7 +77,7 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
                 if tensor is not None and tensor in produced and tensor not in declared \
                         and node.op not in ("input", "constant"):
                     typed.setdefault(tensor, value_info(tensor, t))
-    onnx_graph = helper.make_graph(nodes, name, inputs, outputs, initializer=ctx.initializers,
+    onnx_graph = helper.make_graph(nodes, name, inputs, outputs, initializer=initializers,
                                    value_info=list(typed.values()))
     model = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="gcompile", producer_version=__version__)

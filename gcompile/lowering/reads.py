@@ -20,6 +20,19 @@ def node_reads(node) -> list[str]:
     return names
 
 
+def drop_unread(nodes: list, outputs: set[str]) -> list:
+    """`nodes` (in a topological order) less those whose outputs nothing reads: no later node, no
+    subgraph and not the graph's `outputs`. A strategy may leave such a value behind (an If whose
+    branches make their own), and ONNX Runtime runs every node of a graph, read or not."""
+    needed = set(outputs)
+    kept = []
+    for node in reversed(nodes):
+        if any(name in needed for name in node.output):
+            kept.append(node)
+            needed.update(node_reads(node))
+    return kept[::-1]
+
+
 def subgraphs(node) -> list:
     """The GraphProtos held in `node`'s attributes (a loop's body, an If's branches)."""
     bodies: list = []

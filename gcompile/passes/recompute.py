@@ -188,10 +188,12 @@ def _alive_at(steps: list, at: int, kept: set) -> set:
             if key in kept or last.get(key, i) > at}
 
 
-def _closure(graph: Graph, node: Node, alive: set, chosen: set[int], limit: int) -> set[int] | None:
+def _closure(graph: Graph, node: Node, alive: set, chosen: set[int], limit: int,
+             cheap: bool = False) -> set[int] | None:
     """The nodes a copy of `node` needs copied too: its operands' producers whose values are not
     alive at the peak (`alive`) nor copied anyway (`chosen`), and theirs in turn, back to values
-    that are; None where that takes more than `limit` nodes or reaches a random one."""
+    that are; None where that takes more than `limit` nodes or reaches a random one (or, with
+    `cheap`, one that is not Trait.CHEAP)."""
     needed: set[int] = set()
     stack = [node]
     while stack:
@@ -199,7 +201,8 @@ def _closure(graph: Graph, node: Node, alive: set, chosen: set[int], limit: int)
             producer = graph.nodes[ref.node]
             if producer.op in ("input", "constant") or ref in alive or producer.id in chosen | needed:
                 continue
-            if is_random(producer) or len(needed) >= limit:
+            if is_random(producer) or len(needed) >= limit \
+                    or cheap and not has_trait(producer.op, Trait.CHEAP):
                 return None
             needed.add(producer.id)
             stack.append(producer)
@@ -222,58 +225,28 @@ def _sizes(graph: Graph) -> tuple[dict, Node | None]:
 
 # -- saved elementwise values, recomputed -------------------------------------------------------------------
 _ELEMENTWISE_SHARE = 0.1    # the most of the forward's operations (_flops) these copies may take
+_ELEMENTWISE_CHAIN = 6      # the most cheap nodes one such copy may need copied before it
 
 
 def recompute_elementwise(graph: Graph) -> tuple[int, int] | None:
-    """Mark for recomputing (node.recompute) the nodes whose copy in the backward costs one pass
+    """Mark for recomputing (node.recompute) nodes whose copy in the backward costs a few passes
     over memory and keeps nothing alive that the backward does not keep anyway: elementwise
-    nodes (Trait.ELEMENTWISE, not random) whose output a higher gradient order reads and whose
-    operands are graph inputs, constants or values that order reads too. A gelu's output beside
-    its input, which the gelu's own derivative reads, is the common case: reverse mode saves both,
-    PyTorch's backward too, where the copy lets the output go between the forward and the point
-    the backward needs it. Kept only where the planned peak (ir/memory.py, with the copies placed
-    as the recompute pass places them) goes down, and within _ELEMENTWISE_SHARE of the forward's
-    operations (the values freeing the most bytes per operation first). Returns (planned peak
-    before, after), or None where a size is symbolic, an input's too (nothing is marked)."""
+    nodes (Trait.ELEMENTWISE, not random) whose output a higher gradient order reads, computed
+    from graph inputs, constants or values that order reads too, directly or through at most
+    _ELEMENTWISE_CHAIN cheap nodes (Trait.CHEAP: elementwise math, views; marked with it).
+    A gelu's output beside its input, which the gelu's own derivative reads, is the common case:
+    reverse mode saves both, PyTorch's backward too, where the copy lets the output go between the
+    forward and the point the backward needs it. Chains are the normalisation before an
+    activation: an inference batch norm's x*gamma + beta (gamma and beta reshaped to broadcast)
+    beside its x, kept for gamma's gradient, and hardswish's x/6 + 1/2 beside that, all recomputed
+    from x. Chosen as a memory budget's copies are (within_budget), only values alive at the
+    planned peak, with the plan as low as _ELEMENTWISE_SHARE of the forward's operations take it.
+    Returns (planned peak before, after), or None where a size is symbolic, an input's too
+    (nothing is marked)."""
     size, symbolic = _sizes(graph)
     if symbolic is not None or any(nbytes(t) is None for n in graph.nodes.values() for t in n.outputs):
         return None
-    readers: dict[ValueRef, list[Node]] = {}
-    for node in graph.topo_order():
-        for ref in node.inputs:
-            readers.setdefault(ref, []).append(node)
-
-    def saved(ref: ValueRef) -> bool:
-        producer = graph.nodes[ref.node]
-        return producer.op in ("input", "constant") or any(r.order > producer.order for r in readers.get(ref, []))
-    ranked = []
-    for node in graph.nodes.values():
-        if node.op in ("input", "constant") or node.recompute or is_random(node) \
-                or not has_trait(node.op, Trait.ELEMENTWISE) or not all(saved(r) for r in node.inputs):
-            continue
-        freed = sum(size[node.out(i)] for i in range(len(node.outputs))
-                    if any(r.order > node.order for r in readers.get(node.out(i), [])))
-        if freed:
-            ranked.append((freed / _flops(graph, node), -node.id, node.id, _flops(graph, node)))
-    ranked.sort(reverse=True)
-    allowed = _ELEMENTWISE_SHARE * sum(_flops(graph, n) for n in graph.nodes.values()
-                                       if n.order == 0 and n.op not in ("input", "constant"))
-    picked, spent = set(), 0
-    for _, _, node_id, cost in ranked:
-        if spent + cost <= allowed:
-            picked.add(node_id)
-            spent += cost
-    kept = set(graph.outputs)
-    chosen = {n.id for n in graph.nodes.values() if n.recompute}
-    before = peak(_budget_steps(graph, chosen, size), kept)[0]
-    if not picked:
-        return before, before
-    after = peak(_budget_steps(graph, chosen | picked, size), kept)[0]
-    if after >= before:
-        return before, before
-    for node_id in picked:
-        graph.nodes[node_id].recompute = True
-    return before, after
+    return _lower_peak(graph, size, 0, _ELEMENTWISE_SHARE, elementwise=True)
 
 
 def within_budget(graph: Graph, budget: int) -> tuple[int, int]:
@@ -297,12 +270,29 @@ def within_budget(graph: Graph, budget: int) -> tuple[int, int]:
         shape = next(t.shape for t in node.outputs if nbytes(t) is None)
         raise GcompileError(f"memory_budget needs static sizes, but {node.name} ({node.op}{where}) makes a "
                             f"value of shape {format_shape(shape)}: give static specs")
+    first, final = _lower_peak(graph, size, budget, 1.0, elementwise=False)
+    if final > budget:
+        outputs = sum(size[key] for key in graph.outputs)
+        floor = (f"; the step's outputs alone take {outputs / 2**20:.0f} MiB, which no recomputing frees"
+                 if outputs > budget else "")
+        warnings.warn(f"memory_budget of {budget / 2**20:.0f} MiB not reached: recomputing within one forward "
+                      f"pass's operations plans {final / 2**20:.0f} MiB (without: {first / 2**20:.0f} MiB){floor}",
+                      stacklevel=4)
+    return first, final
+
+
+def _lower_peak(graph: Graph, size: dict, budget: int, share: float, elementwise: bool) -> tuple[int, int]:
+    """within_budget's rounds (see its docstring), the operations recomputed within `share` of
+    one forward pass's; with `elementwise`, among recompute_elementwise's nodes and chains only.
+    Marks the choice of the lowest plan reached; returns (planned peak before, after)."""
     kept = set(graph.outputs)
-    forward = sum(_flops(graph, n) for n in graph.nodes.values() if n.order == 0 and n.op not in ("input", "constant"))
+    allowed = share * sum(_flops(graph, n) for n in graph.nodes.values()
+                          if n.order == 0 and n.op not in ("input", "constant"))
     readers: dict[ValueRef, list[Node]] = {}
     for node in graph.topo_order():
         for ref in node.inputs:
             readers.setdefault(ref, []).append(node)
+    saved = {ref for ref, nodes in readers.items() if any(r.order > graph.nodes[ref.node].order for r in nodes)}
     chosen = {n.id for n in graph.nodes.values() if n.recompute}
     first, _ = peak(_budget_steps(graph, chosen, size), kept)
     best = (first, set(chosen))        # the lowest plan seen, and its choice: a later round may do worse
@@ -320,13 +310,15 @@ def within_budget(graph: Graph, budget: int) -> tuple[int, int]:
             if not isinstance(key, ValueRef) or key in kept or key.node in chosen | left_out:
                 continue
             node = graph.nodes[key.node]
-            if node.op in ("input", "constant") or is_random(node) or not size[key]:
+            if node.op in ("input", "constant") or is_random(node) or not size[key] \
+                    or elementwise and not has_trait(node.op, Trait.ELEMENTWISE):
                 continue
             later = [position[r.out(0)] for r in readers.get(key, []) if r.order > node.order]
             sooner = [position[r.out(0)] for r in readers.get(key, []) if r.order <= node.order]
             if not later or min(later) <= at or max(sooner, default=-1) >= at:
                 continue      # a copy would not be made after the peak, or the value is read there anyway
-            needed = _closure(graph, node, alive, chosen, limit=16)
+            needed = _closure(graph, node, saved, chosen, _ELEMENTWISE_CHAIN, cheap=True) if elementwise \
+                else _closure(graph, node, alive, chosen, limit=16)
             if needed is None:
                 continue
             cost = _flops(graph, node) + sum(_flops(graph, graph.nodes[i]) for i in needed)
@@ -334,7 +326,7 @@ def within_budget(graph: Graph, budget: int) -> tuple[int, int]:
         ranked.sort(key=lambda r: r[:2], reverse=True)
         picked, freed, round_cost = set(), 0, 0
         for _, _, node_id, needed, n, cost in ranked:
-            if freed >= min(current - budget, current * _ROUND_SHARE) or spent + round_cost + cost > forward:
+            if freed >= min(current - budget, current * _ROUND_SHARE) or spent + round_cost + cost > allowed:
                 break
             picked |= {node_id} | needed
             freed += n
@@ -355,11 +347,4 @@ def within_budget(graph: Graph, budget: int) -> tuple[int, int]:
     final, chosen = best
     for node_id in chosen:
         graph.nodes[node_id].recompute = True
-    if final > budget:
-        outputs = sum(size[key] for key in kept)
-        floor = (f"; the step's outputs alone take {outputs / 2**20:.0f} MiB, which no recomputing frees"
-                 if outputs > budget else "")
-        warnings.warn(f"memory_budget of {budget / 2**20:.0f} MiB not reached: recomputing within one forward "
-                      f"pass's operations plans {final / 2**20:.0f} MiB (without: {first / 2**20:.0f} MiB){floor}",
-                      stacklevel=4)
     return first, final

@@ -462,6 +462,11 @@ def scatter_add(rng, near: Near | None) -> Draw:
         inputs, specs = _batch_specs(rng, [base, u], [0, 1]) if name is None and axis == 1 else ([base, u], None)
         return Draw(what, lambda b, u: F.scatter_add(b, idx, u, axis), inputs, specs, _sides(near))
     zeros = np.zeros(base_shape, dtype)
+    if name is None and axis == 0 and rng.random() < 0.3:
+        # zeros made at run time, of a table of symbolic width (an embedding's gradient)
+        return Draw(what + ", the zeros of a table of symbolic width",
+                    lambda x, u: F.scatter_add(F.zeros_like(x), idx, u, 0), [zeros, u],
+                    [gc.spec((rows, "w"), dtype), gc.spec((count, "w"), dtype)], _sides(near))
     if name != "SORTED_SUMS_MIN" and axis == 0 and rng.random() < (0.9 if name == "non_finite" else 0.3):
         # the indices at run time, their number symbolic
         specs = [gc.spec(("n", width), dtype), gc.spec(("n",), np.int64)]

@@ -202,3 +202,29 @@ def test_every_strategy_has_cases_on_both_sides_of_each_threshold():
             assert hasattr(sys.modules[s.lower.__module__], threshold), (key, threshold)
             sides = {side for _, crossed, side, _, _ in CASES[key] if crossed == threshold}
             assert sides in ({"below", "at"}, {"at", "above"}), f"{key}: {threshold} has cases {sides or 'none'}"
+
+
+def test_an_embedding_gradient_makes_no_zeros_table_for_its_fallback():
+    """The sorted sums write the gradient of a gather from a table in one pass; the plain form, the
+    If's fallback for non-finite updates, adds into zeros it makes inside its branch. Made outside,
+    ONNX Runtime filled a table of zeros on every run (a Llama's 94 MiB embedding gradient held
+    beside the result), and a value only a branch reads is made whether or not the branch runs."""
+    from gcompile.lowering.reads import node_reads, subgraphs
+    table = np.zeros((3000, 64), np.float32)
+    idx = np.random.default_rng(0).integers(0, 3000, (8, 128))
+    cf = gc.compile(lambda t, g: gc.vjp(lambda t: F.take(t, idx, 0), t)[1](g)[0],
+                    gc.spec((3000, "d")), gc.spec((8, 128, "d")), provider="cpu", target="ort-cpu")
+    graph = cf.model.graph
+    branching = [node for node in graph.node if subgraphs(node)]
+    assert [node.op_type for node in branching] == ["If"]
+    outside = {name for node in graph.node if not subgraphs(node) for name in node_reads(node)}
+    only_branches = [node.op_type for node in graph.node
+                     if not subgraphs(node) and not set(node.output) & (outside | {o.name for o in graph.output})]
+    assert "ConstantOfShape" not in only_branches and "Expand" not in only_branches, only_branches
+    g = np.random.default_rng(1).standard_normal((8, 128, 64)).astype(np.float32)
+    want = np.zeros_like(table)
+    np.add.at(want, idx.ravel(), g.reshape(-1, 64))
+    np.testing.assert_allclose(cf(table, g), want, rtol=1e-5, atol=1e-5)
+    g[0, 0, 0] = np.inf                          # the fallback's branch
+    want[idx[0, 0], 0] = np.inf
+    np.testing.assert_array_equal(np.isinf(cf(table, g)), np.isinf(want))

@@ -28,6 +28,7 @@ from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
 from gcompile.ir.registry import REGISTRY
 from gcompile.lowering.lower import recorded_lowerings
+from gcompile.lowering.reads import node_reads
 from gcompile.lowering.targets import TARGETS
 
 from ..fuzz.checks import as_float64, as_float64_specs, assert_close, derivatives
@@ -98,6 +99,7 @@ def check_draw(draw: Draw, strategy, only_if_taken: bool = False) -> bool | None
     for target, cf in models:
         if cf is None:
             continue
+        assert_every_node_read(cf.model, f"{draw.what}: {target} model")
         if warmup is not None:
             cf.run_flat(*warmup)
         got = cf.run_flat(*draw.inputs)
@@ -105,6 +107,14 @@ def check_draw(draw: Draw, strategy, only_if_taken: bool = False) -> bool | None
         for name, g, w, w32 in zip(cf.graph.output_names, got, want, want32):
             _agree(g, w, w32, f"{draw.what}: {target} model's {name} on ONNX Runtime", float64)
     return taken
+
+
+def assert_every_node_read(model, what: str) -> None:
+    """ONNX Runtime runs every node, read or not: a lowering leaves none whose outputs go unread
+    (a strategy's branch that makes its own operand once left the outer one made on every run)."""
+    read = {o.name for o in model.graph.output} | {name for node in model.graph.node for name in node_reads(node)}
+    unread = [node.name or node.op_type for node in model.graph.node if not read & set(node.output)]
+    assert not unread, f"{what}: nodes whose outputs nothing reads: {unread[:5]}"
 
 
 def _warmup(inputs: list, specs: list) -> list | None:

@@ -242,3 +242,57 @@ def test_a_large_step_recomputes_its_saved_elementwise_values_and_keeps_its_grad
     # the derivative of the model that runs (recomputed gelus, trace order) against float64 differences
     from gcompile.testing import check_grad
     check_grad(lambda x, *ws: gc.grad(gelu_loss(x, *ws), [ws[0]])[0][0, 0], [GELU_ARGS[0][:8], *GELU_ARGS[1:]])
+
+
+def norm_loss(x, *params):
+    """Products, each followed by an inference-mode batch norm written out (normalise with fixed
+    statistics, scale by gamma, shift by beta; the two reshaped to broadcast) and a hardswish.
+    `params`: the gammas, the betas, the weights."""
+    k = len(params) // 3
+    for gamma, beta, w in zip(params[:k], params[k:2 * k], params[2 * k:]):
+        normed = (x @ w - 0.1) * 1.5
+        x = F.hardswish(normed * F.reshape(gamma, (1, -1)) + F.reshape(beta, (1, -1)))
+    return F.sum(F.tanh(x))
+
+
+def norm_step(x, *params):
+    loss = norm_loss(x, *params)
+    return loss, gc.grad(loss, list(params))
+
+
+NORM_ARGS = [RNG.standard_normal((64, 64)), *(RNG.standard_normal(64) for _ in range(6)),
+             *(RNG.standard_normal((64, 64)) * 0.2 for _ in range(3))]
+
+
+def test_chains_of_cheap_nodes_from_a_saved_value_are_recomputed_with_it():
+    """The normalised product is saved (gamma's gradient reads it); the scaled and shifted value
+    and hardswish's inner affine, which the backward reads too, are a chain of cheap nodes from it
+    (the reshapes of gamma and beta among them): they are recomputed, and the copies read only
+    values the backward kept before."""
+    from gcompile.passes.recompute import recompute_elementwise
+    graph = trace(norm_step, NORM_ARGS).graph
+    optimize(graph, 2)
+    before = evaluate(graph, NORM_ARGS)
+    def kept():     # by name: the pass renumbers the nodes
+        return {graph.nodes[i].name for i in forward_reads_by_backward(graph)}
+    kept_before = kept()
+    planned, after = recompute_elementwise(graph)
+    marked = {n.op for n in graph.nodes.values() if n.recompute}
+    assert after < planned and {"add", "reshape"} <= marked, marked
+    assert recompute_pass(graph, cheap=False, sequenced=False).changed
+    graph.lint()
+    outside = {graph.nodes[r.node].name for n in copies(graph) for r in n.inputs
+               if not graph.nodes[r.node].copy and graph.nodes[r.node].op not in ("input", "constant")}
+    assert outside and outside <= kept_before
+    assert kept() < kept_before
+    for got, want in zip(evaluate(graph, NORM_ARGS), before):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_a_large_normalised_step_keeps_its_gradients(monkeypatch):
+    """The model that runs, its copies in trace order, against float64 differences at orders 1 and 2."""
+    import gcompile.passes
+    from gcompile.testing import check_grad
+    monkeypatch.setattr(gcompile.passes, "FILE_ORDER_MIN_BYTES", 1)
+    x, params = NORM_ARGS[0][:8], NORM_ARGS[1:]
+    check_grad(lambda x, *ps: gc.grad(norm_loss(x, *ps), [ps[0]])[0][0], [x, *params])

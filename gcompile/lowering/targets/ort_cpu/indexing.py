@@ -33,20 +33,27 @@ def _sorted_sums_guard(ctx, node) -> bool:
 def _sums_or_in_order(ctx, base: str, idx: str, updates: str, rows, count, size, into_zeros: bool) -> str:
     """The sorted sums where every update is finite, else the plain form; the sums are computed
     before the If that picks, so that scatters by one index tensor (the layers of a graph
-    network) share its sort (lowering/dedupe.py merges them; it leaves nodes inside a branch alone)."""
+    network) share its sort (lowering/dedupe.py merges them; it leaves nodes inside a branch alone).
+    Into zeros, the plain form makes its own zeros inside its branch: read from outside, they
+    were made on every run, a whole table's size (an embedding's gradient) held beside the result."""
     where, sums, finite = _summed_by_index(ctx, idx, updates, rows, count, zero_row=into_zeros)
     types = [tensor_type(np.float32, ())]
     if into_zeros:
         summed = ctx.branch(lambda c: [_placed_in_zeros(c, where, sums, size)], types)
+        in_order = ctx.branch(lambda c: [added_in_order(c, _zeros(c, (size, *rows)), idx, updates, rows)], types)
     else:
         summed = ctx.branch(lambda c: [c.emit("ScatterND", [base, where, sums], reduction="add")], types)
-    in_order = ctx.branch(lambda c: [added_in_order(c, base, idx, updates, rows)], types)
+        in_order = ctx.branch(lambda c: [added_in_order(c, base, idx, updates, rows)], types)
     return ctx.emit("If", [finite], then_branch=summed, else_branch=in_order)
 
 
 @strategy("ort-cpu", "scatter_add", "sorted_sums", _sorted_sums_guard, thresholds=("SORTED_SUMS_MIN",))
 def _scatter_add(ctx, names, node):
     return scatter_add_rows(ctx, names, node, _sums_or_in_order)
+
+
+def _zeros(ctx, shape) -> str:
+    return ctx.emit("Expand", [ctx.const(np.zeros((), np.float32)), ctx.shape_tensor(shape)])
 
 
 def _placed_in_zeros(ctx, where: str, sums: str, size) -> str:
