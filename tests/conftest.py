@@ -13,6 +13,14 @@ from . import op_coverage
 
 
 @pytest.fixture
+def own_folder(tmp_path, monkeypatch):
+    """The test runs in its own folder: a build without -o writes ./build, which tests running side
+    by side (pytest-xdist) would otherwise share, and one would find the other's lock."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
 def scratch_op():
     """defop(name, **rules) for a binary broadcasting op computing np.maximum (ONNX Max) unless the
     rules say otherwise; every op defined is removed from the registry after the test."""

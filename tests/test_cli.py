@@ -44,11 +44,7 @@ def W():
     return np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
 
 
-@pytest.fixture(autouse=True)
-def own_folder(tmp_path, monkeypatch):
-    """Each test runs in its own folder: a build without -o writes ./build, which tests running
-    side by side (pytest-xdist) would otherwise share, and one would find the other's lock."""
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("own_folder")   # (conftest.py: builds without -o write ./build)
 
 
 def invoke(*args):

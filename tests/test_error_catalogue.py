@@ -37,11 +37,7 @@ def line_of(fn, offset=1) -> str:
     return f"test_error_catalogue.py:{fn.__code__.co_firstlineno + offset}"
 
 
-@pytest.fixture(autouse=True)
-def own_folder(tmp_path, monkeypatch):
-    """Each test runs in its own folder: a build without -o writes ./build, which tests running
-    side by side (pytest-xdist) would otherwise share, and one would find the other's lock."""
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("own_folder")   # (conftest.py: builds without -o write ./build)
 
 
 def invoke(*args):

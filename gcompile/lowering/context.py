@@ -330,6 +330,10 @@ class LowerContext:
     def int64s(self, values) -> str:
         return self.const(self._int64(values).reshape(-1))
 
+    def zeros(self, shape, dtype) -> str:
+        """Zeros of `shape` (static or symbolic) and `dtype`, made at run time from one scalar."""
+        return self.emit("Expand", [self.const(np.zeros((), dtype)), self.shape_tensor(shape)])
+
     def _int64(self, values) -> np.ndarray:
         """Sizes as int64, a LoweringError naming the node being lowered for one that does not fit (a
         shape of more than 2**63 - 1 elements, which no runtime counts)."""

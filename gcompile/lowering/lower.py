@@ -14,7 +14,7 @@ from ..version import __version__
 from .context import LowerContext, value_info
 from .dedupe import dedupe_nodes
 from .order import schedule_order
-from .reads import drop_unread, node_reads
+from .reads import drop_unread
 from .targets import DEFAULT_TARGET, get_target
 from .versions import choose_opset, runtime_limits
 
@@ -61,8 +61,7 @@ def to_onnx(graph: Graph, input_names: list[str], opset: int | None = None,
         outputs.append(value_info(out_name, graph.type_of(ref)))
     inputs = [value_info(n, graph.type_of(r)) for n, r in zip(input_names, graph.inputs)]
     nodes = dedupe_nodes(ctx.nodes, set(graph.output_names) | ctx.apart)   # (a recomputed copy stays a copy)
-    nodes = drop_unread(nodes, set(graph.output_names))
-    read = {name for node in nodes for name in node_reads(node)}
+    nodes, read = drop_unread(nodes, set(graph.output_names))
     initializers = [t for t in ctx.initializers if t.name in read]
     in_file_order = graph.run_in_order
     if not in_file_order:

@@ -20,17 +20,18 @@ def node_reads(node) -> list[str]:
     return names
 
 
-def drop_unread(nodes: list, outputs: set[str]) -> list:
+def drop_unread(nodes: list, outputs: set[str]) -> tuple[list, set[str]]:
     """`nodes` (in a topological order) less those whose outputs nothing reads: no later node, no
-    subgraph and not the graph's `outputs`. A strategy may leave such a value behind (an If whose
-    branches make their own), and ONNX Runtime runs every node of a graph, read or not."""
+    subgraph and not the graph's `outputs`; and the names the nodes kept read, with `outputs`. A
+    strategy may leave such a value behind (an If whose branches make their own), and ONNX Runtime
+    runs every node of a graph, read or not."""
     needed = set(outputs)
     kept = []
     for node in reversed(nodes):
         if any(name in needed for name in node.output):
             kept.append(node)
             needed.update(node_reads(node))
-    return kept[::-1]
+    return kept[::-1], needed
 
 
 def subgraphs(node) -> list:

@@ -40,7 +40,8 @@ def _sums_or_in_order(ctx, base: str, idx: str, updates: str, rows, count, size,
     types = [tensor_type(np.float32, ())]
     if into_zeros:
         summed = ctx.branch(lambda c: [_placed_in_zeros(c, where, sums, size)], types)
-        in_order = ctx.branch(lambda c: [added_in_order(c, _zeros(c, (size, *rows)), idx, updates, rows)], types)
+        in_order = ctx.branch(lambda c: [added_in_order(c, c.zeros((size, *rows), np.float32), idx, updates, rows)],
+                              types)
     else:
         summed = ctx.branch(lambda c: [c.emit("ScatterND", [base, where, sums], reduction="add")], types)
         in_order = ctx.branch(lambda c: [added_in_order(c, base, idx, updates, rows)], types)
@@ -50,10 +51,6 @@ def _sums_or_in_order(ctx, base: str, idx: str, updates: str, rows, count, size,
 @strategy("ort-cpu", "scatter_add", "sorted_sums", _sorted_sums_guard, thresholds=("SORTED_SUMS_MIN",))
 def _scatter_add(ctx, names, node):
     return scatter_add_rows(ctx, names, node, _sums_or_in_order)
-
-
-def _zeros(ctx, shape) -> str:
-    return ctx.emit("Expand", [ctx.const(np.zeros((), np.float32)), ctx.shape_tensor(shape)])
 
 
 def _placed_in_zeros(ctx, where: str, sums: str, size) -> str:
