@@ -313,7 +313,7 @@ WEIGHT_GRAD_CASES = {   # the lowering's window count exceeds the kernel in the 
     # depthwise, one output channel per group, stride 1, windows of at least DEPTHWISE_FLAT_MIN_LENGTH:
     # one contiguous range of each flat padded frame per tap (_depthwise_flat_weight_grad)
     "1d-depthwise-flat": ((2, 2, 140), (5,), dict(stride=(1,), pad=((2, 1),), dilation=(1,), groups=2), 1),
-    "2d-depthwise-flat": ((2, 3, 12, 14), (3, 3), dict(stride=(1, 1), pad=((1, 2), (0, 1)), dilation=(2, 1),
+    "2d-depthwise": ((2, 3, 12, 14), (3, 3), dict(stride=(1, 1), pad=((1, 2), (0, 1)), dilation=(2, 1),
                                                        groups=3), 1),
     "3d-depthwise-flat": ((2, 2, 4, 5, 6), (2, 3, 2), dict(stride=(1, 1, 1), pad=((0, 1), (1, 1), (0, 0)),
                                                             dilation=(1, 1, 2), groups=2), 1),
@@ -347,30 +347,40 @@ def test_depthwise_weight_grad_of_a_large_or_strided_kernel_is_one_conv(case):
     assert ops.count("Conv") == 1 and ops.count("MatMul") == 1
 
 
-@pytest.mark.parametrize("case", ["1d-depthwise-flat", "2d-depthwise-flat", "3d-depthwise-flat"])
+@pytest.mark.parametrize("case", ["1d-depthwise-flat", "2d-depthwise", "3d-depthwise-flat"])
 def test_stride_one_depthwise_weight_grad_reads_flat_windows(case):
     """Stride 1, one output channel per group, long enough rows: each tap's window is one range of
-    the flat padded frame (one Slice and one product per tap, no Conv), for float64 too, with
-    non-finite values inside. A non-finite x that g's zero columns meet (at the border) may also
-    reach taps that never read it (in a training step such an x has made g non-finite already):
-    such taps are NaN, and every other one is the exact sum."""
+    the flat padded frame (one Slice and one product per tap, no Conv), for float64 too; in two
+    dimensions and float32, one Conv per kernel column whose kernel spans the flat frame moved by
+    the column's offset (MLAS multiplies it without expanding); with non-finite values inside.
+    A non-finite x that g's zero columns meet (at the border) may also reach taps that never read
+    it (in a training step such an x has made g non-finite already): such taps are NaN, and every
+    other one is the exact sum."""
     x, g, kernel, kw = weight_grad_inputs(case)
     fn = lambda x, g: apply("conv_weight_grad", [x, g], kernel=kernel, **kw)     # noqa: E731
-    ops = conv_ops(fn, x, g)
     taps = math.prod(kernel)
-    assert "Conv" not in ops and ops.count("Slice") == taps and ops.count("MatMul") == taps + 1
+    per_tap = lambda ops: "Conv" not in ops and ops.count("Slice") == taps and ops.count("MatMul") == taps + 1  # noqa: E731
+    ops = conv_ops(fn, x, g)
+    if len(kernel) == 2:
+        assert ops.count("Conv") == kernel[1] and ops.count("MatMul") == 1
+        assert per_tap(conv_ops(fn, x.astype(np.float64), g.astype(np.float64)))
+    else:
+        assert per_tap(ops)
     inner = tuple(n // 2 for n in x.shape[2:])
     x[(1, 1) + inner], g[(0, 0) + tuple(n // 2 for n in g.shape[2:])] = np.inf, np.nan
     with np.errstate(invalid="ignore"):
         check_forward(fn, [x, g], naive_weight_grad(x, g, kernel, **kw), **TOL)
         x64, g64 = (np.nan_to_num(v).astype(np.float64) for v in (x, g))
         check_forward(fn, [x64, g64], naive_weight_grad(x64, g64, kernel, **kw), rtol=1e-12, atol=1e-12)
-        x64[(0, 0) + (0,) * len(kernel)] = np.inf                 # the first element of a frame
-        got = gc.compile(fn, x64, g64, provider="cpu")(x64, g64)
-        want = naive_weight_grad(x64, g64, kernel, **kw)
-    assert np.isnan(got[np.isnan(want)]).all()
-    finite = np.isfinite(got)
-    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-12, atol=1e-12)
+    for dtype, tol in ((np.float32, TOL), (np.float64, dict(rtol=1e-12, atol=1e-12))):
+        xb, gb = x64.astype(dtype), g64.astype(dtype)
+        xb[(0, 0) + (0,) * len(kernel)] = np.inf                  # the first element of a frame
+        with np.errstate(invalid="ignore"):
+            got = gc.compile(fn, xb, gb, provider="cpu")(xb, gb)
+            want = naive_weight_grad(xb.astype(np.float64), g64, kernel, **kw)
+        assert np.isnan(got[np.isnan(want)]).all()
+        finite = np.isfinite(got)
+        np.testing.assert_allclose(got[finite], want[finite], **tol)
 
 
 def test_the_weight_gradient_of_tiling_windows_is_one_product():
@@ -903,7 +913,8 @@ def test_empty_batches_on_the_reference_evaluator():
 @pytest.mark.parametrize("x_shape, w_shape, kw", [
     ((8, 4, 3, 3), (12, 4, 3, 3), dict(pad=1)),     # ort-cpu's Conv in two halves of the filters (8 images)
     ((2, 3, 8, 8), (5, 3, 4, 4), dict(stride=4)),   # its weight gradient from 4x4 patches (stride = kernel)
-], ids=["halves", "patches"])
+    ((2, 3, 8, 8), (6, 1, 7, 7), dict(pad=3, groups=3)),    # a depthwise one from the flat frame's rows
+], ids=["halves", "patches", "depthwise_rows"])
 def test_gradients_through_onnxruntime_cpu_forms(x_shape, w_shape, kw):
     """Sizes at which the ort-cpu target takes its conv strategies (tests/lowering/test_strategies.py
     has both sides of each threshold), checked to second order against central differences."""

@@ -191,6 +191,54 @@ def _depthwise_flat_weight_grad(ctx, names, node, length: int):
     return ctx.emit("Reshape", [gw, ctx.int64s([channels, 1, *kernel])])
 
 
+# The flat window length (output rows x padded row width, the length of the products MLAS runs)
+# from which a stride-1 depthwise weight gradient of a 2-D convolution takes
+# _depthwise_rows_weight_grad: below it the per-image-and-channel products are too short to make
+# up for running on one thread (docs/strategies.md).
+DEPTHWISE_ROWS_MIN_LENGTH = 80
+
+
+def _depthwise_rows_weight_grad(ctx, names, node, batch: int):
+    """The weight gradient of a stride-1 2-D convolution with one input channel per group
+    (depthwise), as one Conv per kernel column that MLAS runs as a plain GEMM. MLAS multiplies
+    without expanding the image when a kernel spans its input's whole width (one input channel,
+    no padding, stride 1): each output row's window is then one contiguous run of the flat
+    image. So g, padded at the right to the padded frame's width, is the kernel; x's padded frame
+    per image and channel, flat, moved by the kernel column's offset, is the image; the Conv's
+    output rows are the kernel rows' taps. The grouped Conv of depthwise_conv instead expands
+    each image and channel into a column per tap.
+    g's zero columns meet the x columns past each output row's reach (the next frame row's first
+    ones among them): zero products for a finite x; an infinite or NaN x there, whose forward
+    outputs are non-finite already, also reaches taps that never read it."""
+    a = node.attrs
+    (kh, kw), (dh, dw) = a["kernel"], a["dilation"]
+    x_type, g_type = (ctx.graph.type_of(r) for r in node.inputs)
+    groups, co, (out_h, out_w) = x_type.shape[1], g_type.shape[1], g_type.shape[2:]
+    rows, cols = (n + sum(p) for n, p in zip(x_type.shape[2:], a["pad"]))
+    reach = dw * (kw - 1)
+    pad = [list(p) for p in a["pad"]]
+    pad[0][1] += bool(reach)                                        # a spare row for the moved frames' ends
+    x = _zero_padded(ctx, names[0], pad, 2)
+    x = ctx.emit("Reshape", [x, ctx.int64s([batch * groups, (rows + bool(reach)) * cols])])
+    g = names[1]
+    if cols != out_w:
+        g = ctx.pad(g, [0, 0, 0, 0], [0, 0, 0, cols - out_w])
+    g = ctx.emit("Reshape", [g, ctx.int64s([batch * co, 1, out_h, cols])])
+    frame, last, parts = ctx.int64s([1, batch * groups, rows, cols]), ctx.int64s([1]), []
+    for column in range(kw):
+        start = column * dw
+        window = x if not reach else ctx.emit(
+            "Slice", [x, ctx.int64s([start]), ctx.int64s([start + rows * cols]), last])
+        parts.append(ctx.emit("Conv", [ctx.emit("Reshape", [window, frame]), g], group=batch * groups))
+    gw = ctx.emit("Concat", parts, axis=3) if len(parts) > 1 else parts[0]      # (1, N*Co, reach rows, kw)
+    if dh > 1:
+        gw = ctx.emit("Slice", [gw, ctx.int64s([0]), ctx.int64s([dh * (kh - 1) + 1]), ctx.int64s([2]),
+                                ctx.int64s([dh])])
+    gw = leading_sum(ctx, ctx.emit("Reshape", [gw, ctx.int64s([batch, co, kh, kw])]),
+                     tensor_type(x_type.dtype, (batch, co, kh, kw)), [0], False)
+    return ctx.emit("Reshape", [gw, ctx.int64s([co, 1, kh, kw])])
+
+
 # The patch width (last axis) from which tiling windows take _patch_weight_grad: its Transpose
 # moves runs of that many elements, and onnxruntime moves short runs slowly (8x64x64x64, two
 # threads, against the taps' slices and products: 2x2 patches 1.9x the time, 4x4 0.45x, 16x16 0.28x).
@@ -538,6 +586,19 @@ def _weight_grad_facts(ctx, node) -> tuple:
     batch = x_type.shape[0]
     return (x_type, g_type, x_type.shape[1] // node.attrs["groups"], g_type.shape[1],
             any(s > 1 for s in node.attrs["stride"]), isinstance(batch, int) and batch > 0)
+
+
+def _depthwise_rows_guard(ctx, node) -> bool:
+    x_type, g_type, ci, _, strided, nonempty = _weight_grad_facts(ctx, node)
+    return ci == 1 and node.attrs["groups"] > 1 and nonempty and not strided and x_type.dtype == np.float32 \
+        and len(node.attrs["kernel"]) == 2 and math.prod(node.attrs["kernel"]) > 1 \
+        and _flat_window_length(x_type, g_type.shape[2:], node.attrs["pad"]) >= DEPTHWISE_ROWS_MIN_LENGTH
+
+
+@strategy("ort-cpu", "conv_weight_grad", "depthwise_rows", _depthwise_rows_guard,
+          thresholds=("DEPTHWISE_ROWS_MIN_LENGTH",))
+def _depthwise_rows(ctx, names, node):
+    return _depthwise_rows_weight_grad(ctx, names, node, ctx.graph.type_of(node.inputs[0]).shape[0])
 
 
 def _depthwise_conv_guard(ctx, node) -> bool:
