@@ -365,3 +365,42 @@ def test_spinning_workers_cpu_time_does_not_rule_out_one_thread(monkeypatch):
         run_comparison(session)
         exploit(session)
     assert challengers == [ONE, SPIN, SLEEP, ONE]
+
+
+@pytest.mark.parametrize("parallel, leaves_at_once", [(1.9, True), (1.45, False)])
+def test_one_thread_chosen_beside_a_neighbour_is_left_when_it_goes(monkeypatch, parallel, leaves_at_once):
+    """A step whose calls keep `parallel` cores busy on a quiet machine (here 1.2 beside the
+    neighbour, which is not taken as its measure) chooses one thread beside a busy neighbour; when
+    the neighbour leaves, two readings later (a reading per call here) it runs on all cores again,
+    without a comparison and before FIRST_EXPLOIT calls, where one thread cannot win (ONE_THREAD_FUTILE);
+    below that threshold the choice holds its calls as any other."""
+    monkeypatch.setattr(adaptive, "FIRST_EXPLOIT", 10)
+    delay, log, made = {SLEEP: 0.3, ONE: 0.5, SPIN: 0.4}, [], []
+    clock, cpu = Clock(), Clock()
+    load = Load(clock, cores=0.0)
+    busy = {SLEEP: parallel, ONE: 1.0, SPIN: 2.0}
+
+    def make(threads, spin):
+        made.append(Variant(threads, spin))
+        return BusyFakeSession(Variant(threads, spin), delay, log, clock, cpu, busy)
+    session = AdaptiveSession(make, 2, clock, load, cpu=cpu)
+    run_comparison(session)
+    exploit(session)
+    assert session.variant == SLEEP
+    load.cores, busy[SLEEP], delay[SLEEP], delay[ONE] = 1.0, 1.2, 0.6, 0.4     # a neighbour arrives
+    while not (session.variant == ONE and session._left > 0):     # its comparison, after the first choice's calls
+        session.run(None, {})
+    assert session._left > adaptive.FIRST_EXPLOIT      # a choice that would hold more calls than that
+    load.cores, busy[SLEEP], delay[SLEEP], delay[ONE] = 0.0, parallel, 0.3, 0.5     # and leaves
+    held = 0
+    while session.variant == ONE:
+        session.run(None, {})
+        held += 1
+    if not leaves_at_once:
+        assert held >= adaptive.FIRST_EXPLOIT
+        return
+    assert held == 2 and session._left == adaptive.FIRST_EXPLOIT
+    assert not any(session._times.values())      # no comparison: it holds all cores now
+    log.clear()
+    exploit(session)
+    assert {variant for variant, _ in log} == {SLEEP}

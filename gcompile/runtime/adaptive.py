@@ -37,7 +37,11 @@ LOAD_SHIFT cores, a call of a variant with several threads that kept ONE_THREAD_
 more busy (this process's CPU time over the call's wall-clock time, with no other call in flight,
 and sleeping workers: spinning ones burn CPU while they wait) did that much work in parallel, and
 one thread would take about that many times as long: a large model's training step spent a
-comparison's calls on one thread at 1.5-1.8 times its time each.
+comparison's calls on one thread at 1.5-1.8 times its time each. That measure is taken on a quiet
+machine only (beside a neighbour a call keeps fewer cores busy, however parallel its work). So a
+choice of one thread made beside a neighbour is left as soon as the machine is quiet again (two
+readings in a row, whatever calls it has held), for all cores with sleeping workers, without a
+comparison: a zoo model's step had run on one thread for the ten calls after the neighbour left.
 Where the load is unknown or moves by LOAD_SHIFT, one thread is tried again in its turn.
 
 Only the model's own calls are timed, wall-clock: what the user waits for. A challenger's
@@ -143,6 +147,14 @@ class AdaptiveSession:
     def _choose(self) -> Variant:
         if self._calls < _LAZY_AT or self._left > 0:
             return self._choice
+        if not any(self._times.values()) and self._futile(self._choice):
+            # one thread, chosen beside a neighbour that has left: it cannot win now, nothing to compare
+            self._choice = self._variants[0]
+            self._challenger = self._next_challenger()
+            self._times = {self._choice: [], self._challenger: []}
+            self._left = FIRST_EXPLOIT
+            self._cores_at_choice, self._since_choice, self._moved = self._cores_used, 0, False
+            return self._choice
         if not self._times[self._challenger] and self._futile(self._challenger):
             self._challenger = self._next_challenger()      # a comparison about to start: skip it
             self._times = {self._choice: self._times[self._choice], self._challenger: []}
@@ -193,7 +205,9 @@ class AdaptiveSession:
         elapsed, cpu = self._clock() - start, self._cpu() - cpu
         with self._lock:
             self._calls += 1
-            if alone and self._in_flight == 0 and variant.threads > 1 and not variant.spin \
+            cores = self._read_load()
+            quiet = cores is not None and cores < LOAD_SHIFT          # (read at the call's end: over it)
+            if alone and quiet and self._in_flight == 0 and variant.threads > 1 and not variant.spin \
                     and variant not in self._cold and elapsed > 0:        # (spinning workers burn CPU idle)
                 self._parallel = cpu / elapsed
             if variant in self._cold:
@@ -202,7 +216,6 @@ class AdaptiveSession:
                 self._times[variant].append(elapsed)
             if last:
                 self._cold.add(variant)
-            cores = self._read_load()
             if self._left > 0:
                 self._left -= 1
                 self._since_choice += 1
@@ -211,7 +224,7 @@ class AdaptiveSession:
                 elif cores is not None and self._cores_at_choice is not None:
                     moved = abs(cores - self._cores_at_choice) >= LOAD_SHIFT
                     # two readings in a row: a burst of another process's work is not a new load
-                    if moved and self._moved and self._since_choice >= FIRST_EXPLOIT:
+                    if moved and self._moved and (self._since_choice >= FIRST_EXPLOIT or self._futile(self._choice)):
                         self._left = 0
                     self._moved = moved
         return result
