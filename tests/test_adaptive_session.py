@@ -15,7 +15,7 @@ import gcompile.functions as F
 from gcompile.runtime import adaptive
 from gcompile.runtime.adaptive import AdaptiveSession, Variant
 
-SPIN, SLEEP, ONE = Variant(2, True), Variant(2, False), Variant(1, False)
+SPIN, SLEEP, ONE, OVER = Variant(2, True), Variant(2, False), Variant(1, False), Variant(4, False)
 
 
 class Binding:
@@ -87,6 +87,11 @@ def run_comparison(session):
     return calls
 
 
+def compared(session):
+    """The challenger of the comparison just run (before asking for `session.variant`)."""
+    return next(v for v in session._times if v != session._choice)
+
+
 def exploit(session):
     """The calls the current choice holds before the next comparison."""
     choice = session.variant                     # asking for it makes the choice
@@ -118,11 +123,11 @@ def test_compares_its_choice_with_one_challenger_at_a_time(monkeypatch):
     assert [v for v, shrink in log if shrink] == [SLEEP]
     exploit(session)
     challengers = []
-    for _ in range(3):                           # then, in turn, one thread and spinning workers
-        challengers.append(session._challenger)
-        run_comparison(session)
+    for _ in range(3):                           # then, in turn, one thread and spinning workers (the
+        run_comparison(session)                  # load unknown, never twice the cores)
+        challengers.append(compared(session))
         exploit(session)
-    assert challengers == [ONE, SPIN, ONE]
+    assert challengers == [ONE, SPIN, ONE] and OVER not in made
 
 
 @pytest.mark.parametrize("spin, chosen", [(0.030, SLEEP), (0.0195, SLEEP), (0.0182, SLEEP), (0.0181, SPIN),
@@ -292,7 +297,7 @@ def test_without_one_thread_it_only_chooses_spinning(monkeypatch):
     def make(threads, spin):
         made.append(Variant(threads, spin))
         return FakeSession(Variant(threads, spin), delay, log, clock)
-    session = AdaptiveSession(make, 2, clock, lambda: None, one_thread=False)
+    session = AdaptiveSession(make, 2, clock, lambda: None, thread_counts=False)
     for _ in range(3):
         run_comparison(session)
         exploit(session)
@@ -312,33 +317,34 @@ class BusyFakeSession(FakeSession):
         return super().run(names, feeds, *options)
 
 
-@pytest.mark.parametrize("busy, others, tries_one", [
-    (1.9, 0.0, False),      # a large step keeping both cores busy on a quiet machine
-    (1.55, 0.4, False),     # just past the threshold, the neighbours below LOAD_SHIFT
-    (1.45, 0.0, True),      # just below it: one thread may win
-    (1.9, 0.6, True),       # a busy neighbour: one thread may win
-    (1.9, None, True),      # the load is unknown
+@pytest.mark.parametrize("busy, others, challengers", [
+    (1.9, 0.0, [SPIN, SPIN, SPIN]),     # a large step keeping both cores busy on a quiet machine
+    (1.55, 0.4, [SPIN, SPIN, SPIN]),    # just past the threshold, the neighbours below LOAD_SHIFT
+    (1.45, 0.0, [ONE, SPIN, ONE]),      # just below it: one thread may win
+    (1.9, 0.6, [OVER, ONE, SPIN]),      # a busy neighbour: twice the cores and one thread may win
+    (1.9, None, [ONE, SPIN, ONE]),      # the load is unknown: one thread may win, twice the cores not
 ])
-def test_one_thread_is_not_tried_where_it_cannot_win(monkeypatch, busy, others, tries_one):
+def test_one_thread_is_not_tried_where_it_cannot_win(monkeypatch, busy, others, challengers):
     """A quiet machine (the other processes below LOAD_SHIFT cores) and calls of sleeping workers
     that kept ONE_THREAD_FUTILE cores or more busy: the comparisons try spinning workers only, and
-    one thread's session is never made. Either side of each threshold, one thread takes its turn."""
+    one thread's session is never made. Either side of each threshold, one thread takes its turn;
+    twice the cores only beside a neighbour known to hold LOAD_SHIFT cores."""
     monkeypatch.setattr(adaptive, "EXPLOIT", 6)
-    delay, log, made = {SLEEP: 0.3, ONE: 0.5, SPIN: 0.3}, [], []
+    delay, log, made = {SLEEP: 0.3, ONE: 0.5, SPIN: 0.3, OVER: 0.4}, [], []
     clock, cpu = Clock(), Clock()
     load = Load(clock, cores=others or 0.0)
 
     def make(threads, spin):
         made.append(Variant(threads, spin))
-        return BusyFakeSession(Variant(threads, spin), delay, log, clock, cpu, {SLEEP: busy, ONE: 1.0, SPIN: 2.0})
+        return BusyFakeSession(Variant(threads, spin), delay, log, clock, cpu,
+                               {SLEEP: busy, ONE: 1.0, SPIN: 2.0, OVER: 2.0})
     session = AdaptiveSession(make, 2, clock, load if others is not None else lambda: None, cpu=cpu)
-    challengers = []
+    seen = []
     for _ in range(3):
         run_comparison(session)
-        challengers.append(next(v for v in session._times if v != SLEEP))   # the one compared with
+        seen.append(compared(session))
         exploit(session)
-    assert (ONE in made) == tries_one
-    assert challengers == ([ONE, SPIN, ONE] if tries_one else [SPIN, SPIN, SPIN])
+    assert seen == challengers and set(made) == {SLEEP, *challengers}
     assert session.variant == SLEEP
 
 
@@ -356,13 +362,13 @@ def test_spinning_workers_cpu_time_does_not_rule_out_one_thread(monkeypatch):
     session = AdaptiveSession(make, 2, clock, Load(clock, cores=0.0), cpu=cpu)
     challengers = []
     for _ in range(2):
-        challengers.append(session._challenger)
         run_comparison(session)
+        challengers.append(compared(session))
         exploit(session)
     assert session.variant == SPIN and not session._futile(ONE)
     for _ in range(2):
-        challengers.append(session._challenger)
         run_comparison(session)
+        challengers.append(compared(session))
         exploit(session)
     assert challengers == [ONE, SPIN, SLEEP, ONE]
 
@@ -375,10 +381,10 @@ def test_one_thread_chosen_beside_a_neighbour_is_left_when_it_goes(monkeypatch, 
     without a comparison and before FIRST_EXPLOIT calls, where one thread cannot win (ONE_THREAD_FUTILE);
     below that threshold the choice holds its calls as any other."""
     monkeypatch.setattr(adaptive, "FIRST_EXPLOIT", 10)
-    delay, log, made = {SLEEP: 0.3, ONE: 0.5, SPIN: 0.4}, [], []
+    delay, log, made = {SLEEP: 0.3, ONE: 0.5, SPIN: 0.4, OVER: 0.7}, [], []
     clock, cpu = Clock(), Clock()
     load = Load(clock, cores=0.0)
-    busy = {SLEEP: parallel, ONE: 1.0, SPIN: 2.0}
+    busy = {SLEEP: parallel, ONE: 1.0, SPIN: 2.0, OVER: 2.0}
 
     def make(threads, spin):
         made.append(Variant(threads, spin))
@@ -387,13 +393,15 @@ def test_one_thread_chosen_beside_a_neighbour_is_left_when_it_goes(monkeypatch, 
     run_comparison(session)
     exploit(session)
     assert session.variant == SLEEP
-    load.cores, busy[SLEEP], delay[SLEEP], delay[ONE] = 1.0, 1.2, 0.6, 0.4     # a neighbour arrives
-    while not (session.variant == ONE and session._left > 0):     # its comparison, after the first choice's calls
+    load.cores, busy[SLEEP], delay[SLEEP], delay[ONE], delay[SPIN] = 1.0, 1.2, 0.6, 0.4, 0.8    # a neighbour arrives
+    for _ in range(100):                         # its comparisons, after the first choice's calls
+        if session.variant == ONE and session._left > 0:
+            break
         session.run(None, {})
     assert session._left > adaptive.FIRST_EXPLOIT      # a choice that would hold more calls than that
     load.cores, busy[SLEEP], delay[SLEEP], delay[ONE] = 0.0, parallel, 0.3, 0.5     # and leaves
     held = 0
-    while session.variant == ONE:
+    while session.variant == ONE and held < 100:
         session.run(None, {})
         held += 1
     if not leaves_at_once:
@@ -404,3 +412,38 @@ def test_one_thread_chosen_beside_a_neighbour_is_left_when_it_goes(monkeypatch, 
     log.clear()
     exploit(session)
     assert {variant for variant, _ in log} == {SLEEP}
+
+
+def test_twice_the_cores_is_tried_beside_a_neighbour_and_left_when_it_goes(monkeypatch):
+    """Beside a neighbour known to hold LOAD_SHIFT cores, the first challenger is twice the cores
+    (sleeping workers), kept where it wins; when the neighbour leaves, two readings later the
+    session runs on the cores again without a comparison, and twice the cores is not tried again
+    while the machine stays quiet."""
+    monkeypatch.setattr(adaptive, "FIRST_EXPLOIT", 10)
+    delay, log, made = {SLEEP: 0.3, ONE: 0.5, SPIN: 0.4, OVER: 0.35}, [], []
+    clock, cpu = Clock(), Clock()
+    load = Load(clock, cores=0.0)
+
+    def make(threads, spin):
+        made.append(Variant(threads, spin))
+        return BusyFakeSession(Variant(threads, spin), delay, log, clock, cpu, {SLEEP: 1.9, ONE: 1.0, SPIN: 2.0,
+                                                                               OVER: 2.0})
+    session = AdaptiveSession(make, 2, clock, load, cpu=cpu)
+    run_comparison(session)
+    assert compared(session) == SPIN and OVER not in made      # quiet: neither one thread nor twice the cores
+    load.cores, delay[SLEEP], delay[SPIN], delay[OVER] = 1.0, 0.6, 0.8, 0.45     # a neighbour arrives
+    for _ in range(100):
+        if session.variant == OVER and session._left > 0:
+            break
+        session.run(None, {})
+    assert session.variant == OVER and ONE not in made      # twice the cores came first, and won
+    load.cores, delay[SLEEP], delay[OVER] = 0.0, 0.3, 0.35       # and leaves
+    held = 0
+    while session.variant == OVER and held < 100:
+        session.run(None, {})
+        held += 1
+    assert held == 2 and session._left == adaptive.FIRST_EXPLOIT and not any(session._times.values())
+    log.clear()
+    exploit(session)
+    run_comparison(session)
+    assert compared(session) != OVER and {variant for variant, _ in log} <= {SLEEP, SPIN}

@@ -6,6 +6,13 @@ thread: when another process holds a core, the piece on it finishes late and the
 kernel waits for it, and small kernels pay a thread hand-off each. On a quiet machine all
 cores are faster; with a busy neighbour one thread often is.
 
+Beside a busy neighbour, more threads than cores often beat both: each kernel is then split
+into as many pieces as threads, the machine's scheduler spreads them over the cores the
+neighbour leaves, and the process holds a larger share of the machine. On a quiet machine the
+extra threads only switch places (a GEMM-bound step ran 20-30% slower), so twice the cores is
+tried only where the other processes are known to hold LOAD_SHIFT cores or more, and a choice of
+it is left, like one of one thread, as soon as they no longer do.
+
 How a worker waits matters as much. A sleeping worker costs every parallel kernel a wake-up,
 which graphs of many small kernels feel; but a spinning worker takes a core a busy neighbour
 needs. Spinning workers stop when a run returns (`session.force_spinning_stop`: left spinning,
@@ -13,13 +20,14 @@ they burn a core after every call).
 
 Which variant wins depends on the machine's load at the moment and on the graph, so the
 session measures. It starts on all cores with sleeping workers and compares its choice with one
-challenger at a time, a few calls each, in turn one thread, then all cores with spinning
-workers, then the other again; it keeps the faster and compares again after 10 calls, then 20,
-40, up to every 100 (a first choice made while something else briefly held the cores must not
-stay for a whole run). One challenger per comparison spends as many calls on slower variants as
-two variants did. Spinning workers must win by SPIN_HANDICAP: where they are within a few
-percent of sleeping ones (GEMM-bound steps), the comparison's timings flatter them against
-other threads in the same process. docs/strategies.md has the measurements behind each choice.
+challenger at a time, a few calls each, in turn twice the cores, one thread, then all cores with
+spinning workers (skipping those that cannot win, below), then the others again; it keeps the
+faster and compares again after 10 calls, then 20, 40, up to every 100 (a first choice made
+while something else briefly held the cores must not stay for a whole run). One challenger
+per comparison spends as many calls on slower variants as two variants did. Spinning workers
+must win by SPIN_HANDICAP: where they are within a few percent of sleeping ones (GEMM-bound
+steps), the comparison's timings flatter them against other threads in the same process.
+docs/strategies.md has the measurements behind each choice.
 
 A choice is only as good as the load it was made under, and the load changes between
 comparisons: a choice of one thread made beside a busy neighbour costs most of a core once the
@@ -109,14 +117,15 @@ class AdaptiveSession:
     run_with_iobinding, get_inputs, get_outputs, get_providers (anything else is the first
     variant's). `make(threads, spin)` makes one variant's session; `clock` times the calls, in
     seconds, and `load` gives the other processes' CPU seconds so far, or None where unknown (a
-    test's stand-in sessions advance a fake clock, and its load is a fake too). one_thread=False
-    leaves one thread out of the variants: every variant then computes the same numbers (ONNX
-    Runtime's matrix products split their sums differently for another thread count, which
-    changes their rounding), only how fast differs."""
+    test's stand-in sessions advance a fake clock, and its load is a fake too).
+    thread_counts=False leaves out the variants of another thread count (one thread, twice the
+    cores): every variant then computes the same numbers (ONNX Runtime's matrix products split
+    their sums differently for another thread count, which changes their rounding), only how
+    fast differs."""
 
     def __init__(self, make: Callable[[int, bool], Any], threads: int,
                  clock: Callable[[], float] = time.perf_counter,
-                 load: Callable[[], float | None] = other_cpu_seconds, one_thread: bool = True,
+                 load: Callable[[], float | None] = other_cpu_seconds, thread_counts: bool = True,
                  cpu: Callable[[], float] = time.process_time) -> None:
         self._make, self._clock, self._load, self._cpu = make, clock, load, cpu
         self._parallel: float | None = None   # cores the last lone call of several threads kept busy
@@ -126,7 +135,10 @@ class AdaptiveSession:
         self._cores_at_choice: float | None = None
         self._since_choice, self._moved = 0, False
         # the first choice, then the challengers in turn
-        self._variants = [Variant(threads, False), *([Variant(1, False)] if one_thread else []), Variant(threads, True)]
+        self._threads = threads
+        self._variants = [Variant(threads, False),
+                          *([Variant(2 * threads, False), Variant(1, False)] if thread_counts else []),
+                          Variant(threads, True)]
         first = self._variants[0]
         self._sessions: dict[Variant, Any] = {first: make(*first)}
         self._cold = {first}       # variants whose next run is untimed: a first run, or one after a shrink
@@ -156,7 +168,8 @@ class AdaptiveSession:
             self._cores_at_choice, self._since_choice, self._moved = self._cores_used, 0, False
             return self._choice
         if not self._times[self._challenger] and self._futile(self._challenger):
-            self._challenger = self._next_challenger()      # a comparison about to start: skip it
+            while self._futile(self._challenger):          # a comparison about to start: skip those
+                self._challenger = self._next_challenger()
             self._times = {self._choice: self._times[self._choice], self._challenger: []}
         if self._challenger not in self._sessions:
             self._sessions[self._challenger] = self._make(*self._challenger)
@@ -173,9 +186,15 @@ class AdaptiveSession:
         return min(self._times, key=lambda v: len(self._times[v]))
 
     def _futile(self, variant: Variant) -> bool:
-        """Whether `variant` is one thread and cannot win now (see the module's docstring)."""
-        return (variant.threads == 1 and self._parallel is not None and self._parallel >= ONE_THREAD_FUTILE
-                and self._cores_used is not None and self._cores_used < LOAD_SHIFT)
+        """Whether `variant` cannot win now (see the module's docstring): one thread on a quiet
+        machine for a call that kept ONE_THREAD_FUTILE cores busy there; more threads than cores
+        where no neighbour is known to hold LOAD_SHIFT cores."""
+        if variant.threads == 1:
+            return (self._parallel is not None and self._parallel >= ONE_THREAD_FUTILE
+                    and self._cores_used is not None and self._cores_used < LOAD_SHIFT)
+        if variant.threads > self._threads:
+            return self._cores_used is None or self._cores_used < LOAD_SHIFT
+        return False
 
     def _next_challenger(self) -> Variant:
         """The other variants in turn (in the order of self._variants, after the last challenger)."""

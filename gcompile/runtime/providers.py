@@ -261,7 +261,7 @@ def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] 
     size = len(model) + sum(len(v) for v in (external or {}).values()) if isinstance(model, bytes) else None
     if threads is None and provider == "cpu" and cores > 1 and nodes is not None and nodes <= ADAPT_MAX_NODES \
             and size is not None and size <= ADAPT_MAX_BYTES:
-        return AdaptiveSession(make, cores, one_thread=not fixed_threads)
+        return AdaptiveSession(make, cores, thread_counts=not fixed_threads)
     return make(threads)
 
 

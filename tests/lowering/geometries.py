@@ -251,7 +251,8 @@ def conv_geometry(rng, near: Near | None) -> ConvGeometry:
         stride = 1 if name == "DEPTHWISE_CONV_MIN_TAPS" else _strided(rng, nsp)
         window = draw_window(rng, nsp, kernel=kernel, stride=stride, dilation=1, max_size=8)
     elif name in ("DEPTHWISE_FLAT_MIN_LENGTH", "DEPTHWISE_ROWS_MIN_LENGTH"):
-        kind, nsp = "depthwise", int(rng.choice([1, 2])) if name == "DEPTHWISE_FLAT_MIN_LENGTH" else 2
+        # (flat windows of float32 in two dimensions are depthwise_rows' from its threshold on)
+        kind, nsp = "depthwise", 1 if name == "DEPTHWISE_FLAT_MIN_LENGTH" else 2
         length = _value(rng, side, t)
         kernel = tuple(int(rng.integers(1, 4)) for _ in range(nsp))
         if nsp == 1:
