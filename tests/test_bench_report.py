@@ -100,3 +100,16 @@ def test_a_memory_only_zoo_run_says_so_and_has_no_time_columns():
     head = next(line for line in text.splitlines() if line.startswith("| model"))
     assert "× PyTorch (quiet)" not in head and "× PyTorch (busy neighbour)" not in head
     assert "| resnet50 ResNet-50 | batch 8, 224² | 25.6M | — |" in text
+
+
+def test_a_model_in_several_runs_takes_its_row_from_the_last():
+    older, newer = _zoo_sample(), _zoo_sample()
+    key = next(iter(newer["zoo"]))
+    newer["zoo"] = {key: newer["zoo"][key]}
+    newer["zoo"][key]["passes"]["quiet"] = [{"gcompile": 500.0, "torch": 1000.0}]
+    table = _report().zoo_tables([("older.json", older), ("newer.json", newer)])
+    rows = [line for line in table.splitlines() if line.startswith(f"| {key} ")]
+    assert len(rows) == 1 and "| newer.json |" in rows[0] and "| 500.0 | 0.50 |" in rows[0]
+    others = [line for line in table.splitlines() if line.startswith("| ") and "| older.json |" in line]
+    assert len(others) == len(older["zoo"]) - 1
+    assert "| run |" in next(line for line in table.splitlines() if line.startswith("| model"))
