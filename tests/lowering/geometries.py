@@ -264,7 +264,10 @@ def conv_geometry(rng, near: Near | None) -> ConvGeometry:
             if row - sum(pad) < 1:
                 pad = (0, 0)
             first = _sized_for(rng, (rows,), kernel[:1], (1,), (1,))
-            window = Window((first.size[0], row - sum(pad)), kernel, (1, 1), (first.pad[0], pad), (1, 1))
+            dilation = int(rng.choice([1, 2])) if name == "DEPTHWISE_ROWS_MIN_LENGTH" else 1   # (the rows' offsets)
+            if row - dilation * (kernel[1] - 1) < 1:
+                dilation = 1
+            window = Window((first.size[0], row - sum(pad)), kernel, (1, 1), (first.pad[0], pad), (1, dilation))
     elif name == "PATCH_MIN_WIDTH":
         kind, nsp = "one", int(rng.choice([1, 2]))
         kernel = tuple(int(rng.integers(1, 5)) for _ in range(nsp - 1)) + (_value(rng, side, t),)
