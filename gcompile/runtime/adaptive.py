@@ -49,7 +49,7 @@ comparison's calls on one thread at 1.5-1.8 times its time each. That measure is
 machine only (beside a neighbour a call keeps fewer cores busy, however parallel its work). So a
 choice of one thread made beside a neighbour is left as soon as the machine is quiet again (two
 readings in a row, whatever calls it has held), for all cores with sleeping workers, without a
-comparison: a zoo model's step had run on one thread for the ten calls after the neighbour left.
+comparison (it had held at least FIRST_EXPLOIT calls at one thread's pace).
 Where the load is unknown or moves by LOAD_SHIFT, one thread is tried again in its turn.
 
 Only the model's own calls are timed, wall-clock: what the user waits for. A challenger's
@@ -160,7 +160,7 @@ class AdaptiveSession:
         if self._calls < _LAZY_AT or self._left > 0:
             return self._choice
         if not any(self._times.values()) and self._futile(self._choice):
-            # one thread, chosen beside a neighbour that has left: it cannot win now, nothing to compare
+            # one thread or twice the cores, chosen beside a neighbour that has left: it cannot win now
             self._choice = self._variants[0]
             self._challenger = self._next_challenger()
             self._times = {self._choice: [], self._challenger: []}
