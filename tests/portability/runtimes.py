@@ -23,10 +23,12 @@ node_modules (`npm ci --ignore-scripts` in tests/portability/js).
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.server
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -161,23 +163,20 @@ def run_page(roots: dict[str, str], page: str, log_path: str, timeout_s: float =
     browser_path = Web.browser()
     if browser_path is None:
         raise RuntimeError(Web().missing())
-    with _PageServer(roots) as server, tempfile.TemporaryDirectory() as profile, open(log_path, "w+") as log:
+    # (the profile's removal must not fail the run: a helper Chromium left behind may still write)
+    with _PageServer(roots) as server, tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile, \
+            open(log_path, "w+") as log:
         browser = subprocess.Popen(
             [browser_path, "--headless", "--no-sandbox", *flags, "--no-first-run",
              f"--user-data-dir={profile}", f"{server.url}/{page}"],
-            stdout=subprocess.DEVNULL, stderr=log)
+            stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         try:   # until the page is done, Chromium exits (it failed to start) or time is up
             while not server.done.wait(0.2) and browser.poll() is None and time.monotonic() < deadline:
                 pass
             exited = browser.poll() is not None
         finally:
-            browser.terminate()
-            try:
-                browser.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                browser.kill()
-                browser.wait()
+            _stop_browser(browser)
         if not server.done.is_set():
             log.seek(0)
             raise RuntimeError(f"the page did not finish: Chromium {'exited' if exited else f'ran {timeout_s} s'}; "
@@ -185,6 +184,26 @@ def run_page(roots: dict[str, str], page: str, log_path: str, timeout_s: float =
         if "error" in server.finish:
             raise RuntimeError(f"the page failed: {server.finish['error']}")
     return server
+
+
+def _stop_browser(browser: subprocess.Popen) -> None:
+    """Stop Chromium and the helper processes it started (its own process group): a renderer or
+    crash handler outliving the browser kept writing into the profile while it was removed
+    ("Directory not empty: 'Default'", on a loaded machine)."""
+    def signal_all(sig) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(browser.pid, sig)
+    if hasattr(os, "killpg"):
+        signal_all(signal.SIGTERM)
+    else:
+        browser.terminate()
+    try:
+        browser.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        browser.kill()
+        browser.wait()
+    if hasattr(os, "killpg"):
+        signal_all(signal.SIGKILL)     # what is left of the group
 
 
 class _PageServer:
