@@ -161,12 +161,7 @@ class AdaptiveSession:
             return self._choice
         if not any(self._times.values()) and self._futile(self._choice):
             # one thread or twice the cores, chosen beside a neighbour that has left: it cannot win now
-            self._choice = self._variants[0]
-            self._challenger = self._next_challenger()
-            self._times = {self._choice: [], self._challenger: []}
-            self._left = FIRST_EXPLOIT
-            self._cores_at_choice, self._since_choice, self._moved = self._cores_used, 0, False
-            return self._choice
+            return self._keep(self._variants[0], FIRST_EXPLOIT)
         if not self._times[self._challenger] and self._futile(self._challenger):
             while self._futile(self._challenger):          # a comparison about to start: skip those
                 self._challenger = self._next_challenger()
@@ -175,15 +170,22 @@ class AdaptiveSession:
             self._sessions[self._challenger] = self._make(*self._challenger)
             self._cold.add(self._challenger)
         if all(len(times) >= EXPLORE for times in self._times.values()):   # both measured: keep the faster a while
-            self._choice = min(self._times, key=lambda v: statistics.median(self._times[v])
-                               * (SPIN_HANDICAP if v.spin else 1))
-            self._challenger = self._next_challenger()
-            self._times = {self._choice: [], self._challenger: []}
-            self._left = min(EXPLOIT, FIRST_EXPLOIT << self._rounds)
+            faster = min(self._times, key=lambda v: statistics.median(self._times[v])
+                         * (SPIN_HANDICAP if v.spin else 1))
+            calls = min(EXPLOIT, FIRST_EXPLOIT << self._rounds)
             self._rounds += 1
-            self._cores_at_choice, self._since_choice, self._moved = self._cores_used, 0, False
-            return self._choice
+            return self._keep(faster, calls)
         return min(self._times, key=lambda v: len(self._times[v]))
+
+    def _keep(self, choice: Variant, calls: int) -> Variant:
+        """Make `choice` the choice for the next `calls` calls, as of the load read last; the next
+        comparison's challenger is the next variant in turn."""
+        self._choice = choice
+        self._challenger = self._next_challenger()
+        self._times = {choice: [], self._challenger: []}
+        self._left = calls
+        self._cores_at_choice, self._since_choice, self._moved = self._cores_used, 0, False
+        return choice
 
     def _futile(self, variant: Variant) -> bool:
         """Whether `variant` cannot win now (see the module's docstring): one thread on a quiet

@@ -152,10 +152,10 @@ def zoo_tables(runs: list[tuple[str, dict]]) -> str:
     if budgeted:
         cols += ["budget MiB", "peak MB with it", "× PyTorch (memory)", "time ÷ default (quiet)"]
     out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for key, row in rows:
+    for key, (run_name, row) in latest.items():
         memory = row["memory"]
         count = row["params"]
-        cells = [f"{key} {row['label']}", *([latest[key][0]] if several else []), row["size"],
+        cells = [f"{key} {row['label']}", *([run_name] if several else []), row["size"],
                  f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count:,}",
                  fmt_ms(row["passes"].get("quiet", []), "gcompile")]
         cells += [fmt_ratio(ratios(row["passes"].get(c, []), "gcompile", "torch")) for c, _ in conditions]

@@ -153,6 +153,14 @@ def _flat_window_length(x_type, out, pad) -> int:
     return out[0] * math.prod(n + sum(p) for n, p in zip(x_type.shape[3:], pad[1:]))
 
 
+def _padded_to_frame(ctx, g: str, out, padded) -> str:
+    """g (N, C, *out) padded with zeros at the end of every spatial axis but the first to the
+    padded frame's sizes `padded`, so that its rows have the frame's strides; g itself if they match."""
+    if list(out[1:]) == list(padded[1:]):
+        return g
+    return ctx.pad(g, [0] * (2 + len(out)), [0, 0, 0, *(p - o for p, o in zip(padded[1:], out[1:]))])
+
+
 def _depthwise_flat_weight_grad(ctx, names, node, length: int):
     """The weight gradient of a stride-1 depthwise convolution (one input and one output channel
     per group) from flat windows. The padded x of each image and channel is one flat row (the
@@ -176,9 +184,7 @@ def _depthwise_flat_weight_grad(ctx, names, node, length: int):
     pad[0][1] += 1                                                     # the spare row
     x = _zero_padded(ctx, names[0], pad, 2)
     x = ctx.emit("Reshape", [x, ctx.int64s([0, channels, 1, (padded[0] + 1) * frame[0]])])
-    g = names[1]
-    if list(out[1:]) != padded[1:]:
-        g = ctx.pad(g, [0] * (2 + nsp), [0, 0, 0, *(p - o for p, o in zip(padded[1:], out[1:]))])
+    g = _padded_to_frame(ctx, names[1], out, padded)
     g = ctx.emit("Reshape", [g, ctx.int64s([0, channels, 1, length])])
     last, parts = ctx.int64s([3]), []
     for tap in kernel_taps(kernel):
@@ -220,9 +226,7 @@ def _depthwise_rows_weight_grad(ctx, names, node, batch: int):
     pad[0][1] += bool(reach)                                        # a spare row for the moved frames' ends
     x = _zero_padded(ctx, names[0], pad, 2)
     x = ctx.emit("Reshape", [x, ctx.int64s([batch * groups, (rows + bool(reach)) * cols])])
-    g = names[1]
-    if cols != out_w:
-        g = ctx.pad(g, [0, 0, 0, 0], [0, 0, 0, cols - out_w])
+    g = _padded_to_frame(ctx, names[1], (out_h, out_w), (rows, cols))
     g = ctx.emit("Reshape", [g, ctx.int64s([batch * co, 1, out_h, cols])])
     frame, last, parts = ctx.int64s([1, batch * groups, rows, cols]), ctx.int64s([1]), []
     for column in range(kw):
