@@ -11,7 +11,7 @@ from .checks import run_program
 from .coverage import PASSES, REWRITES, all_rewrites, all_strategies
 from .programs import CONTROL_FLOW, GENERATORS, Gen, RandomDraw
 
-MAX_ROUNDS = 30     # seeds per generator at most
+MAX_ROUNDS = 45     # seeds per generator at most (each threshold a strategy adds dilutes the others' draws)
 ALL_ROUNDS = 6      # rounds of every generator
 STEPS = 3           # steps of the generator in each program
 

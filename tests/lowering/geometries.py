@@ -250,6 +250,17 @@ def conv_geometry(rng, near: Near | None) -> ConvGeometry:
         kernel = _taps(rng, _value(rng, side, t), nsp)
         stride = 1 if name == "DEPTHWISE_CONV_MIN_TAPS" else _strided(rng, nsp)
         window = draw_window(rng, nsp, kernel=kernel, stride=stride, dilation=1, max_size=8)
+    elif name in ("BANDED_MIN_TAPS", "BANDED_MAX_WIDTH"):
+        # depthwise, one filter per channel, stride 1, undilated, 2-D: taps around their threshold
+        # with rows short enough, or rows around theirs (in kernel widths) with taps enough
+        kind, nsp, co = "depthwise", 2, 1
+        if name == "BANDED_MIN_TAPS":
+            kernel = _taps(rng, _value(rng, side, t), 2)
+            width = int(rng.integers(1, min(12, 3 * kernel[1]) + 1))
+        else:                           # (below: rows of at most t kernel widths; at: longer)
+            kernel = (int(rng.integers(5, 8)), int(rng.integers(5, 8)))
+            width = _value(rng, side, t * kernel[1] + 1)
+        window = _sized_for(rng, (int(rng.integers(1, 5)), width), kernel, (1, 1), (1, 1))
     elif name in ("DEPTHWISE_FLAT_MIN_LENGTH", "DEPTHWISE_ROWS_MIN_LENGTH"):
         # (flat windows of float32 in two dimensions are depthwise_rows' from its threshold on)
         kind, nsp = "depthwise", 1 if name == "DEPTHWISE_FLAT_MIN_LENGTH" else 2

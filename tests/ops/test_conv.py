@@ -383,6 +383,33 @@ def test_stride_one_depthwise_weight_grad_reads_flat_windows(case):
         np.testing.assert_allclose(got[finite], want[finite], **tol)
 
 
+@pytest.mark.parametrize("pad", [3, ((1, 4), (5, 0))], ids=["same", "uneven"])
+def test_a_small_depthwise_conv_and_its_input_gradient_are_banded_products(pad):
+    """A depthwise 7x7 on small images (ort-cpu's depthwise_banded, also taken by the input
+    gradient's transposed convolution): products, no Conv; the values of a plain Conv, with a bias,
+    and with non-finite inputs: every output the plain form makes non-finite is non-finite, every
+    output row no non-finite input reaches is exact, and an output the banded form alone makes
+    non-finite (a band's zero meeting the infinity in a row it reads) is NaN, never a wrong number."""
+    x, w, b = rand(2, 6, 9, 8, seed=51), rand(6, 1, 7, 7, seed=52), rand(6, seed=53)
+    fn = lambda x, w, b: F.conv(x, w, b, pad=pad, groups=6)                      # noqa: E731
+    ops = conv_ops(fn, x, w, b)
+    assert "Conv" not in ops and ops.count("MatMul") == 8
+    g = rand(*gc.compile(fn, x, w, b, provider="cpu")(x, w, b).shape, seed=54)
+    input_grad = lambda g, w: gc.vjp(lambda x: F.conv(x, w, pad=pad, groups=6), x)[1](g)[0]    # noqa: E731
+    assert {"Conv", "ConvTranspose"}.isdisjoint(conv_ops(input_grad, g, w))
+    x[1, 2, 4, 3], x[0, 5, 0, 7], g[0, 1, 3, 0], g[1, 4, 6, 6] = np.inf, np.nan, -np.inf, np.nan
+    for f, inputs in ((fn, [x, w, b]), (input_grad, [g, w])):
+        with np.errstate(invalid="ignore"):
+            got = gc.compile(f, *inputs, provider="cpu")(*inputs)
+            want = gc.compile(f, *inputs, provider="cpu", target="portable")(*inputs)
+        assert not np.isfinite(got[~np.isfinite(want)]).any()
+        rows = np.isfinite(want).all(axis=-1, keepdims=True) & np.isfinite(got).all(axis=-1, keepdims=True)
+        assert rows.sum() > rows.size // 2
+        np.testing.assert_allclose(np.where(rows, got, 0), np.where(rows, want, 0), **TOL)
+        alone = np.isfinite(want) & ~np.isfinite(got)
+        assert alone.any() and np.isnan(got[alone]).all()
+
+
 def test_the_weight_gradient_of_tiling_windows_is_one_product():
     """kernel = stride, no padding, patches at least PATCH_MIN_WIDTH wide: the patches are x
     rearranged by one Transpose and the gradient one Gemm, with no slice per tap; with non-finite
@@ -914,7 +941,8 @@ def test_empty_batches_on_the_reference_evaluator():
     ((8, 4, 3, 3), (12, 4, 3, 3), dict(pad=1)),     # ort-cpu's Conv in two halves of the filters (8 images)
     ((2, 3, 8, 8), (5, 3, 4, 4), dict(stride=4)),   # its weight gradient from 4x4 patches (stride = kernel)
     ((2, 3, 8, 8), (6, 1, 7, 7), dict(pad=3, groups=3)),    # a depthwise one from the flat frame's rows
-], ids=["halves", "patches", "depthwise_rows"])
+    ((2, 3, 8, 8), (3, 1, 5, 5), dict(pad=2, groups=3)),    # a depthwise conv as banded products
+], ids=["halves", "patches", "depthwise_rows", "depthwise_banded"])
 def test_gradients_through_onnxruntime_cpu_forms(x_shape, w_shape, kw):
     """Sizes at which the ort-cpu target takes its conv strategies (tests/lowering/test_strategies.py
     has both sides of each threshold), checked to second order against central differences."""

@@ -44,8 +44,69 @@ def _conv_in_halves(node, groups: int, kernel, stride, pad) -> bool:
     return out[0] >= HALVES_MIN_BATCH and positions < out[1] <= 2 * positions
 
 
+# A depthwise convolution (one input and one output channel per group, 2-D, stride 1, no
+# dilation) in float32 takes _banded_depthwise_conv from this many kernel taps (MLAS has a direct
+# kernel for 3x3) while its output rows are at most BANDED_MAX_WIDTH kernel widths long: the
+# band's products do (output width / kernel width) times the arithmetic of the taps
+# (docs/strategies.md).
+BANDED_MIN_TAPS = 25
+BANDED_MAX_WIDTH = 3
+
+
+def _conv_as_bands(ctx, node, groups: int, kernel, stride, dilation) -> bool:
+    """Whether the Conv that computes node (of node's x, to node's output) takes
+    _banded_depthwise_conv."""
+    x_type, out = ctx.graph.type_of(node.inputs[0]), node.outputs[0].shape
+    if x_type.dtype != np.float32 or len(kernel) != 2 or groups < 2 or not dims.is_static(x_type.shape[1:]) \
+            or not dims.is_static(out[1:]) or not x_type.shape[1] == out[1] == groups:
+        return False
+    return all(s == 1 for s in stride) and all(d == 1 for d in dilation) and min(x_type.shape[2:]) > 0 \
+        and math.prod(kernel) >= BANDED_MIN_TAPS and 0 < out[3] <= BANDED_MAX_WIDTH * kernel[1] and out[2] > 0
+
+
+def _banded_depthwise_conv(ctx, names, node, kernel, pad) -> str:
+    """A depthwise convolution (see _conv_as_bands) as one product per kernel row. ONNX Runtime's
+    CPU Conv convolves group by group, expanding each image and channel into a column per tap
+    for a product with one filter row: a fixed cost per image and channel that small images do
+    not repay (ConvNeXt's 7x7 layers at 14x14 and 7x7). Here each kernel row's taps form a band
+    matrix per channel (input columns x output columns; the row's padding, the columns no tap
+    reads, is left out of it), and x, channels first, its rows moved by the kernel row's offset,
+    is one (images x output rows, width) matrix per channel: one batched MatMul per kernel row,
+    summed.
+    The band's zeros meet every input column of the rows a kernel row reads: for a finite x
+    they add nothing; an infinite or NaN x, whose outputs are not finite already, also reaches
+    the other outputs of those output rows."""
+    x_type = ctx.graph.type_of(node.inputs[0])
+    channels, width = x_type.shape[1], x_type.shape[3]
+    (kh, kw), ((top, bottom), (left, _)) = kernel, pad
+    out_h, out_w = node.outputs[0].shape[2:]
+    band = np.zeros((kw, width, out_w), x_type.dtype)         # band[b, i, j] = 1 where tap b of column j reads i
+    for b, j in itertools.product(range(kw), range(out_w)):
+        if 0 <= j + b - left < width:
+            band[b, j + b - left, j] = 1
+    w = ctx.emit("Reshape", [names[1], ctx.int64s([channels * kh, kw])])
+    bands = ctx.emit("MatMul", [w, ctx.const(band.reshape(kw, width * out_w))])     # (C x rows, width x out_w)
+    bands = ctx.emit("Reshape", [bands, ctx.int64s([channels, kh, width, out_w])])
+    bands = ctx.emit("Split", [bands, ctx.int64s([1] * kh)], n_out=kh, axis=1) if kh > 1 else [bands]
+    x = ctx.emit("Transpose", [names[0]], perm=[1, 0, 2, 3])                       # (C, N, H, W)
+    x = _zero_padded(ctx, x, [(top, bottom)], 2)
+    rows, band_shape, axis = ctx.int64s([channels, -1, width]), ctx.int64s([channels, width, out_w]), ctx.int64s([2])
+    parts = [ctx.emit("MatMul", [ctx.emit("Reshape", [ctx.emit("Slice", [x, ctx.int64s([a]), ctx.int64s([a + out_h]),
+                                                                        axis]), rows]),
+                                 ctx.emit("Reshape", [bands[a], band_shape])])
+             for a in range(kh)]
+    y = ctx.emit("Sum", parts) if kh > 1 else parts[0]                             # (C, N x out_h, out_w)
+    if len(names) > 2:
+        y = ctx.emit("Add", [y, ctx.emit("Reshape", [names[2], ctx.int64s([channels, 1, 1])])])
+    y = ctx.emit("Reshape", [y, ctx.int64s([channels, -1, out_h, out_w])])
+    return ctx.emit("Transpose", [y], perm=[1, 0, 2, 3])
+
+
 def _emit_conv(ctx, names, node, groups: int, kernel, stride, pad, dilation) -> str:
-    """A Conv of names = [x, w(, b)], in two halves of the filters where that is faster."""
+    """A Conv of names = [x, w(, b)], as banded products or in two halves of the filters where
+    that is faster."""
+    if _conv_as_bands(ctx, node, groups, kernel, stride, dilation):
+        return _banded_depthwise_conv(ctx, names, node, kernel, pad)
     attrs = dict(group=groups, **window_attrs(kernel, stride, pad, dilation))
     if not _conv_in_halves(node, groups, kernel, stride, pad):
         return ctx.emit("Conv", names, **attrs)
@@ -564,8 +625,15 @@ def _halves_guard(ctx, node) -> bool:
     return _conv_in_halves(node, a["groups"], ctx.graph.type_of(node.inputs[1]).shape[2:], a["stride"], a["pad"])
 
 
+def _banded_guard(ctx, node) -> bool:
+    a = node.attrs
+    return _conv_as_bands(ctx, node, a["groups"], ctx.graph.type_of(node.inputs[1]).shape[2:], a["stride"],
+                          a["dilation"])
+
+
+@strategy("ort-cpu", "conv", "depthwise_banded", _banded_guard, thresholds=("BANDED_MIN_TAPS", "BANDED_MAX_WIDTH"))
 @strategy("ort-cpu", "conv", "halves", _halves_guard, thresholds=("HALVES_MIN_BATCH",))
-def _conv_halves(ctx, names, node):
+def _conv_tuned(ctx, names, node):
     a = node.attrs
     kernel = ctx.graph.type_of(node.inputs[1]).shape[2:]
     return _emit_conv(ctx, names, node, a["groups"], kernel, a["stride"], a["pad"], a["dilation"])
