@@ -1,7 +1,10 @@
 """Shared test set-up: graph passes lint the graph after every run, `scratch_op` defines ops
 that live in the registry for one test only, the run fails when an op's gradient or a lowering
-was never checked (tests/op_coverage.py), and under pytest-xdist (the suite's default, two
-workers) the tests that share a Ray cluster run on one worker."""
+was never checked (tests/op_coverage.py), a module's shared random generator restarts for each
+test, and under pytest-xdist (the suite's default, two workers) the tests that share a Ray
+cluster run on one worker."""
+import zlib
+
 import numpy as np
 import pytest
 
@@ -10,6 +13,19 @@ from gcompile.ops.shape_rules import binary_broadcast
 from gcompile.passes import base as passes_base
 
 from . import op_coverage
+
+
+@pytest.fixture(autouse=True)
+def _shared_generator_restarted(request):
+    """A test module's shared generator (a module-level RNG) restarts from a seed of the test's own
+    id: its draws are then the same whichever of the module's tests ran before it in the process.
+    pytest-xdist splits a module among its workers by load, so with one generator for the module
+    a test's inputs changed with the tests around it (logdet's matrix once drew a negative
+    determinant, and its gradient check failed, after other tests were added elsewhere)."""
+    module = getattr(request, "module", None)
+    for name in ("RNG", "rng"):
+        if isinstance(getattr(module, name, None), np.random.Generator):
+            setattr(module, name, np.random.default_rng(zlib.crc32(request.node.nodeid.encode())))
 
 
 @pytest.fixture

@@ -304,6 +304,7 @@ def test_matrix_power(n):
 
 def test_logdet_and_multi_dot():
     a = rand(3, 3) + 3 * np.eye(3)
+    assert np.linalg.det(a) > 0        # (logdet's gradient is checked where it is finite)
     negative = np.diag([-1.0, 2.0, 3.0])
     singular = np.ones((3, 3))
     check_forward(F.logdet, [np.stack([a, negative, singular])],
