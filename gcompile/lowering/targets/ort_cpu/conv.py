@@ -61,7 +61,7 @@ def _conv_as_bands(ctx, node, groups: int, kernel, stride, dilation) -> bool:
             or not dims.is_static(out[1:]) or not x_type.shape[1] == out[1] == groups:
         return False
     return all(s == 1 for s in stride) and all(d == 1 for d in dilation) and min(x_type.shape[2:]) > 0 \
-        and math.prod(kernel) >= BANDED_MIN_TAPS and 0 < out[3] <= BANDED_MAX_WIDTH * kernel[1] and out[2] > 0
+        and min(out[2:]) > 0 and math.prod(kernel) >= BANDED_MIN_TAPS and out[3] <= BANDED_MAX_WIDTH * kernel[1]
 
 
 def _banded_depthwise_conv(ctx, names, node, kernel, pad) -> str:
