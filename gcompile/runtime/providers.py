@@ -127,10 +127,15 @@ def session_options(nodes: int | None = None, threads: int | None = None, spin: 
 
     `in_order`: the model is one ONNX Runtime has optimized already, its nodes in the order they
     are to run (ordered_model): the session runs them in that order (ONNX Runtime's priority
-    order, first ready node in the file first), optimizes nothing again, plans no memory
-    pattern and allocates from the process's shared arena (shared_arena). A pattern is one
-    block per run for every value, planned from the first run, and that run's blocks stay in
-    the arena beside it: on such graphs it doubled the step's peak."""
+    order, first ready node in the file first), optimizes nothing again, plans neither a memory
+    pattern nor static buffer reuse, and allocates each value from the process's shared arena
+    (shared_arena) when it is made, giving it back after its last reader: the lifetimes
+    ir/memory.py plans. A pattern is one block per run for every value, planned from the first
+    run, and that run's blocks stay in the arena beside it: on such graphs it doubled the step's
+    peak. Static reuse hands a value the buffer of an earlier value of the same size that is no
+    longer read, and that buffer is then held from the earlier value's last reader until the
+    later value's: in a training step, a buffer of the forward's temporaries waits idle through
+    the forward for a gradient of the same shape (docs/performance.md measures both)."""
     ort = onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL if in_order \
@@ -138,6 +143,7 @@ def session_options(nodes: int | None = None, threads: int | None = None, spin: 
     if in_order:
         options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
         options.enable_mem_pattern = False
+        options.enable_mem_reuse = False
         shared_arena()
         options.add_session_config_entry("session.use_env_allocators", "1")
     options.intra_op_num_threads = threads or os.cpu_count() or 1
@@ -202,13 +208,16 @@ def ordered_model(model: bytes, order: Sequence, nodes: int | None = None) -> by
 
 def value_sizes(model: bytes) -> dict[str, int] | None:
     """The bytes of each value of `model` whose shape ONNX's shape inference finds static, by name;
-    None where inference fails."""
+    None where inference fails. Without onnx's data propagation: a lowered model's shapes follow
+    from its inputs' types, and data propagation keeps a dimension record for every element of
+    each 1-D value it passes through a Concat, Slice or elementwise op, which grew with the
+    values' sizes (a large 1-D value's compile took gigabytes)."""
     import math
 
     import onnx
     from onnx import helper
     try:
-        inferred = onnx.shape_inference.infer_shapes(onnx.load_from_string(model), data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(onnx.load_from_string(model))
     except Exception:
         return None
     sizes = {}
