@@ -201,6 +201,36 @@ def test_unknown_dims_of_an_onnx_file_are_named_from_the_graph_inputs(tmp_path):
     assert by_name["tanh"] == "float32(N, 4)"
 
 
+def test_a_model_with_long_vectors_is_inferred_without_data_propagation(tmp_path, monkeypatch):
+    """onnx's data propagation keeps a record per element of every 1-D value it passes through
+    (gigabytes for a model with long vectors): past DATA_PROP_MAX_ELEMENTS, viz infers shapes
+    without it and still shows every static shape; short vectors keep it (previous test)."""
+    from onnx import TensorProto, helper
+
+    from gcompile.artifacts import viz
+    def vectors(n):     # x, its concatenation with itself and that one's tanh: 5 n elements of 1-D values
+        nodes = [helper.make_node("Concat", ["x", "x"], ["c"], name="concat", axis=0),
+                 helper.make_node("Tanh", ["c"], ["out"], name="tanh")]
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+                                  [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2 * n])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+        model.ir_version = 8
+        return model
+    calls = []
+    real = onnx.shape_inference.infer_shapes
+
+    def spy(m, *args, **kwargs):
+        calls.append(kwargs.get("data_prop", False))
+        return real(m, *args, **kwargs)
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", spy)
+    n = viz.DATA_PROP_MAX_ELEMENTS // 5
+    assert viz.tensor_types(vectors(n + 1))["c"] == f"float32({2 * n + 2},)"
+    assert calls == [False]
+    calls.clear()
+    assert viz.tensor_types(vectors(n))["c"] == f"float32({2 * n},)"
+    assert calls == [False, True]
+
+
 def test_dot_output_for_graphviz(artifact, tmp_path):
     result = invoke("viz", artifact, "-o", tmp_path / "g.dot")
     assert result.exit_code == 0, result.output

@@ -69,10 +69,31 @@ class Box:
         return round(width), NODE_H
 
 
+# onnx's data propagation (which carries dim names through a model's shape computations: a Shape,
+# a Concat of its pieces, a Reshape) keeps a dimension record for every element of each 1-D value
+# it passes through, whatever the value holds: a model with long vectors (a flat parameter vector,
+# a hostile file) would take gigabytes. Shape computations are short vectors, so a model whose 1-D
+# values hold more elements than this in all is inferred without it (its static shapes are shown
+# all the same; only dims named through shape computations become '?').
+DATA_PROP_MAX_ELEMENTS = 1 << 18
+
+
+def _vector_elements(inferred) -> int:
+    """The elements of every 1-D value of static length in `inferred` (a model after shape inference)."""
+    total = sum(t.dims[0] for t in inferred.graph.initializer if len(t.dims) == 1)
+    for value in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+        dims = value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") else []
+        if len(dims) == 1 and dims[0].HasField("dim_value"):
+            total += dims[0].dim_value
+    return total
+
+
 def tensor_types(model) -> dict[str, str]:
     """Tensor name -> 'float32(batch, 3)' for every value whose type is declared or inferred."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(model)
+        if _vector_elements(inferred) <= DATA_PROP_MAX_ELEMENTS:
+            inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except (onnx.shape_inference.InferenceError, ValueError) as err:   # bad types, or too large to serialise
         logger.debug("shape inference failed (%s); showing declared types only", err)
         inferred = model
