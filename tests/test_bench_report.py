@@ -113,3 +113,23 @@ def test_a_model_in_several_runs_takes_its_row_from_the_last():
     others = [line for line in table.splitlines() if line.startswith("| ") and "| older.json |" in line]
     assert len(others) == len(older["zoo"]) - 1
     assert "| run |" in next(line for line in table.splitlines() if line.startswith("| model"))
+
+
+def test_a_memory_only_run_after_a_timed_one_keeps_the_times_and_gives_the_memory():
+    timed, memory = _zoo_sample(), _zoo_sample()
+    memory["settings"]["memory_only"] = True
+    key = next(iter(memory["zoo"]))
+    memory["zoo"] = {key: memory["zoo"][key]}
+    row = memory["zoo"][key]
+    row["passes"], row["build_s"], row["grad_error"] = {}, None, None
+    row["memory"]["gcompile"]["peak_mb"] = row["memory"]["torch"]["peak_mb"] / 4
+    table = _report().zoo_tables([("timed.json", timed), ("memory.json", memory)])
+    line = next(line for line in table.splitlines() if line.startswith(f"| {key} "))
+    old = _report().zoo_tables([("timed.json", _zoo_sample())])
+    old_line = next(line for line in old.splitlines() if line.startswith(f"| {key} "))
+    cells, old_cells = line.split(" | "), old_line.split(" | ")
+    assert cells[1] == "timed.json (memory: memory.json)"
+    assert cells[3:6] == old_cells[2:5]                 # parameters, time and its ratios from the timed run
+    assert "| 0.25 |" in line and "| 0.25 |" not in old_line
+    assert cells[-1] == old_cells[-1]                   # (the budget's time over the default's, timed)
+    assert len(cells) == len(old_cells) + 1             # (the run column)
