@@ -334,6 +334,12 @@ class LowerContext:
         """Zeros of `shape` (static or symbolic) and `dtype`, made at run time from one scalar."""
         return self.emit("Expand", [self.const(np.zeros((), dtype)), self.shape_tensor(shape)])
 
+    def fill(self, shape, value, dtype) -> str:
+        """`value` everywhere in a tensor of `shape` (static or symbolic) and `dtype`: a
+        ConstantOfShape, whose value is an attribute, so the file stores one element."""
+        value_attr = numpy_helper.from_array(np.full(1, value, dtype), "value")
+        return self.emit("ConstantOfShape", [self.shape_tensor(shape)], value=value_attr)
+
     def _int64(self, values) -> np.ndarray:
         """Sizes as int64, a LoweringError naming the node being lowered for one that does not fit (a
         shape of more than 2**63 - 1 elements, which no runtime counts)."""

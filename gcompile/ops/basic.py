@@ -105,9 +105,7 @@ def ones_like(x) -> Tensor:
 
 def _lower_fill(ctx, names, node):
     a = node.attrs
-    value = helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(a["dtype"]), [1],
-                               [np.asarray(a["value"], a["dtype"]).item()])
-    return ctx.emit("ConstantOfShape", [ctx.shape_tensor(a["shape"])], value=value)
+    return ctx.fill(a["shape"], a["value"], a["dtype"])
 
 
 defop("fill", infer=lambda types, shape, value, dtype: [tensor_type(dtype, shape)],

@@ -350,10 +350,7 @@ def scan_lower(ctx, names, node: Node, emit) -> list[str]:
     carries = scan_parts(names, node.attrs["n_consts"], nk)[1]
 
     def empty(branch) -> list[str]:
-        return carries + [branch.emit("ConstantOfShape", [branch.shape_tensor(t.shape)],
-                                      value=helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(t.dtype), [1],
-                                                               [np.zeros((), t.dtype).item()]))
-                          for t in node.outputs[nk:]]
+        return carries + [branch.fill(t.shape, 0, t.dtype) for t in node.outputs[nk:]]
 
     steps = ctx.dim_scalar(length)
     none = ctx.emit("Equal", [steps, ctx.const(np.asarray(0, np.int64))])

@@ -17,7 +17,6 @@ import itertools
 import math
 
 import numpy as np
-from onnx import helper
 
 from ..errors import ShapeError
 from ..frontend.source import user_location
@@ -543,8 +542,7 @@ def _lower_pool_scatter(ctx, names, node):
     """The values added into zeros at their flat indices: a ScatterElements with reduction add."""
     shape = node.attrs["shape"]
     dtype = node.outputs[0].dtype
-    zero = helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(dtype), [1], [0])
-    zeros = ctx.emit("ConstantOfShape", [ctx.shape_tensor((dims.product(shape),))], value=zero)
+    zeros = ctx.fill((dims.product(shape),), 0, dtype)
     flat = [ctx.emit("Reshape", [n, ctx.int64s([-1])]) for n in names]
     out = ctx.emit("ScatterElements", [zeros, flat[1], flat[0]], axis=0, reduction="add")
     return ctx.emit("Reshape", [out, ctx.shape_tensor(shape)])

@@ -40,11 +40,6 @@ def through_float(dtype) -> bool:
     return np.dtype(dtype) in (np.dtype(np.int32), _INT64)
 
 
-def _tensor_attr(value, dtype) -> onnx.TensorProto:
-    """A one-element tensor, as ConstantOfShape's `value` attribute."""
-    return helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), [1], [value])
-
-
 # -- elementwise -----------------------------------------------------------------------------------
 def extremum(ctx, a: str, b: str, largest: bool) -> str:
     """max(a, b) (or min) with broadcasting, as a Where on a comparison."""
@@ -163,14 +158,14 @@ def reduction(ctx, op_type: str, x: str, t: TensorType, axes: Sequence[int], kee
     rows_shape = [t.shape[a] for a in kept]
     if op_type == "ReduceSum" and axes == list(range(len(axes))):       # leading axes: a row of ones, no transpose
         flat = ctx.emit("Reshape", [x, ctx.shape_tensor([n, dims.product(rows_shape)])], allowzero=1)
-        ones = ctx.emit("ConstantOfShape", [ctx.shape_tensor((1, n))], value=_tensor_attr(1, dtype))
+        ones = ctx.fill((1, n), 1, dtype)
         return ctx.emit("Reshape", [ctx.emit("MatMul", [ones, flat]), ctx.shape_tensor(out)], allowzero=1)
     if kept + axes != list(range(len(t.shape))):
         x = ctx.emit("Transpose", [x], perm=kept + axes)
     if len(axes) > 1:
         x = ctx.emit("Reshape", [x, ctx.shape_tensor([*rows_shape, n])], allowzero=1)
     if op_type == "ReduceSum":
-        ones = ctx.emit("ConstantOfShape", [ctx.shape_tensor((n, 1))], value=_tensor_attr(1, dtype))
+        ones = ctx.fill((n, 1), 1, dtype)
         y = ctx.emit("MatMul", [x, ones])
     elif op_type == "ReduceProd":
         y = _product(ctx, x, len(rows_shape), n, identity, dtype)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-from onnx import numpy_helper
 
 from ..errors import ShapeError
 from ..frontend.source import user_location
@@ -100,8 +99,7 @@ def _lower_expand(ctx, names, node):
     if 0 in shape:
         # ONNX Runtime's ExpandElimination takes 1-vs-0 to 1 and drops the Expand: an empty result
         # needs no values, so make it directly.
-        zero = numpy_helper.from_array(np.zeros(1, node.outputs[0].dtype), "value")
-        return ctx.emit("ConstantOfShape", [ctx.shape_tensor(shape)], value=zero)
+        return ctx.fill(shape, 0, node.outputs[0].dtype)
     return ctx.emit("Expand", [names[0], ctx.shape_tensor(shape)])
 
 

@@ -8,7 +8,6 @@ form's state variables and Slices, and its Loop (ONNX Runtime runs a Scan's step
 from __future__ import annotations
 
 import numpy as np
-from onnx import helper
 
 from ....ir.graph import TensorType, tensor_type
 from ....ops.control import scan_lower, scan_parts
@@ -23,12 +22,7 @@ def _operands(ctx, names, node) -> tuple[list[str], list[str], list[str], list[t
     if xs:
         return consts, carries, xs, []
     length = a["length"]
-    if isinstance(length, int):
-        xs = [ctx.const(np.zeros(length, np.bool_))]
-    else:
-        xs = [ctx.emit("ConstantOfShape", [ctx.shape_tensor((length,))],
-                       value=helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(np.dtype(np.bool_)),
-                                                [1], [False]))]
+    xs = [ctx.const(np.zeros(length, np.bool_)) if isinstance(length, int) else ctx.fill((length,), False, np.bool_)]
     return consts, carries, xs, [("step", tensor_type(np.bool_, ()))]
 
 

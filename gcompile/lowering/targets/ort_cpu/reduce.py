@@ -8,7 +8,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from onnx import helper
 
 from ....ir.graph import TensorType
 from ..base import strategy
@@ -36,8 +35,7 @@ def sum_or_product(ctx, x: str, t: TensorType, axes: Sequence[int], keepdims: bo
         return ctx.emit(op_type, [x, ctx.int64s(axes)], keepdims=int(keepdims))
     out_shape = [1 if a in axes else d for a, d in enumerate(t.shape) if keepdims or a not in axes]
     flat = ctx.emit("Reshape", [x, ctx.int64s([rows, -1])])
-    one = helper.make_tensor("value", helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), [1], [1])
-    ones = ctx.emit("ConstantOfShape", [ctx.int64s([1, rows])], value=one)    # made at load, not stored
+    ones = ctx.fill((1, rows), 1, t.dtype)    # made at load, not stored
     y = ctx.emit("MatMul", [ones, flat])
     if op_type == "ReduceMean":
         y = ctx.emit("Div", [y, ctx.const(np.asarray(rows, t.dtype))])
