@@ -265,7 +265,7 @@ expected = np.tanh(np.concatenate([x, x])[n - 8:n + 8] * np.mean(np.tanh(x.astyp
 print(order, float(np.max(np.abs(cf(x) - expected))), grown)
 """
     order, error, grown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                         check=True).stdout.split()
+                                         check=True, timeout=600).stdout.split()
     assert order == "file" and float(error) < 1e-4
     assert float(grown) < 200, f"compiling took {grown} MB"
 
