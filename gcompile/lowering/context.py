@@ -296,8 +296,14 @@ class LowerContext:
     # A Slice end for a negative step that means "past the first element".
     INT64_MIN = -(2 ** 63)
 
-    def reverse(self, x: str, axes: Sequence[int]) -> str:
-        """x with each of `axes` in reverse order: a Slice from the last element down to INT64_MIN."""
+    def reverse(self, x: str, axes: Sequence[int], sizes: Sequence) -> str:
+        """x with each of `axes` (of `sizes`, static or symbolic) in reverse order: a Slice from the
+        last element down to INT64_MIN. Axes of size 1 are left out, and x is returned as it is
+        when none is left: reversing them changes nothing, and ONNX Runtime copies a Slice with a
+        negative step element by element (a 1x1 kernel's flip, in a convolution's input gradient)."""
+        axes = [axis for axis, size in zip(axes, sizes, strict=True) if size != 1]
+        if not axes:
+            return x
         n = len(axes)
         return self.emit("Slice", [x, self.int64s([-1] * n), self.int64s([self.INT64_MIN] * n), self.int64s(axes),
                                    self.int64s([-1] * n)])

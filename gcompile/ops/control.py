@@ -378,10 +378,10 @@ def _closed_scan(ctx, names, node: Node) -> list[str]:
     graph = ctx.subgraph(body, consts + [None] * (len(names) - a["n_consts"]))
     graph, states = ctx.closed(graph, {name: body.type_of(ref) for name, ref in zip(consts, body.inputs)})
     if a["reverse"]:
-        xs = [ctx.reverse(x, [0]) for x in xs]
+        xs = [ctx.reverse(x, [0], [a["length"]]) for x in xs]
     outs = _as_list(ctx.emit("Scan", states + carries + xs, n_out=len(states) + len(node.outputs), body=graph,
                              num_scan_inputs=len(xs)))[len(states):]
-    return outs[:nk] + [ctx.reverse(y, [0]) for y in outs[nk:]] if a["reverse"] else outs
+    return outs[:nk] + [ctx.reverse(y, [0], [a["length"]]) for y in outs[nk:]] if a["reverse"] else outs
 
 
 def _counted_loop(ctx, names, node: Node) -> list[str]:
@@ -399,7 +399,7 @@ def _counted_loop(ctx, names, node: Node) -> list[str]:
     outs = _as_list(ctx.emit("Loop", [trips, ctx.const(np.asarray(True)), *names[nc:]], n_out=len(node.outputs),
                              body=graph))
     ys = _rows_stacked(ctx, outs[nk:], node.outputs[nk:])
-    return outs[:nk] + ([ctx.reverse(y, [0]) for y in ys] if a["reverse"] else ys)
+    return outs[:nk] + ([ctx.reverse(y, [0], [a["length"]]) for y in ys] if a["reverse"] else ys)
 
 
 # A Loop body's first inputs: the iteration number and the condition.

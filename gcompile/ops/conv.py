@@ -342,7 +342,7 @@ def _conv_transpose_as_conv(ctx, names, node, begins: list, ends: list):
     spatial = list(range(2, 2 + nsp))
     w = ctx.emit("Reshape", [names[1], ctx.int64s([groups, per_in, per_out, *kernel])])
     w = ctx.emit("Transpose", [w], perm=[0, 2, 1, *(k + 1 for k in spatial)])
-    w = ctx.reverse(ctx.emit("Reshape", [w, ctx.int64s([groups * per_out, per_in, *kernel])]), spatial)
+    w = ctx.reverse(ctx.emit("Reshape", [w, ctx.int64s([groups * per_out, per_in, *kernel])]), spatial, kernel)
     x = names[0]
     if any(s > 1 for s in stride):
         rows = ctx.emit("Unsqueeze", [x, ctx.int64s([3 + 2 * k for k in range(nsp)])])   # (N, C, S0, 1, S1, 1, ...)

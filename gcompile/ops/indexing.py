@@ -105,7 +105,7 @@ def _lower_slice_scatter(ctx, names, node):
     for axis, start, _end, step in zip(a["axes"], a["starts"], a["ends"], a["steps"]):
         n, size = shape[axis], a["shape"][axis]
         if step < 0:
-            out = ctx.reverse(out, [axis])
+            out = ctx.reverse(out, [axis], [n])
             start, step = start + (n - 1) * step, -step
         if step > 1:
             spread = pad(ctx.emit("Unsqueeze", [out, ctx.int64s([axis + 1])]), len(shape) + 1, axis + 1, 0, step - 1)

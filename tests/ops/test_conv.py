@@ -410,6 +410,33 @@ def test_a_small_depthwise_conv_and_its_input_gradient_are_banded_products(pad):
         assert alone.any() and np.isnan(got[alone]).all()
 
 
+def reversed_axes(model) -> list[list[int]]:
+    """The axes of each Slice in `model` that steps backwards (a reversal)."""
+    from onnx import numpy_helper
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    return [[int(a) for a, step in zip(consts[n.input[3]], consts[n.input[4]]) if step < 0]
+            for n in model.graph.node if n.op_type == "Slice" and len(n.input) > 4 and (consts[n.input[4]] < 0).any()]
+
+
+def test_a_kernels_flip_leaves_out_its_axes_of_size_one():
+    """A transposed convolution's kernel is flipped in every spatial axis, which changes nothing
+    along an axis of size 1, and ONNX Runtime's Slice with a negative step copies element by
+    element (a 1x1 convolution's input gradient spent more on that copy than on its product):
+    a 1x1 kernel is not flipped, a 3x1 kernel only along its first axis, a 3x3 along both, and
+    the input gradients are the reference evaluator's (ort-cpu writes a stride-1 transposed
+    convolution as the Conv of the flipped kernel; the portable target keeps ConvTranspose)."""
+    x = rand(2, 4, 5, 6, seed=61)
+    for kernel, flipped in (((1, 1), []), ((3, 1), [[2]]), ((3, 3), [[2, 3]])):
+        w = rand(3, 4, *kernel, seed=62)
+        g = rand(2, 3, 5, 6, seed=63)
+        pad = [(k - 1) // 2 for k in kernel]
+        input_grad = lambda g, w, pad=pad: gc.vjp(lambda x: F.conv(x, w, pad=pad), x)[1](g)[0]    # noqa: E731
+        cf = gc.compile(input_grad, g, w, provider="cpu")
+        assert reversed_axes(cf.model) == flipped, kernel
+        want = evaluate(trace(input_grad, [g, w]).graph, [g, w])[0]
+        np.testing.assert_allclose(cf(g, w), want, **TOL)
+
+
 def test_the_weight_gradient_of_tiling_windows_is_one_product():
     """kernel = stride, no padding, patches at least PATCH_MIN_WIDTH wide: the patches are x
     rearranged by one Transpose and the gradient one Gemm, with no slice per tap; with non-finite

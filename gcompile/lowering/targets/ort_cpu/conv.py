@@ -133,7 +133,7 @@ def _conv_transpose_as_conv(ctx, names, node, pad, dilation, groups):
     ci, co_g, kernel = w_shape[0], w_shape[1], tuple(w_shape[2:])
     nsp = len(kernel)
     spatial = list(range(2, 2 + nsp))
-    w = ctx.reverse(names[1], spatial)
+    w = ctx.reverse(names[1], spatial, kernel)
     if groups == 1:
         w = ctx.emit("Transpose", [w], perm=[1, 0, *spatial])
     else:
