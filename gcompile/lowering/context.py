@@ -336,13 +336,9 @@ class LowerContext:
     def int64s(self, values) -> str:
         return self.const(self._int64(values).reshape(-1))
 
-    def zeros(self, shape, dtype) -> str:
-        """Zeros of `shape` (static or symbolic) and `dtype`, made at run time from one scalar."""
-        return self.emit("Expand", [self.const(np.zeros((), dtype)), self.shape_tensor(shape)])
-
     def fill(self, shape, value, dtype) -> str:
-        """`value` everywhere in a tensor of `shape` (static or symbolic) and `dtype`: a
-        ConstantOfShape, whose value is an attribute, so the file stores one element."""
+        """`value` everywhere in a tensor of `shape` (static or symbolic) and `dtype`, made at run
+        time: a ConstantOfShape, whose value is an attribute, so the file stores one element."""
         value_attr = numpy_helper.from_array(np.full(1, value, dtype), "value")
         return self.emit("ConstantOfShape", [self.shape_tensor(shape)], value=value_attr)
 

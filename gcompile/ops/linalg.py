@@ -77,7 +77,7 @@ def _lower_matmul(ctx, names, node):
     (a, b), out = (ctx.graph.type_of(r) for r in node.inputs), node.outputs[0]
     k, batch = a.shape[-1], out.shape[:-2]
     if 0 in out.shape or k == 0:
-        return ctx.zeros(out.shape, out.dtype)
+        return ctx.fill(out.shape, 0, out.dtype)
     last_two = [*range(out.ndim - 2), out.ndim - 1, out.ndim - 2]
     if not dims.is_static(batch) and all(d == 1 for d in b.shape[:-2]) and _swaps_last_two(ctx.graph, node.inputs[0]):
         rows = ctx.emit("Reshape", [names[0], ctx.shape_tensor((dims.product(a.shape[:-1]), k))], allowzero=1)
@@ -244,7 +244,7 @@ def _lower_einsum(ctx, names, node):
     shapes = [ctx.graph.type_of(r).shape for r in node.inputs]
 
     def zeros(c):
-        return c.zeros(out.shape, out.dtype)
+        return c.fill(out.shape, 0, out.dtype)
 
     def product(c):
         return c.emit("Einsum", names, equation=node.attrs["equation"])

@@ -40,7 +40,7 @@ def _sums_or_in_order(ctx, base: str, idx: str, updates: str, rows, count, size,
     types = [tensor_type(np.float32, ())]
     if into_zeros:
         summed = ctx.branch(lambda c: [_placed_in_zeros(c, where, sums, size)], types)
-        in_order = ctx.branch(lambda c: [added_in_order(c, c.zeros((size, *rows), np.float32), idx, updates, rows)],
+        in_order = ctx.branch(lambda c: [added_in_order(c, c.fill((size, *rows), 0, np.float32), idx, updates, rows)],
                               types)
     else:
         summed = ctx.branch(lambda c: [c.emit("ScatterND", [base, where, sums], reduction="add")], types)
