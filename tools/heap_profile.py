@@ -59,18 +59,17 @@ def child(folder: str, reuse: bool) -> None:
     the second recorded; its events, ONNX Runtime's profile and the figures written to `folder`."""
     import onnxruntime as ort
 
-    from gcompile.runtime.providers import session_options
+    from gcompile.runtime.providers import quiet_onnxruntime, session_options
     counter = ctypes.CDLL(None)
     for name in ("heap_counter_live", "heap_counter_peak"):
         getattr(counter, name).restype = ctypes.c_longlong
     with np.load(os.path.join(folder, "feeds.npz"), allow_pickle=False) as saved:
         feeds = {k: saved[k] for k in saved.files}
-    options = session_options()            # the in-order session's settings, with the arena off
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.execution_order = ort.ExecutionOrder.PRIORITY_BASED
-    options.enable_mem_pattern = False
+    options = session_options(in_order=True)     # gcompile's in-order session, with no arena at all
     options.enable_mem_reuse = reuse
     options.enable_cpu_mem_arena = False
+    with quiet_onnxruntime():                    # (ONNX Runtime warns that the entry is overwritten)
+        options.add_session_config_entry("session.use_env_allocators", "0")
     options.enable_profiling = True
     options.profile_file_prefix = os.path.join(folder, "profile")
     session = ort.InferenceSession(os.path.join(folder, "model.onnx"), options, providers=["CPUExecutionProvider"])
