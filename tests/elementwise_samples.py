@@ -8,11 +8,13 @@ import numpy as np
 
 from gcompile.ir.registry import REGISTRY, Trait
 
-ARITY = {"add_n": 3, "where": 3}               # otherwise: the reference's ufunc arity, or 2 for the ops below
+# otherwise: the reference's ufunc arity, or 2 for the ops below
+ARITY = {"add_n": 3, "batch_norm_inference": 5, "where": 3}
 BINARY = {"div", "floor_divide", "fmod", "pow", "remainder", "silu_deriv", "xlogy"}
 BOOL_OPERANDS = {"logical_and": (0, 1), "logical_or": (0, 1), "logical_not": (0,), "where": (0,)}
 INT_OPS = {"bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}      # int32 operands, negative ones too
 ATTRS = {
+    "batch_norm_inference": {"eps": 1.0},     # var + eps stays positive over the domain
     "cast": {"dtype": np.dtype(np.float32)},
     "clip": {"lo": -0.5, "hi": 0.25, "inclusive": True},
     "dropout": {"ratio": 0.0, "seed": 0},      # a draw per position: ratio 0 keeps the check deterministic
@@ -38,6 +40,11 @@ def arity(op: str) -> int:
     if op in BINARY:
         return 2
     return getattr(REGISTRY[op].reference, "nin", 1)
+
+
+def shapes(n: int) -> list[tuple]:
+    """Operand shapes broadcasting to (2, 3) in different ways, for an op of n operands."""
+    return [(2, 3), (3,), (2, 1), (1, 3), ()][:n]
 
 
 def operands(op: str, shapes, rng) -> list[np.ndarray]:

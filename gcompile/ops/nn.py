@@ -1,11 +1,11 @@
 """Neural-network functions: softmax family, losses, normalisation, dropout.
 
-softmax, log_softmax, layer_norm, training-mode batch_norm, softmax_cross_entropy and dropout
-are primitive ops so they lower to ONNX's fused kernels and differentiate in closed form; their
-VJP rules are written with gcompile ops, so they differentiate again (ARCHITECTURE.md §9.2: the
-cross-entropy gradient is (softmax(x) - onehot(t))·dz, the onehot's part one scatter). The other
-losses and inference-mode batch_norm are compositions: their gradients come from the rules of
-the ops they are built from, which keeps them stable and differentiable to any order.
+softmax, log_softmax, layer_norm, batch_norm (training and inference mode), softmax_cross_entropy
+and dropout are primitive ops so they lower to ONNX's fused kernels and differentiate in closed
+form; their VJP rules are written with gcompile ops, so they differentiate again (ARCHITECTURE.md
+§9.2: the cross-entropy gradient is (softmax(x) - onehot(t))·dz, the onehot's part one scatter).
+The other losses are compositions: their gradients come from the rules of the ops they are built
+from, which keeps them stable and differentiable to any order.
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from .activations import softplus
 from .basic import cast
 from .elementwise import _promote, equal, exp, greater_equal, less, logical_and, rsqrt, where
 from .indexing import scatter_add_along_axis, take_along_axis
-from .reduce import count, mean
+from .reduce import count, mean, sum_to_shape
 from .reduce import sum as reduce_sum
 from .shape import broadcast_to, expand_dims, reshape, squeeze
-from .shape_rules import axis_for, require_float, same_dtype, unary_float
+from .shape_rules import axis_for, binary_broadcast, broadcast_shapes, require_float, same_dtype, unary_float
 
 __all__ = ["batch_norm", "dropout", "layer_norm", "log_softmax", "mse", "one_hot", "sigmoid_cross_entropy",
            "softmax", "softmax_cross_entropy", "softmin"]
@@ -316,9 +316,8 @@ def batch_norm(x, gamma, beta, running_mean=None, running_var=None, axis: int = 
         y, mu, var, _ = apply_n("batch_norm", [x, *params], axis=ax, eps=float(eps))
         return (y, mu, var) if return_stats else y
     per_channel = tuple(c if i == ax else 1 for i in range(x.ndim))
-    gamma, beta, mu, var = [reshape(p, per_channel) for p in params]
-    y = (x - mu) * rsqrt(var + eps) * gamma + beta
-    return (y, reshape(mu, (c,)), reshape(var, (c,))) if return_stats else y
+    y = apply("batch_norm_inference", [x, *(reshape(p, per_channel) for p in params)], eps=float(eps))
+    return (y, params[2], params[3]) if return_stats else y
 
 
 # Training-mode batch norm: y = (x - mean) / sqrt(var + eps) * gamma + beta with the batch's
@@ -402,6 +401,66 @@ def _plus(a, b):
 
 defop("batch_norm", infer=_batch_norm_infer, reference=_batch_norm_reference, lower=_lower_batch_norm,
       vjp=_batch_norm_vjp)
+
+
+# Inference-mode batch norm: y = (x - mean)·r·gamma + beta with r = 1/sqrt(var + eps) and the
+# given (running) statistics, every operand broadcast to y's shape by numpy's rules (the
+# statistics and parameters shaped (1, C, 1, ...) by batch_norm). One op, not its four
+# broadcasting ops: ONNX's BatchNormalization reads x and writes y once (the composition took
+# four passes over x's size and, in a training step, a saved or recomputed intermediate for
+# gamma's gradient), and the backward reads x alone. Elementwise and cheap: a training step
+# keeps x and recomputes y and the activation after it (passes/recompute.py).
+def _batch_norm_inference_infer(types, eps):
+    require_float(types[0])
+    return binary_broadcast(types)
+
+
+def _batch_norm_inference_reference(x, gamma, beta, mean, var, eps):
+    return ((x - mean) * (gamma / np.sqrt(var + np.asarray(eps, x.dtype))) + beta).astype(x.dtype)
+
+
+def _channel_operands(node, types) -> bool:
+    """Whether the operands have BatchNormalization's layout: x of rank 2 or more and of the
+    output's shape, the others of shape (1, C, 1, ...) with C x's axis 1."""
+    x, out = types[0], node.outputs[0]
+    per_channel = tuple(d if i == 1 else 1 for i, d in enumerate(out.shape))
+    return out.ndim >= 2 and x.shape == out.shape and all(t.shape == per_channel for t in types[1:])
+
+
+def _lower_batch_norm_inference(ctx, names, node):
+    """ONNX BatchNormalization, its per-channel operands reshaped to (C,), where they have its
+    layout and the float is at most 32 bits wide (its epsilon is a float32 attribute, off by a
+    relative 1e-8 for float64); else (x - mean)·scale + beta, scale = gamma/sqrt(var + eps)."""
+    x, gamma, beta, mu, var = names
+    t = node.outputs[0]
+    if _channel_operands(node, [ctx.graph.type_of(r) for r in node.inputs]) and np.dtype(t.dtype).itemsize <= 4:
+        flat = [ctx.emit("Reshape", [n, ctx.int64s([-1])]) for n in (gamma, beta, mu, var)]
+        return [ctx.emit("BatchNormalization", [x, *flat], epsilon=node.attrs["eps"])]
+    eps = ctx.const(np.asarray(node.attrs["eps"], t.dtype))
+    scale = ctx.emit("Div", [gamma, ctx.emit("Sqrt", [ctx.emit("Add", [var, eps])])])
+    return [ctx.emit("Add", [ctx.emit("Mul", [ctx.emit("Sub", [x, mu]), scale]), beta])]
+
+
+def _batch_norm_inference_vjp(g, ins, outs, eps):
+    """With r = 1/sqrt(var + eps), the sums over the axes the parameters broadcast along taken
+    before the products with them (gamma's gradient Σ gy·(x - mean), centred first as PyTorch's
+    backward, so a mean far from zero cancels nothing): dx = gy·gamma·r, dgamma = r·Σ gy·(x - mean),
+    dbeta = Σ gy, dmean = -gamma·r·Σ gy, dvar = -gamma·r³/2·Σ gy·(x - mean)."""
+    x, gamma, beta, mu, var = ins
+    gy = g[0]
+    if gy is None:
+        return [None] * 5
+    params = broadcast_shapes(gamma.shape, beta.shape, mu.shape, var.shape)
+    r = rsqrt(var + eps)
+    scale = gamma * r
+    sum_g = sum_to_shape(gy, params)
+    s = sum_to_shape(gy * (x - mu), params)
+    return [sum_to_shape(gy * scale, x.shape), sum_to_shape(s * r, gamma.shape), sum_to_shape(sum_g, beta.shape),
+            sum_to_shape(-(sum_g * scale), mu.shape), sum_to_shape(s * gamma * (r * r * r) * -0.5, var.shape)]
+
+
+defop("batch_norm_inference", infer=_batch_norm_inference_infer, reference=_batch_norm_inference_reference,
+      lower=_lower_batch_norm_inference, vjp=_batch_norm_inference_vjp, traits={Trait.CHEAP, Trait.ELEMENTWISE})
 
 
 # -- dropout -----------------------------------------------------------------------------------------

@@ -237,10 +237,10 @@ def recompute_elementwise(graph: Graph) -> tuple[int, int] | None:
     A gelu's output beside its input, which the gelu's own derivative reads, is the common case:
     reverse mode saves both, PyTorch's backward too, where the copy lets the output go between the
     forward and the point the backward needs it. Chains are the normalisation before an
-    activation: an inference batch norm's x*gamma + beta (gamma and beta reshaped to broadcast)
-    beside its x, kept for gamma's gradient, and hardswish's x/6 + 1/2 beside that, all recomputed
-    from x. Chosen as a memory budget's copies are (within_budget), only values alive at the
-    planned peak, with the plan as low as _ELEMENTWISE_SHARE of the forward's operations take it.
+    activation: an inference batch norm (one op) beside its x, kept for gamma's gradient, its
+    relu or hardswish's x/6 + 1/2 after it, all recomputed from x. Chosen as a memory budget's
+    copies are (within_budget), only values alive at the planned peak, with the plan as low as
+    _ELEMENTWISE_SHARE of the forward's operations take it.
     Returns (planned peak before, after), or None where a size is symbolic, an input's too
     (nothing is marked)."""
     size, symbolic = _sizes(graph)

@@ -16,6 +16,7 @@ from gcompile.ir.evaluate import evaluate
 from gcompile.ir.registry import REGISTRY, Trait
 
 from ..elementwise_samples import ATTRS, arity, operands
+from ..elementwise_samples import shapes as sample_shapes
 from .vmap_samples import SAMPLES
 
 RNG = np.random.default_rng(0)
@@ -75,7 +76,7 @@ def check_vmap(fn, args, in_axes, *, ort=False, symbolic=True, rtol=1e-9, atol=1
 def _check_elementwise(op):
     """Batched operands of lower per-example rank than a shared one, and the other way round."""
     attrs, n = ATTRS.get(op, {}), arity(op)
-    shapes = [(2, 3), (3,), (2, 1)][:n]
+    shapes = sample_shapes(n)
 
     def fn(*xs):
         return apply_n(op, list(xs), **attrs)

@@ -351,6 +351,66 @@ def test_batch_norm_grads():
     check_grads(lambda x, g, b, m, v: F.batch_norm(x, g, b, m, v, training=False), [x, gamma, beta, mean, var])
 
 
+def test_batch_norm_inference_grads_to_third_order_on_each_lowering():
+    # channel axis 1 lowers to ONNX BatchNormalization in float32 (the ONNX Runtime model check_grads
+    # runs), another axis to x·scale + shift; gradients reach the running statistics too
+    x, gamma, beta = rand(4, 3, 2), rand(3, seed=6), rand(3, seed=7)
+    mean, var = rand(3, seed=8), rand(3, lo=0.5, hi=1.5, seed=9)
+    check_grads(lambda x, g, b, m, v: F.tanh(F.batch_norm(x, g, b, m, v, eps=0.1, training=False)),
+                [x, gamma, beta, mean, var], order=3)
+    check_grads(lambda x, g, b, m, v: F.batch_norm(x, g, b, m, v, axis=-1, training=False) ** 2,
+                [x[:, 0], rand(2, seed=6), rand(2, seed=7), rand(2, seed=8), rand(2, lo=0.5, hi=1.5, seed=9)])
+
+
+def test_batch_norm_inference_is_one_onnx_batch_normalization_in_its_layout():
+    # one pass over x where ONNX's layout fits (channel axis 1, float32); x·scale + shift elsewhere
+    args = [rand(2, 3, 4, dtype=np.float32)] + [rand(3, seed=s, dtype=np.float32) for s in (6, 7, 8)] + \
+        [rand(3, lo=0.5, hi=1.5, seed=9, dtype=np.float32)]
+    ops = [n.op_type for n in gc.compile(lambda x, g, b, m, v: F.batch_norm(x, g, b, m, v, training=False), *args,
+                                         provider="cpu").model.graph.node]
+    assert ops.count("BatchNormalization") == 1 and not {"Sub", "Mul", "Add", "Div"} & set(ops), ops
+    ops = [n.op_type for n in gc.compile(lambda x, g, b, m, v: F.batch_norm(x, g, b, m, v, axis=2, training=False),
+                                         args[0].transpose(0, 2, 1), *args[1:], provider="cpu").model.graph.node]
+    assert "BatchNormalization" not in ops and "Mul" in ops, ops
+
+
+def test_batch_norm_inference_edges():
+    # ±inf and NaN in x, gamma 0 (inf·0 is NaN, as the composition), a zero variance, no batch
+    x = rand(3, 3, 2)
+    x[0, 0, 0], x[1, 1, 1], x[2, 2, 0] = np.inf, -np.inf, np.nan
+    gamma, beta, mean, var = np.array([1.5, 0.0, -2.0]), rand(3, seed=7), rand(3, seed=8), np.array([1.0, 0.0, 2.0])
+
+    def bn(x, g, b, m, v):
+        return F.batch_norm(x, g, b, m, v, eps=1e-3, training=False)
+    with np.errstate(invalid="ignore"):
+        expected, _, _ = np_batch_norm(x, gamma, beta, 1, mean, var, eps=1e-3)
+    for dtype in (np.float64, np.float32):
+        args = [a.astype(dtype) for a in (x, gamma, beta, mean, var)]
+        got = np.asarray(gc.compile(bn, *args, provider="cpu")(*args))
+        np.testing.assert_allclose(got, expected.astype(dtype), rtol=1e-5, atol=1e-6)
+    empty = np.zeros((0, 3, 2), np.float32)
+    args = [empty] + [a.astype(np.float32) for a in (gamma, beta, mean, var)]
+    grads = gc.compile(lambda x, g, b, m, v: gc.grad(F.sum(bn(x, g, b, m, v)), [x, g, b]), *args,
+                       provider="cpu")(*args)
+    assert np.asarray(grads[0]).shape == (0, 3, 2)
+    np.testing.assert_array_equal(np.asarray(grads[1]), np.zeros(3))
+    np.testing.assert_array_equal(np.asarray(grads[2]), np.zeros(3))
+
+
+def test_batch_norm_inference_gamma_gradient_centres_before_its_product():
+    # x and its running mean near 1e4, spread 1: Σ g·x - mean·Σ g would lose the float32 digits
+    rng = np.random.default_rng(3)
+    x = (1e4 + rng.standard_normal((8, 2, 5))).astype(np.float32)
+    g = rng.standard_normal((8, 2, 5)).astype(np.float32)
+    mean, var = np.full(2, 1e4, np.float32), np.ones(2, np.float32)
+    cf = gc.compile(lambda x, gm, b, m, v, g: gc.grad(F.sum(F.batch_norm(x, gm, b, m, v, training=False) * g), [gm])[0],
+                    x, np.ones(2, np.float32), np.zeros(2, np.float32), mean, var, g, provider="cpu")
+    got = np.asarray(cf(x, np.ones(2, np.float32), np.zeros(2, np.float32), mean, var, g))
+    x64 = x.astype(np.float64)
+    want = (g * (x64 - 1e4)).sum((0, 2)) / np.sqrt(1 + 1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
 def test_batch_norm_training_through_its_statistics_and_to_third_order():
     x, gamma, beta = rand(5, 3, 2), rand(3, seed=6), rand(3, seed=7)
     for i in (1, 2):     # the returned mean and variance carry gradients too

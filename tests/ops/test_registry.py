@@ -12,6 +12,7 @@ from gcompile.ir.registry import REGISTRY, Trait
 from gcompile.passes import eliminate_dead_code, simplify
 
 from ..elementwise_samples import ATTRS, arity, elementwise_ops, operands
+from ..elementwise_samples import shapes as sample_shapes
 
 
 def test_traits_must_be_trait_members(scratch_op):
@@ -47,7 +48,7 @@ def test_an_elementwise_op_keeps_its_promise(op):
     position only)."""
     rng = np.random.default_rng(0)
     n = arity(op)
-    shapes = [(2, 3), (3,), (2, 1)][:n]
+    shapes = sample_shapes(n)
     arrays = operands(op, shapes, rng)
     attrs = ATTRS.get(op, {})
     definition = REGISTRY[op]
