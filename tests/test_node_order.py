@@ -240,6 +240,21 @@ def test_a_large_planned_peak_runs_in_trace_order_without_a_memory_pattern(monke
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+def test_the_shared_arena_splits_a_free_block_that_would_leave_more_than_its_limit_unused(monkeypatch):
+    # ONNX Runtime's default lets a request hold a block up to twice its size whole while what it
+    # leaves unused is under 128 MiB: a training step's large values then need new memory
+    import onnxruntime as ort
+
+    from gcompile.runtime import providers
+    made = []
+    monkeypatch.setattr(providers, "_arena_registered", [False])
+    monkeypatch.setattr(ort, "OrtArenaCfg", lambda *args: made.append(args) or args)
+    monkeypatch.setattr(ort, "create_and_register_allocator", lambda info, cfg: made.append(cfg))
+    providers.shared_arena()
+    providers.shared_arena()          # once per process
+    assert made == [(0, -1, -1, providers.ARENA_MAX_DEAD_BYTES)] * 2 and providers.ARENA_MAX_DEAD_BYTES == 1 << 20
+
+
 def test_compiling_a_graph_of_long_vectors_to_run_in_order_takes_memory_for_its_values_only():
     # the ordered model weighs values by the sizes shape inference gives (value_sizes): with onnx's
     # data propagation, a record per element of each 1-D value took 1.5 GB to compile this 16 MB

@@ -161,6 +161,7 @@ def session_options(nodes: int | None = None, threads: int | None = None, spin: 
 
 
 _ARENA_LOCK = threading.Lock()
+ARENA_MAX_DEAD_BYTES = 1 << 20
 _arena_registered = [False]
 
 
@@ -169,12 +170,18 @@ def shared_arena() -> None:
     which the sessions of large graphs allocate: an arena keeps what a run took for the next
     run, so sessions with arenas of their own (an adaptive session's variants, a training step
     and its evaluation) each kept a whole step's memory, and a process running them in turn held
-    the sum where it needs the largest. Registered once, at the first such session."""
+    the sum where it needs the largest. Registered once, at the first such session.
+
+    A request takes a free block of the arena whole, unsplit, where the block is less than twice
+    its size and what it leaves unused is below the arena's dead-bytes limit: 128 MiB by default,
+    so a step's 30 MiB value held a freed 49 MiB block whole, and the next large value needed new
+    memory. With ARENA_MAX_DEAD_BYTES the rest of any block beyond 1 MiB stays free for others
+    (docs/performance.md: the peaks by model)."""
     ort = onnxruntime()
     with _ARENA_LOCK:
         if not _arena_registered[0]:
             info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
-            ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
+            ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, ARENA_MAX_DEAD_BYTES))
             _arena_registered[0] = True
 
 
