@@ -346,10 +346,17 @@ def _batch_norm_reference(x, gamma, beta, axis, eps):
     return xc / np.sqrt(var.reshape(shape) + eps) * gamma.reshape(shape) + beta.reshape(shape), mu, var, xc
 
 
+def _epsilon_attribute_fits(dtype) -> bool:
+    """Whether ONNX BatchNormalization computes a batch norm of `dtype` as written: its epsilon is
+    a float32 attribute, off by a relative 1e-8 for a wider float (in float64, a channel of small
+    variance then moved by 5e-6, relative), so float64 takes the written-out form."""
+    return np.dtype(dtype).itemsize <= 4
+
+
 def _lower_batch_norm(ctx, names, node):
     """ReduceMean, the centred x, the mean of its square (the centred form: E[x²] - E[x]² loses
     the variance to cancellation), then ONNX's own BatchNormalization with those statistics (one
-    pass) where the channel axis is 1."""
+    pass) where the channel axis is 1 and its epsilon attribute fits the dtype."""
     x, gamma, beta = names
     a, t = node.attrs, node.outputs[0]
     axes, shape = _other_axes(len(t.shape), a["axis"]), _channel_shape(t, a["axis"])
@@ -357,7 +364,7 @@ def _lower_batch_norm(ctx, names, node):
                   allowzero=1)
     xc = ctx.emit("Sub", [x, ctx.emit("Reshape", [mu, ctx.shape_tensor(shape)], allowzero=1)])
     var = ctx.emit("ReduceMean", [ctx.emit("Mul", [xc, xc]), ctx.int64s(axes)], keepdims=0)
-    if a["axis"] == 1:
+    if a["axis"] == 1 and _epsilon_attribute_fits(t.dtype):
         y = ctx.emit("BatchNormalization", [x, gamma, beta, mu, var], epsilon=a["eps"])
     else:
         eps = ctx.const(np.asarray(a["eps"], t.dtype))
@@ -429,11 +436,11 @@ def _channel_operands(node, types) -> bool:
 
 def _lower_batch_norm_inference(ctx, names, node):
     """ONNX BatchNormalization, its per-channel operands reshaped to (C,), where they have its
-    layout and the float is at most 32 bits wide (its epsilon is a float32 attribute, off by a
-    relative 1e-8 for float64); else (x - mean)·scale + beta, scale = gamma/sqrt(var + eps)."""
+    layout and its epsilon attribute fits the dtype (_epsilon_attribute_fits); else
+    (x - mean)·scale + beta, scale = gamma/sqrt(var + eps)."""
     x, gamma, beta, mu, var = names
     t = node.outputs[0]
-    if _channel_operands(node, [ctx.graph.type_of(r) for r in node.inputs]) and np.dtype(t.dtype).itemsize <= 4:
+    if _channel_operands(node, [ctx.graph.type_of(r) for r in node.inputs]) and _epsilon_attribute_fits(t.dtype):
         flat = [ctx.emit("Reshape", [n, ctx.int64s([-1])]) for n in (gamma, beta, mu, var)]
         return [ctx.emit("BatchNormalization", [x, *flat], epsilon=node.attrs["eps"])]
     eps = ctx.const(np.asarray(node.attrs["eps"], t.dtype))

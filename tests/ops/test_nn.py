@@ -437,6 +437,20 @@ def test_batch_norm_training_edges():
                                              provider="cpu")(one), np.zeros((1, 3)))
 
 
+def test_batch_norm_in_float64_keeps_its_epsilon_exact():
+    # ONNX BatchNormalization's epsilon is a float32 attribute: a float64 channel of small variance
+    # with eps=1e-3 moved by 5e-6, relative, through it
+    rng = np.random.default_rng(0)
+    x, gamma, beta = rng.standard_normal((4, 3, 5)) * 0.01, rng.random(3) + 0.5, rng.random(3)
+    mean, var = rng.standard_normal(3) * 0.01, rng.random(3) * 1e-4
+    got = gc.compile(lambda x, g, b: F.batch_norm(x, g, b, eps=1e-3), x, gamma, beta, provider="cpu")(x, gamma, beta)
+    np.testing.assert_allclose(np.asarray(got), np_batch_norm(x, gamma, beta, 1, eps=1e-3)[0], rtol=1e-12, atol=0)
+    got = gc.compile(lambda x, g, b, m, v: F.batch_norm(x, g, b, m, v, eps=1e-3, training=False),
+                     x, gamma, beta, mean, var, provider="cpu")(x, gamma, beta, mean, var)
+    np.testing.assert_allclose(np.asarray(got), np_batch_norm(x, gamma, beta, 1, mean, var, eps=1e-3)[0],
+                               rtol=1e-12, atol=0)
+
+
 def test_batch_norm_training_with_a_symbolic_batch():
     specs = [gc.spec(("batch", 3, 2)), gc.spec((3,)), gc.spec((3,))]
     cf = gc.compile(lambda x, g, b: gc.grad(F.sum(F.batch_norm(x, g, b) ** 3), [x, g, b]), *specs, provider="cpu")
