@@ -24,6 +24,7 @@ from .loops import hoist_loop_sums, prune_loops
 from .recompute import recompute as recompute_pass
 from .recompute import recompute_elementwise, within_budget
 from .simplify import simplify
+from .sink import sink_to_readers
 
 PIPELINES: dict[int, list[Callable[[Graph], PassResult]]] = {
     0: [],
@@ -52,6 +53,7 @@ def optimize(graph: Graph, level: int = 2, recompute: bool = False, memory_budge
     planned = planned_peak(graph)
     graph.run_in_order = memory_budget is not None or (planned is not None and planned >= FILE_ORDER_MIN_BYTES)
     if graph.run_in_order:
+        run_pass(graph, sink_to_readers)
         recompute_elementwise(graph)
     if memory_budget is not None:
         within_budget(graph, int(memory_budget))

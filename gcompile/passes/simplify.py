@@ -8,7 +8,9 @@ gradient of splitting a tensor) as their concat, a sum of every strided phase of
 over zeros as the phases interleaved, and an expand feeding an op that broadcasts
 anyway (Trait.BROADCASTS; a bias gradient's VJP, fed to a sum); an elementwise op of an expand
 is computed unexpanded and expanded after (Trait.ELEMENTWISE, not random), and so is a matmul of
-an expand that broadcasts no contracted axis. A rewrite only applies
+an expand that broadcasts no contracted axis; a sum with a scatter into zeros as a term is that
+scatter into the sum of the other terms (the one rewrite that changes the order a sum is added
+in: _scatter_into_sum). A rewrite only applies
 when the surviving value has exactly the node's type (dtype and shape), so broadcasting is never
 lost.
 (x*0 and x-x are not rewritten: they are not 0 when x is Inf or NaN.) x**1 is what the gradient
@@ -331,9 +333,58 @@ def _mask_before_pool_scatter(graph: Graph) -> bool:
     return True
 
 
+# Scatters that add their updates into their first operand, their output of its type.
+_ADDING_SCATTERS = ("scatter_add", "scatter_add_elements")
+
+
+def _scatter_term(graph: Graph, node: Node) -> int | None:
+    """The position of a term of the sum `node` (add or add_n, every term of the sum's type) that
+    is a scatter adding into zeros and read by nothing else; None where there is none."""
+    if node.op not in ("add", "add_n") or len(node.inputs) < 2 \
+            or not all(_same_type(graph, ref, node) for ref in node.inputs):
+        return None
+    for pos, ref in enumerate(node.inputs):
+        scatter = graph.nodes[ref.node]
+        if scatter.op in _ADDING_SCATTERS and constant_equal_to(graph, scatter.inputs[0], 0) \
+                and node.inputs.count(ref) == 1 and [c.id for c in graph.consumers(scatter.id)] == [node.id] \
+                and ref not in graph.outputs:
+            return pos
+    return None
+
+
+def _scatter_into_sum(graph: Graph) -> bool:
+    """add_n(..., scatter_add(0, idx, u), ...) -> scatter_add(add_n(...), idx, u): the updates
+    added into the sum of the other terms instead of into zeros. A tied embedding's gradient is
+    such a sum (the output projection's product plus the lookup's scatter): the table-sized zeros,
+    and the scatter into them held until the product is ready, are gone. The updates are then
+    added after the other terms rather than before them: the same sum in another order, as
+    batched products (passes/gemm.py) reorder theirs."""
+    placed: dict[int, list[int]] = {}
+    rewritten = False
+    for node in graph.topo_order():
+        pos = _scatter_term(graph, node)
+        if pos is None:
+            continue
+        rewritten = True
+        scatter = graph.nodes[node.inputs[pos].node]
+        others = node.inputs[:pos] + node.inputs[pos + 1:]
+        if len(others) > 1:
+            total = graph.add_node("add_n", others, {}, [node.outputs[0]], node.order, node.source)
+            placed[node.id] = [total.id]
+            others = [total.out(0)]
+        graph.replace_inputs(node, [others[0], *scatter.inputs[1:]])
+        node.op, node.attrs = scatter.op, dict(scatter.attrs)
+    if placed:
+        moved = {i for ids in placed.values() for i in ids}
+        graph.renumber([i for node in graph.topo_order() if node.id not in moved
+                        for i in (*placed.get(node.id, ()), node.id)])
+    return rewritten
+
+
 def simplify(graph: Graph) -> PassResult:
     changed = _interleave_phases(graph)       # first: the rewrites below see the nodes it adds
     changed |= _mask_before_pool_scatter(graph)
+    changed |= _scatter_into_sum(graph)
     for node in graph.topo_order():
         if node.op in ("input", "constant"):
             continue

@@ -7,6 +7,7 @@ import gcompile as gc
 import gcompile.functions as F
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
+from gcompile.ir.registry import constant_equal_to
 from gcompile.passes import base as passes_base
 from gcompile.passes import eliminate_common_subexpressions, eliminate_dead_code, fold_constants, optimize, simplify
 
@@ -472,3 +473,65 @@ def test_a_select_by_another_tensor_stays_after_the_scatter():
     graph = trace(f, [x, z]).graph
     optimize(graph)
     assert _where_shapes(graph) == [(1, 1, 4, 4)]
+
+
+TIED_IDS = np.array([3, 1, 3, 0, 3])
+
+
+def _tied(w, h, a, b):
+    """A tied embedding's loss: rows of w looked up (index 3 three times) and w as the output
+    projection; w's gradient is the lookup's scatter plus the projection's product."""
+    return F.sum(F.take(w, TIED_IDS, axis=0) * a) + F.sum(F.matmul(h, F.transpose(w)) * b)
+
+
+@pytest.mark.parametrize("terms", [2, 3])
+def test_a_scatter_into_zeros_in_a_sum_adds_into_the_other_terms(terms):
+    """The gradient of a tied embedding: its scatter adds into the product term, not into zeros;
+    with a third term, into their sum. Values match numpy's, NaN and infinities in the updates
+    included (an update at a repeated index, an infinite product term)."""
+    rng = np.random.default_rng(2)
+    w, h, a, b = rng.standard_normal((5, 4)), rng.standard_normal((2, 4)), rng.standard_normal((5, 4)), \
+        rng.standard_normal((2, 5))
+    a[1, 2], a[4, 0], b[0, 1] = np.nan, np.inf, -np.inf
+
+    def fn(w, h, a, b):
+        loss = _tied(w, h, a, b) + (F.sum(F.sin(w)) if terms == 3 else 0.0)
+        return gc.grad(loss, [w])[0]
+
+    expected = b.T @ h
+    np.add.at(expected, TIED_IDS, a)
+    if terms == 3:
+        expected = expected + np.cos(w)
+    graph = _graph(fn, w, h, a, b)
+    optimize(graph, 2)
+    _assert_valid(graph)
+    scatters = [n for n in graph.nodes.values() if n.op == "scatter_add"]
+    assert len(scatters) == 1 and graph.nodes[scatters[0].inputs[0].node].op != "fill"
+    assert "gemm" in _ops(graph) and "add" not in _ops(graph)
+    np.testing.assert_allclose(evaluate(graph, [w, h, a, b])[0], expected, rtol=1e-12)
+    f32 = [v.astype(np.float32) for v in (w, h, a, b)]
+    np.testing.assert_allclose(gc.compile(fn, *f32)(*f32), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_scatter_into_zeros_read_twice_or_broadcast_in_a_sum_stays():
+    """A scatter that something else reads too, or a sum that broadcasts its terms, keeps the
+    scatter into zeros."""
+    rng = np.random.default_rng(3)
+    w, g, v = rng.standard_normal((5, 4)), rng.standard_normal((3, 4)), rng.standard_normal((4,))
+    ids = np.array([1, 1, 4])
+
+    def twice(w, g):
+        s = F.scatter_add(F.zeros_like(w), ids, g)
+        return s + w, s * 2.0
+
+    def broadcast(w, g, v):
+        return F.scatter_add(F.zeros_like(w), ids, g) + v
+
+    for fn, args in ((twice, (w, g)), (broadcast, (w, g, v))):
+        graph = _graph(fn, *args)
+        before = evaluate(graph, list(args))
+        optimize(graph, 2)
+        scatters = [n for n in graph.nodes.values() if n.op == "scatter_add"]
+        assert len(scatters) == 1 and constant_equal_to(graph, scatters[0].inputs[0], 0)
+        for x, y in zip(before, evaluate(graph, list(args))):
+            np.testing.assert_array_equal(x, y)

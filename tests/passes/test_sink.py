@@ -1,0 +1,101 @@
+"""passes/sink.py: a node read by one later node moves to just before it where that frees more than
+it keeps, and the planned peak never rises."""
+import numpy as np
+import pytest
+
+import gcompile as gc
+import gcompile.functions as F
+from gcompile.frontend.trace import trace
+from gcompile.ir.evaluate import evaluate
+from gcompile.ir.memory import planned_peak
+from gcompile.passes import optimize
+from gcompile.passes.sink import SINK_MIN_BYTES, sink_to_readers
+
+ROWS = SINK_MIN_BYTES // (4 * 256)          # a (ROWS, 256) float32 value is SINK_MIN_BYTES
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((ROWS, 256)).astype(np.float32)
+
+
+def _sunk(fn, *arrays):
+    """fn's graph before and after the pass: (graph, planned peak before, after, values before)."""
+    graph = trace(fn, list(arrays)).graph
+    before, values = planned_peak(graph), evaluate(graph, list(arrays))
+    sink_to_readers(graph)
+    graph.lint()
+    for a, b in zip(values, evaluate(graph, list(arrays))):
+        np.testing.assert_array_equal(a, b)
+    return graph, before, planned_peak(graph)
+
+
+def _position(graph, op):
+    return [n.op for n in graph.topo_order()].index(op)
+
+
+def test_a_value_read_once_much_later_is_made_just_before_its_reader():
+    def fn(x):
+        early = F.exp(x)                          # read only by the last product
+        a = F.tanh(x)
+        chain = F.sin(a) * F.cos(a)               # a, its sine and its cosine alive at once
+        return F.sum(early * chain)
+
+    graph, before, after = _sunk(fn, X)
+    order = [n.op for n in graph.topo_order()]
+    assert order[-4:] == ["mul", "exp", "mul", "reduce_sum"]
+    assert (before, after) == (4 * SINK_MIN_BYTES, 3 * SINK_MIN_BYTES)
+
+
+def test_a_value_that_would_keep_a_larger_operand_alive_stays():
+    """y = x2[::2] is half its operand, which nothing else reads: made late, it would hold x2 instead."""
+    def fn(x):
+        x2 = F.concat([x, x], axis=0) * 3.0
+        half = x2[::2]
+        chain = F.sin(F.cos(F.tanh(x) * 2.0) + 1.0)
+        return F.sum(half * chain)
+
+    graph, before, after = _sunk(fn, X)
+    order = [n.op for n in graph.topo_order()]
+    assert order.index("slice") < order.index("tanh") and after == before
+
+
+def test_small_values_and_graph_outputs_stay_where_they_are():
+    def fn(x):
+        small, out = F.exp(x[:4]), F.exp(x) * 2.0
+        chain = F.sin(F.cos(F.tanh(x) * 2.0) + 1.0)
+        return F.sum(small) + F.sum(chain), out
+
+    graph = trace(fn, [X]).graph
+    order = [n.id for n in graph.topo_order()]
+    assert not sink_to_readers(graph).changed and [n.id for n in graph.topo_order()] == order
+
+
+@pytest.mark.parametrize("net", ["mlp", "conv"])
+def test_gradient_steps_never_plan_more_after_sinking(net):
+    """Training steps' graphs: the plan falls or stays, every value unchanged (their compiles run
+    the pass where their planned peak makes them run in trace order)."""
+    rng = np.random.default_rng(1)
+    if net == "mlp":
+        ws = [rng.standard_normal((256, 256)).astype(np.float32) * 0.1 for _ in range(3)]
+
+        def step(x, *ws):
+            h = x
+            for w in ws:
+                h = F.tanh(F.matmul(h, w))
+            return gc.grad(F.sum(h * h), list(ws))
+        args = [X, *ws]
+    else:
+        ws = [rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2 for _ in range(3)]
+
+        def step(x, *ws):
+            h = x
+            for w in ws:
+                h = F.relu(F.conv(h, w, pad=1))
+            return gc.grad(F.sum(F.max_pool(h, 2)), list(ws))
+        args = [rng.standard_normal((8, 8, 64, 64)).astype(np.float32), *ws]
+    graph = trace(step, args).graph
+    optimize(graph, 2)
+    before, values = planned_peak(graph), evaluate(graph, args)
+    sink_to_readers(graph)
+    graph.lint()
+    assert planned_peak(graph) <= before
+    for a, b in zip(values, evaluate(graph, args)):
+        np.testing.assert_array_equal(a, b)
