@@ -8,6 +8,7 @@ import gcompile.functions as F
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
 from gcompile.ir.memory import planned_peak
+from gcompile import passes
 from gcompile.passes import optimize
 from gcompile.passes.sink import SINK_MIN_BYTES, sink_to_readers
 
@@ -31,17 +32,27 @@ def _position(graph, op):
     return [n.op for n in graph.topo_order()].index(op)
 
 
-def test_a_value_read_once_much_later_is_made_just_before_its_reader():
-    def fn(x):
-        early = F.exp(x)                          # read only by the last product
-        a = F.tanh(x)
-        chain = F.sin(a) * F.cos(a)               # a, its sine and its cosine alive at once
-        return F.sum(early * chain)
+def _late_exp(x):
+    early = F.exp(x)                          # read only by the last product
+    a = F.tanh(x)
+    chain = F.sin(a) * F.cos(a)               # a, its sine and its cosine alive at once
+    return F.sum(early * chain)
 
-    graph, before, after = _sunk(fn, X)
-    order = [n.op for n in graph.topo_order()]
-    assert order[-4:] == ["mul", "exp", "mul", "reduce_sum"]
+
+def test_a_value_read_once_much_later_is_made_just_before_its_reader():
+    graph, before, after = _sunk(_late_exp, X)
+    assert [n.op for n in graph.topo_order()][-4:] == ["mul", "exp", "mul", "reduce_sum"]
     assert (before, after) == (4 * SINK_MIN_BYTES, 3 * SINK_MIN_BYTES)
+
+
+def test_optimize_sinks_only_in_graphs_that_run_in_trace_order(monkeypatch):
+    graph = trace(_late_exp, [X]).graph
+    optimize(graph, 2)
+    assert not graph.run_in_order and [n.op for n in graph.topo_order()][-4:] != ["mul", "exp", "mul", "reduce_sum"]
+    monkeypatch.setattr(passes, "FILE_ORDER_MIN_BYTES", SINK_MIN_BYTES)
+    graph = trace(_late_exp, [X]).graph
+    optimize(graph, 2)
+    assert graph.run_in_order and [n.op for n in graph.topo_order()][-4:] == ["mul", "exp", "mul", "reduce_sum"]
 
 
 def test_a_value_that_would_keep_a_larger_operand_alive_stays():
