@@ -5,10 +5,10 @@ import pytest
 
 import gcompile as gc
 import gcompile.functions as F
+from gcompile import passes
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
 from gcompile.ir.memory import planned_peak
-from gcompile import passes
 from gcompile.passes import optimize
 from gcompile.passes.sink import SINK_MIN_BYTES, sink_to_readers
 
