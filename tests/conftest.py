@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gcompile.ir.registry import REGISTRY, defop
+from gcompile.lowering import context as lowering_context
 from gcompile.ops.shape_rules import binary_broadcast
 from gcompile.passes import base as passes_base
 
@@ -53,8 +54,10 @@ def scratch_op():
 
 
 def pytest_configure(config):
-    """Every graph pass run in the tests is followed by Graph.lint()."""
+    """Every graph pass run in the tests is followed by Graph.lint(), and every lowering of a float64
+    node checks that no float attribute it emits rounds to float32."""
     passes_base.LINT = True
+    lowering_context.CHECK_FLOAT64_ATTRIBUTES = True
 
 
 def pytest_collection_modifyitems(config, items):

@@ -31,9 +31,21 @@ from .targets.base import DEFAULT_TARGET, TARGETS, Target
 NO_FLOAT64_CPU_KERNEL = frozenset({"Conv", "ConvTranspose", "AveragePool", "GlobalAveragePool", "Erf", "Tan", "Asin",
                                    "Acos", "Atan"})
 
+# With this set (the tests set it, as passes.base.LINT), a node emitted for a float64 node fails
+# where a float attribute of it (an ONNX float attribute is float32) is not a float32 value: its
+# op then computes with a rounded constant (a float64 layer norm's epsilon of 1e-3 moved its result
+# by 5e-7, relative), and the lowering should write the float64 form out instead.
+CHECK_FLOAT64_ATTRIBUTES = False
+
 # int64 constants of at most this many elements that a loop body of the portable target reads are
 # Constant nodes in the body rather than state variables (LowerContext.closed).
 INLINED_INT64_LIMIT = 16
+
+
+def _rounds_in_float32(value) -> bool:
+    """Whether an attribute value is a float (or holds floats) that float32 does not hold exactly."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return any(isinstance(v, float) and np.isfinite(v) and float(np.float32(v)) != v for v in values)
 
 
 def value_info(name: str, t: TensorType):
@@ -264,6 +276,9 @@ class LowerContext:
             doc = f"{owner.source} order={owner.order}" if owner.source else f"order={owner.order}"
             if op_type in NO_FLOAT64_CPU_KERNEL and self._touches_float64(owner):
                 self.float64_ops.append(f"{op_type} in {owner.name}" + (f" ({owner.source})" if owner.source else ""))
+            if CHECK_FLOAT64_ATTRIBUTES and self._touches_float64(owner):
+                rounded = sorted(k for k, v in attrs.items() if _rounds_in_float32(v))
+                assert not rounded, f"{op_type} for the float64 {owner.name} rounds its attribute(s) {rounded} to float32"
         node = helper.make_node(op_type, list(inputs), outputs, name=outputs[0], doc_string=doc or None,
                                 **{k: v for k, v in attrs.items() if v is not None})
         self.nodes.append(node)

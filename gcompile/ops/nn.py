@@ -281,11 +281,20 @@ def _layer_norm_vjp(g, ins, outs, axis, eps):
 
 
 def _lower_layer_norm(ctx, names, node):
-    """ONNX LayerNormalization; an empty x is its own result (ONNX Runtime refuses an empty
-    normalised shape)."""
-    if 0 in node.outputs[0].shape:
+    """ONNX LayerNormalization where its epsilon attribute fits the dtype (_epsilon_attribute_fits),
+    else written out: the centred x over the mean of its square plus eps, scaled and shifted. An
+    empty x is its own result (ONNX Runtime refuses an empty normalised shape)."""
+    t = node.outputs[0]
+    if 0 in t.shape:
         return ctx.emit("Identity", [names[0]])
-    return ctx.emit("LayerNormalization", names, axis=node.attrs["axis"], epsilon=node.attrs["eps"])
+    if _epsilon_attribute_fits(t.dtype):
+        return ctx.emit("LayerNormalization", names, axis=node.attrs["axis"], epsilon=node.attrs["eps"])
+    x, gamma, beta = names
+    axes = ctx.int64s(list(range(node.attrs["axis"], len(t.shape))))
+    xc = ctx.emit("Sub", [x, ctx.emit("ReduceMean", [x, axes], keepdims=1)])
+    var = ctx.emit("ReduceMean", [ctx.emit("Mul", [xc, xc]), axes], keepdims=1)
+    std = ctx.emit("Sqrt", [ctx.emit("Add", [var, ctx.const(np.asarray(node.attrs["eps"], t.dtype))])])
+    return ctx.emit("Add", [ctx.emit("Mul", [ctx.emit("Div", [xc, std]), gamma]), beta])
 
 
 defop("layer_norm", infer=_layer_norm_infer, reference=_layer_norm_reference, lower=_lower_layer_norm,
@@ -347,9 +356,10 @@ def _batch_norm_reference(x, gamma, beta, axis, eps):
 
 
 def _epsilon_attribute_fits(dtype) -> bool:
-    """Whether ONNX BatchNormalization computes a batch norm of `dtype` as written: its epsilon is
-    a float32 attribute, off by a relative 1e-8 for a wider float (in float64, a channel of small
-    variance then moved by 5e-6, relative), so float64 takes the written-out form."""
+    """Whether ONNX's normalisations (BatchNormalization, LayerNormalization) compute one of `dtype`
+    as written: their epsilon is a float32 attribute, off by a relative 1e-8 for a wider float (in
+    float64, a channel of small variance then moved by 5e-6, relative; a layer norm by 5e-7), so
+    float64 takes the written-out form."""
     return np.dtype(dtype).itemsize <= 4
 
 

@@ -451,6 +451,17 @@ def test_batch_norm_in_float64_keeps_its_epsilon_exact():
                                rtol=1e-12, atol=0)
 
 
+def test_layer_norm_in_float64_keeps_its_epsilon_exact():
+    # ONNX LayerNormalization's epsilon is a float32 attribute too: 5e-7 off, relative, at eps=1e-3
+    rng = np.random.default_rng(1)
+    x, gamma, beta = rng.standard_normal((4, 2, 16)) * 0.01, rng.standard_normal((2, 16)), rng.standard_normal((2, 16))
+    got = gc.compile(lambda x, g, b: F.layer_norm(x, g, b, axis=1, eps=1e-3), x, gamma, beta, provider="cpu")(
+        x, gamma, beta)
+    xc = x - x.mean(axis=(1, 2), keepdims=True)
+    want = xc / np.sqrt((xc * xc).mean(axis=(1, 2), keepdims=True) + 1e-3) * gamma + beta
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-15)
+
+
 def test_batch_norm_training_with_a_symbolic_batch():
     specs = [gc.spec(("batch", 3, 2)), gc.spec((3,)), gc.spec((3,))]
     cf = gc.compile(lambda x, g, b: gc.grad(F.sum(F.batch_norm(x, g, b) ** 3), [x, g, b]), *specs, provider="cpu")
