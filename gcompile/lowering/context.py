@@ -278,7 +278,7 @@ class LowerContext:
                 self.float64_ops.append(f"{op_type} in {owner.name}" + (f" ({owner.source})" if owner.source else ""))
             if CHECK_FLOAT64_ATTRIBUTES and self._touches_float64(owner):
                 rounded = sorted(k for k, v in attrs.items() if _rounds_in_float32(v))
-                assert not rounded, f"{op_type} for the float64 {owner.name} rounds its attribute(s) {rounded} to float32"
+                assert not rounded, f"{op_type} for the float64 {owner.name} rounds attribute(s) {rounded} to float32"
         node = helper.make_node(op_type, list(inputs), outputs, name=outputs[0], doc_string=doc or None,
                                 **{k: v for k, v in attrs.items() if v is not None})
         self.nodes.append(node)
