@@ -32,7 +32,7 @@ def sink_to_readers(graph: Graph) -> PassResult:
     steps_before = [0]        # nodes that run (not inputs or constants) before each position
     for node in nodes:
         steps_before.append(steps_before[-1] + (node.op not in ("input", "constant")))
-    outputs = {ref.node for ref in graph.outputs}
+    outputs = set(graph.outputs)
     moved = False
     for node in reversed(nodes):
         reader = _only_reader(graph, node, outputs)
@@ -44,14 +44,13 @@ def sink_to_readers(graph: Graph) -> PassResult:
         target = place[reader.id]
         if steps_before[target[0]] == steps_before[place[node.id][0] + 1]:
             continue          # no node runs in between (only inputs and constants are placed there)
-        kept = 0
-        for producer_id in sorted({ref.node for ref in node.inputs}):
-            producer = graph.nodes[producer_id]
-            if producer.op in ("input", "constant") or producer_id in outputs:
+        kept = 0          # the operands whose last reader moves with it
+        for ref in sorted(set(node.inputs), key=lambda r: (r.node, r.index)):
+            if graph.nodes[ref.node].op in ("input", "constant") or ref in outputs:
                 continue
-            others = [place[c.id] for c in graph.consumers(producer_id) if c.id != node.id]
+            others = [place[c.id] for c in graph.consumers(ref.node) if c.id != node.id and ref in c.inputs]
             if not others or max(others) < target:
-                extra = _bytes(producer)
+                extra = nbytes(graph.type_of(ref))
                 kept += size if extra is None else extra
         if kept >= size:
             continue
@@ -63,10 +62,11 @@ def sink_to_readers(graph: Graph) -> PassResult:
     return PassResult(graph, moved)
 
 
-def _only_reader(graph: Graph, node: Node, outputs: set[int]) -> Node | None:
+def _only_reader(graph: Graph, node: Node, outputs: set) -> Node | None:
     """The one node reading `node`'s outputs, where there is one, no output of `node` is a graph
     output and `node` draws no random numbers; None otherwise."""
-    if node.op in ("input", "constant") or node.id in outputs or is_random(node):
+    if node.op in ("input", "constant") or any(node.out(i) in outputs for i in range(len(node.outputs))) \
+            or is_random(node):
         return None
     readers = graph.consumers(node.id)
     return readers[0] if len(readers) == 1 else None
