@@ -124,18 +124,27 @@ def _phase_pieces(graph: Graph, node: Node) -> tuple[int, list[list[ValueRef]]] 
     return axis, [phases[start] for start in range(step)]
 
 
+def _renumber_with(graph: Graph, before: dict[int, list[int]] | None = None,
+                   after: dict[int, list[int]] | None = None) -> None:
+    """Renumber `graph` so that the nodes a rewrite added run next to the node they serve:
+    before[n] (their ids, in order) just before node n, after[n] just after it."""
+    before, after = before or {}, after or {}
+    added = {i for ids in (*before.values(), *after.values()) for i in ids}
+    graph.renumber([i for node in graph.topo_order() if node.id not in added
+                    for i in (*before.get(node.id, ()), node.id, *after.get(node.id, ()))])
+
+
 def _interleave_phases(graph: Graph) -> bool:
     """A sum of slice_scatters that place every phase of an axis (_phase_pieces) -> the pieces
     interleaved (_interleave). Two spreading Pads and a sum (1.25 ms each at 4 x 4 x 256 x 64,
     ONNX Runtime's Pad of a unit axis moving one element at a time) become one Concat."""
     placed: dict[int, list[int]] = {}
-    existing = sorted(graph.nodes)
     for node in graph.topo_order():
         inserted = _interleave(graph, node)
         if inserted is not None:
             placed[node.id] = inserted
     if placed:
-        graph.renumber([i for old in existing for i in (*placed.get(old, ()), old)])
+        _renumber_with(graph, before=placed)
     return bool(placed)
 
 
@@ -249,7 +258,7 @@ def _sink_expands(graph: Graph) -> bool:
     (it moves one element at a time)."""
     changed = False
     while True:
-        placed: dict[int, int] = {}
+        placed: dict[int, list[int]] = {}
         moved_outputs: dict[ValueRef, ValueRef] = {}
         for node in graph.topo_order():
             found = _expand_to_sink(graph, node)
@@ -264,14 +273,12 @@ def _sink_expands(graph: Graph) -> bool:
             for reader in readers:
                 graph.replace_inputs(reader, [after.out(0) if r == node.out(0) else r for r in reader.inputs])
             moved_outputs[node.out(0)] = after.out(0)
-            placed[node.id] = after.id
+            placed[node.id] = [after.id]
         if not placed:
             return changed
         replace_outputs(graph, moved_outputs)
         changed = True
-        moved = set(placed.values())
-        graph.renumber([i for node in graph.topo_order() if node.id not in moved
-                        for i in (node.id, *([placed[node.id]] if node.id in placed else []))])
+        _renumber_with(graph, after=placed)
         for node in graph.topo_order():
             _drop_broadcast_expands(graph, node)
 
@@ -327,9 +334,7 @@ def _mask_before_pool_scatter(graph: Graph) -> bool:
         placed[node.id] = [pooled_test.id, masked.id]
     if not placed:
         return False
-    moved = {i for ids in placed.values() for i in ids}
-    graph.renumber([i for node in graph.topo_order() if node.id not in moved
-                    for i in (*placed.get(node.id, ()), node.id)])
+    _renumber_with(graph, before=placed)
     return True
 
 
@@ -375,9 +380,7 @@ def _scatter_into_sum(graph: Graph) -> bool:
         graph.replace_inputs(node, [others[0], *scatter.inputs[1:]])
         node.op, node.attrs = scatter.op, dict(scatter.attrs)
     if placed:
-        moved = {i for ids in placed.values() for i in ids}
-        graph.renumber([i for node in graph.topo_order() if node.id not in moved
-                        for i in (*placed.get(node.id, ()), node.id)])
+        _renumber_with(graph, before=placed)
     return rewritten
 
 
