@@ -21,7 +21,7 @@ be known at import time (a shape, axes, pads, ...) but depends on one of those i
 from __future__ import annotations
 
 import contextlib
-from collections import ChainMap
+from collections import ChainMap, Counter
 
 import numpy as np
 from onnx import AttributeProto, helper
@@ -129,6 +129,13 @@ class NodeContext:
     def wants(self, index: int) -> bool:
         return index < len(self.proto.output) and self.proto.output[index] != ""
 
+    def only_reader(self, index: int) -> bool:
+        """Whether this node is the one reader of its input `index` in the model: no other node, no
+        subgraph and no graph output reads that value (so a translator may compute what this node
+        needs of it without the value itself)."""
+        name = self.proto.input[index] if index < len(self.proto.input) else ""
+        return bool(name) and self.inliner.readers[name] == 1
+
     def unsupported(self, message: str) -> UnsupportedError:
         return UnsupportedError(f"{self.describe()}: {message}")
 
@@ -183,7 +190,20 @@ class Inliner:
         self.deferred: set = set()      # refs of Tensors known in principle but too large to compute at import
         self.repeats = 1                # how many times the subgraph being translated is translated (repeated)
         self.forms: dict[tuple, str] = {}   # NodeContext.form, by the node's path
-        self.notes: dict = {}           # what translators tell each other about values (translators/quantize.py)
+        self.notes: dict = {}           # what translators tell each other about values (note, noted)
+        self.readers: Counter = Counter()   # reads of each value of the graph being run (NodeContext.only_reader)
+
+    def note(self, kind: str, value: Tensor, fact) -> None:
+        """Tell later translators `fact` about `value` (translators/quantize.py, translators/nn.py)."""
+        self.notes.setdefault(kind, {})[value.ref] = (value.graph, fact)
+
+    def noted(self, kind: str, value):
+        """What was noted of `kind` about `value`, or None. A value is known by its ref and its
+        graph both: a loop body's values and those of the graph around it are numbered alike."""
+        if not isinstance(value, Tensor):
+            return None
+        graph, fact = self.notes.get(kind, {}).get(value.ref, (None, None))
+        return fact if graph is value.graph else None
 
     def note_dims(self, x) -> None:
         if isinstance(x, Tensor):
@@ -256,8 +276,12 @@ class Inliner:
     def run(self, graph, env, path: tuple = ()) -> None:
         """Translate every node of `graph` (an onnx GraphProto, at `path` in the model: see
         NodeContext.path), reading and writing `env`."""
-        for index, proto in enumerate(graph.node):
-            self.run_node(proto, env, (*path, index))
+        outer, self.readers = self.readers, reads(graph)
+        try:
+            for index, proto in enumerate(graph.node):
+                self.run_node(proto, env, (*path, index))
+        finally:
+            self.readers = outer
 
     def _opset(self, proto) -> int:
         domain = "" if proto.domain in DOMAINS else proto.domain
@@ -384,6 +408,16 @@ class Inliner:
 def initializers(graph) -> dict:
     """The initializers of a subgraph (a loop body, an If branch) as numpy arrays, by name."""
     return {t.name: tensor_array(t, f"initializer {t.name!r} of graph {graph.name!r}") for t in graph.initializer}
+
+
+def reads(graph) -> Counter:
+    """How many times each value is read in `graph`: by its nodes' inputs, its nodes' subgraphs
+    (once per node) and its outputs."""
+    counts: Counter = Counter(o.name for o in graph.output)
+    for node in graph.node:
+        counts.update(n for n in node.input if n)
+        counts.update(outer_names(node))
+    return counts
 
 
 def outer_names(proto) -> set[str]:

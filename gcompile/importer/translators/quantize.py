@@ -38,7 +38,7 @@ def _same(a, b) -> bool:
     if a is None or b is None:
         return a is b
     if isinstance(a, Tensor) or isinstance(b, Tensor):
-        return isinstance(a, Tensor) and isinstance(b, Tensor) and a.ref == b.ref
+        return isinstance(a, Tensor) and isinstance(b, Tensor) and a.ref == b.ref and a.graph is b.graph
     return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
 
 
@@ -52,14 +52,14 @@ def _quantize_linear(n, x, scale, zero_point=None):
         x, scale = F.cast(x, work), F.cast(scale, work)
     q = F.quantize_linear(x, scale, zero_point, dtype=dtype, saturate=bool(n.attr("saturate", 1)), **_params(n))
     if isinstance(q, Tensor):
-        n.inliner.notes.setdefault("quantized", {})[q.ref] = (x, scale, zero_point, _params(n))
+        n.inliner.note("quantized", q, (x, scale, zero_point, _params(n)))
     return q
 
 
 @onnx_op("DequantizeLinear")
 def _dequantize_linear(n, q, scale, zero_point=None):
     dtype = np_dtype(n.attr("output_dtype"), f"{n.describe()} output_dtype") if n.attr("output_dtype") else None
-    source = n.inliner.notes.get("quantized", {}).get(q.ref) if isinstance(q, Tensor) else None
+    source = n.inliner.noted("quantized", q)
     if source is not None:
         x, q_scale, q_zero, params = source
         if _same(scale, q_scale) and _same(zero_point, q_zero) and params == _params(n):
