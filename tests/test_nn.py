@@ -169,3 +169,63 @@ def test_hostile_npz_state_dicts_are_refused_before_reading(tmp_path, entries, m
         assert tracemalloc.get_traced_memory()[1] < 20_000_000
     finally:
         tracemalloc.stop()
+
+
+class _OwnConv(nn.Conv2d):
+    def forward(self, x):                                           # its own forward: not fused
+        return super().forward(x) * 2.0
+
+
+def _conv_bn(conv_class=nn.Conv2d, affine=True, bias=True):
+    rng = np.random.default_rng(5)
+    seq = nn.Sequential(conv_class(3, 4, 3, padding=1, bias=bias, rng=0), nn.BatchNorm2d(4, eps=1e-3, affine=affine),
+                        nn.ReLU())
+    stats = {"1.running_mean": rng.standard_normal(4), "1.running_var": rng.random(4) + 0.5}
+    if affine:
+        stats.update({"1.weight": rng.standard_normal(4), "1.bias": rng.standard_normal(4)})
+    return seq.replace({k: v.astype(np.float32) for k, v in stats.items()})
+
+
+def _by_layers(m, x):
+    for layer in m:
+        x = layer(x)
+    return x
+
+
+def _ops(seq, x):
+    from gcompile.frontend.trace import trace
+    return [n.op for n in trace(lambda m, x: m(x), [seq, x.astype(np.float32)]).graph.nodes.values()]
+
+
+@pytest.mark.parametrize("affine, bias", [(True, True), (False, False)])
+def test_sequential_fuses_a_conv_and_the_inference_batch_norm_after_it(affine, bias):
+    """In eval mode a Sequential's Conv2d and the BatchNorm2d after it are one convolution
+    (Module.followed_by): the layers' values and gradients (parameters and buffers alike), from
+    the float64 graph, and first- and second-order gradient checks on ONNX Runtime."""
+    from gcompile.frontend import pytree
+    from gcompile.frontend.trace import trace
+    from gcompile.ir.evaluate import evaluate
+    seq = _conv_bn(affine=affine, bias=bias).eval()
+    x = np.random.default_rng(6).standard_normal((2, 3, 5, 5))
+    v = np.random.default_rng(7).standard_normal((2, 4, 5, 5))
+    ops = _ops(seq, x)
+    assert "batch_norm_inference" not in ops and ops.count("conv") == 1
+    seq64 = seq.replace({k: a.astype(np.float64) for k, a in seq.state_dict().items() if a.dtype == np.float32})
+    arrays = [*pytree.flatten(seq64)[0], x]
+    fused, layered = (evaluate(trace(gc.value_and_grad(lambda m, x, f=f: F.sum(f(m, x) * v), argnums=(0, 1)),
+                                     [seq64, x]).graph, arrays) for f in (lambda m, x: m(x), _by_layers))
+    assert len(fused) == len(layered) == (6 if affine else 3)      # the value, the parameters', x's
+    for a, b in zip(fused, layered):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    names = ["0.weight", "1.running_mean", "1.running_var"] + (["1.weight"] if affine else [])
+    params = [seq.state_dict()[n].astype(np.float64) for n in names]
+    for order in (1, 2):
+        gc.testing.check_grad(lambda x, *ps: seq.replace(dict(zip(names, ps)))(x), [x, *params], order=order)
+
+
+def test_a_conv_with_its_own_forward_or_a_training_batch_norm_is_not_fused():
+    x = np.random.default_rng(6).standard_normal((2, 3, 5, 5)).astype(np.float32)
+    for seq in (_conv_bn(_OwnConv).eval(), _conv_bn()):
+        ops = _ops(seq, x)
+        assert ops.count("conv") == 1 and {"batch_norm_inference", "batch_norm"} & set(ops)
+        np.testing.assert_allclose(gc.jit(lambda m, x: m(x))(seq, x), gc.jit(_by_layers)(seq, x), rtol=1e-6)

@@ -14,6 +14,7 @@ from numpy.typing import DTypeLike
 from .. import functions as F
 from ..errors import GcompileError
 from ..frontend.tensor import Tensor
+from ..ops.conv import conv_batch_norm
 from ..ops.reduce import count
 from . import init
 from .module import Module
@@ -58,8 +59,20 @@ class _ConvNd(Module):
         self.bias = init.kaiming_uniform((out_channels,), fan_in, rng, dtype) if bias else None
 
     def forward(self, x: Any) -> Tensor:
-        return F.conv(x, self.weight, self.bias, stride=self.stride, pad=self.padding, dilation=self.dilation,
-                      groups=self.groups)
+        return F.conv(x, self.weight, self.bias, **self._params())
+
+    def _params(self) -> dict:
+        return dict(stride=self.stride, pad=self.padding, dilation=self.dilation, groups=self.groups)
+
+    def followed_by(self, after: Module, x: Any) -> Any:
+        """An inference-mode batch norm after this convolution, both as defined here (not a subclass's
+        own forward), is one convolution (ops/conv.py conv_batch_norm)."""
+        if not (isinstance(after, _BatchNorm) and type(self).forward is _ConvNd.forward
+                and type(after).forward is _BatchNorm.forward and not after.training and after.track_running_stats):
+            return None
+        scale, shift = after.affine_params(np.dtype(self.weight.dtype))
+        return conv_batch_norm(x, self.weight, self.bias, scale, shift, after.running_mean, after.running_var,
+                               after.eps, **self._params())
 
 
 class Conv1d(_ConvNd):
@@ -92,10 +105,15 @@ class _BatchNorm(Module):
             self.register_buffer("running_var", init.ones((num_features,), dtype))
             self.register_buffer("num_batches_tracked", np.array(0, np.int64))
 
+    def affine_params(self, dtype) -> tuple:
+        """(weight, bias): the module's, or ones and zeros of `dtype` without an affine transform."""
+        if self.affine:
+            return self.weight, self.bias
+        return np.ones(self.num_features, dtype), np.zeros(self.num_features, dtype)
+
     def forward(self, x: Any) -> Tensor:
         dtype = x.dtype
-        weight = self.weight if self.affine else np.ones(self.num_features, dtype)
-        bias = self.bias if self.affine else np.zeros(self.num_features, dtype)
+        weight, bias = self.affine_params(dtype)
         if not self.training and self.track_running_stats:
             return F.batch_norm(x, weight, bias, self.running_mean, self.running_var, axis=1, eps=self.eps,
                                 training=False)

@@ -26,12 +26,12 @@ from ..ir.dims import format_shape
 from ..ir.graph import tensor_type
 from ..ir.registry import defop
 from .basic import cast
-from .elementwise import _promote, divide, floor
+from .elementwise import _promote, divide, floor, rsqrt
 from .indexing import pad as pad_tensor
 from .indexing import slice_axes, take_along_axis
 from .reduce import mean
 from .reduce import sum as reduce_sum
-from .shape import broadcast_to, squeeze
+from .shape import broadcast_to, reshape, squeeze
 from .shape_rules import require_float, same_dtype
 from .windows import first_max, pool_geometry, window_positions, windows
 
@@ -479,6 +479,20 @@ def conv(x, w, b=None, stride=1, pad=0, dilation=1, groups=1) -> Tensor:
     """
     x, w, *b = _promote(x, w, *(() if b is None else (b,)))
     return apply("conv", [x, w, *b], **_conv_attrs(x, stride, pad, dilation, groups))
+
+
+def conv_batch_norm(x, w, b, scale, shift, mean, var, eps: float, **conv_params) -> Tensor:
+    """An inference-mode batch norm (scale, shift, running mean and var, each (C_out,)) of
+    conv(x, w, b, **conv_params), as one conv: its filters scaled by s = scale/sqrt(var + eps) and
+    its bias (b - mean)·s + shift. For callers that know nothing else reads the conv's output (an
+    imported model's graph, a gc.nn.Sequential): the same function, rounded differently, and its
+    gradients to any order; the normalisation's passes over the output are gone from the forward
+    and from the backward, where scale's and the statistics' gradients come through the filters'
+    gradient (Σ w·∂L/∂w' over each filter) instead of passes over the saved output."""
+    s = scale * rsqrt(var + np.asarray(eps, as_tensor(var).dtype))
+    filters = w * reshape(s, (-1,) + (1,) * (len(w.shape) - 1))
+    bias = shift - mean * s if b is None else (b - mean) * s + shift
+    return conv(x, filters, bias, **conv_params)
 
 
 def conv_transpose(x, w, b=None, stride=1, pad=0, dilation=1, groups=1, output_padding=0) -> Tensor:

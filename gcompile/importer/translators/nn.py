@@ -15,6 +15,7 @@ import numpy as np
 
 from ... import functions as F
 from ...ir import dims
+from ...ops.conv import conv_batch_norm
 from ...ops.indexing import slice_axes
 from ...ops.linalg import _LETTERS as EINSUM_LETTERS
 from ...ops.linalg import _canonical as canonical_einsum
@@ -122,7 +123,8 @@ def _batch_norm(n, x, scale, bias, mean, var):
         conv = n.inliner.noted("conv", x) if n.only_reader(0) else None
         if conv is not None and all(np.dtype(p.dtype) == x.dtype and p.shape == (x.shape[1],)
                                     for p in (scale, bias, mean, var)):
-            return _conv_with_batch_norm(*conv, scale, bias, mean, var, eps)
+            x, w, b, attrs = conv             # one Conv: docs/guide/importing.md
+            return conv_batch_norm(x, w, b, scale, bias, mean, var, eps, **attrs)
         return F.batch_norm(x, scale, bias, mean, var, axis=1, eps=eps, training=False)
     y, batch_mean, batch_var = F.batch_norm(x, scale, bias, axis=1, eps=eps, training=True, return_stats=True)
     momentum = n.attr("momentum", 0.9)
@@ -229,19 +231,6 @@ def _conv(n, x, w, b=None):
     y = F.conv(x, w, b, **attrs)
     n.inliner.note("conv", y, (x, w, b, attrs))        # for a BatchNormalization reading y alone
     return y
-
-
-def _conv_with_batch_norm(x, w, b, attrs: dict, scale, bias, mean, var, eps):
-    """An inference-mode BatchNormalization of a Conv's output, where nothing else reads that output,
-    as one Conv: its filters scaled by s = scale/sqrt(var + eps) and its bias (b - mean)·s + bias.
-    The same function, rounded differently; the normalisation's passes over the output are gone
-    from the forward, and from the backward, where the gradients of scale and of the statistics
-    come from the filters' gradient (Σ w·∂L/∂w' over each filter) instead of from passes over
-    the saved output. The original Conv, read by nothing, is dead code."""
-    s = scale * F.rsqrt(var + scalar_like(eps, var))
-    filters = w * F.reshape(s, (-1,) + (1,) * (w.ndim - 1))
-    shift = bias - mean * s if b is None else (b - mean) * s + bias
-    return F.conv(x, filters, shift, **attrs)
 
 
 @onnx_op("ConvTranspose")
