@@ -108,6 +108,13 @@ def mobilenet_v3_large(small: bool):
     return _images(lambda: tv.models.mobilenet_v3_large(weights=None), 16, 224, 1000)
 
 
+def efficientnet_b0(small: bool):
+    tv = _torchvision()
+    if small:
+        return _images(lambda: tv.models.efficientnet_b0(weights=None, num_classes=10), 2, 32, 10)
+    return _images(lambda: tv.models.efficientnet_b0(weights=None), 16, 224, 1000)
+
+
 def swin_t(small: bool):
     tv = _torchvision()
     if small:
@@ -179,6 +186,7 @@ MODELS: dict[str, ZooModel] = {
     "bert": ZooModel("BERT-base (masked LM)", "batch 4, sequence 128", bert),
     "convnext_tiny": ZooModel("ConvNeXt-T", "batch 8, 224²", convnext_tiny),
     "mobilenet_v3_large": ZooModel("MobileNetV3-Large", "batch 16, 224²", mobilenet_v3_large),
+    "efficientnet_b0": ZooModel("EfficientNet-B0", "batch 16, 224²", efficientnet_b0),
     "swin_t": ZooModel("Swin-T", "batch 8, 224²", swin_t),
     "llama": ZooModel("Llama-style decoder (8 layers, GQA)", "batch 2, sequence 128", llama),
     "whisper": ZooModel("Whisper-tiny-like encoder-decoder", "batch 2, 10 s audio, 64 tokens", whisper),
