@@ -153,3 +153,17 @@ def test_import_time_folding_of_constant_parameters():
     got = gc.compile(gc.load_onnx(m), gc.spec(("n", 2, 5, 5)), provider="cpu")(x)
     from .helpers import ort_run
     np.testing.assert_allclose(got, ort_run(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_translator_notes_tell_values_of_two_graphs_apart():
+    """A loop body's values and those of the graph around it are numbered alike: a note about one
+    (a Conv's output, a QuantizeLinear's) is not found for the other."""
+    from gcompile.frontend.tensor import Tensor
+    from gcompile.importer.inline import Inliner
+    outer, body = (trace(lambda x: x * 2.0, [gc.spec((2,))]) for _ in range(2))
+    a, b = (Tensor(t.graph, t.graph.outputs[0], t.graph.type_of(t.graph.outputs[0])) for t in (outer, body))
+    assert a.ref == b.ref and a.graph is not b.graph
+    inliner = Inliner({"": 17})
+    inliner.note("conv", a, "fact")
+    assert inliner.noted("conv", a) == "fact" and inliner.noted("conv", b) is None
+    assert inliner.noted("conv", np.zeros(2)) is None
