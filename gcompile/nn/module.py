@@ -298,7 +298,9 @@ def _refill(obj: Any, it: Iterator) -> Any:
 
 
 class Sequential(Module):
-    """Modules applied in order, named "0", "1", ... as in torch.nn.Sequential."""
+    """Modules applied in order, named "0", "1", ... as in torch.nn.Sequential. Nothing but the next
+    layer reads a layer's output here, so each layer may compute the next one's result at once
+    (Module.followed_by): a convolution and the eval-mode batch norm after it are one convolution."""
 
     def __init__(self, *layers: Module) -> None:
         for i, layer in enumerate(layers):
