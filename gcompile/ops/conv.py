@@ -481,18 +481,25 @@ def conv(x, w, b=None, stride=1, pad=0, dilation=1, groups=1) -> Tensor:
     return apply("conv", [x, w, *b], **_conv_attrs(x, stride, pad, dilation, groups))
 
 
-def conv_batch_norm(x, w, b, scale, shift, mean, var, eps: float, **conv_params) -> Tensor:
+def conv_batch_norm(x, w, b, scale, shift, mean, var, eps: float, transpose: bool = False, **conv_params) -> Tensor:
     """An inference-mode batch norm (scale, shift, running mean and var, each (C_out,)) of
-    conv(x, w, b, **conv_params), as one conv: its filters scaled by s = scale/sqrt(var + eps) and
-    its bias (b - mean)·s + shift. For callers that know nothing else reads the conv's output (an
-    imported model's graph, a gc.nn.Sequential): the same function, rounded differently, and its
-    gradients to any order; the normalisation's passes over the output are gone from the forward
-    and from the backward, where scale's and the statistics' gradients come through the filters'
-    gradient (Σ w·∂L/∂w' over each filter) instead of passes over the saved output."""
+    conv(x, w, b, **conv_params), or of conv_transpose with transpose=True, as one such op: its
+    filters scaled by s = scale/sqrt(var + eps) per output channel and its bias (b - mean)·s +
+    shift. For callers that know nothing else reads the convolution's output (an imported model's
+    graph, a gc.nn.Sequential): the same function, rounded differently, and its gradients to any
+    order; the normalisation's passes over the output are gone from the forward and from the
+    backward, where scale's and the statistics' gradients come through the filters' gradient
+    (Σ w·∂L/∂w' over each filter) instead of passes over the saved output."""
     s = scale * rsqrt(var + np.asarray(eps, as_tensor(var).dtype))
-    filters = w * reshape(s, (-1,) + (1,) * (len(w.shape) - 1))
+    shape = tuple(w.shape)
+    if transpose:     # w: (C_in, C_out/groups, *kernel); group k's column j is output channel k·C_out/groups + j
+        groups = conv_params["groups"]
+        per_group = (groups, shape[0] // groups, shape[1]) + shape[2:]
+        filters = reshape(reshape(w, per_group) * reshape(s, (groups, 1, shape[1]) + (1,) * (len(shape) - 2)), shape)
+    else:             # w: (C_out, C_in/groups, *kernel)
+        filters = w * reshape(s, (-1,) + (1,) * (len(shape) - 1))
     bias = shift - mean * s if b is None else (b - mean) * s + shift
-    return conv(x, filters, bias, **conv_params)
+    return (conv_transpose if transpose else conv)(x, filters, bias, **conv_params)
 
 
 def conv_transpose(x, w, b=None, stride=1, pad=0, dilation=1, groups=1, output_padding=0) -> Tensor:

@@ -1,7 +1,7 @@
-"""An inference-mode BatchNormalization of a Conv's output that nothing else reads is imported as
-one Conv with scaled filters (translators/nn.py, _conv_with_batch_norm): the same values and
-gradients, to any order, as the two ops, on ONNX Runtime, at static and symbolic batch sizes; and
-not where the Conv's output is read elsewhere."""
+"""An inference-mode BatchNormalization of a Conv's (or ConvTranspose's) output that nothing else
+reads is imported as one such op with scaled filters (ops/conv.py conv_batch_norm): the same values
+and gradients, to any order, as the two ops, on ONNX Runtime, at static and symbolic batch sizes;
+and not where the convolution's output is read elsewhere."""
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -17,11 +17,15 @@ RNG = np.random.default_rng(7)
 PARAMS = ("W", "B", "scale", "shift", "mean", "var")
 
 
-def conv_bn_model(dtype, channels=2, filters=3, kernel=(3, 3), bias=True, readers=(), **conv_attrs):
-    """x -> Conv -> BatchNormalization (inference) -> y; `readers`: more uses of the Conv's output z
-    ("output": z is a graph output too, "node": a Sigmoid reads it, added to y)."""
+def weight_shape(op, channels, filters, groups, kernel) -> tuple:
+    return (filters, channels // groups, *kernel) if op == "Conv" else (channels, filters // groups, *kernel)
+
+
+def conv_bn_model(dtype, channels=2, filters=3, kernel=(3, 3), bias=True, readers=(), op="Conv", **conv_attrs):
+    """x -> Conv (or `op`) -> BatchNormalization (inference) -> y; `readers`: more uses of the
+    convolution's output z ("output": z is a graph output too, "node": a Sigmoid reads it, added to y)."""
     ins = ["x", "W"] + (["B"] if bias else [])
-    nodes = [helper.make_node("Conv", ins, ["z"], **conv_attrs),
+    nodes = [helper.make_node(op, ins, ["z"], **conv_attrs),
              helper.make_node("BatchNormalization", ["z", "scale", "shift", "mean", "var"],
                               ["y" if "node" not in readers else "n"], epsilon=1e-3)]
     if "node" in readers:
@@ -29,26 +33,29 @@ def conv_bn_model(dtype, channels=2, filters=3, kernel=(3, 3), bias=True, reader
     outputs = [("y", None)] + ([("z", None)] if "output" in readers else [])
     spatial = ["h", "w"][-len(kernel):] if len(kernel) < 3 else ["d", "h", "w"]
     groups = conv_attrs.get("group", 1)
-    inits = [("W", np.zeros((filters, channels // groups, *kernel), dtype)), ("scale", np.ones(filters, dtype)),
+    inits = [("W", np.zeros(weight_shape(op, channels, filters, groups, kernel), dtype)),
+             ("scale", np.ones(filters, dtype)),
              ("shift", np.zeros(filters, dtype)), ("mean", np.zeros(filters, dtype)), ("var", np.ones(filters, dtype))]
     inits += [("B", np.zeros(filters, dtype))] if bias else []
     return model(nodes, [("x", ["N", channels, *spatial])], outputs, inits, opset=17, dtype=dtype)
 
 
-def params(channels=2, filters=3, kernel=(3, 3), groups=1, bias=True):
-    values = {"W": RNG.standard_normal((filters, channels // groups, *kernel)), "B": RNG.standard_normal(filters),
+def params(channels=2, filters=3, kernel=(3, 3), groups=1, bias=True, op="Conv"):
+    values = {"W": RNG.standard_normal(weight_shape(op, channels, filters, groups, kernel)),
+              "B": RNG.standard_normal(filters),
               "scale": RNG.standard_normal(filters), "shift": RNG.standard_normal(filters),
               "mean": RNG.standard_normal(filters), "var": RNG.random(filters) + 0.5}
     return {k: v for k, v in values.items() if bias or k != "B"}
 
 
-def imported(readers=(), channels=2, filters=3, kernel=(3, 3), bias=True, **conv_attrs):
+def imported(readers=(), channels=2, filters=3, kernel=(3, 3), bias=True, op="Conv", **conv_attrs):
     """fn(x, *params) running the model built for x's dtype (so that check_grad's float64
     reference and its float32 ONNX models each get theirs)."""
     names = [p for p in PARAMS if bias or p != "B"]
 
     def fn(x, *values):
-        m = gc.load_onnx(conv_bn_model(np.dtype(x.dtype).type, channels, filters, kernel, bias, readers, **conv_attrs))
+        m = gc.load_onnx(conv_bn_model(np.dtype(x.dtype).type, channels, filters, kernel, bias, readers, op,
+                                       **conv_attrs))
         out = m(x, params=dict(zip(names, values)))
         return out[0] if isinstance(out, tuple) else out
     return fn
@@ -61,14 +68,18 @@ GEOMETRIES = {
     "grouped": dict(group=2, channels=4, filters=4, pads=[1, 1, 1, 1]),
     "depthwise_dilated": dict(group=3, channels=3, filters=3, dilations=[2, 1], pads=[2, 1, 2, 1]),
     "one_d": dict(kernel=(3,), pads=[1, 0]),
+    "transpose_strided": dict(op="ConvTranspose", strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 0]),
+    "transpose_grouped_no_bias": dict(op="ConvTranspose", group=2, channels=4, filters=6, pads=[0, 1, 1, 0],
+                                      bias=False),
 }
 
 
 def _case(name, readers=()):
     attrs = dict(GEOMETRIES[name])
     shape = dict(channels=attrs.pop("channels", 2), filters=attrs.pop("filters", 3),
-                 kernel=attrs.pop("kernel", (3, 3)), bias=attrs.pop("bias", True))
-    values = params(shape["channels"], shape["filters"], shape["kernel"], attrs.get("group", 1), shape["bias"])
+                 kernel=attrs.pop("kernel", (3, 3)), bias=attrs.pop("bias", True), op=attrs.pop("op", "Conv"))
+    values = params(shape["channels"], shape["filters"], shape["kernel"], attrs.get("group", 1), shape["bias"],
+                    shape["op"])
     x = RNG.standard_normal((2, shape["channels"], *([5] * len(shape["kernel"]))))
     return imported(readers, **shape, **attrs), x, list(values.values())
 

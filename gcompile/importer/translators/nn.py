@@ -123,7 +123,7 @@ def _batch_norm(n, x, scale, bias, mean, var):
         conv = n.inliner.noted("conv", x) if n.only_reader(0) else None
         if conv is not None and all(np.dtype(p.dtype) == x.dtype and p.shape == (x.shape[1],)
                                     for p in (scale, bias, mean, var)):
-            x, w, b, attrs = conv             # one Conv: docs/guide/importing.md
+            x, w, b, attrs = conv             # one Conv or ConvTranspose: docs/guide/importing.md
             return conv_batch_norm(x, w, b, scale, bias, mean, var, eps, **attrs)
         return F.batch_norm(x, scale, bias, mean, var, axis=1, eps=eps, training=False)
     y, batch_mean, batch_var = F.batch_norm(x, scale, bias, axis=1, eps=eps, training=True, return_stats=True)
@@ -246,8 +246,11 @@ def _conv_transpose(n, x, w, b=None):
         flat = n.attr("pads", [0] * (2 * nsp)) if auto_pad != "VALID" else [0] * (2 * nsp)
         pads = tuple(zip(flat[:nsp], flat[nsp:]))
     if all(p >= 0 for pair in pads for p in pair):
-        return F.conv_transpose(x, w, b, stride=strides, pad=pads, dilation=dilation, groups=n.attr("group", 1),
-                                output_padding=output_padding)
+        attrs = dict(stride=strides, pad=pads, dilation=dilation, groups=n.attr("group", 1),
+                     output_padding=output_padding)
+        y = F.conv_transpose(x, w, b, **attrs)
+        n.inliner.note("conv", y, (x, w, b, dict(attrs, transpose=True)))   # as Conv's
+        return y
     # a negative pad (an output_shape past the last input's reach) adds positions no input reaches
     y = F.conv_transpose(x, w, None, stride=strides, pad=tuple((max(p, 0), max(q, 0)) for p, q in pads),
                          dilation=dilation, groups=n.attr("group", 1), output_padding=output_padding)
