@@ -68,7 +68,7 @@ class _ConvNd(Module):
         """An inference-mode batch norm after this convolution, both as defined here (not a subclass's
         own forward), is one convolution (ops/conv.py conv_batch_norm)."""
         if not (isinstance(after, _BatchNorm) and type(self).forward is _ConvNd.forward
-                and type(after).forward is _BatchNorm.forward and not after.training and after.track_running_stats):
+                and type(after).forward is _BatchNorm.forward and after.uses_running_stats):
             return None
         scale, shift = after.affine_params(np.dtype(self.weight.dtype))
         return conv_batch_norm(x, self.weight, self.bias, scale, shift, after.running_mean, after.running_var,
@@ -105,6 +105,11 @@ class _BatchNorm(Module):
             self.register_buffer("running_var", init.ones((num_features,), dtype))
             self.register_buffer("num_batches_tracked", np.array(0, np.int64))
 
+    @property
+    def uses_running_stats(self) -> bool:
+        """Whether forward normalises by the running statistics (eval mode, tracked), not the batch's."""
+        return not self.training and self.track_running_stats
+
     def affine_params(self, dtype) -> tuple:
         """(weight, bias): the module's, or ones and zeros of `dtype` without an affine transform."""
         if self.affine:
@@ -114,7 +119,7 @@ class _BatchNorm(Module):
     def forward(self, x: Any) -> Tensor:
         dtype = x.dtype
         weight, bias = self.affine_params(dtype)
-        if not self.training and self.track_running_stats:
+        if self.uses_running_stats:
             return F.batch_norm(x, weight, bias, self.running_mean, self.running_var, axis=1, eps=self.eps,
                                 training=False)
         y, mean, var = F.batch_norm(x, weight, bias, axis=1, eps=self.eps, training=True, return_stats=True)
