@@ -178,3 +178,53 @@ def test_translator_notes_tell_values_of_two_graphs_apart():
     inliner.note("conv", a, "fact")
     assert inliner.noted("conv", a) == "fact" and inliner.noted("conv", b) is None
     assert inliner.noted("conv", np.zeros(2)) is None
+
+
+
+def _fact_outside_reader_inside(kind: str, chain: int):
+    """A value a translator notes a fact about outside a Loop, and inside the Loop's body (two
+    steps) `chain` + 1 Neg nodes on the carried value and then the op that would use the fact:
+    kind "conv": x -> Conv -> BatchNormalization -> y outside, the body normalises its value with
+    the same statistics; kind "quantize": x -> QuantizeLinear -> q outside (int8), the body
+    dequantizes its int8 value with the same scale. Neither body value comes from the outer op,
+    whatever number it gets in the body."""
+    reader = {"conv": ("BatchNormalization", ["scale", "shift", "mean", "var"], TensorProto.FLOAT),
+              "quantize": ("DequantizeLinear", ["qs", "qz"], TensorProto.INT8)}[kind]
+    op, operands, elem = reader
+    body_nodes = [helper.make_node("Identity", ["v_in"], ["v0"])]
+    body_nodes += [helper.make_node("Neg", [f"v{i}"], [f"v{i + 1}"]) for i in range(chain)]
+    body_nodes += [helper.make_node("Neg", [f"v{chain}"], ["u"]),            # read by `op` alone
+                   helper.make_node(op, ["u", *operands], ["read"], **({"epsilon": 1e-3} if kind == "conv" else {})),
+                   helper.make_node("Identity", [f"v{chain}"], ["v_out"]),
+                   helper.make_node("Identity", ["cond_in"], ["cond_out"])]
+    body = helper.make_graph(body_nodes, "body",
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("v_in", elem, None)],
+                             [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("v_out", elem, None),
+                              helper.make_tensor_value_info("read", TensorProto.FLOAT, None)])
+    if kind == "conv":
+        nodes = [helper.make_node("Conv", ["x", "W", "B"], ["z"], pads=[1, 1, 1, 1]),
+                 helper.make_node("BatchNormalization", ["z", "scale", "shift", "mean", "var"], ["y"], epsilon=1e-3)]
+        inits = [(k, v.astype(np.float32)) for k, v in params(channels=3, filters=3).items()]
+    else:
+        nodes = [helper.make_node("QuantizeLinear", ["x", "qs", "qz"], ["y"])]
+        inits = [("qs", np.float32(0.05)), ("qz", np.int8(3))]
+    nodes.append(helper.make_node("Loop", ["trips", "", "y"], ["last", "reads"], body=body))
+    return model(nodes, [("x", ["N", 3, 4, 4])], [("last", None, elem), ("reads", None)],
+                 inits + [("trips", np.int64(2))], opset=17)
+
+
+@pytest.mark.parametrize("kind", ["conv", "quantize"])
+@pytest.mark.parametrize("chain", range(40))    # past the numbers of both outer values
+def test_a_note_about_the_graph_around_a_loop_does_not_reach_its_body(kind, chain):
+    """The body's reader computes what ONNX Runtime computes, for every number its input gets in
+    the body: a note keyed by number alone once folded a body's normalisation into the outer
+    convolution."""
+    from .helpers import ort_run
+    m = _fact_outside_reader_inside(kind, chain)
+    x = RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)
+    got = gc.compile(gc.load_onnx(m), gc.spec(("n", 3, 4, 4)), provider="cpu")(x)
+    for g, want in zip(got, ort_run(m, {"x": x})):
+        np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
