@@ -167,7 +167,12 @@ def torch_module(folder: str):
     with open(os.path.join(folder, "meta.json")) as f:
         meta = json.load(f)
     make, _, _ = MODELS[meta["name"]].build(meta["small"])
-    with torch.device("meta"):
+    try:
+        with torch.device("meta"):
+            module = make()
+    except NotImplementedError:
+        # a constructor that computes with tensors (RegNet's widths: .tolist() of a meta tensor)
+        # is built on the CPU; its random weights, replaced below, are freed before any step
         module = make()
     saved = torch.load(os.path.join(folder, "weights.pt"), weights_only=True)
     module.load_state_dict(saved["state"], assign=True)
