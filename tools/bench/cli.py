@@ -43,7 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--zoo", action="store_true",
                         help="only the model zoo: real models' training steps against PyTorch, time and peak memory "
                              "(tools/bench/zoo.py; needs torch, torchvision and transformers)")
-    parser.add_argument("--models", default="", help="with --zoo: comma-separated model keys (default: all)")
+    parser.add_argument("--models", default="",
+                        help="with --zoo: comma-separated model keys (default: all), or torchvision:NAME[@BATCH] "
+                             "for a torchvision model the zoo does not list")
     parser.add_argument("--small", action="store_true",
                         help="with --zoo: each model at a tiny size (checks the harness; figures not worth quoting)")
     parser.add_argument("--no-check", action="store_true", help="with --zoo: skip the float64 gradient check")
@@ -83,7 +85,8 @@ def main(argv=None) -> int:
         _write(args.json, {"meta": harness.machine(), "loops": loop_report(harness.median_ms, args.runs)})
         return 0
     if args.zoo:
-        from .zoo import MODELS, zoo_bench
+        from .zoo import zoo_bench
+        from .zoo_models import MODELS
         names = [k for k in args.models.split(",") if k] or list(MODELS)
         runs, repeat = (args.runs, args.repeat) if args.runs != 20 or args.quick else (5, 2)
         meta = harness.machine()

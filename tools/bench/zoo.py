@@ -28,9 +28,9 @@ import sys
 import time
 
 if __package__:
-    from .zoo_models import MODELS
+    from .zoo_models import zoo_entry
 else:                         # run as a script: a memory process (see the module's docstring)
-    from zoo_models import MODELS  # type: ignore[no-redef]
+    from zoo_models import zoo_entry  # type: ignore[no-redef]
 
 STEPS = 6          # steps of each memory process (gcompile's adaptive session tries a second variant from the 4th)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,7 +54,7 @@ def prepare(name: str, small: bool):
     """(module in eval mode, {input: tensor}, labels tensor) with the weights described in the
     module's docstring, deterministic for a name and size."""
     import torch
-    make, inputs, classes = MODELS[name].build(small)
+    make, inputs, classes = zoo_entry(name).build(small)
     torch.manual_seed(0)
     module = make()
     gen = torch.Generator().manual_seed(1)
@@ -166,7 +166,7 @@ def torch_module(folder: str):
     import torch
     with open(os.path.join(folder, "meta.json")) as f:
         meta = json.load(f)
-    make, _, _ = MODELS[meta["name"]].build(meta["small"])
+    make, _, _ = zoo_entry(meta["name"]).build(meta["small"])
     try:
         with torch.device("meta"):
             module = make()
@@ -191,7 +191,7 @@ def memory_run(system: str, folder: str, options: dict) -> dict:
     if system == "torch":
         import torch
         with open(os.path.join(folder, "meta.json")) as f:
-            MODELS[json.load(f)["name"]].build(True)   # imports torchvision or transformers
+            zoo_entry(json.load(f)["name"]).build(True)   # imports torchvision or transformers
     else:
         import gcompile
         gcompile.compile   # noqa: B018 (the package loads lazily: this imports the compiler and ONNX Runtime)
@@ -277,7 +277,7 @@ def zoo_model(name: str, small: bool, runs: int, repeat: int, busy: int, check: 
     import torch
 
     from .harness import BusyNeighbour, median_ms
-    model = MODELS[name]
+    model = zoo_entry(name)
     with tempfile.TemporaryDirectory(prefix="gcompile-zoo-") as folder:
         meta = export(name, small, folder)
         log(f"{name}: {meta['param_count']:,} parameters, exported in {meta['export_s']:.1f} s")
@@ -327,9 +327,8 @@ def zoo_model(name: str, small: bool, runs: int, repeat: int, busy: int, check: 
 def zoo_bench(names: list[str], small: bool, runs: int, repeat: int, busy: int, check: bool = True,
               log=print, budget: float | None = None, timed: bool = True) -> dict:
     """zoo_model for each name, the rows keyed by name."""
-    unknown = [n for n in names if n not in MODELS]
-    if unknown:
-        raise SystemExit(f"unknown model(s) {', '.join(unknown)}: one of {', '.join(MODELS)}")
+    for name in names:
+        zoo_entry(name)               # an unknown name stops the run before any model is exported
     return {name: zoo_model(name, small, runs, repeat, busy, check, log, budget, timed) for name in names}
 
 

@@ -193,3 +193,34 @@ MODELS: dict[str, ZooModel] = {
 }
 # The three models of the issue's bar, first in every run.
 BAR = ["resnet50", "vit_b_16", "gpt2"]
+HELD_OUT = "torchvision:"
+
+
+def held_out(spec: str) -> ZooModel:
+    """A torchvision classification model the zoo does not list, for a check on a model nobody
+    tuned for: "torchvision:NAME" at batch 8, or "torchvision:NAME@BATCH", at its default input size
+    (299² for Inception-v3, 224² otherwise), random weights; small: batch 1 (vision transformers
+    take no other input size)."""
+    name, at, batch = spec[len(HELD_OUT):].partition("@")
+    if not name.isidentifier() or (at and not (batch.isdigit() and int(batch) > 0)):
+        raise SystemExit(f"{spec!r}: expected {HELD_OUT}NAME or {HELD_OUT}NAME@BATCH")
+    extra = {"aux_logits": False, "init_weights": False} if name in ("inception_v3", "googlenet") else {}
+    size = 299 if name == "inception_v3" else 224
+
+    def build(small: bool):
+        tv = _torchvision()
+        if not hasattr(tv.models, name):
+            raise SystemExit(f"torchvision has no model {name!r}")
+        make = lambda: getattr(tv.models, name)(weights=None, **extra)   # noqa: E731
+        return _images(make, 1 if small else int(batch or 8), size, 1000)
+    return ZooModel(f"{name} (held out)", f"batch {int(batch or 8)}, {size}²", build)
+
+
+def zoo_entry(name: str) -> ZooModel:
+    """MODELS[name], or the held-out torchvision model `name` names (held_out)."""
+    if name.startswith(HELD_OUT):
+        return held_out(name)
+    if name not in MODELS:
+        raise SystemExit(f"unknown model {name}: one of {', '.join(MODELS)}, or {HELD_OUT}NAME[@BATCH] "
+                         "for any torchvision classification model")
+    return MODELS[name]

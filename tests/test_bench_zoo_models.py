@@ -1,0 +1,48 @@
+"""The zoo's model names (tools/bench/zoo_models.py): its own keys and torchvision:NAME[@BATCH] for
+a held-out torchvision model, read without importing torch (nothing here builds or times a model)."""
+import importlib.util
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def zoo_models():
+    spec = importlib.util.spec_from_file_location("zoo_models", os.path.join(ROOT, "tools", "bench", "zoo_models.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["zoo_models"] = module          # (its dataclass looks its module up)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["zoo_models"]
+    return module
+
+
+def test_listed_models_are_found_by_their_keys(zoo_models):
+    assert zoo_models.zoo_entry("resnet50") is zoo_models.MODELS["resnet50"]
+
+
+@pytest.mark.parametrize("spec, label, size", [
+    ("torchvision:regnet_y_1_6gf", "regnet_y_1_6gf (held out)", "batch 8, 224²"),
+    ("torchvision:densenet121@4", "densenet121 (held out)", "batch 4, 224²"),
+    ("torchvision:inception_v3@2", "inception_v3 (held out)", "batch 2, 299²"),
+])
+def test_held_out_torchvision_models_are_named_by_model_and_batch(zoo_models, spec, label, size):
+    entry = zoo_models.zoo_entry(spec)
+    assert (entry.label, entry.size) == (label, size)
+
+
+@pytest.mark.parametrize("spec", ["torchvision:", "torchvision:resnet50@", "torchvision:resnet50@two",
+                                  "torchvision:../x", "torchvision:resnet50@8@8",
+                                  "torchvision:resnet50@0"])
+def test_malformed_held_out_names_stop_with_the_expected_form(zoo_models, spec):
+    with pytest.raises(SystemExit, match="torchvision:NAME@BATCH"):
+        zoo_models.zoo_entry(spec)
+
+
+def test_an_unknown_key_stops_naming_the_keys_and_the_held_out_form(zoo_models):
+    with pytest.raises(SystemExit, match="resnet50.*torchvision:NAME"):
+        zoo_models.zoo_entry("resnet5O")
