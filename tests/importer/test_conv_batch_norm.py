@@ -180,7 +180,6 @@ def test_translator_notes_tell_values_of_two_graphs_apart():
     assert inliner.noted("conv", np.zeros(2)) is None
 
 
-
 def _fact_outside_reader_inside(kind: str, chain: int):
     """A value a translator notes a fact about outside a Loop, and inside the Loop's body (two
     steps) `chain` + 1 Neg nodes on the carried value and then the op that would use the fact:

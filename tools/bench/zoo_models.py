@@ -209,8 +209,8 @@ def held_out(spec: str) -> ZooModel:
 
     def build(small: bool):
         tv = _torchvision()
-        if not hasattr(tv.models, name):
-            raise SystemExit(f"torchvision has no model {name!r}")
+        if name not in tv.models.list_models(module=tv.models):
+            raise SystemExit(f"torchvision has no classification model {name!r}")
         make = lambda: getattr(tv.models, name)(weights=None, **extra)   # noqa: E731
         return _images(make, 1 if small else int(batch or 8), size, 1000)
     return ZooModel(f"{name} (held out)", f"batch {int(batch or 8)}, {size}²", build)
