@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import ChainMap, Counter
+from collections.abc import Mapping
 
 import numpy as np
 from onnx import AttributeProto, helper
@@ -132,9 +133,16 @@ class NodeContext:
     def only_reader(self, index: int) -> bool:
         """Whether this node is the one reader of its input `index` in the model: no other node, no
         subgraph and no graph output reads that value (so a translator may compute what this node
-        needs of it without the value itself)."""
+        needs of it without the value itself). A value from around a subgraph must be read once in
+        the subgraph and, at each graph out to the one that defines it, only by the node holding
+        the subgraph."""
         name = self.proto.input[index] if index < len(self.proto.input) else ""
-        return bool(name) and self.inliner.readers[name] == 1
+        for counts, defined in reversed(self.inliner.readers):
+            if not name or counts[name] != 1:
+                return False
+            if name in defined:
+                return True
+        return True
 
     def unsupported(self, message: str) -> UnsupportedError:
         return UnsupportedError(f"{self.describe()}: {message}")
@@ -191,7 +199,9 @@ class Inliner:
         self.repeats = 1                # how many times the subgraph being translated is translated (repeated)
         self.forms: dict[tuple, str] = {}   # NodeContext.form, by the node's path
         self.notes: dict = {}           # what translators tell each other about values (note, noted)
-        self.readers: Counter = Counter()   # reads of each value of the graph being run (NodeContext.only_reader)
+        # per graph being run, innermost last: its reads of each value and the values it defines
+        # (NodeContext.only_reader)
+        self.readers: list[tuple[Counter, Mapping]] = []
 
     def note(self, kind: str, value: Tensor, fact) -> None:
         """Tell later translators `fact` about `value` (translators/quantize.py, translators/nn.py)."""
@@ -276,12 +286,12 @@ class Inliner:
     def run(self, graph, env, path: tuple = ()) -> None:
         """Translate every node of `graph` (an onnx GraphProto, at `path` in the model: see
         NodeContext.path), reading and writing `env`."""
-        outer, self.readers = self.readers, reads(graph)
+        self.readers.append((reads(graph), env.maps[0] if isinstance(env, ChainMap) else env))
         try:
             for index, proto in enumerate(graph.node):
                 self.run_node(proto, env, (*path, index))
         finally:
-            self.readers = outer
+            self.readers.pop()
 
     def _opset(self, proto) -> int:
         domain = "" if proto.domain in DOMAINS else proto.domain

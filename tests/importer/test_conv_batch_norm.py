@@ -227,3 +227,25 @@ def test_a_note_about_the_graph_around_a_loop_does_not_reach_its_body(kind, chai
     got = gc.compile(gc.load_onnx(m), gc.spec(("n", 3, 4, 4)), provider="cpu")(x)
     for g, want in zip(got, ort_run(m, {"x": x})):
         np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_conv_output_read_around_a_branch_keeps_its_normalisation_in_it():
+    """An If whose condition is known at import runs its branch in the graph around it: a
+    BatchNormalization there that reads the outer Conv's output, which the outer graph also
+    returns, is not that value's only reader and stays a normalisation."""
+    stats = ["scale", "shift", "mean", "var"]
+    branch = helper.make_graph([helper.make_node("BatchNormalization", ["z", *stats], ["n"], epsilon=1e-3)],
+                               "then", [], [helper.make_tensor_value_info("n", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["z"], ["m"])], "else", [],
+                              [helper.make_tensor_value_info("m", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["z"], pads=[1, 1, 1, 1]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=other)]
+    values = params()
+    inits = [(k, v.astype(np.float32)) for k, v in values.items()] + [("cond", np.array(True))]
+    m = model(nodes, [("x", ["N", 2, 5, 5])], [("y", None), ("z", None)], inits, opset=17)
+    x = RNG.standard_normal((2, 2, 5, 5)).astype(np.float32)
+    ops = [n.op for n in trace(lambda x: gc.load_onnx(m)(x), [x]).graph.nodes.values()]
+    assert ops.count("batch_norm_inference") == 1 and ops.count("conv") == 1
+    from .helpers import ort_run
+    for got, want in zip(gc.compile(gc.load_onnx(m), gc.spec(("n", 2, 5, 5)), provider="cpu")(x), ort_run(m, {"x": x})):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
