@@ -8,7 +8,8 @@ checks the VJP rules, and from the ONNX model that ONNX Runtime runs, in float32
 own shapes and again with an axis symbolic, which checks the lowering of every
 gradient graph as it is deployed. A formula can be right while the graph that runs is wrong
 (a lowering strategy chosen by size, a symbolic batch taking another path), so both are checked.
-check_lowering compares ONNX Runtime's outputs with the reference evaluator's.
+check_lowering compares ONNX Runtime's outputs with the reference evaluator's. float64_model widens an
+ONNX model written in float32, for the same checks on an imported model.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from .errors import GcompileError
 from .frontend import pytree
@@ -309,3 +311,56 @@ def check_lowering(fn: Callable, inputs: Sequence[ArrayLike], *, rtol: float = 1
         assert g.shape == e.shape, f"output {name}: onnxruntime shape {g.shape} vs reference {e.shape}"
         np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"output {name}")
     return got
+
+
+def float64_model(proto):
+    """A copy of the ONNX model `proto` computing in float64 where it computed in float32: its float32
+    inputs, outputs, initializers, Constants (ConstantOfShape's default 0.0 too) and Cast targets
+    (subgraphs included). For gradient checks of imported models written in float32: gcompile's
+    float64 run of it (gc.load_onnx) tells a wrong translation from float32 rounding."""
+    copy = type(proto)()
+    copy.CopyFrom(proto)
+    _graph_to_float64(copy.graph)
+    return copy
+
+
+def _tensor_to_float64(t) -> None:
+    if t.data_type == TensorProto.FLOAT:
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
+
+
+def _type_to_float64(type_proto) -> None:
+    """A float32 tensor type, or the float32 tensors a sequence or optional type holds, as float64."""
+    kind = type_proto.WhichOneof("value")
+    if kind == "tensor_type" and type_proto.tensor_type.elem_type == TensorProto.FLOAT:
+        type_proto.tensor_type.elem_type = TensorProto.DOUBLE
+    elif kind == "sequence_type":
+        _type_to_float64(type_proto.sequence_type.elem_type)
+    elif kind == "optional_type":
+        _type_to_float64(type_proto.optional_type.elem_type)
+
+
+def _graph_to_float64(graph) -> None:
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        _type_to_float64(value.type)
+    for t in graph.initializer:
+        _tensor_to_float64(t)
+    for node in graph.node:
+        if node.op_type == "ConstantOfShape" and not any(a.name == "value" for a in node.attribute):
+            node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.zeros(1))))  # its 0.0f
+        for attr in node.attribute:
+            if attr.type == AttributeProto.TENSOR:
+                _tensor_to_float64(attr.t)
+            elif attr.type == AttributeProto.TYPE_PROTO:       # Optional's type
+                _type_to_float64(attr.tp)
+            elif attr.type == AttributeProto.GRAPH:
+                _graph_to_float64(attr.g)
+            elif attr.type == AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    _graph_to_float64(g)
+            elif attr.type == AttributeProto.INT and attr.name in ("to", "dtype", "output_datatype") \
+                    and attr.i == TensorProto.FLOAT:
+                attr.i = TensorProto.DOUBLE
+            elif node.op_type == "Constant" and attr.name in ("value_float", "value_floats"):
+                value = np.asarray(helper.get_attribute_value(attr), np.float64)
+                attr.CopyFrom(helper.make_attribute("value", numpy_helper.from_array(value)))

@@ -46,3 +46,38 @@ def test_malformed_held_out_names_stop_with_the_expected_form(zoo_models, spec):
 def test_an_unknown_key_stops_naming_the_keys_and_the_held_out_form(zoo_models):
     with pytest.raises(SystemExit, match="resnet50.*torchvision:NAME"):
         zoo_models.zoo_entry("resnet5O")
+
+
+@pytest.mark.parametrize("spec, label", [("transformers:causal:llama", "llama causal (held out)"),
+                                         ("transformers:image:convnext@eager", "convnext image (held out)")])
+def test_held_out_transformers_models_are_named_by_task_and_type(zoo_models, spec, label):
+    assert zoo_models.zoo_entry(spec).label == label
+
+
+@pytest.mark.parametrize("spec", ["transformers:", "transformers:causal", "transformers:causal:",
+                                  "transformers:speech:llama", "transformers:causal:@eager"])
+def test_malformed_held_out_transformers_names_stop_with_the_expected_form(zoo_models, spec):
+    with pytest.raises(SystemExit, match=r"TASK:TYPE\[@ATTENTION\], TASK one of causal"):
+        zoo_models.zoo_entry(spec)
+
+
+def test_a_small_config_is_shrunk_where_it_has_the_field(zoo_models):
+    class Config:
+        hidden_size, num_hidden_layers, num_key_value_heads, head_dim = 768, 12, None, None   # head_dim: derived
+
+        @property
+        def num_attention_heads(self):          # a derived property without a setter (Falcon's head_dim)
+            return 12
+
+        @property
+        def num_decoder_layers(self):
+            return 6
+
+        @num_decoder_layers.setter
+        def num_decoder_layers(self, value):    # a field the architecture replaces (Funnel's block sizes)
+            raise NotImplementedError("set block_sizes")
+    config = Config()
+    zoo_models._shrunk(config)
+    assert (config.hidden_size, config.num_hidden_layers, config.num_key_value_heads, config.head_dim,
+            config.num_attention_heads, config.num_decoder_layers) == (32, 2, 2, None, 12, 6)
+    assert not hasattr(config, "d_model")          # a field the architecture lacks is not added

@@ -153,28 +153,12 @@ def reference(model, x, params, w):
 def float64_diagnosis(model, proto, x) -> str:
     """The same model in float64 (its float32 constants widened) on gcompile's reference evaluator against
     PyTorch in float64: tells a translation error from float32 rounding in ONNX Runtime."""
-    import onnx
     import torch
-    from onnx import TensorProto, numpy_helper
 
     from gcompile.frontend.trace import trace
     from gcompile.ir.evaluate import evaluate
-    wide = onnx.ModelProto()
-    wide.CopyFrom(proto)
-    graph = wide.graph
-    for t in graph.initializer:
-        if t.data_type == TensorProto.FLOAT:
-            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
-    for v in list(graph.input) + list(graph.output) + list(graph.value_info):
-        if v.type.tensor_type.elem_type == TensorProto.FLOAT:
-            v.type.tensor_type.elem_type = TensorProto.DOUBLE
-    for node in graph.node:
-        for a in node.attribute:
-            if a.name == "to" and a.i == TensorProto.FLOAT:
-                a.i = TensorProto.DOUBLE
-            elif a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.FLOAT:
-                a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float64)))
-    f = gc.load_onnx(wide)
+    from gcompile.testing import float64_model
+    f = gc.load_onnx(float64_model(proto))
     torch64 = copy.deepcopy(model).double()
     xd = x.double().requires_grad_(True)
     y = torch64(xd)

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from gcompile.testing import float64_model as as_float64  # noqa: F401 (the tests' name for it)
+
 ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE}
 
 
@@ -102,59 +104,6 @@ def small_memory(peak=64 << 20, headroom=1 << 30):
         finally:
             tracemalloc.stop()
     assert used < peak, f"peak {used} bytes"
-
-
-def as_float64(proto):
-    """A copy of `proto` computing in float64 where it computed in float32: its float32 inputs, outputs,
-    initializers, Constants (ConstantOfShape's default 0.0 too) and Cast targets (subgraphs included),
-    for float64 gradient checks of models written in float32."""
-    copy = type(proto)()
-    copy.CopyFrom(proto)
-    _graph_to_float64(copy.graph)
-    return copy
-
-
-def _tensor_to_float64(t) -> None:
-    if t.data_type == TensorProto.FLOAT:
-        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
-
-
-def _type_to_float64(type_proto) -> None:
-    """A float32 tensor type, or the float32 tensors a sequence or optional type holds, as float64."""
-    kind = type_proto.WhichOneof("value")
-    if kind == "tensor_type" and type_proto.tensor_type.elem_type == TensorProto.FLOAT:
-        type_proto.tensor_type.elem_type = TensorProto.DOUBLE
-    elif kind == "sequence_type":
-        _type_to_float64(type_proto.sequence_type.elem_type)
-    elif kind == "optional_type":
-        _type_to_float64(type_proto.optional_type.elem_type)
-
-
-def _graph_to_float64(graph) -> None:
-    from onnx import AttributeProto
-    for value in [*graph.input, *graph.output, *graph.value_info]:
-        _type_to_float64(value.type)
-    for t in graph.initializer:
-        _tensor_to_float64(t)
-    for node in graph.node:
-        if node.op_type == "ConstantOfShape" and not any(a.name == "value" for a in node.attribute):
-            node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.zeros(1))))  # its 0.0f
-        for attr in node.attribute:
-            if attr.type == AttributeProto.TENSOR:
-                _tensor_to_float64(attr.t)
-            elif attr.type == AttributeProto.TYPE_PROTO:       # Optional's type
-                _type_to_float64(attr.tp)
-            elif attr.type == AttributeProto.GRAPH:
-                _graph_to_float64(attr.g)
-            elif attr.type == AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    _graph_to_float64(g)
-            elif attr.type == AttributeProto.INT and attr.name in ("to", "dtype", "output_datatype") \
-                    and attr.i == TensorProto.FLOAT:
-                attr.i = TensorProto.DOUBLE
-            elif node.op_type == "Constant" and attr.name in ("value_float", "value_floats"):
-                value = np.asarray(helper.get_attribute_value(attr), np.float64)
-                attr.CopyFrom(helper.make_attribute("value", numpy_helper.from_array(value)))
 
 
 def assert_outputs_match(got, expected, tol: float) -> None:

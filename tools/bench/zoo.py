@@ -72,8 +72,13 @@ def prepare(name: str, small: bool):
                 module(**{k: torch.randn(v.shape, generator=gen) if v.is_floating_point() else v
                           for k, v in inputs.items()})
     module.eval()
-    with torch.no_grad():
-        logits = module(**inputs)
+    logits = module(**inputs)
+    # parameters the logits do not read (a pooler beside a masked-LM head) are frozen: the exporter
+    # leaves them out, and torch.autograd.grad refuses them
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p, g in zip(params, torch.autograd.grad(logits.sum(), params, allow_unused=True)):
+        if g is None:
+            p.requires_grad_(False)
     labels = torch.randint(0, classes, logits.shape[:-1], generator=gen)
     return module, inputs, labels
 
@@ -106,6 +111,7 @@ def export(name: str, small: bool, folder: str) -> dict:
               if p.requires_grad]
     trained = [p for p in module.parameters() if p.requires_grad]
     meta = {"name": name, "small": small, "inputs": list(inputs), "params": params,
+            "frozen": [n for n, p in module.named_parameters() if not p.requires_grad],
             "param_count": sum(p.numel() for p in trained),
             "weights_mb": sum(p.numel() * p.element_size() for p in trained) / 2**20,
             "export_s": export_s}
@@ -181,6 +187,8 @@ def torch_module(folder: str):
         module.get_submodule(owner).register_buffer(attr, tensor, persistent=False)
     if hasattr(module.model, "tie_weights"):
         module.model.tie_weights()
+    for name in meta.get("frozen", ()):
+        module.get_parameter(name).requires_grad_(False)
     return module.eval()
 
 

@@ -10,6 +10,7 @@ compute the same function.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -216,11 +217,86 @@ def held_out(spec: str) -> ZooModel:
     return ZooModel(f"{name} (held out)", f"batch {int(batch or 8)}, {size}²", build)
 
 
+# transformers' model classes by the task a "transformers:TASK:TYPE" name gives, and what each is fed:
+# token ids, token ids and decoder token ids, images or raw audio
+TRANSFORMERS_TASKS = {"causal": ("AutoModelForCausalLM", "tokens"), "masked": ("AutoModelForMaskedLM", "tokens"),
+                      "seqcls": ("AutoModelForSequenceClassification", "tokens"),
+                      "tokcls": ("AutoModelForTokenClassification", "tokens"),
+                      "seq2seq": ("AutoModelForSeq2SeqLM", "seq2seq"),
+                      "image": ("AutoModelForImageClassification", "images"), "ctc": ("AutoModelForCTC", "audio")}
+HELD_OUT_TRANSFORMERS = "transformers:"
+# A held-out transformers model's small size: these config fields wherever the architecture has them
+# (through the config's own aliases: n_embd, d_model, ...). Image models keep their widths (their
+# stages' widths are lists that must agree with one another) and take 64x64 images.
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+            vocab_size=128, max_position_embeddings=64, d_model=32, encoder_layers=2, decoder_layers=2,
+            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, d_ff=64,
+            d_kv=8, num_layers=2, num_encoder_layers=2, num_decoder_layers=2, num_heads=4, head_dim=8,
+            block_sizes=[1, 1], pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=0)
+TINY_IMAGE = 64
+
+
+def _shrunk(config) -> None:
+    for key, value in TINY.items():
+        if hasattr(config, key) and (key != "head_dim" or config.head_dim is not None):   # None: from the width
+            # a derived property (Falcon's head_dim), a field the architecture replaces (Funnel's layers)
+            with contextlib.suppress(AttributeError, NotImplementedError):
+                setattr(config, key, value)
+
+
+def held_out_transformers(spec: str) -> ZooModel:
+    """A transformers architecture "transformers:TASK:TYPE[@ATTENTION]" (TYPE as transformers' AutoConfig
+    names it, TASK one of TRANSFORMERS_TASKS, ATTENTION an attn_implementation such as eager, else
+    transformers' default) with its default config (random weights), or shrunk to TINY (small). Fed
+    2 sequences of 128 tokens (16 small; a sequence-to-sequence model's decoder 64, 8 small), 8
+    images at the config's size (2 at 64x64 small) or 2 clips of 16,000 samples (4,000 small)."""
+    task, _, kind = spec[len(HELD_OUT_TRANSFORMERS):].partition(":")
+    kind, _, attention = kind.partition("@")
+    if task not in TRANSFORMERS_TASKS or not kind:
+        raise SystemExit(f"{spec!r}: expected {HELD_OUT_TRANSFORMERS}TASK:TYPE[@ATTENTION], TASK one of "
+                         + ", ".join(TRANSFORMERS_TASKS))
+    auto, fed = TRANSFORMERS_TASKS[task]
+
+    def build(small: bool):
+        import torch
+        tf = _transformers()
+        if kind not in tf.CONFIG_MAPPING:
+            raise SystemExit(f"transformers has no model type {kind!r}")
+        config = tf.AutoConfig.for_model(kind)
+        if small and fed != "images":
+            _shrunk(config)
+        if hasattr(config, "use_cache"):
+            config.use_cache = False
+        if task == "seqcls" and getattr(config, "pad_token_id", None) is None:
+            config.pad_token_id = 0           # a decoder's classifier reads each sequence's last token before padding
+        labels = config.vocab_size if fed in ("seq2seq", "audio") or task in ("causal", "masked") else config.num_labels
+        if fed == "images":
+            given = getattr(config, "image_size", 224)
+            size = TINY_IMAGE if small else given[0] if isinstance(given, (list, tuple)) else given
+            if small and hasattr(config, "image_size"):
+                config.image_size = [size] * len(given) if isinstance(given, (list, tuple)) else size
+            inputs = {"pixel_values": torch.randn(2 if small else 8, getattr(config, "num_channels", 3), size, size,
+                                                  generator=_generator())}
+        elif fed == "audio":
+            inputs = {"input_values": torch.randn(2, 4000 if small else 16000, generator=_generator())}
+        else:
+            inputs = _tokens(2, 16 if small else 128, config.vocab_size)
+            if fed == "seq2seq":
+                inputs.update(_tokens(2, 8 if small else 64, config.vocab_size, "decoder_input_ids"))
+        model_class = getattr(tf, auto)
+        chosen = {"attn_implementation": attention} if attention else {}
+        return lambda: logits_of(model_class.from_config(config, **chosen)), inputs, labels
+    return ZooModel(f"{kind} {task} (held out)", "its default config", build)
+
+
 def zoo_entry(name: str) -> ZooModel:
-    """MODELS[name], or the held-out torchvision model `name` names (held_out)."""
+    """MODELS[name], or the held-out torchvision or transformers model `name` names (held_out,
+    held_out_transformers)."""
     if name.startswith(HELD_OUT):
         return held_out(name)
+    if name.startswith(HELD_OUT_TRANSFORMERS):
+        return held_out_transformers(name)
     if name not in MODELS:
-        raise SystemExit(f"unknown model {name}: one of {', '.join(MODELS)}, or {HELD_OUT}NAME[@BATCH] "
-                         "for any torchvision classification model")
+        raise SystemExit(f"unknown model {name}: one of {', '.join(MODELS)}, {HELD_OUT}NAME[@BATCH] "
+                         f"for any torchvision classification model, or {HELD_OUT_TRANSFORMERS}TASK:TYPE[@ATTENTION]")
     return MODELS[name]
