@@ -44,8 +44,8 @@ from tools.bench.zoo_models import HELD_OUT_TRANSFORMERS  # noqa: E402
 
 # Architectures that transformers 5.x builds and PyTorch 2.13's exporter exports at the small size, by task.
 MODELS = {
-    "causal": "gpt2,llama,mistral,qwen2,qwen3,phi,phi3,gemma,gemma2,gemma3_text,gpt_neo,gpt_neox,opt,bloom,mpt,"
-              "stablelm,olmo,olmo2,granite,cohere,starcoder2,biogpt,gpt_bigcode,persimmon,mamba,falcon_mamba,rwkv,"
+    "causal": "gpt2,llama,mistral,falcon,gptj,codegen,qwen2,qwen3,phi,phi3,gemma,gemma2,gemma3_text,gpt_neo,"
+              "gpt_neox,opt,bloom,mpt,stablelm,olmo,olmo2,granite,cohere,starcoder2,biogpt,gpt_bigcode,persimmon,mamba,falcon_mamba,rwkv,"
               "ctrl,glm,helium,smollm3,exaone4,ernie4_5,arcee,seed_oss,nemotron,bitnet",
     "masked": "bert,roberta,albert,electra,distilbert,deberta,deberta-v2,xlm-roberta,mpnet,funnel,camembert,ernie,"
               "roformer,megatron-bert,convbert,nystromformer,ibert,modernbert,rembert,data2vec-text,flaubert,xlm,"
@@ -142,7 +142,10 @@ def check(spec: str) -> dict:
             return {"model": spec, "status": "gcompile failed", "why": f"{type(e).__name__}: {str(e)[:600]}",
                     "traceback": traceback.format_exc()[-2000:]}
         torch32 = _torch_grads(module, inputs, labels)
-        reference = _torch_grads(*_wide(module, inputs), labels)
+        try:
+            reference = _torch_grads(*_wide(module, inputs), labels)
+        except Exception as e:      # (XGLM's mask fills with float32's minimum, which float64 tensors refuse)
+            return {"model": spec, "status": "no float64 reference", "why": f"{type(e).__name__}: {str(e)[:300]}"}
         total = np.sqrt(sum(float(np.sum(r ** 2)) for r in reference))
         failing, worst = [], 0.0
         for i, (g, t, r) in enumerate(zip(ours, torch32, reference)):

@@ -231,7 +231,7 @@ HELD_OUT_TRANSFORMERS = "transformers:"
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
             vocab_size=128, max_position_embeddings=64, d_model=32, encoder_layers=2, decoder_layers=2,
             encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, d_ff=64,
-            d_kv=8, num_layers=2, num_encoder_layers=2, num_decoder_layers=2, num_heads=4, head_dim=8,
+            d_kv=8, num_layers=2, num_encoder_layers=2, num_decoder_layers=2, num_heads=4, head_dim=8, rotary_dim=8,
             block_sizes=[1, 1], pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=0)
 TINY_IMAGE = 64
 
