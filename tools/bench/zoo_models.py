@@ -237,6 +237,7 @@ TINY_IMAGE = 64
 
 
 def _shrunk(config) -> None:
+    """`config` at TINY's sizes, in place."""
     for key, value in TINY.items():
         if hasattr(config, key) and (key != "head_dim" or config.head_dim is not None):   # None: from the width
             # a derived property (Falcon's head_dim), a field the architecture replaces (Funnel's layers)
@@ -256,6 +257,8 @@ def held_out_transformers(spec: str) -> ZooModel:
         raise SystemExit(f"{spec!r}: expected {HELD_OUT_TRANSFORMERS}TASK:TYPE[@ATTENTION], TASK one of "
                          + ", ".join(TRANSFORMERS_TASKS))
     auto, fed = TRANSFORMERS_TASKS[task]
+    fed_as = {"tokens": "batch 2, sequence 128", "seq2seq": "batch 2, 128 + 64 tokens",
+              "images": "batch 8 at its image size", "audio": "2 clips of 16,000 samples"}[fed]
 
     def build(small: bool):
         import torch
@@ -286,7 +289,7 @@ def held_out_transformers(spec: str) -> ZooModel:
         model_class = getattr(tf, auto)
         chosen = {"attn_implementation": attention} if attention else {}
         return lambda: logits_of(model_class.from_config(config, **chosen)), inputs, labels
-    return ZooModel(f"{kind} {task} (held out)", "its default config", build)
+    return ZooModel(f"{kind} {task} (held out)", f"default config, {fed_as}", build)
 
 
 def zoo_entry(name: str) -> ZooModel:
