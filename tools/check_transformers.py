@@ -4,7 +4,8 @@ and compare gcompile's gradient of every parameter with PyTorch's.
 Not part of the test suite (it needs torch and transformers; the tests use the tiny fixtures of
 tools/make_model_fixtures.py). Run where the `bench` extra is installed:
 
-    PYTHONPATH=. python tools/check_transformers.py [--models causal:llama,image:convnext] [--json out.json]
+    PYTHONPATH=. python tools/check_transformers.py [--models causal:llama,image:convnext] [--second-order]
+        [--json out.json]
 
 Each model is a held-out zoo entry, "TASK:TYPE" (tools/bench/zoo_models.py, held_out_transformers):
 transformers' default config for TYPE shrunk to a width of 32 and two layers (image models keep their
@@ -12,13 +13,19 @@ widths and take 64x64 images), random weights, and the zoo's training step (tool
 exported with `torch.onnx.export(dynamo=True, optimize=False)`, softmax cross-entropy of the logits,
 the gradient w.r.t. every parameter the logits read. Every parameter's gradient from gcompile
 (float32, ONNX Runtime) is compared with PyTorch's in float64: it passes within 10 times PyTorch's own
-float32 error plus 1e-6 of the whole gradient's norm. A model that fails that gets two diagnoses:
+float32 error plus 1e-6 of the whole gradient's norm. With --second-order the step also takes the
+Hessian-vector product along a random direction of every parameter, against PyTorch's double
+backward (eager attention: PyTorch's fused CPU attention has no second derivative), to the same bar.
+A model that fails that gets two diagnoses:
   - float64: the exported model widened to float64 (gcompile.testing.float64_model) through gcompile's
     reference evaluator, against PyTorch in float64. Agreement says the translation is right and
     float32 rounding moved the gradient (a ReLU input within rounding of 0 decided the other way).
   - derivative: a float64 central difference of PyTorch's loss along a random direction of the failing
-    parameters, against gcompile's and PyTorch's float64 gradients. A model whose autograd.Function
-    writes its own approximate backward (YOSO) fails here on PyTorch's side, not on gcompile's.
+    parameters, against gcompile's and PyTorch's float64 gradients (and of PyTorch's float64 gradient
+    along the product's direction, against both products). A model whose autograd.Function writes its
+    own approximate backward (YOSO) fails here on PyTorch's side, not on gcompile's; so does the
+    second derivative of PyTorch 2.13's weight norm (wav2vec 2.0's positional convolution), which
+    fails PyTorch's own gradgradcheck.
 A model PyTorch cannot build or export is reported as such and is not gcompile's failure. Prints one
 line per model and a summary; exits 1 if a model failed in gcompile or mismatched without a diagnosis
 clearing it.
@@ -61,68 +68,120 @@ MODELS = {
 TOLERANCE, FLOOR = 10.0, 1e-6
 
 
-def _torch_grads(module, inputs: dict, labels) -> list:
-    return [g.numpy() for g in zoo.torch_step(module, inputs, labels)()[1]]
-
-
 def _wide(module, inputs: dict):
     return copy.deepcopy(module).double(), {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
 
 
-def float64_diagnosis(folder: str, meta: dict, arrays: list, labels, reference: list) -> float:
-    """gcompile's float64 gradients (widened model, reference evaluator) against PyTorch's float64 ones:
-    the largest parameter's difference over the norm of the whole gradient."""
+def torch_quantities(module, inputs: dict, labels, directions: list | None = None) -> dict:
+    """PyTorch's gradients of the zoo's loss w.r.t. the trained parameters ("gradient") and, given a
+    direction per parameter, the Hessian-vector product along them ("hvp"), as numpy arrays in the
+    module's precision."""
+    import torch
+    params = [p for p in module.parameters() if p.requires_grad]
+    loss = torch.nn.functional.cross_entropy(module(**inputs).flatten(0, -2), labels.flatten())
+    grads = torch.autograd.grad(loss, params, create_graph=directions is not None)
+    out = {"gradient": [g.detach().numpy() for g in grads]}
+    if directions is not None:
+        along = sum((g * torch.from_numpy(v).to(g.dtype)).sum() for g, v in zip(grads, directions))
+        out["hvp"] = [h.numpy() for h in torch.autograd.grad(along, params)]
+    return out
+
+
+def compare(ours: list, torch32: list, reference: list) -> tuple[list[int], float]:
+    """The tensors where gcompile misses the bar, and the worst ratio of its error to the bar's scale."""
+    total = np.sqrt(sum(float(np.sum(r ** 2)) for r in reference))
+    failing, worst = [], 0.0
+    for i, (g, t, r) in enumerate(zip(ours, torch32, reference)):
+        ours_err, torch_err = float(np.linalg.norm(g - r)), float(np.linalg.norm(t - r))
+        worst = max(worst, ours_err / (torch_err + FLOOR * total))
+        if ours_err > TOLERANCE * torch_err + FLOOR * total:
+            failing.append(i)
+    return failing, worst
+
+
+def float64_diagnosis(folder: str, meta: dict, arrays: list, labels, directions, reference: dict) -> dict:
+    """gcompile's float64 quantities (the widened model through the zoo's training_step on the
+    reference evaluator) against PyTorch's float64 ones: for each, the largest tensor's difference
+    over the norm of the whole quantity."""
     import onnx
 
     import gcompile as gc
-    import gcompile.functions as F
     from gcompile.frontend.trace import trace
     from gcompile.ir.evaluate import evaluate
     from gcompile.testing import float64_model
     model = gc.load_onnx(float64_model(onnx.load(os.path.join(folder, "model.onnx"))))
     values = [*(a.astype(np.float64) if a.dtype.kind == "f" else a for a in arrays), labels,
-              *(model.params[n] for n in meta["params"])]
-    count = len(arrays)
-
-    def step(*args):
-        ps = list(args[count + 1:])
-        logits = model(*args[:count], params=dict(zip(meta["params"], ps)))
-        return gc.grad(F.softmax_cross_entropy(logits, args[count]), ps)
-    got = evaluate(trace(step, values).graph, values)
-    total = np.sqrt(sum(float(np.sum(r ** 2)) for r in reference))
-    return max(float(np.linalg.norm(g - r)) for g, r in zip(got, reference)) / total
+              *(model.params[n] for n in meta["params"]),
+              *(v.astype(np.float64) for v in directions or ())]
+    step = zoo.training_step(model, meta["params"], len(arrays), second_order=directions is not None)
+    count = len(meta["params"])
+    got = evaluate(trace(step, values).graph, values)[1:]
+    found = {"gradient": got[:count], "hvp": got[count:]}
+    return {name: max(float(np.linalg.norm(g - r)) for g, r in zip(found[name], expected))
+            / np.sqrt(sum(float(np.sum(r ** 2)) for r in expected)) for name, expected in reference.items()}
 
 
-def derivative_diagnosis(module, inputs: dict, labels, failing: list[int], ours: list, reference: list) -> dict:
-    """A float64 central difference of PyTorch's loss along a random direction v of the failing
-    parameters, against gcompile's and PyTorch's float64 gradients along v (relative differences)."""
+def _central(wide, wide_inputs: dict, labels, direction: dict, of_loss: bool) -> np.ndarray:
+    """The float64 central difference, along `direction` ({parameter index: array}), of the loss
+    (of_loss) or of PyTorch's gradient of it (all parameters' gradients flattened together)."""
     import torch
-    wide, wide_inputs = _wide(module, inputs)
     params = [p for p in wide.parameters() if p.requires_grad]
-    gen = np.random.default_rng(0)
-    direction = {i: gen.standard_normal(params[i].shape) for i in failing}
-    scale = 1e-6 * max(float(params[i].detach().abs().max()) for i in failing) or 1e-6
-
-    def loss(sign: float) -> float:
+    scale = 1e-6 * max(float(params[i].detach().abs().max()) for i in direction) or 1e-6
+    values = []
+    for sign in (1.0, -1.0):
         with torch.no_grad():
             for i, v in direction.items():
                 params[i].add_(torch.from_numpy(sign * scale * v))
-            value = float(torch.nn.functional.cross_entropy(wide(**wide_inputs).flatten(0, -2), labels.flatten()))
+        if of_loss:
+            with torch.no_grad():
+                values.append(np.asarray(float(torch.nn.functional.cross_entropy(
+                    wide(**wide_inputs).flatten(0, -2), labels.flatten()))))
+        else:
+            values.append(np.concatenate([g.ravel() for g in torch_quantities(wide, wide_inputs, labels)["gradient"]]))
+        with torch.no_grad():
             for i, v in direction.items():
                 params[i].sub_(torch.from_numpy(sign * scale * v))
-        return value
-    central = (loss(1.0) - loss(-1.0)) / (2 * scale)
-    along = {name: sum(float(np.sum(np.asarray(g[i], np.float64) * v)) for i, v in direction.items())
-             for name, g in (("gcompile", ours), ("torch64", reference))}
-    size = max(abs(central), 1e-30)
-    return {name: abs(value - central) / size for name, value in along.items()}
+    return (values[0] - values[1]) / (2 * scale)
 
 
-def check(spec: str) -> dict:
+def derivative_diagnosis(module, inputs: dict, labels, ours: dict, reference: dict, failing: list[int],
+                         directions: list | None) -> dict:
+    """Float64 central differences: of PyTorch's loss along a random direction of the gradient's
+    failing tensors, against gcompile's and PyTorch's float64 gradients along it ("gradient"); and,
+    with `directions`, of PyTorch's float64 gradient along them, against both Hessian-vector products
+    ("hvp"). Each as the relative differences {"gcompile": ..., "torch64": ...}."""
+    wide, wide_inputs = _wide(module, inputs)
+    shapes = [p.shape for p in wide.parameters() if p.requires_grad]
+    gen = np.random.default_rng(0)
+    found = {}
+    if failing:
+        direction = {i: gen.standard_normal(shapes[i]) for i in failing}
+        central = _central(wide, wide_inputs, labels, direction, of_loss=True)
+        along = {name: np.asarray(sum(float(np.sum(np.asarray(g[i], np.float64) * v)) for i, v in direction.items()))
+                 for name, g in (("gcompile", ours["gradient"]), ("torch64", reference["gradient"]))}
+        found["gradient"] = _relative(along, central)
+    if directions is not None:
+        direction = {i: v.astype(np.float64) for i, v in enumerate(directions)}
+        central = _central(wide, wide_inputs, labels, direction, of_loss=False)
+        along = {name: np.concatenate([np.asarray(h, np.float64).ravel() for h in products])
+                 for name, products in (("gcompile", ours["hvp"]), ("torch64", reference["hvp"]))}
+        found["hvp"] = _relative(along, central)
+    return found
+
+
+def _relative(values: dict, central: np.ndarray) -> dict:
+    size = max(float(np.linalg.norm(central)), 1e-30)
+    return {name: float(np.linalg.norm(value - central)) / size for name, value in values.items()}
+
+
+def check(spec: str, second_order: bool = False) -> dict:
     """One model: its row (status, figures, diagnoses). A model that PyTorch does not export with
     transformers' default attention is tried again with its eager attention (plain products and a
-    softmax), as "TYPE@eager"."""
+    softmax), as "TYPE@eager"; with `second_order` every model takes its eager attention (PyTorch's
+    fused attention on the CPU has no second derivative)."""
     import torch
+    if second_order and "@" not in spec:
+        spec += "@eager"
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="gcompile-transformers-") as folder:
         try:
@@ -130,39 +189,42 @@ def check(spec: str) -> dict:
         except (Exception, SystemExit) as e:
             if "@" in spec:
                 return {"model": spec, "status": "not exported", "why": f"{type(e).__name__}: {str(e)[:300]}"}
-            return check(spec + "@eager")
+            return check(spec + "@eager", second_order)
         module = zoo.torch_module(folder)
         arrays, labels = zoo.load_inputs(folder)
         inputs = {k: torch.from_numpy(v) for k, v in zip(meta["inputs"], arrays)}
         labels = torch.from_numpy(labels)
+        trained = [p for p in module.parameters() if p.requires_grad]
+        gen = np.random.default_rng(1)
+        directions = [gen.standard_normal(p.shape).astype(np.float32) for p in trained] if second_order else None
         try:
-            cf, args = zoo.gcompile_step(folder)
-            ours = list(cf(*args)[1])
+            cf, args = zoo.gcompile_step(folder, directions=directions)
+            out = cf(*args)
         except (Exception, SystemExit) as e:
             return {"model": spec, "status": "gcompile failed", "why": f"{type(e).__name__}: {str(e)[:600]}",
                     "traceback": traceback.format_exc()[-2000:]}
-        torch32 = _torch_grads(module, inputs, labels)
+        ours = {"gradient": list(out[1]), **({"hvp": list(out[2])} if second_order else {})}
         try:
-            reference = _torch_grads(*_wide(module, inputs), labels)
+            torch32 = torch_quantities(module, inputs, labels, directions)
+            reference = torch_quantities(*_wide(module, inputs), labels, directions)
         except Exception as e:      # (XGLM's mask fills with float32's minimum, which float64 tensors refuse)
-            return {"model": spec, "status": "no float64 reference", "why": f"{type(e).__name__}: {str(e)[:300]}"}
-        total = np.sqrt(sum(float(np.sum(r ** 2)) for r in reference))
-        failing, worst = [], 0.0
-        for i, (g, t, r) in enumerate(zip(ours, torch32, reference)):
-            ours_err, torch_err = float(np.linalg.norm(g - r)), float(np.linalg.norm(t - r))
-            worst = max(worst, ours_err / (torch_err + FLOOR * total))
-            if ours_err > TOLERANCE * torch_err + FLOOR * total:
-                failing.append(i)
-        row = {"model": spec, "status": "ok", "params": meta["param_count"], "tensors": len(ours),
-               "worst_over_torch32": worst, "seconds": 0.0}
+            return {"model": spec, "status": "no PyTorch reference", "why": f"{type(e).__name__}: {str(e)[:300]}"}
+        row: dict = {"model": spec, "status": "ok", "params": meta["param_count"], "tensors": len(ours["gradient"])}
+        failing = {}
+        for name in ours:
+            missed, row[f"worst_{name}"] = compare(ours[name], torch32[name], reference[name])
+            if missed:
+                failing[name] = missed
         if failing:
-            row.update(status="mismatch", failing=[meta["params"][i] for i in failing[:8]],
-                       failing_count=len(failing))
-            row["float64"] = float64_diagnosis(folder, meta, arrays, labels.numpy(), reference)
-            row["derivative"] = derivative_diagnosis(module, inputs, labels, failing, ours, reference)
-            if row["derivative"]["torch64"] > 1e-4 >= row["derivative"]["gcompile"]:
-                row["status"] = "ok (PyTorch's backward is not its forward's derivative)"
-            elif row["float64"] < 1e-8:
+            row.update(status="mismatch", failing={name: [meta["params"][i] for i in missed[:8]] + [len(missed)]
+                                                   for name, missed in failing.items()})
+            row["float64"] = float64_diagnosis(folder, meta, arrays, labels.numpy(), directions, reference)
+            found = row["derivative"] = derivative_diagnosis(module, inputs, labels, ours, reference,
+                                                             failing.get("gradient", []),
+                                                             directions if "hvp" in failing else None)
+            if all(found[name]["torch64"] > 1e-4 >= found[name]["gcompile"] for name in failing):
+                row["status"] = "ok (PyTorch's derivative is not its forward's; gcompile's is)"
+            elif all(row["float64"][name] < 1e-8 for name in failing):
                 row["status"] = "ok (float32 rounding: gcompile in float64 agrees)"
     row["seconds"] = time.perf_counter() - t0
     return row
@@ -172,13 +234,15 @@ def line(row: dict) -> str:
     text = f"{row['model']:28s} {row['status']}"
     if "why" in row:
         return text + ": " + row["why"].splitlines()[0][:200]
-    text += f" ({row['params']:,} parameters in {row['tensors']} tensors, worst {row['worst_over_torch32']:.2f}x " \
-            "PyTorch's float32 error"
-    if "float64" in row:
-        d = row["derivative"]
-        text += f"; {row['failing_count']} over the bar, e.g. {row['failing'][0]}; float64 through gcompile within " \
-                f"{row['float64']:.1e}; along a direction: gcompile {d['gcompile']:.1e}, PyTorch float64 " \
-                f"{d['torch64']:.1e} from the central difference"
+    worst = ", ".join(f"{name} {row['worst_' + name]:.2f}x" for name in ("gradient", "hvp") if "worst_" + name in row)
+    text += f" ({row['params']:,} parameters in {row['tensors']} tensors; worst against PyTorch's float32 error: " \
+            + worst
+    for name, names in row.get("failing", {}).items():
+        text += f"; {name}: {names[-1]} tensors over the bar (e.g. {names[0]}), float64 through gcompile within " \
+                f"{row['float64'][name]:.1e}"
+        if name in row["derivative"]:
+            d = row["derivative"][name]
+            text += f", from a central difference gcompile {d['gcompile']:.1e} and PyTorch float64 {d['torch64']:.1e}"
     return text + f"; {row['seconds']:.0f} s)"
 
 
@@ -186,13 +250,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", help="TASK:TYPE,... (default: every model of MODELS)")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--second-order", action="store_true",
+                    help="also the Hessian-vector product along a random direction of every parameter")
     a = ap.parse_args()
     specs = a.models.split(",") if a.models else [f"{task}:{kind}" for task, kinds in MODELS.items()
                                                   for kind in kinds.split(",")]
     warnings.filterwarnings("ignore")
     rows = []
     for spec in specs:
-        rows.append(check(spec))
+        rows.append(check(spec, a.second_order))
         print(line(rows[-1]), flush=True)
     counts: dict = {}
     for row in rows:

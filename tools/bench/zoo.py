@@ -129,11 +129,31 @@ def load_inputs(folder: str) -> tuple[list, object]:
 
 
 # -- the two systems' steps ---------------------------------------------------------------------------------
-def gcompile_step(folder: str, **options):
-    """(compiled step, its arguments): the step of the module's docstring on the exported model.
-    The arguments hold the model's own parameter arrays (the caller's copy of the weights)."""
+def training_step(model, names: list[str], count: int, second_order: bool = False):
+    """The step of the module's docstring on the imported `model` (gc.load_onnx) as a function of
+    (its `count` inputs, the labels, the parameters `names`): the loss and its gradients. With
+    `second_order` it also takes a direction per parameter and returns the Hessian-vector product
+    along them as well (the gradient of <gradients, directions>)."""
     import gcompile as gc
     import gcompile.functions as F
+
+    def step(*args):
+        ps = list(args[count + 1:count + 1 + len(names)])
+        logits = model(*args[:count], params=dict(zip(names, ps)))
+        loss = F.softmax_cross_entropy(logits, args[count])
+        grads = gc.grad(loss, ps)
+        if not second_order:
+            return loss, grads
+        along = F.add_n([F.sum(g * v) for g, v in zip(grads, args[count + 1 + len(names):])])
+        return loss, grads, gc.grad(along, ps)
+    return step
+
+
+def gcompile_step(folder: str, directions: list | None = None, **options):
+    """(compiled step, its arguments): the step of the module's docstring on the exported model
+    (training_step; with `directions`, one array per parameter, its second-order form). The
+    arguments hold the model's own parameter arrays (the caller's copy of the weights)."""
+    import gcompile as gc
     with open(os.path.join(folder, "meta.json")) as f:
         meta = json.load(f)
     model = gc.load_onnx(os.path.join(folder, "model.onnx"))
@@ -143,14 +163,8 @@ def gcompile_step(folder: str, **options):
     if missing:
         raise SystemExit(f"{meta['name']}: parameters not stored as initializers by the exporter: {missing[:5]}")
     inputs, labels = load_inputs(folder)
-    count = len(inputs)
-
-    def step(*args):
-        ps = list(args[count + 1:])
-        logits = model(*args[:count], params=dict(zip(names, ps)))
-        loss = F.softmax_cross_entropy(logits, args[count])
-        return loss, gc.grad(loss, ps)
-    args = [*inputs, labels, *(params[n] for n in names)]
+    step = training_step(model, names, len(inputs), second_order=directions is not None)
+    args = [*inputs, labels, *(params[n] for n in names), *(directions or ())]
     del params
     return gc.compile(step, *args, provider="cpu", name=meta["name"], **options), args
 
