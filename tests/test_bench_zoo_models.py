@@ -1,5 +1,6 @@
-"""The zoo's model names (tools/bench/zoo_models.py): its own keys and torchvision:NAME[@BATCH] for
-a held-out torchvision model, read without importing torch (nothing here builds or times a model)."""
+"""The zoo's model names (tools/bench/zoo_models.py): its own keys, torchvision:NAME[@BATCH] for a
+held-out torchvision model and transformers:TASK:TYPE[@ATTENTION] for a held-out transformers one,
+read without importing torch (nothing here builds or times a model), and the small size's shrinking."""
 import importlib.util
 import os
 import sys

@@ -33,7 +33,6 @@ clearing it.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import sys
@@ -68,17 +67,13 @@ MODELS = {
 TOLERANCE, FLOOR = 10.0, 1e-6
 
 
-def _wide(module, inputs: dict):
-    return copy.deepcopy(module).double(), {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
-
-
 def torch_quantities(module, inputs: dict, labels, directions: list | None = None) -> dict:
     """PyTorch's gradients of the zoo's loss w.r.t. the trained parameters ("gradient") and, given a
     direction per parameter, the Hessian-vector product along them ("hvp"), as numpy arrays in the
     module's precision."""
     import torch
     params = [p for p in module.parameters() if p.requires_grad]
-    loss = torch.nn.functional.cross_entropy(module(**inputs).flatten(0, -2), labels.flatten())
+    loss = zoo.torch_loss(module, inputs, labels)
     grads = torch.autograd.grad(loss, params, create_graph=directions is not None)
     out = {"gradient": [g.detach().numpy() for g in grads]}
     if directions is not None:
@@ -134,8 +129,7 @@ def _central(wide, wide_inputs: dict, labels, direction: dict, of_loss: bool) ->
                 params[i].add_(torch.from_numpy(sign * scale * v))
         if of_loss:
             with torch.no_grad():
-                values.append(np.asarray(float(torch.nn.functional.cross_entropy(
-                    wide(**wide_inputs).flatten(0, -2), labels.flatten()))))
+                values.append(np.asarray(float(zoo.torch_loss(wide, wide_inputs, labels))))
         else:
             values.append(np.concatenate([g.ravel() for g in torch_quantities(wide, wide_inputs, labels)["gradient"]]))
         with torch.no_grad():
@@ -150,7 +144,7 @@ def derivative_diagnosis(module, inputs: dict, labels, ours: dict, reference: di
     failing tensors, against gcompile's and PyTorch's float64 gradients along it ("gradient"); and,
     with `directions`, of PyTorch's float64 gradient along them, against both Hessian-vector products
     ("hvp"). Each as the relative differences {"gcompile": ..., "torch64": ...}."""
-    wide, wide_inputs = _wide(module, inputs)
+    wide, wide_inputs = zoo.widened(module, inputs)
     shapes = [p.shape for p in wide.parameters() if p.requires_grad]
     gen = np.random.default_rng(0)
     found = {}
@@ -206,7 +200,7 @@ def check(spec: str, second_order: bool = False) -> dict:
         ours = {"gradient": list(out[1]), **({"hvp": list(out[2])} if second_order else {})}
         try:
             torch32 = torch_quantities(module, inputs, labels, directions)
-            reference = torch_quantities(*_wide(module, inputs), labels, directions)
+            reference = torch_quantities(*zoo.widened(module, inputs), labels, directions)
         except Exception as e:      # (XGLM's mask fills with float32's minimum, which float64 tensors refuse)
             return {"model": spec, "status": "no PyTorch reference", "why": f"{type(e).__name__}: {str(e)[:300]}"}
         row: dict = {"model": spec, "status": "ok", "params": meta["param_count"], "tensors": len(ours["gradient"])}

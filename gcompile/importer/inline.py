@@ -137,8 +137,10 @@ class NodeContext:
         the subgraph and, at each graph out to the one that defines it, only by the node holding
         the subgraph."""
         name = self.proto.input[index] if index < len(self.proto.input) else ""
+        if not name:
+            return False
         for counts, defined in reversed(self.inliner.readers):
-            if not name or counts[name] != 1:
+            if counts[name] != 1:
                 return False
             if name in defined:
                 return True

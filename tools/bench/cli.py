@@ -44,8 +44,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="only the model zoo: real models' training steps against PyTorch, time and peak memory "
                              "(tools/bench/zoo.py; needs torch, torchvision and transformers)")
     parser.add_argument("--models", default="",
-                        help="with --zoo: comma-separated model keys (default: all), or torchvision:NAME[@BATCH] "
-                             "for a torchvision model the zoo does not list")
+                        help="with --zoo: comma-separated model keys (default: all), torchvision:NAME[@BATCH] "
+                             "for a torchvision model the zoo does not list, or transformers:TASK:TYPE[@ATTENTION] "
+                             "for a transformers architecture at its default config")
     parser.add_argument("--small", action="store_true",
                         help="with --zoo: each model at a tiny size (checks the harness; figures not worth quoting)")
     parser.add_argument("--no-check", action="store_true", help="with --zoo: skip the float64 gradient check")

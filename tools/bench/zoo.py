@@ -169,15 +169,27 @@ def gcompile_step(folder: str, directions: list | None = None, **options):
     return gc.compile(step, *args, provider="cpu", name=meta["name"], **options), args
 
 
+def torch_loss(module, inputs: dict, labels):
+    """PyTorch's loss of the module's docstring: softmax cross-entropy of the logits' last axis."""
+    import torch
+    return torch.nn.functional.cross_entropy(module(**inputs).flatten(0, -2), labels.flatten())
+
+
 def torch_step(module, inputs: dict, labels):
     """A call of PyTorch's step: the loss and its gradients w.r.t. the trainable parameters."""
     import torch
     params = [p for p in module.parameters() if p.requires_grad]
 
     def run():
-        loss = torch.nn.functional.cross_entropy(module(**inputs).flatten(0, -2), labels.flatten())
+        loss = torch_loss(module, inputs, labels)
         return loss, torch.autograd.grad(loss, params)
     return run
+
+
+def widened(module, inputs: dict):
+    """A float64 copy of the module and its float inputs in float64 (PyTorch's reference)."""
+    import copy
+    return copy.deepcopy(module).double(), {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
 
 
 def torch_module(folder: str):
@@ -271,10 +283,8 @@ def relative_errors(grads: list, reference: list) -> dict:
 
 def gradient_check(module, inputs: dict, labels, gcompile_grads: list) -> dict:
     """gcompile's and PyTorch's float32 gradients, each against PyTorch's in float64."""
-    import copy
     torch32 = [g.numpy() for g in torch_step(module, inputs, labels)()[1]]
-    wide = copy.deepcopy(module).double()
-    wide_inputs = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
+    wide, wide_inputs = widened(module, inputs)
     reference = [g.numpy() for g in torch_step(wide, wide_inputs, labels)()[1]]
     del wide
     return {"gcompile": relative_errors(gcompile_grads, reference), "torch": relative_errors(torch32, reference)}
