@@ -28,11 +28,12 @@ def pool_geometry(in_size, kernel, stride, pad, dilation, ceil_mode: bool) -> tu
     """PyTorch's pooling output size per spatial axis, and the padding to add at the end of each
     axis so every window lies inside the padded input (nonzero only with ceil_mode): with
     ceil_mode the size rounds up, but the last window must start inside the input or the padding
-    before it."""
+    before it. So with ceil_mode a window may also reach up to stride - 1 past the padded input
+    (a kernel wider than the input, as transformers' EfficientNet pools its last map)."""
     out, extra = [], []
     for i, k, s, (p0, p1), d in zip(in_size, kernel, stride, pad, dilation):
         span = i + p0 + p1 - d * (k - 1) - 1
-        if span < 0:
+        if span < (1 - s if ceil_mode else 0):
             raise ShapeError(f"the window (kernel {tuple(kernel)}, dilation {tuple(dilation)}) is larger than the "
                              f"padded input {tuple(n + sum(p) for n, p in zip(in_size, pad))} (at {user_location()})")
         o = (-(-span // s) if ceil_mode else span // s) + 1

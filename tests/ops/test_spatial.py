@@ -387,6 +387,7 @@ def naive_max_pool(x, kernel, stride, pad, dilation, ceil_mode):
 @pytest.mark.parametrize("kernel, stride, pad, dilation, ceil_mode", [
     ((3, 3), (2, 2), (1, 1), (2, 2), False), ((3, 2), (2, 2), (1, 0), (1, 1), True),
     ((2, 2), (3, 3), (0, 0), (2, 1), True), ((2, 2), (2, 2), (0, 0), (1, 1), False),
+    ((9, 3), (9, 2), (0, 1), (1, 2), True),      # ceil_mode: one window reaching past the input's rows
 ])
 def test_max_pool_dilation_ceil_mode_and_indices(kernel, stride, pad, dilation, ceil_mode):
     x = np.round(rand(2, 2, 7, 8), 1)                                  # ties inside windows
@@ -429,6 +430,7 @@ def naive_avg_pool(x, kernel, stride, pad, ceil_mode, count_include_pad, divisor
 @pytest.mark.parametrize("kernel, stride, pad, ceil_mode, divisor", [
     ((3, 3), (2, 2), (1, 1), True, None), ((2, 3), (2, 2), (1, 1), True, None), ((2, 2), (2, 2), (1, 0), False, 3),
     ((3, 2), (3, 1), (0, 1), True, 5),
+    ((10, 11), (8, 9), (1, 1), True, None),      # one window reaching past the padded input on both axes
 ])
 def test_avg_pool_ceil_mode_and_divisor_override(kernel, stride, pad, ceil_mode, divisor, cip):
     x = rand(2, 2, 7, 8)
@@ -444,6 +446,10 @@ def test_pooling_option_errors():
         gc.compile(lambda x: F.avg_pool(x, 2, divisor_override=0), rand(1, 1, 4, 4))
     with pytest.raises(gc.ShapeError, match="smaller than the dilated kernel"):
         gc.compile(lambda x: F.max_pool(x, 2, pad=3, dilation=2), rand(1, 1, 8, 8))
+    for ceil_mode in (False, True):     # ceil_mode's window may reach stride - 1 past the input, not further
+        with pytest.raises(gc.ShapeError, match="larger than the padded input"):
+            gc.compile(lambda x, c=ceil_mode: F.avg_pool(x, 7, 2, ceil_mode=c), rand(1, 1, 5, 5))
+    gc.compile(lambda x: F.avg_pool(x, 7, 3, ceil_mode=True), rand(1, 1, 5, 5))
 
 
 # -- max_unpool and channel_shuffle ------------------------------------------------------------------------------

@@ -26,20 +26,17 @@ from .nn import spatial_attrs
 
 def _geometry(n, x):
     """(kernel, strides, pads as (before, after) pairs, dilations) of a pooling node. With ceil_mode a
-    window may reach past the padded input (HF EfficientNet pools its last 2x2 map with a 2560-wide
-    kernel): there is then one window, and ONNX, ONNX Runtime and PyTorch count only its positions
-    inside the input and padding, so the kernel is cut to the taps that land there."""
+    window may reach past the padded input as long as one starts inside it (transformers' EfficientNet
+    pools its last 2x2 map with a 2560-wide kernel): ceil_mode's end positions count as neither input
+    nor padding, as in ONNX Runtime and PyTorch."""
     kernel = tuple(n.attr("kernel_shape"))
     dilation = tuple(n.attr("dilations", [1] * len(kernel)))
     strides, pads = spatial_attrs(n, x, kernel, dilation)
-    if len(kernel) == x.ndim - 2 and n.attr("ceil_mode", 0):
-        kernel = tuple(min(k, (size + sum(pad) - 1) // d + 1)
-                       if isinstance(size, int) and d * (k - 1) + 1 < size + sum(pad) + s else k
-                       for k, d, s, size, pad in zip(kernel, dilation, strides, x.shape[2:], pads))
-    if len(kernel) != x.ndim - 2 or any(k < 1 or (isinstance(size, int) and d * (k - 1) + 1 > size + sum(pad))
-                                        for k, d, size, pad in zip(kernel, dilation, x.shape[2:], pads)):
-        raise n.unsupported(f"kernel_shape {list(n.attr('kernel_shape'))} (dilations {list(dilation)}) does not fit "
-                            f"the input's spatial shape {x.shape[2:]} padded by {list(pads)}")
+    reach = [s - 1 if n.attr("ceil_mode", 0) else 0 for s in strides]     # how far ceil_mode's window may reach
+    if len(kernel) != x.ndim - 2 or any(k < 1 or (isinstance(size, int) and d * (k - 1) + 1 > size + sum(pad) + r)
+                                        for k, d, size, pad, r in zip(kernel, dilation, x.shape[2:], pads, reach)):
+        raise n.unsupported(f"kernel_shape {list(kernel)} (dilations {list(dilation)}) does not fit the input's "
+                            f"spatial shape {x.shape[2:]} padded by {list(pads)}")
     return kernel, strides, pads, dilation
 
 
