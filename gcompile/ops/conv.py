@@ -607,10 +607,12 @@ defop("pool_gather", infer=lambda types, window=None: _pool_gather_infer(types),
 
 
 def _torch_windows(x: Tensor, attrs: dict, dilation, ceil_mode: bool):
-    """The spatial sizes (static), PyTorch's output size and the end padding ceil_mode needs."""
+    """The spatial sizes (static), PyTorch's output size, the end padding ceil_mode needs and the
+    kernel to take (windows.pool_geometry)."""
     _check_nchw(x.type, len(attrs["kernel"]), "x")
-    out, extra = pool_geometry(x.shape[2:], attrs["kernel"], attrs["stride"], attrs["pad"], dilation, ceil_mode)
-    return x.shape[2:], out, extra
+    out, extra, kernel = pool_geometry(x.shape[2:], attrs["kernel"], attrs["stride"], attrs["pad"], dilation,
+                                       ceil_mode)
+    return x.shape[2:], out, extra, kernel
 
 
 def max_pool(x, kernel, stride=None, pad=0, dilation=1, ceil_mode: bool = False, return_indices: bool = False):
@@ -626,23 +628,24 @@ def max_pool(x, kernel, stride=None, pad=0, dilation=1, ceil_mode: bool = False,
     attrs = _pool_attrs(x, kernel, stride, pad)
     dilation = _ints(dilation, len(attrs["kernel"]), "dilation", 1)
     extra: tuple = ()
+    kernel = attrs["kernel"]
     if ceil_mode or any(d > 1 for d in dilation):
-        in_size, out, extra = _torch_windows(x, attrs, dilation, ceil_mode)
-        if any(max(p) >= d * (k - 1) + 1 for p, k, d in zip(attrs["pad"], attrs["kernel"], dilation)):
+        if any(max(p) >= d * (k - 1) + 1 for p, k, d in zip(attrs["pad"], kernel, dilation)):
             raise ShapeError(f"max_pool: pad {attrs['pad']} must be smaller than the dilated kernel on every axis "
                              f"(at {user_location()})")
+        in_size, out, extra, kernel = _torch_windows(x, attrs, dilation, ceil_mode)
     if not any(extra) and all(d == 1 for d in dilation):
-        y, index = apply_n("max_pool", [x], **attrs)
+        y, index = apply_n("max_pool", [x], **{**attrs, "kernel": kernel})
         if not return_indices:
             return y
         plane = math.prod(x.shape[2:])        # ONNX's index is flat over the whole tensor, torch's over (N, C)
         return y, index - cast(floor(divide(index, plane)), np.int64) * plane
     before = [p[0] for p in attrs["pad"]]
     xp = pad_tensor(x, ((0, 0), (0, 0), *((b, a + e) for (b, a), e in zip(attrs["pad"], extra))), value=-np.inf)
-    y, tap = first_max(windows(xp, attrs["kernel"], attrs["stride"], dilation, out))
+    y, tap = first_max(windows(xp, kernel, attrs["stride"], dilation, out))
     if not return_indices:
         return y
-    table = window_positions(in_size, attrs["kernel"], attrs["stride"], dilation, out, before)
+    table = window_positions(in_size, kernel, attrs["stride"], dilation, out, before)
     return y, squeeze(take_along_axis(broadcast_to(table, x.shape[:2] + table.shape), tap, -1), -1)
 
 
@@ -751,8 +754,8 @@ def avg_pool(x, kernel, stride=None, pad=0, count_include_pad: bool = False, cei
     if divisor_override is not None and (not isinstance(divisor_override, (int, np.integer)) or divisor_override < 1):
         raise ShapeError(f"avg_pool: divisor_override must be a positive int, got {divisor_override!r} "
                          f"(at {user_location()})")
-    kernel, stride, pads = attrs["kernel"], attrs["stride"], attrs["pad"]
-    in_size, out, extra = _torch_windows(x, attrs, (1,) * len(kernel), ceil_mode)
+    stride, pads = attrs["stride"], attrs["pad"]
+    in_size, out, extra, kernel = _torch_windows(x, attrs, (1,) * len(attrs["kernel"]), ceil_mode)
     if any(extra):   # zeros past the end (an AveragePool pad may not reach the kernel's size)
         x = pad_tensor(x, ((0, 0), (0, 0), *((0, e) for e in extra)))
     sums = apply("avg_pool", [x], count_include_pad=True, kernel=kernel, stride=stride, pad=pads)   # sum / prod(k)

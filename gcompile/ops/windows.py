@@ -24,13 +24,15 @@ from .reduce import min as reduce_min
 from .shape import expand_dims, squeeze
 
 
-def pool_geometry(in_size, kernel, stride, pad, dilation, ceil_mode: bool) -> tuple[tuple, tuple]:
-    """PyTorch's pooling output size per spatial axis, and the padding to add at the end of each
-    axis so every window lies inside the padded input (nonzero only with ceil_mode): with
-    ceil_mode the size rounds up, but the last window must start inside the input or the padding
-    before it. So with ceil_mode a window may also reach up to stride - 1 past the padded input
-    (a kernel wider than the input, as transformers' EfficientNet pools its last map)."""
-    out, extra = [], []
+def pool_geometry(in_size, kernel, stride, pad, dilation, ceil_mode: bool) -> tuple[tuple, tuple, tuple]:
+    """PyTorch's pooling output size per spatial axis, the padding to add at the end of each axis so
+    every window lies inside the padded input (nonzero only with ceil_mode), and the kernel to take:
+    with ceil_mode the size rounds up, but the last window must start inside the input or the padding
+    before it, so a window may also reach up to stride - 1 past the padded input (a kernel wider than
+    the input: transformers' EfficientNet pools its last 2x2 map with a 2560-wide one). That window is
+    the only one, and its taps that never land inside the padded input read ceil_mode's positions
+    alone, which count as nothing: they are cut from the kernel rather than padded for."""
+    out, extra, cut = [], [], []
     for i, k, s, (p0, p1), d in zip(in_size, kernel, stride, pad, dilation):
         span = i + p0 + p1 - d * (k - 1) - 1
         if span < (1 - s if ceil_mode else 0):
@@ -39,9 +41,11 @@ def pool_geometry(in_size, kernel, stride, pad, dilation, ceil_mode: bool) -> tu
         o = (-(-span // s) if ceil_mode else span // s) + 1
         if ceil_mode and (o - 1) * s >= i + p0:
             o -= 1
+        taken = min(k, (i + p0 + p1 - 1) // d + 1)
         out.append(o)
-        extra.append(max(0, (o - 1) * s + d * (k - 1) + 1 - (i + p0 + p1)))
-    return tuple(out), tuple(extra)
+        cut.append(taken)
+        extra.append(max(0, (o - 1) * s + d * (taken - 1) + 1 - (i + p0 + p1)))
+    return tuple(out), tuple(extra), tuple(cut)
 
 
 def taps(kernel):

@@ -441,6 +441,17 @@ def test_avg_pool_ceil_mode_and_divisor_override(kernel, stride, pad, ceil_mode,
                                      divisor_override=divisor), [x[:1]])
 
 
+@pytest.mark.parametrize("pool, reduce", [(F.avg_pool, np.mean), (F.max_pool, np.max)])
+def test_a_ceil_mode_window_wider_than_the_input_is_cut_to_it(pool, reduce):
+    """transformers' EfficientNet pools its last 2x2 map with a 2560-wide window: one window, whose
+    taps past the input are cut, not padded for (a 2560x2560 padding of every channel)."""
+    x = rand(1, 3, 2, 2)
+    cf = gc.compile(lambda x: pool(x, 2560, ceil_mode=True), x, provider="cpu")
+    np.testing.assert_allclose(cf(x), reduce(x, axis=(2, 3), keepdims=True), rtol=1e-6)
+    kernels = [list(a.ints) for node in cf.model.graph.node for a in node.attribute if a.name == "kernel_shape"]
+    assert kernels and all(max(k) <= 2 for k in kernels), kernels
+
+
 def test_pooling_option_errors():
     with pytest.raises(gc.ShapeError, match="divisor_override must be a positive int"):
         gc.compile(lambda x: F.avg_pool(x, 2, divisor_override=0), rand(1, 1, 4, 4))

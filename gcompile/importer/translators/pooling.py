@@ -46,19 +46,6 @@ def _static_spatial(n, x, why: str) -> tuple:
     return tuple(x.shape[2:])
 
 
-def _ceil_pad(n, size, k, s, pad):
-    """Extra end padding that makes the floor output size equal ONNX's ceil_mode size (whose last
-    window must start inside the input or its begin padding)."""
-    if not isinstance(size, int):
-        raise n.unsupported(f"ceil_mode on a symbolic spatial size {size!r}")
-    before, after = pad
-    span = size + before + after - k
-    out = -(-span // s) + 1
-    if (out - 1) * s >= size + before:
-        out -= 1
-    return before, after + max((out - 1) * s - span, 0)
-
-
 def _indices(n, x, index):
     """F.max_pool's index within each (N, C) plane as ONNX's Indices: flat over the whole tensor,
     the spatial position in row-major order, or column-major with storage_order=1."""
@@ -87,8 +74,8 @@ def _max_pool(n, x):
     kernel, strides, pads, dilation = _geometry(n, x)
     ceil = bool(n.attr("ceil_mode", 0))
     if all(d == 1 for d in dilation) and ceil:           # ONNX MaxPool's own form: the ceil as end padding
-        pads, ceil = tuple(_ceil_pad(n, size, k, s, p) for size, k, s, p in zip(x.shape[2:], kernel, strides, pads)), \
-            False
+        _, extra, kernel = pool_geometry(_static_spatial(n, x, "ceil_mode"), kernel, strides, pads, dilation, True)
+        pads, ceil = tuple((before, after + e) for (before, after), e in zip(pads, extra)), False
     if not n.wants(1):
         return F.max_pool(x, kernel, strides, pads, dilation=dilation, ceil_mode=ceil)
     y, index = F.max_pool(x, kernel, strides, pads, dilation=dilation, ceil_mode=ceil, return_indices=True)
@@ -137,7 +124,8 @@ def _window_sums(n, x, kernel, strides, pads, dilation, ceil: bool):
     """The sum of each (dilated) window, padding and ceil_mode's extra positions counting as 0: a Conv
     with a ones kernel over (N*C, 1, *spatial). Returns the sums (N, C, *out) and out."""
     size = _static_spatial(n, x, "dilated pooling") if ceil else x.shape[2:]
-    out, extra = pool_geometry(size, kernel, strides, pads, dilation, ceil) if ceil else (None, (0,) * len(kernel))
+    out, extra, kernel = pool_geometry(size, kernel, strides, pads, dilation, ceil) if ceil else \
+        (None, (0,) * len(kernel), kernel)
     batch, channels = x.shape[:2]
     flat = F.reshape(x, (dims.product((batch, channels)), 1) + tuple(x.shape[2:]))
     sums = F.conv(flat, np.ones((1, 1) + kernel, x.dtype), stride=strides, dilation=dilation,

@@ -137,7 +137,7 @@ def _windowed_conv(n, x, w):
     if not dims.is_static(x.shape[1:]) or channels % groups:
         raise n.unsupported(f"an integer convolution summing more than 2**16 products per output on an input of "
                             f"shape {tuple(x.shape)} in {groups} groups (static sizes but the batch)")
-    out, _ = pool_geometry(x.shape[2:], kernel, strides, pads, dilation, False)
+    out, _, _ = pool_geometry(x.shape[2:], kernel, strides, pads, dilation, False)
     padded = F.pad(x, ((0, 0), (0, 0)) + tuple(pads)) if any(p for pair in pads for p in pair) else x
     cols = F.reshape(windows(padded, kernel, strides, dilation, out),
                      (batch, groups, channels // groups, math.prod(out), math.prod(kernel)))
