@@ -30,6 +30,10 @@ def test_listed_models_are_found_by_their_keys(zoo_models):
     ("torchvision:regnet_y_1_6gf", "regnet_y_1_6gf (held out)", "batch 8, 224²"),
     ("torchvision:densenet121@4", "densenet121 (held out)", "batch 4, 224²"),
     ("torchvision:inception_v3@2", "inception_v3 (held out)", "batch 2, 299²"),
+    ("torchvision:lraspp_mobilenet_v3_large", "lraspp_mobilenet_v3_large (held out)", "batch 2, 320²"),
+    ("torchvision:fcn_resnet50@4", "fcn_resnet50 (held out)", "batch 4, 320²"),
+    ("torchvision:r3d_18", "r3d_18 (held out)", "batch 2, 16 frames of 112²"),
+    ("torchvision:mvit_v2_s@1", "mvit_v2_s (held out)", "batch 1, 16 frames of 224²"),
 ])
 def test_held_out_torchvision_models_are_named_by_model_and_batch(zoo_models, spec, label, size):
     entry = zoo_models.zoo_entry(spec)

@@ -197,24 +197,81 @@ BAR = ["resnet50", "vit_b_16", "gpt2"]
 HELD_OUT = "torchvision:"
 
 
+# torchvision's video models by input: (frames, side) of a clip at full size and small (the
+# multiscale ViTs' position tables and S3D's last pooling fix theirs)
+VIDEO_CLIPS = {"mvit_v1_b": ((16, 224), (16, 224)), "mvit_v2_s": ((16, 224), (16, 224)), "s3d": ((16, 224), (16, 224)),
+               "swin3d_t": ((16, 224), (8, 64)), "swin3d_s": ((16, 224), (8, 64)), "swin3d_b": ((16, 224), (8, 64))}
+VIDEO_CLIP = ((16, 112), (8, 56))       # the 3-D ResNets (r3d_18, mc3_18, r2plus1d_18)
+SEGMENTATION_SIDE = (320, 96)
+
+
 def held_out(spec: str) -> ZooModel:
-    """A torchvision classification model the zoo does not list, for a check on a model nobody
-    tuned for: "torchvision:NAME" at batch 8, or "torchvision:NAME@BATCH", at its default input size
-    (299² for Inception-v3, 224² otherwise), random weights; small: batch 1 (vision transformers
-    take no other input size)."""
+    """A torchvision model the zoo does not list, for a check on a model nobody tuned for:
+    "torchvision:NAME", or "torchvision:NAME@BATCH", random weights. A classification model takes
+    8 images at its default size (299² for Inception-v3, 224² otherwise); a segmentation model 2
+    images of 320² (its logits per pixel, classes last); a video model 2 clips of 16 frames at its
+    crop size (112² for the 3-D ResNets, 224² otherwise). Small: one image or clip, segmentation two
+    images of 96², video 8 frames of 56² or 64² where the model takes another size (vision
+    transformers take no other)."""
     name, at, batch = spec[len(HELD_OUT):].partition("@")
     if not name.isidentifier() or (at and not (batch.isdigit() and int(batch) > 0)):
         raise SystemExit(f"{spec!r}: expected {HELD_OUT}NAME or {HELD_OUT}NAME@BATCH")
     extra = {"aux_logits": False, "init_weights": False} if name in ("inception_v3", "googlenet") else {}
     size = 299 if name == "inception_v3" else 224
+    kind = "classification"
+    if name.startswith(("fcn_", "deeplabv3_", "lraspp_")):
+        kind, size = "segmentation", SEGMENTATION_SIDE[0]
+    elif name in VIDEO_CLIPS or name in ("r3d_18", "mc3_18", "r2plus1d_18"):
+        kind = "video"
+    full_batch = int(batch) if batch else 8 if kind == "classification" else 2
 
     def build(small: bool):
+        import torch
         tv = _torchvision()
-        if name not in tv.models.list_models(module=tv.models):
-            raise SystemExit(f"torchvision has no classification model {name!r}")
-        make = lambda: getattr(tv.models, name)(weights=None, **extra)   # noqa: E731
-        return _images(make, 1 if small else int(batch or 8), size, 1000)
-    return ZooModel(f"{name} (held out)", f"batch {int(batch or 8)}, {size}²", build)
+        module = {"classification": tv.models, "segmentation": tv.models.segmentation, "video": tv.models.video}[kind]
+        if name not in tv.models.list_models(module=module):
+            raise SystemExit(f"torchvision has no {kind} model {name!r}")
+        # (a segmentation model's pooled branch normalises a batch of 1x1 maps while prepare calibrates)
+        count = (2 if kind == "segmentation" else 1) if small else full_batch
+        if kind == "classification":
+            return _images(lambda: getattr(tv.models, name)(weights=None, **extra), count, size, 1000)
+        if kind == "segmentation":
+            side = SEGMENTATION_SIDE[small]
+            make = lambda: _per_pixel(getattr(module, name)(weights=None, weights_backbone=None))   # noqa: E731
+            return make, {"x": torch.randn(count, 3, side, side, generator=_generator())}, 21
+        frames, side = VIDEO_CLIPS.get(name, VIDEO_CLIP)[small]
+        return (lambda: logits_of(_biased(getattr(module, name)(weights=None)), positional=True),
+                {"x": torch.randn(count, 3, frames, side, side, generator=_generator())}, 400)
+    shown = {"classification": f"batch {full_batch}, {size}²", "segmentation": f"batch {full_batch}, {size}²",
+             "video": "batch {}, {} frames of {}²".format(full_batch, *VIDEO_CLIPS.get(name, VIDEO_CLIP)[0])}[kind]
+    return ZooModel(f"{name} (held out)", shown, build)
+
+
+def _biased(model):
+    """`model` with a frozen bias (zeros; prepare perturbs it as any 1-D parameter) on each 3-D
+    convolution that has none: PyTorch's exporter (onnxscript 0.7.2's conv3d) writes a missing bias
+    as zeros of shape (channels, 2), which ONNX Runtime refuses as well. The parameters trained are
+    the model's own."""
+    import torch
+    for m in model.modules():
+        if isinstance(m, torch.nn.Conv3d) and m.bias is None:
+            m.bias = torch.nn.Parameter(torch.zeros(m.out_channels), requires_grad=False)
+    return model
+
+
+def _per_pixel(model):
+    """A torchvision segmentation model as a module of keyword input x that returns its logits per
+    pixel with the classes last (the zoo's loss takes the last axis)."""
+    import torch
+
+    class PerPixel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x):
+            return self.model(x)["out"].permute(0, 2, 3, 1)
+    return PerPixel()
 
 
 # transformers' model classes by the task a "transformers:TASK:TYPE" name gives, and what each is fed:
@@ -300,6 +357,7 @@ def zoo_entry(name: str) -> ZooModel:
     if name.startswith(HELD_OUT_TRANSFORMERS):
         return held_out_transformers(name)
     if name not in MODELS:
-        raise SystemExit(f"unknown model {name}: one of {', '.join(MODELS)}, {HELD_OUT}NAME[@BATCH] "
-                         f"for any torchvision classification model, or {HELD_OUT_TRANSFORMERS}TASK:TYPE[@ATTENTION]")
+        raise SystemExit(f"unknown model {name}: one of {', '.join(MODELS)}, {HELD_OUT}NAME[@BATCH] for any "
+                         f"torchvision classification, segmentation or video model, or "
+                         f"{HELD_OUT_TRANSFORMERS}TASK:TYPE[@ATTENTION]")
     return MODELS[name]
