@@ -177,6 +177,26 @@ def test_planned_peak_counts_the_values_alive_at_once_in_trace_order():
     assert planned_peak(trace(fn, [gc.spec(("n", 8))]).graph) is None
 
 
+def test_a_graph_runs_in_trace_order_from_a_modest_planned_peak_or_at_symbolic_sizes():
+    # ONNX Runtime's own order and memory pattern held 2-5 times the plan at every size measured
+    # (docs/performance.md); a symbolic size may be any size when called
+    from gcompile.frontend.trace import trace
+    from gcompile.ir.memory import FILE_ORDER_MIN_BYTES
+    from gcompile.passes import optimize
+    assert FILE_ORDER_MIN_BYTES <= 16 << 20
+    side = 512                                   # one (1, 16, 512, 512) float32 value: 16 MiB
+
+    def step(x, w):
+        h = F.tanh(F.conv(x, w, pad=1))
+        return gc.grad(F.sum(h * h), [w])[0]
+    w = np.ones((16, 3, 3, 3), np.float32)
+    for shape, in_order in [((1, 3, side, side), True), ((1, 3, side // 4, side // 4), False),
+                            (("batch", 3, 8, 8), True)]:
+        graph = trace(step, [gc.spec(shape), w]).graph
+        optimize(graph)
+        assert graph.run_in_order == in_order, shape
+
+
 def test_follow_order_puts_a_fused_node_where_its_pattern_was():
     # ONNX Runtime's fused node comes last in its graph and would run last in its priority
     # order; follow_order gives it the place of the node that made its output

@@ -14,9 +14,12 @@ from collections.abc import Hashable, Iterable, Sequence
 from .dims import is_static
 from .graph import Graph, TensorType
 
-# Graphs whose planned peak in trace order is at least this many bytes keep that order and run in it
-# (lowering/order.py says why): below it, the runtime's own order costs little memory.
-FILE_ORDER_MIN_BYTES = 256 << 20
+# Graphs whose planned peak in trace order is at least this many bytes, or unknown (a symbolic size: any
+# call may be large), keep that order and run in it (lowering/order.py says why). ONNX Runtime's own
+# order and memory pattern held 2 to 5 times the plan at every size measured, from 8 MiB plans up (a
+# segmentation model's step: 1.4 GB where its plan is 250 MiB); below this the bytes are few and the
+# runtime's order is sometimes the faster (docs/performance.md).
+FILE_ORDER_MIN_BYTES = 16 << 20
 
 
 def nbytes(t: TensorType) -> int | None:

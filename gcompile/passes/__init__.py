@@ -40,10 +40,10 @@ def optimize(graph: Graph, level: int = 2, recompute: bool = False, memory_budge
     pass once (last: CSE would merge its copies back).
 
     The graph is then marked to run in its id order (graph.run_in_order) when its planned peak is
-    large (ir/memory.py) or a `memory_budget` (bytes) is given. Such a graph's saved elementwise
-    values that the backward can recompute from values it keeps anyway are marked for recomputing
-    where that lowers the plan (passes/recompute.py recompute_elementwise), then the budget's
-    recomputations are chosen (within_budget)."""
+    large or unknown (a symbolic size; ir/memory.py) or a `memory_budget` (bytes) is given.
+    Such a graph's saved elementwise values that the backward can recompute from values it keeps
+    anyway are marked for recomputing where that lowers the plan (passes/recompute.py
+    recompute_elementwise), then the budget's recomputations are chosen (within_budget)."""
     if level not in PIPELINES:
         raise ValueError(f"optimization level must be 0, 1 or 2, got {level}")
     run_to_fixed_point(graph, PIPELINES[level])
@@ -51,7 +51,7 @@ def optimize(graph: Graph, level: int = 2, recompute: bool = False, memory_budge
                                       or memory_budget <= 0):
         raise GcompileError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
     planned = planned_peak(graph)
-    graph.run_in_order = memory_budget is not None or (planned is not None and planned >= FILE_ORDER_MIN_BYTES)
+    graph.run_in_order = memory_budget is not None or planned is None or planned >= FILE_ORDER_MIN_BYTES
     if graph.run_in_order:
         run_pass(graph, sink_to_readers)
         recompute_elementwise(graph)
