@@ -91,9 +91,27 @@ def _scatter(n, data, scatter, reduce):
     return F.where(_hits(tuple(data.shape), scatter), placed, data)
 
 
+def _progression(indices, size) -> tuple[int, int, int] | None:
+    """(start, stop, step) where indices known at import time (m, 1) into an axis of `size` name
+    the positions of one slice, increasing: PyTorch's exporter writes a slice assignment
+    (x[:, 1:] = y, slice_scatter) as a ScatterND of such indices, the axis moved first."""
+    if not isinstance(indices, np.ndarray) or not isinstance(size, int) or indices.ndim != 2 or not len(indices):
+        return None
+    idx = indices[:, 0].astype(np.int64)
+    idx = np.where(idx < 0, idx + size, idx)
+    step = int(idx[1] - idx[0]) if len(idx) > 1 else 1
+    if step < 1 or idx.min() < 0 or idx.max() >= size or not np.array_equal(idx, idx[0] + step * np.arange(len(idx))):
+        return None
+    return int(idx[0]), int(idx[-1]) + 1, step
+
+
 @onnx_op("ScatterND")
 def _scatter_nd(n, data, indices, updates):
     k = _depth(n, indices)
+    run = _progression(indices, data.shape[0]) if k == 1 and n.attr("reduction", "none") == "none" else None
+    if run is not None:       # a slice of axis 0 replaced: its gradients are the slice and the rest
+        start, stop, step = run
+        return F.slice_scatter(data, updates, 0, start, stop, step)
     indexed, rest = tuple(data.shape[:k]), tuple(data.shape[k:])
     lin = _linear(n, indices, indexed)
     m = dims.product(lin.shape)
