@@ -16,9 +16,8 @@ from .graph import Graph, TensorType
 
 # Graphs whose planned peak in trace order is at least this many bytes, or unknown (a symbolic size: any
 # call may be large), keep that order and run in it (lowering/order.py says why). ONNX Runtime's own
-# order and memory pattern held 2 to 5 times the plan at every size measured, from 8 MiB plans up (a
-# segmentation model's step: 1.4 GB where its plan is 250 MiB); below this the bytes are few and the
-# runtime's order is sometimes the faster (docs/performance.md).
+# order and memory pattern held several times the plan at every size measured; below this the bytes
+# are few and the runtime's order is sometimes the faster (docs/performance.md has the figures).
 FILE_ORDER_MIN_BYTES = 16 << 20
 
 
