@@ -52,6 +52,14 @@ def evaluate(graph: Graph, arrays, outputs=None) -> list[np.ndarray]:
     return [values[r] for r in wanted]
 
 
+def constant_value(graph: Graph, ref) -> np.ndarray:
+    """The value of `ref`, which is computed from the graph's constants alone (no input among its
+    ancestors: the importer's values too large to fold, which a translator may still need)."""
+    values: dict = {}
+    _run(graph, values, {ref.node} | graph.ancestors(ref.node), {})
+    return values[ref]
+
+
 def _run(graph: Graph, values: dict, needed: set, bindings: dict) -> None:
     for node in graph.topo_order():
         if node.id not in needed or node.op == "input":

@@ -183,3 +183,29 @@ def test_a_scatter_of_one_slice_imports_as_a_slice_assignment(case, scatters):
     f = gc.load_onnx(model)
     ops = {node.op for node in trace(lambda *xs: f(*xs), [v for _, v in graph_in]).graph.nodes.values()}
     assert ("scatter_add" in ops) == scatters, ops
+
+
+def test_a_slice_assignment_whose_indices_exceed_the_fold_bound_still_imports_as_one():
+    # the exporter computes the indices from the shape (a Range, sliced): past the import-time fold
+    # bound they are left to run time, and the translator computes them itself
+    from gcompile.frontend.trace import trace
+    from gcompile.passes.fold import MAX_FOLD_ELEMENTS
+    rows = MAX_FOLD_ELEMENTS + 100
+    nodes = [helper.make_node("Range", ["zero", "rows", "one"], ["all"]),
+             helper.make_node("Slice", ["all", "one_1d", "rows_1d"], ["tail"]),
+             helper.make_node("Unsqueeze", ["tail", "last"], ["idx"]),
+             helper.make_node("ScatterND", ["x", "idx", "u"], ["out0"])]
+    consts = [numpy_helper.from_array(np.asarray(v, np.int64), name) for name, v in
+              [("zero", 0), ("rows", rows), ("one", 1), ("one_1d", [1]), ("rows_1d", [rows]), ("last", [1])]]
+    x, u = r(rows, 2), r(rows - 1, 2)
+    model = helper.make_model(helper.make_graph(
+        nodes, "assign", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, x.shape),
+                          helper.make_tensor_value_info("u", TensorProto.DOUBLE, u.shape)],
+        [helper.make_tensor_value_info("out0", TensorProto.DOUBLE, x.shape)], consts),
+        opset_imports=[helper.make_opsetid("", 21)])
+    f = gc.load_onnx(model)
+    assert "scatter_add" not in {node.op for node in trace(lambda a, b: f(a, b), [x, u]).graph.nodes.values()}
+    expected = ort_run(model, {"x": x, "u": u})
+    assert_outputs_match(gc.compile(lambda a, b: f(a, b), x, u, provider="cpu")(x, u), expected, 1e-12)
+    for order in (1, 2):
+        check_grad(sine_loss(f), [x, u], order=order)

@@ -19,6 +19,7 @@ import numpy as np
 from ... import functions as F
 from ...frontend.tensor import Tensor
 from ...ir import dims
+from ...ir.evaluate import constant_value
 from ...ops.shape_rules import normalize_axis
 from ..table import SymInts, onnx_op
 
@@ -91,10 +92,15 @@ def _scatter(n, data, scatter, reduce):
     return F.where(_hits(tuple(data.shape), scatter), placed, data)
 
 
-def _progression(indices, size) -> tuple[int, int, int] | None:
+def _progression(n, indices, size) -> tuple[int, int, int] | None:
     """(start, stop, step) where indices known at import time (m, 1) into an axis of `size` name
     the positions of one slice, increasing: PyTorch's exporter writes a slice assignment
-    (x[:, 1:] = y, slice_scatter) as a ScatterND of such indices, the axis moved first."""
+    (x[:, 1:] = y, slice_scatter) as a ScatterND of such indices, the axis moved first. Indices
+    left to run time for their size (over the import-time fold bound, from constants alone) are
+    computed here: at most one per position of the axis."""
+    if isinstance(indices, Tensor) and indices.ref in n.inliner.deferred and indices.ndim == 2 \
+            and isinstance(size, int) and isinstance(indices.shape[0], int) and indices.shape[0] <= size:
+        indices = constant_value(indices.graph, indices.ref)
     if not isinstance(indices, np.ndarray) or not isinstance(size, int) or indices.ndim != 2 or not len(indices):
         return None
     idx = indices[:, 0].astype(np.int64)
@@ -108,7 +114,7 @@ def _progression(indices, size) -> tuple[int, int, int] | None:
 @onnx_op("ScatterND")
 def _scatter_nd(n, data, indices, updates):
     k = _depth(n, indices)
-    run = _progression(indices, data.shape[0]) if k == 1 and n.attr("reduction", "none") == "none" else None
+    run = _progression(n, indices, data.shape[0]) if k == 1 and n.attr("reduction", "none") == "none" else None
     if run is not None:       # a slice of axis 0 replaced: its gradients are the slice and the rest
         start, stop, step = run
         return F.slice_scatter(data, updates, 0, start, stop, step)
