@@ -123,7 +123,7 @@ def compare(ours: list, torch32: list, reference: list) -> tuple[list[int], floa
 
 
 def _largest_miss(ours: list, reference: list) -> float:
-    """The largest tensor's difference over the norm of the whole quantity (as float64_diagnosis gives)."""
+    """The largest tensor's difference over the norm of the whole quantity."""
     return max(float(np.linalg.norm(np.asarray(g, np.float64) - r)) for g, r in zip(ours, reference)) \
         / np.sqrt(sum(float(np.sum(r ** 2)) for r in reference))
 
@@ -146,8 +146,7 @@ def float64_diagnosis(folder: str, meta: dict, arrays: list, labels, directions,
     count = len(meta["params"])
     got = evaluate(trace(step, values).graph, values)[1:]
     found = {"gradient": got[:count], "hvp": got[count:]}
-    return {name: max(float(np.linalg.norm(g - r)) for g, r in zip(found[name], expected))
-            / np.sqrt(sum(float(np.sum(r ** 2)) for r in expected)) for name, expected in reference.items()}
+    return {name: _largest_miss(found[name], expected) for name, expected in reference.items()}
 
 
 def _central(wide, wide_inputs: dict, labels, direction: dict, of_loss: bool) -> np.ndarray:

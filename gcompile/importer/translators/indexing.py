@@ -98,10 +98,12 @@ def _progression(n, indices, size) -> tuple[int, int, int] | None:
     (x[:, 1:] = y, slice_scatter) as a ScatterND of such indices, the axis moved first. Indices
     left to run time for their size (over the import-time fold bound, from constants alone) are
     computed here: at most one per position of the axis."""
+    if not isinstance(size, int):
+        return None
     if isinstance(indices, Tensor) and indices.ref in n.inliner.deferred and indices.ndim == 2 \
-            and isinstance(size, int) and isinstance(indices.shape[0], int) and indices.shape[0] <= size:
+            and isinstance(indices.shape[0], int) and indices.shape[0] <= size:
         indices = constant_value(indices.graph, indices.ref)
-    if not isinstance(indices, np.ndarray) or not isinstance(size, int) or indices.ndim != 2 or not len(indices):
+    if not isinstance(indices, np.ndarray) or indices.ndim != 2 or not len(indices):
         return None
     idx = indices[:, 0].astype(np.int64)
     idx = np.where(idx < 0, idx + size, idx)
