@@ -93,30 +93,29 @@ def _slice_scatter_reference(g, shape, axes, starts, ends, steps):
 
 def _lower_slice_scatter(ctx, names, node):
     """Per sliced axis: reverse if the step is negative, interleave step-1 zeros after each value
-    (Unsqueeze, Pad, Reshape), trim or pad to the axis length, then pad before the start."""
+    (Unsqueeze, Pad, Reshape), trim to the axis length; then one Pad places the result on every
+    axis at once (a Pad per axis would copy the whole tensor once per axis)."""
     a = node.attrs
     out, shape = names[0], list(ctx.graph.type_of(node.inputs[0]).shape)
-
-    def pad(value, rank, axis, before, after):
-        begins, ends = [0] * rank, [0] * rank
-        begins[axis], ends[axis] = before, after
-        return ctx.pad(value, begins, ends)
-
+    rank = len(shape)
+    begins, ends = [0] * rank, [0] * rank
     for axis, start, _end, step in zip(a["axes"], a["starts"], a["ends"], a["steps"]):
         n, size = shape[axis], a["shape"][axis]
         if step < 0:
             out = ctx.reverse(out, [axis], [n])
             start, step = start + (n - 1) * step, -step
         if step > 1:
-            spread = pad(ctx.emit("Unsqueeze", [out, ctx.int64s([axis + 1])]), len(shape) + 1, axis + 1, 0, step - 1)
+            spread_ends = [0] * (rank + 1)
+            spread_ends[axis + 1] = step - 1
+            spread = ctx.pad(ctx.emit("Unsqueeze", [out, ctx.int64s([axis + 1])]), [0] * (rank + 1), spread_ends)
             shape[axis] = n = n * step
             out = ctx.emit("Reshape", [spread, ctx.shape_tensor(shape)], allowzero=1)
             if n > size - start:
                 out = ctx.emit("Slice", [out, ctx.int64s([0]), ctx.int64s([size - start]), ctx.int64s([axis])])
                 n = size - start
-        out = pad(out, len(shape), axis, start, size - start - n)
-        shape[axis] = size
-    return out
+        begins[axis], ends[axis] = start, size - start - n
+        shape[axis] = n
+    return ctx.pad(out, begins, ends)
 
 
 defop("slice", infer=_slice_infer,

@@ -2,10 +2,11 @@
 select_scatter, diagonal_scatter, masked_scatter, and diag_embed (a diagonal_scatter into zeros).
 
 Each returns a new tensor: `input` with `src` where the view (a slice, one index, a diagonal, the
-True entries of a mask) reads. Compositions: the placed src is the adjoint of the view (the slice's
+True entries of a mask) reads. Compositions: a contiguous slice joins src with input's parts either
+side (concat); otherwise the placed src is the adjoint of the view (the strided slice's
 slice_scatter, an einsum with a constant diagonal placement, a gather at the mask's running
-count), chosen with a where, so input gets the gradient off the view and src the view's part of
-it, to every order.
+count), chosen with a where. Either way input gets the gradient off the view and src the view's
+part of it, to every order.
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from ..frontend.tensor import Tensor, apply, as_tensor
 from ..ir import dims
 from ..ir.dims import format_shape
 from .elementwise import _promote, maximum, minimum, where
+from .indexing import concat, slice_axes, take
 from .indexing import slice_scatter as _placed
-from .indexing import take
 from .linalg import einsum
 from .shape import broadcast_to, expand_dims, ravel, reshape, transpose
 from .shape_rules import broadcast_shapes, normalize_axis
@@ -57,9 +58,24 @@ def slice_scatter(input, src, axis: int = 0, start=None, end=None, step: int = 1
     if src.shape != want:
         raise ShapeError(_where(f"slice_scatter: src {format_shape(src.shape)} must have the slice's shape "
                                 f"{format_shape(want)}"))
+    if st == 1:
+        return _joined(x, src, ax, s, s + want[ax], n)
     chosen = np.zeros(n, bool)
     chosen[s:e:st] = True
     return where(_along(chosen, ax, x.ndim), _placed(src, x.shape, (ax,), (s,), (e,), (st,)), x)
+
+
+def _joined(x: Tensor, src: Tensor, ax: int, start: int, end: int, n: int) -> Tensor:
+    """x with src in place of x[start:end] along `ax`: src between x's parts either side, joined.
+    Each value is copied once, where a select over src placed in zeros passes over the whole
+    tensor three times, and input's gradient is the output's with src's part cut out (a part that
+    input's own slices fill again, as in x[:, 1:] += y, leaves the gradient whole: simplify's
+    _rejoined)."""
+    if start == end:
+        return x
+    pieces = ([slice_axes(x, (ax,), (0,), (start,), (1,))] if start > 0 else []) + [src] \
+        + ([slice_axes(x, (ax,), (end,), (n,), (1,))] if end < n else [])
+    return concat(pieces, ax)
 
 
 def select_scatter(input, src, axis: int, index: int) -> Tensor:

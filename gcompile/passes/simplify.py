@@ -5,7 +5,8 @@ operand's type (Trait.NOOP_IF_SAME_TYPE: reshape, expand, cast, identity, stop_g
 add_n), x**1, x**2 as x*x, where with a constant condition, a select of a max-pool gradient by the
 pooled input moved before the scatter, a sum of zero-padded pieces that tile an axis (the
 gradient of splitting a tensor) as their concat, a sum of every strided phase of an axis spread
-over zeros as the phases interleaved, and an expand feeding an op that broadcasts
+over zeros as the phases interleaved, a concat of slices that cut one tensor apart as that
+tensor, and an expand feeding an op that broadcasts
 anyway (Trait.BROADCASTS; a bias gradient's VJP, fed to a sum); an elementwise op of an expand
 is computed unexpanded and expanded after (Trait.ELEMENTWISE, not random), and so is a matmul of
 an expand that broadcasts no contracted axis; a sum with a scatter into zeros as a term is that
@@ -56,11 +57,96 @@ def _passthrough(graph: Graph, node: Node) -> ValueRef | None:
     if op == "neg":
         inner = graph.nodes[node.inputs[0].node]
         return inner.inputs[0] if inner.op == "neg" else None
+    if op == "concat":
+        return _rejoined(graph, node)
     if op == "where":
         for value, branch in ((True, 1), (False, 2)):
             if constant_equal_to(graph, node.inputs[0], value) and _same_type(graph, node.inputs[branch], node):
                 return node.inputs[branch]
     return None
+
+
+def _rejoined(graph: Graph, node: Node) -> ValueRef | None:
+    """x, when the concat `node` joins step-1 slices of x along its axis, each starting where the
+    last ended, from 0 to the axis's end: the gradient of x[:, :1] and x[:, 1:] placed back
+    (ops/view_scatter.py's slice_scatter, as x[:, 1:] += y writes)."""
+    axis, source, at = node.attrs["axis"], None, 0
+    for ref in node.inputs:
+        piece = graph.nodes[ref.node]
+        if piece.op != "slice" or piece.attrs["axes"] != (axis,) or piece.attrs["steps"] != (1,) \
+                or piece.attrs["starts"] != (at,) or source not in (None, piece.inputs[0]):
+            return None
+        source, at = piece.inputs[0], piece.attrs["ends"][0]
+    if source is None or at != graph.type_of(source).shape[axis] or not _same_type(graph, source, node):
+        return None
+    return source
+
+
+def _sole_reader(graph: Graph, ref: ValueRef, node: Node) -> bool:
+    """Whether `node` is the only reader of `ref` (a graph output has the caller as another)."""
+    return [reader.id for reader in graph.consumers(ref.node)] == [node.id] and ref not in graph.outputs
+
+
+def _merge_scatters(graph: Graph, node: Node) -> bool:
+    """slice_scatter(slice_scatter(a)) placing along different axes -> one slice_scatter: the
+    gradient of x[:, :, 1:, 1:] pads once, not twice."""
+    if node.op != "slice_scatter":
+        return False
+    inner = graph.nodes[node.inputs[0].node]
+    if inner.op != "slice_scatter" or set(inner.attrs["axes"]) & set(node.attrs["axes"]) \
+            or not _sole_reader(graph, node.inputs[0], node):
+        return False
+    bounds = sorted(zip(*(inner.attrs[k] + node.attrs[k] for k in ("axes", "starts", "ends", "steps"))))
+    node.attrs = {"shape": node.attrs["shape"], **dict(zip(("axes", "starts", "ends", "steps"), zip(*bounds)))}
+    graph.replace_inputs(node, [inner.inputs[0]])
+    return True
+
+
+def _transposes_joined(graph: Graph, node: Node) -> int | None:
+    """concat(transpose(a, p), transpose(b, p), ...) -> transpose(concat(a, b, ...), p), each
+    transpose read by the concat alone: as many bytes moved, and a concat of the pieces a slice
+    cut apart can then be the tensor itself (_rejoined). Returns the new concat's id."""
+    if node.op != "concat" or len(node.inputs) < 2:
+        return None
+    moved = [graph.nodes[ref.node] for ref in node.inputs]
+    if any(m.op != "transpose" or m.attrs["perm"] != moved[0].attrs["perm"] for m in moved) \
+            or any(not _sole_reader(graph, ref, node) for ref in node.inputs):
+        return None
+    perm = moved[0].attrs["perm"]
+    axis = perm[node.attrs["axis"]]
+    shape = list(graph.type_of(moved[0].inputs[0]).shape)
+    shape[axis] = node.outputs[0].shape[node.attrs["axis"]]
+    joined = graph.add_node("concat", [m.inputs[0] for m in moved], {"axis": axis},
+                            [tensor_type(node.outputs[0].dtype, shape)], node.order, node.source)
+    graph.replace_inputs(node, [joined.out(0)])
+    node.op, node.attrs = "transpose", {"perm": perm}
+    return joined.id
+
+
+def _transposes_before_scatters(graph: Graph) -> bool:
+    """transpose(slice_scatter(a)) -> slice_scatter(transpose(a)), the transpose the scatter's only
+    reader: it then moves the piece, not the zeros around it, and the scatter can meet the ones it
+    is summed with (_tiling_pieces): the gradient of a concat whose pieces took different paths,
+    as a vision transformer's class token and its pooled tokens do."""
+    placed: dict[int, list[int]] = {}
+    for node in graph.topo_order():
+        scatter = graph.nodes[node.inputs[0].node] if node.op == "transpose" else None
+        if scatter is None or scatter.op != "slice_scatter" or not _sole_reader(graph, node.inputs[0], node):
+            continue
+        perm, a = node.attrs["perm"], scatter.attrs
+        piece = graph.type_of(scatter.inputs[0])
+        moved = graph.add_node("transpose", [scatter.inputs[0]], {"perm": perm},
+                               [tensor_type(piece.dtype, tuple(piece.shape[p] for p in perm))], node.order, node.source)
+        at = {axis: i for i, axis in enumerate(a["axes"])}
+        axes = [j for j, p in enumerate(perm) if p in at]
+        node.attrs = {"shape": tuple(node.outputs[0].shape), "axes": tuple(axes),
+                      **{k: tuple(a[k][at[perm[j]]] for j in axes) for k in ("starts", "ends", "steps")}}
+        node.op = "slice_scatter"
+        graph.replace_inputs(node, [moved.out(0)])
+        placed[node.id] = [moved.id]
+    if placed:
+        _renumber_with(graph, before=placed)
+    return bool(placed)
 
 
 def _fuse_with_producer(graph: Graph, node: Node) -> bool:
@@ -386,8 +472,10 @@ def _scatter_into_sum(graph: Graph) -> bool:
 
 def simplify(graph: Graph) -> PassResult:
     changed = _interleave_phases(graph)       # first: the rewrites below see the nodes it adds
+    changed |= _transposes_before_scatters(graph)
     changed |= _mask_before_pool_scatter(graph)
     changed |= _scatter_into_sum(graph)
+    joins: dict[int, list[int]] = {}
     for node in graph.topo_order():
         if node.op in ("input", "constant"):
             continue
@@ -397,7 +485,10 @@ def simplify(graph: Graph) -> PassResult:
             node.op, node.attrs = "concat", {"axis": tiling[0]}
             changed = True
         changed |= _fuse_with_producer(graph, node) | _drop_broadcast_expands(graph, node) \
-            | _square_as_product(graph, node)
+            | _square_as_product(graph, node) | _merge_scatters(graph, node)
+        joined = _transposes_joined(graph, node)
+        if joined is not None:
+            joins[node.id] = [joined]
         replacement: ValueRef | None
         if node.op == "transpose" and node.attrs["perm"] == tuple(range(len(node.attrs["perm"]))):
             replacement = node.inputs[0]
@@ -408,5 +499,7 @@ def simplify(graph: Graph) -> PassResult:
         if replacement is not None and (graph.consumers(node.id) or node.out(0) in graph.outputs):
             replace_uses(graph, node.out(0), replacement)
             changed = True
-    changed |= _sink_expands(graph)
+    if joins:
+        _renumber_with(graph, before=joins)
+    changed |= _sink_expands(graph) | bool(joins)
     return PassResult(graph, changed)

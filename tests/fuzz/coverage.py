@@ -33,7 +33,8 @@ def _found(result: Any) -> bool:
 REWRITES: dict[str, dict[str, Callable[[Any], bool] | None]] = {
     "gcompile.passes.simplify": dict.fromkeys((
         "_passthrough", "_fuse_with_producer", "_tiling_pieces", "_interleave_phases", "_drop_broadcast_expands",
-        "_sink_expands", "_square_as_product", "_mask_before_pool_scatter", "_scatter_into_sum")),
+        "_sink_expands", "_square_as_product", "_mask_before_pool_scatter", "_scatter_into_sum", "_rejoined",
+        "_merge_scatters", "_transposes_joined", "_transposes_before_scatters")),
     "gcompile.passes.gemm": {"_to_gemm": None, "_absorb_bias": None, "_absorb_output_transpose": None,
                              "_product_terms": bool, "_reduction_terms": lambda r: bool(r[0])},
     "gcompile.passes.loops": dict.fromkeys(("_prune", "_hoist_one")),

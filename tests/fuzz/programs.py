@@ -1450,6 +1450,52 @@ def gen_phases(g: Gen, x: Value):
                  f"np.concatenate([{', '.join(pieces)}], axis={join})", shape, x.mag, [x])
 
 
+def gen_slice_update(g: Gen, x: Value):
+    """Slices written back and pieces joined again, as exported vision transformers have them: x
+    with x[s:e] + c written over x[s:e] along an axis (torch's x[:, 1:] += c, an F.slice_scatter), a
+    class token cut off through a transpose and joined to the rest again, a slice of a slice along
+    another axis, or the pieces of a cut each transposed and joined. Their gradients are
+    slice_scatters, transposes and concats that simplify puts back together (_rejoined,
+    _transposes_before_scatters, _merge_scatters, _transposes_joined)."""
+    axes = g.static_axes(x.shape, 2)
+    if not axes or len(x.shape) < 2:
+        x = g.new_input(g.d.choice(((Sym(1), 3, 4), (2, 5, 3), (3, 4))))
+        axes = g.static_axes(x.shape, 2)
+    a = g.d.choice(axes)
+    n, k, kind = x.shape[a], g.d.int(1, x.shape[a] - 1), g.d.int(0, 3)
+
+    def cut(axis: int, start, end="") -> str:
+        return "[" + ":, " * axis + f"{start}:{end}]"
+
+    head, rest = x.name + cut(a, "", k), x.name + cut(a, k)
+    if kind == 0:
+        start, c = g.d.int(0, n - 1), g.d.int(1, 3) / 4
+        end = g.d.int(start + 1, n)
+        return g.add("slice_scatter", f"F.slice_scatter({x.name}, {x.name}{cut(a, start, end)} + {c}, axis={a}, "
+                     f"start={start}, end={end})", f"np.concatenate([{x.name}{cut(a, '', start)}, "
+                     f"{x.name}{cut(a, start, end)} + {c}, {x.name}{cut(a, end)}], axis={a})", x.shape, x.mag + c, [x])
+    if kind == 1:
+        b = g.d.choice([i for i in range(len(x.shape)) if i != a])
+        token = f"F.swapaxes(F.swapaxes({x.name}, {b}, {a}){cut(b, '', k)}, {b}, {a})"
+        return g.add("slice+concat", f"F.concat([{token}, F.tanh({rest})], axis={a})",
+                     f"np.concatenate([{token.replace('F.', 'np.')}, np.tanh({rest})], axis={a})", x.shape, x.mag, [x])
+    if kind == 2:
+        others = [i for i in g.static_axes(x.shape, 2) if i != a]
+        if not others:
+            return None
+        b = g.d.choice(others)
+        kb = g.d.int(1, x.shape[b] - 1)
+        text = f"{x.name}{cut(a, k)}{cut(b, kb)}"
+        shape = [d - k if i == a else d - kb if i == b else d for i, d in enumerate(x.shape)]
+        return g.add("getitem", f"F.tanh({text})", f"np.tanh({text})", shape, x.mag, [x])
+    b = g.d.choice([i for i in range(len(x.shape)) if i != a])
+    parts = [f"F.swapaxes({piece}, {a}, {b})" for piece in (head, rest)]
+    shape = list(x.shape)
+    shape[a], shape[b] = shape[b], shape[a]
+    return g.add("slice+concat", f"F.concat([{', '.join(parts)}], axis={b})",
+                 f"np.concatenate([{', '.join(p.replace('F.', 'np.') for p in parts)}], axis={b})", shape, x.mag, [x])
+
+
 _PER_EXAMPLE = [   # gc.vmap bodies of v (one example) and w (a weight of its shape), F and numpy text
     ("F.sum(F.tanh(v) * {w}, axis=-1)", "np.sum(np.tanh(v) * {w}, axis=-1)"),
     ("F.reshape(v * {w}, (-1,))", "np.reshape(v * {w}, (-1,))"),
@@ -1657,6 +1703,7 @@ GENERATORS = [gen_unary, gen_binary, gen_reduce, gen_reshape, gen_dims, gen_geti
               gen_where, gen_matmul, gen_einsum, gen_take, gen_join, gen_pad_tile, gen_nn, gen_conv, gen_image,
               gen_const, gen_fill, gen_recurrent, gen_int, gen_rearrange, gen_spatial, gen_linalg_loss, gen_order,
               gen_scan, gen_matrix, gen_while, gen_conv_geometry, gen_phases, gen_checkpoint, gen_vmap,
+              gen_slice_update,
               gen_unary, gen_unary, gen_unary, gen_binary]    # the unary table is long: drawn more often
 # Differentiable control flow. tools/fuzz.py draws it among the rest; the tests run it on its own
 # (test_loop_programs, test_cond_programs): in the 200 random programs it made the run twice as long.

@@ -8,7 +8,7 @@ import pytest
 import gcompile as gc
 import gcompile.functions as F
 
-from ..opcheck import check_forward, check_grads
+from ..opcheck import check_forward, check_grads, check_values
 
 
 def rand(*shape, seed=0):
@@ -35,6 +35,28 @@ def test_slice_and_select_scatter():
         gc.compile(lambda x, s: F.slice_scatter(x, s, 1, 0, 3), x, src)
     with pytest.raises(gc.ShapeError, match="select_scatter: index 5 is out of range"):
         gc.compile(lambda x: F.select_scatter(x, x[:, 0], 1, 5), x)
+
+
+@pytest.mark.parametrize("start, end", [(0, 2), (2, 5), (4, 6), (0, 6), (3, 3)])
+def test_a_contiguous_slice_scatter_joins_the_pieces(start, end):
+    # input's parts either side of the slice joined with src: no select over a placed src (three
+    # passes over the tensor on ONNX Runtime, its Where on one core), and no Pad
+    x, src = rand(2, 6, 3, seed=11), rand(2, end - start, 3, seed=12)
+    want = np_slice_scatter(x, src, 1, start, end, 1)
+    check_forward(lambda x, s: F.slice_scatter(x, s, 1, start, end), [x, src], want)
+    ops = {n.op_type for n in gc.compile(lambda x, s: F.slice_scatter(x, s, 1, start, end), x, src).model.graph.node}
+    assert not ops & {"Where", "Pad", "ScatterND"}
+    if end > start:
+        check_grads(lambda x, s: F.slice_scatter(x, s, 1, start, end), [x, src])
+
+
+def test_a_contiguous_slice_scatter_keeps_every_edge_value():
+    # inf and NaN on either side of the slice and in src stay where they are; -0.0 keeps its sign
+    x = np.array([[np.inf, -0.0, np.nan, 1.0, -np.inf]])
+    src = np.array([[np.nan, -0.0]])
+    check_values(lambda x, s: F.slice_scatter(x, s, 1, 2, 4), [x, src], np_slice_scatter(x, src, 1, 2, 4, 1))
+    got = gc.compile(lambda x, s: F.slice_scatter(x, s, 1, 2, 4), x, src)(x, src)
+    assert np.signbit(got[0, 1]) and np.signbit(got[0, 3])
 
 
 @pytest.mark.parametrize("offset, axis1, axis2", [(0, 0, 1), (1, 1, 2), (-2, 2, 0), (0, -1, -3), (5, 0, 2)])

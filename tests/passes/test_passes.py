@@ -195,6 +195,68 @@ def test_the_gradient_of_a_split_becomes_a_concat_of_the_pieces():
     assert "concat" in _ops(graph) and "slice_scatter" not in _ops(graph)
 
 
+def test_a_slice_written_back_leaves_the_gradient_whole():
+    # x[:, 1:] += c: x's gradient is the output's, cut at the slice and joined again (_rejoined)
+    def fn(x):
+        return gc.grad(F.sum(F.sin(F.slice_scatter(x, x[:, 1:] + 2.0, 1, 1))), [x])[0]
+    _check(simplify, fn, [X])
+    graph = _graph(fn, X)
+    optimize(graph, 2)
+    assert not {"slice_scatter", "add_n"} & set(_ops(graph)) and _ops(graph).count("concat") == 1   # the forward's
+
+
+def test_a_class_token_cut_through_a_transpose_is_joined_back():
+    # the token's gradient is placed before the transpose back, the rest's after it: the transpose
+    # moves to the piece (_transposes_before_scatters), both places meet in one concat, and that
+    # concat of the output gradient's two pieces is the gradient itself
+    x = RNG.standard_normal((2, 5, 3))
+
+    def fn(x):
+        token = F.swapaxes(F.swapaxes(x, 0, 1)[:1], 0, 1)
+        return gc.grad(F.sum(F.sin(F.concat([token, x[:, 1:] * 1.0], axis=1))), [x])[0]
+    graph = _graph(fn, x)
+    before = evaluate(graph, [x])
+    optimize(graph, 2)
+    _assert_valid(graph)
+    np.testing.assert_array_equal(before[0], evaluate(graph, [x])[0])
+    assert not {"slice_scatter", "add_n"} & set(_ops(graph)) and _ops(graph).count("concat") == 1   # the forward's
+
+
+def test_a_slice_of_a_slice_places_its_gradient_with_one_pad():
+    # x[1:][:, :2]: two one-axis scatters become one of both axes (_merge_scatters), one Pad
+    def fn(x):
+        return gc.grad(F.sum(F.sin(x[1:][:, :2])), [x])[0]
+    _check(simplify, fn, [X])
+    graph = _graph(fn, X)
+    optimize(graph, 2)
+    assert [n.attrs["axes"] for n in graph.nodes.values() if n.op == "slice_scatter"] == [(0, 1)]
+    model = gc.compile(fn, X).model
+    assert [n.op_type for n in model.graph.node].count("Pad") == 1
+
+
+def test_transposed_pieces_of_one_cut_join_as_the_transposed_tensor():
+    # concat(transpose(x[:1]), transpose(x[1:])) is transpose(x): the transposes move after the join
+    # (_transposes_joined) and the join of x's own pieces is x
+    graph = _graph(lambda x: F.concat([F.transpose(x[:1]), F.transpose(x[1:])], axis=1), X)
+    before = evaluate(graph, [X])
+    optimize(graph, 2)
+    _assert_valid(graph)
+    np.testing.assert_array_equal(before[0], evaluate(graph, [X])[0])
+    assert _ops(graph) == ["input", "transpose"]
+
+
+def test_pieces_read_elsewhere_stay_apart():
+    # a transpose or a scatter that another op reads too is left where it is
+    def fn(x):
+        a, b = F.transpose(x[:1]), F.transpose(x[1:])
+        return F.concat([a, b], axis=1) + F.sum(a)
+    graph = _graph(fn, X)
+    before = evaluate(graph, [X])
+    optimize(graph, 2)
+    np.testing.assert_array_equal(before[0], evaluate(graph, [X])[0])
+    assert "concat" in _ops(graph)
+
+
 @pytest.mark.parametrize("pieces", [
     lambda x: (x[:, :1], x[:, 2:]),             # a gap: the zeros between stay
     lambda x: (x[:, :3], x[:, 1:]),             # overlapping pieces add
