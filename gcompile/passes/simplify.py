@@ -6,7 +6,9 @@ add_n), x**1, x**2 as x*x, where with a constant condition, a select of a max-po
 pooled input moved before the scatter, a sum of zero-padded pieces that tile an axis (the
 gradient of splitting a tensor) as their concat, a sum of every strided phase of an axis spread
 over zeros as the phases interleaved, a concat of slices that cut one tensor apart as that
-tensor, and an expand feeding an op that broadcasts
+tensor, a concat of equally transposed pieces as the transposed concat, a transpose of a
+zero-padded piece as the transposed piece padded, a piece padded along one axis and then
+another as one padding, and an expand feeding an op that broadcasts
 anyway (Trait.BROADCASTS; a bias gradient's VJP, fed to a sum); an elementwise op of an expand
 is computed unexpanded and expanded after (Trait.ELEMENTWISE, not random), and so is a matmul of
 an expand that broadcasts no contracted axis; a sum with a scatter into zeros as a term is that
