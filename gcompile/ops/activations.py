@@ -309,8 +309,9 @@ def softsign(x) -> Tensor:
 
 
 def logsigmoid(x) -> Tensor:
-    """log(sigmoid(x)) = -softplus(-x), without overflow: -inf at -inf, gradient sigmoid(-x)."""
-    return -softplus(-_float(x))
+    """log(sigmoid(x)) = 0 - softplus(-x), without overflow: -inf at -inf, gradient sigmoid(-x), and
+    +0.0 where softplus(-x) is 0 (large x), as PyTorch gives, where a negation would give -0.0."""
+    return 0.0 - softplus(-_float(x))
 
 
 def mish(x) -> Tensor:

@@ -78,9 +78,11 @@ def nextafter(a, b) -> Tensor:
 
 
 def _lower_copysign(ctx, names, node):
+    """|a| times -1 or 1 (a Where between the two constants): a Where between -|a| and |a| gave
+    +0.0 for -0.0 on ONNX Runtime, whose Where returns +0.0 where it picks a -0.0 from its first
+    operand."""
     e = Emitter(ctx, node.outputs[0].dtype)
-    magnitude = e("Abs", e.wrap(names[0]))
-    return e.where(sign_bit(e.wrap(names[1])), -magnitude, magnitude).name
+    return (e("Abs", e.wrap(names[0])) * e.where(sign_bit(e.wrap(names[1])), e.const(-1.0), e.const(1.0))).name
 
 
 defop("copysign", infer=binary_float, reference=np.copysign, lower=_lower_copysign,

@@ -99,9 +99,11 @@ def test_frac_and_reciprocal_gradients():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_copysign_signs_zeros_and_infinities(dtype):
-    a = np.array([1.0, -2.0, 0.0, 3.0, inf, -inf, nan, 4.0, 2.0], dtype)
-    b = np.array([-1.0, 2.0, 1.0, -0.0, -5.0, 1.0, -1.0, -inf, 0.0], dtype)
-    check_forward(F.copysign, [a, b], np.copysign(a, b), rtol=0, atol=0)
+    a = np.array([1.0, -2.0, 0.0, 3.0, inf, -inf, nan, 4.0, 2.0, 0.0, -0.0], dtype)
+    b = np.array([-1.0, 2.0, 1.0, -0.0, -5.0, 1.0, -1.0, -inf, 0.0, -1.0, 1.0], dtype)
+    got = check_forward(F.copysign, [a, b], np.copysign(a, b), rtol=0, atol=0)[0]
+    signed = ~np.isnan(a)                      # -0.0 where b is negative (a NaN's sign bit is not kept)
+    np.testing.assert_array_equal(np.signbit(got)[signed], np.signbit(np.copysign(a, b))[signed])
 
 
 def test_copysign_gradient():
