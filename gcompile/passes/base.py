@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..ir.graph import Graph, ValueRef, bodies
+from ..ir.graph import Graph, Node, ValueRef, bodies
 
 
 @dataclass
@@ -24,6 +24,13 @@ class PassResult:
 Pass = Callable[[Graph], PassResult]
 
 LINT = False
+
+
+def only_consumer(graph: Graph, producer: Node, node: Node) -> bool:
+    """Whether `node` is the only reader of `producer`'s outputs, none of them a graph output: a
+    rewrite may then change or drop what `producer` computes."""
+    return [c.id for c in graph.consumers(producer.id)] == [node.id] and producer.id not in {
+        r.node for r in graph.outputs}
 
 
 def replace_uses(graph: Graph, old: ValueRef, new: ValueRef, outputs: bool = True) -> None:

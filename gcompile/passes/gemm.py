@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..ir.dtypes import is_float
 from ..ir.graph import Graph, Node, TensorType, ValueRef
-from .base import PassResult
+from .base import PassResult, only_consumer
 
 
 def _producer(graph: Graph, ref: ValueRef) -> Node:
@@ -38,11 +38,6 @@ def _to_gemm(graph: Graph, node: Node) -> bool:
     return True
 
 
-def _only_consumer(graph: Graph, producer: Node, node: Node) -> bool:
-    return [c.id for c in graph.consumers(producer.id)] == [node.id] and producer.id not in {
-        r.node for r in graph.outputs}
-
-
 def _absorb_bias(graph: Graph, node: Node) -> bool:
     """add(gemm(a, b), c) -> gemm(a, b, c) when c broadcasts onto the product (a bias, or another
     term of a sum of cotangents, which Gemm then accumulates for free)."""
@@ -51,7 +46,7 @@ def _absorb_bias(graph: Graph, node: Node) -> bool:
     for pos in (0, 1):
         gemm, bias = graph.nodes[node.inputs[pos].node], node.inputs[1 - pos]
         if (gemm.op == "gemm" and len(gemm.inputs) == 2 and graph.type_of(node.inputs[pos]) == node.outputs[0]
-                and _only_consumer(graph, gemm, node) and _bias_fits(graph, bias, node.outputs[0].shape)):
+                and only_consumer(graph, gemm, node) and _bias_fits(graph, bias, node.outputs[0].shape)):
             graph.replace_inputs(node, gemm.inputs + [bias])
             node.op, node.attrs = "gemm", dict(gemm.attrs)
             return True
@@ -63,7 +58,7 @@ def _absorb_output_transpose(graph: Graph, node: Node) -> bool:
     if node.op != "transpose" or node.attrs["perm"] != (1, 0):
         return False
     gemm = graph.nodes[node.inputs[0].node]
-    if gemm.op != "gemm" or len(gemm.inputs) != 2 or not _only_consumer(graph, gemm, node):
+    if gemm.op != "gemm" or len(gemm.inputs) != 2 or not only_consumer(graph, gemm, node):
         return False
     graph.replace_inputs(node, [gemm.inputs[1], gemm.inputs[0]])
     node.op, node.attrs = "gemm", {"trans_a": not gemm.attrs["trans_b"], "trans_b": not gemm.attrs["trans_a"]}
@@ -89,7 +84,7 @@ def _product_terms(graph: Graph, node: Node) -> list[Node]:
     for ref in node.inputs:
         term = graph.nodes[ref.node]
         if (term.op == "gemm" and len(term.inputs) == 2 and node.inputs.count(ref) == 1
-                and graph.type_of(ref) == node.outputs[0] and _only_consumer(graph, term, node)):
+                and graph.type_of(ref) == node.outputs[0] and only_consumer(graph, term, node)):
             by_flags.setdefault((term.attrs["trans_a"], term.attrs["trans_b"]), []).append(term)
     best = max(by_flags.values(), key=len, default=[])
     if len(best) < 2:
@@ -104,10 +99,10 @@ def _product_terms(graph: Graph, node: Node) -> list[Node]:
 
 def _reduction(graph: Graph, term: Node, node: Node) -> tuple[Node, Node | None] | None:
     """(reduce_sum, reshape of it or None) when `term` is one of those, read only by `node`."""
-    if term.op == "reshape" and _only_consumer(graph, term, node):
+    if term.op == "reshape" and only_consumer(graph, term, node):
         inner = graph.nodes[term.inputs[0].node]
-        return (inner, term) if inner.op == "reduce_sum" and _only_consumer(graph, inner, term) else None
-    return (term, None) if term.op == "reduce_sum" and _only_consumer(graph, term, node) else None
+        return (inner, term) if inner.op == "reduce_sum" and only_consumer(graph, inner, term) else None
+    return (term, None) if term.op == "reduce_sum" and only_consumer(graph, term, node) else None
 
 
 def _reduction_terms(graph: Graph, node: Node) -> tuple[list[Node], list[tuple], int]:

@@ -27,7 +27,7 @@ from ..ir.dtypes import runs_as_is
 from ..ir.graph import Graph, Node, ValueRef, tensor_type
 from ..ir.registry import Trait, constant_equal_to, get_op, has_trait
 from ..ops.shape_rules import broadcast_shapes
-from .base import PassResult, replace_outputs, replace_uses
+from .base import PassResult, only_consumer, replace_outputs, replace_uses
 
 
 def _same_type(graph: Graph, ref: ValueRef, node: Node) -> bool:
@@ -84,11 +84,6 @@ def _rejoined(graph: Graph, node: Node) -> ValueRef | None:
     return source
 
 
-def _sole_reader(graph: Graph, ref: ValueRef, node: Node) -> bool:
-    """Whether `node` is the only reader of `ref` (a graph output has the caller as another)."""
-    return [reader.id for reader in graph.consumers(ref.node)] == [node.id] and ref not in graph.outputs
-
-
 def _merge_scatters(graph: Graph, node: Node) -> bool:
     """slice_scatter(slice_scatter(a)) placing along different axes -> one slice_scatter: the
     gradient of x[:, :, 1:, 1:] pads once, not twice."""
@@ -96,7 +91,7 @@ def _merge_scatters(graph: Graph, node: Node) -> bool:
         return False
     inner = graph.nodes[node.inputs[0].node]
     if inner.op != "slice_scatter" or set(inner.attrs["axes"]) & set(node.attrs["axes"]) \
-            or not _sole_reader(graph, node.inputs[0], node):
+            or not only_consumer(graph, inner, node):
         return False
     bounds = sorted(zip(*(inner.attrs[k] + node.attrs[k] for k in ("axes", "starts", "ends", "steps"))))
     node.attrs = {"shape": node.attrs["shape"], **dict(zip(("axes", "starts", "ends", "steps"), zip(*bounds)))}
@@ -112,7 +107,7 @@ def _transposes_joined(graph: Graph, node: Node) -> int | None:
         return None
     moved = [graph.nodes[ref.node] for ref in node.inputs]
     if any(m.op != "transpose" or m.attrs["perm"] != moved[0].attrs["perm"] for m in moved) \
-            or any(not _sole_reader(graph, ref, node) for ref in node.inputs):
+            or any(not only_consumer(graph, m, node) for m in moved):
         return None
     perm = moved[0].attrs["perm"]
     axis = perm[node.attrs["axis"]]
@@ -133,7 +128,7 @@ def _transposes_before_scatters(graph: Graph) -> bool:
     placed: dict[int, list[int]] = {}
     for node in graph.topo_order():
         scatter = graph.nodes[node.inputs[0].node] if node.op == "transpose" else None
-        if scatter is None or scatter.op != "slice_scatter" or not _sole_reader(graph, node.inputs[0], node):
+        if scatter is None or scatter.op != "slice_scatter" or not only_consumer(graph, scatter, node):
             continue
         perm, a = node.attrs["perm"], scatter.attrs
         piece = graph.type_of(scatter.inputs[0])
@@ -439,8 +434,7 @@ def _scatter_term(graph: Graph, node: Node) -> int | None:
     for pos, ref in enumerate(node.inputs):
         scatter = graph.nodes[ref.node]
         if scatter.op in _ADDING_SCATTERS and constant_equal_to(graph, scatter.inputs[0], 0) \
-                and node.inputs.count(ref) == 1 and [c.id for c in graph.consumers(scatter.id)] == [node.id] \
-                and ref not in graph.outputs:
+                and node.inputs.count(ref) == 1 and only_consumer(graph, scatter, node):
             return pos
     return None
 
