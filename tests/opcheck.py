@@ -58,11 +58,10 @@ def check_grads(fn, inputs, *, order=2, **kwargs):
     LOWERINGS_CHECKED.update(seen)
 
 
-def check_values(fn, inputs, expected, *, rtol=1e-6, atol=1e-12, signed_zeros=False):
+def check_values(fn, inputs, expected, *, rtol=1e-6, atol=1e-12):
     """Exact values (gradients at kinks, ties and infinities included; NaN where expected is NaN)
-    on both the float64 reference evaluator and ONNX Runtime, from the same float64 inputs; with
-    `signed_zeros`, each zero expected is the zero given, sign included (PyTorch's -0.0 where it
-    gives one)."""
+    on both the float64 reference evaluator and ONNX Runtime, from the same float64 inputs; each
+    zero expected is the zero given, sign included (PyTorch's -0.0 where it gives one)."""
     got_ref = evaluate(trace(fn, inputs).graph, inputs)
     got_ort = gc.compile(fn, *inputs, provider="cpu").run_flat(*inputs)
     expected = expected if isinstance(expected, (list, tuple)) else [expected]
@@ -71,7 +70,6 @@ def check_values(fn, inputs, expected, *, rtol=1e-6, atol=1e-12, signed_zeros=Fa
         for g, e in zip(got, expected):
             e = np.asarray(e, np.float64)
             np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=where)
-            if signed_zeros:
-                zeros = e == 0
-                np.testing.assert_array_equal(np.signbit(np.asarray(g))[zeros], np.signbit(e)[zeros],
-                                              err_msg=f"{where}: the sign of a zero")
+            zeros = e == 0
+            np.testing.assert_array_equal(np.signbit(np.asarray(g))[zeros], np.signbit(e)[zeros],
+                                          err_msg=f"{where}: the sign of a zero")

@@ -263,6 +263,13 @@ def _lgamma_reference(x):
     return out
 
 
+def _pole_value(n: int) -> float:
+    """polygamma(n, ·) at 0, -1, -2, ... for n >= 1: (-1)ⁿ⁺¹·inf, the sign of n!·ζ(n + 1, x) with the
+    Hurwitz zeta at +inf, as torch.polygamma and scipy.special.polygamma give it. (For even n the
+    function runs to -inf on the pole's right and +inf on its left, so no limit decides it.)"""
+    return math.inf if n % 2 else -math.inf
+
+
 def _lower_polygamma(ctx, names, node):
     n = node.attrs["n"]
     e = Emitter(ctx, node.outputs[0].dtype)
@@ -273,8 +280,8 @@ def _lower_polygamma(ctx, names, node):
     cot_term = e.polynomial(list(_cot_derivative_polynomial(n)), gamma.cot_pi(x)) * math.pi ** (n + 1)
     reflected = positive * (-1.0) ** n - cot_term
     result = e.where(left, reflected, positive)
-    pole = (x <= 0) & e.eq(x, e("Round", x)) & ~e("IsInf", x)      # 0, -1, -2, ...: PyTorch's values
-    pole_value = e.where(e.eq(x, 0), -np.inf, np.nan) if n == 0 else e.const(np.inf if n % 2 else np.nan)
+    pole = (x <= 0) & e.eq(x, e("Round", x)) & ~e("IsInf", x)      # 0, -1, -2, ...: PyTorch's and SciPy's values
+    pole_value = e.where(e.eq(x, 0), -np.inf, np.nan) if n == 0 else e.const(_pole_value(n))
     return e.where(pole, pole_value, result).name
 
 
@@ -289,7 +296,7 @@ def _polygamma_reference(x, n):
             gamma.cot_pi(x), _cot_derivative_polynomial(n)) * math.pi ** (n + 1)
         result = np.where(left, reflected, positive)
         pole = (x <= 0) & (x == np.round(x)) & ~np.isinf(x)
-        return np.where(pole, np.where(x == 0, -np.inf, np.nan) if n == 0 else np.inf if n % 2 else np.nan, result)
+        return np.where(pole, np.where(x == 0, -np.inf, np.nan) if n == 0 else _pole_value(n), result)
 
 
 defop("lgamma", infer=unary_float, reference=_lgamma_reference, lower=_lower_lgamma,
@@ -307,7 +314,9 @@ lgamma.__doc__ = "log|Γ(x)| (math.lgamma, torch.lgamma): +inf at 0, -1, -2, ...
 
 def polygamma(n: int, x) -> Tensor:
     """The n-th derivative of digamma, ψ⁽ⁿ⁾(x) (torch.polygamma(n, x)). At the poles 0, -1, -2, ...:
-    +inf for odd n, NaN for even n >= 2; digamma gives -inf at 0 and NaN below, as PyTorch."""
+    +inf for odd n, -inf for even n >= 2 (PyTorch's and SciPy's values); digamma gives -inf at 0
+    and NaN below, as PyTorch. At +inf the limit, (-1)ⁿ⁺¹·0 for n >= 1 (SciPy's; PyTorch 2.13
+    gives NaN for n >= 2); at -inf NaN."""
     if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
         raise ShapeError(f"polygamma: n must be a non-negative int, got {n!r} (at {user_location()})")
     x = as_tensor(x)

@@ -85,9 +85,9 @@ def test_arctan2_and_hypot_gradients():
     y, x = rand(2, 3, seed=2), rand(3, seed=3, low=0.3, high=2) * np.array([1, -1, 1])
     check_grads(F.arctan2, [y, x])
     check_grads(F.hypot, [y, x])
-    # at the origin: arctan2's gradient is 0 (PyTorch), hypot's NaN (PyTorch)
+    # at the origin: arctan2's gradient is (0, -0) (PyTorch), hypot's NaN (PyTorch)
     zero = np.zeros(1)
-    check_values(lambda y, x: gc.grad(F.sum(F.arctan2(y, x)), [y, x]), [zero, zero], [[0.0], [0.0]])
+    check_values(lambda y, x: gc.grad(F.sum(F.arctan2(y, x)), [y, x]), [zero, zero], [[0.0], [-0.0]])
     check_values(lambda y, x: gc.grad(F.sum(F.hypot(y, x)), [y, x]), [zero, zero], [[nan], [nan]])
 
 
