@@ -133,3 +133,12 @@ def test_a_memory_only_run_after_a_timed_one_keeps_the_times_and_gives_the_memor
     assert "| 0.25 |" in line and "| 0.25 |" not in old_line
     assert cells[-1] == old_cells[-1]                   # (the budget's time over the default's, timed)
     assert len(cells) == len(old_cells) + 1             # (the run column)
+
+
+def test_what_compiling_keeps_leaves_out_the_callers_batch_where_recorded():
+    run = _zoo_sample()
+    key = next(iter(run["zoo"]))
+    run["zoo"][key]["memory"]["gcompile"]["inputs_mb"] = 37.0
+    line = next(line for line in _report().zoo_tables([("run.json", run)]).splitlines() if line.startswith(f"| {key} "))
+    # 290.4 ready - 56.0 imported - 97.5 weights = 137 kept, less the batch's 37
+    assert "| 290 | 100 (1.02×) |" in line

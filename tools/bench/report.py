@@ -170,7 +170,7 @@ def zoo_tables(runs: list[tuple[str, dict]]) -> str:
         cells += [fmt_ratio(ratios(passes.get(c, []), "gcompile", "torch")) for c, _ in conditions]
         ours, theirs = memory["gcompile"]["peak_mb"], memory["torch"]["peak_mb"]
         ready = memory["gcompile"]
-        kept = ready["ready_mb"] - ready["imported_mb"] - row["weights_mb"]
+        kept = ready["ready_mb"] - ready["imported_mb"] - row["weights_mb"] - ready.get("inputs_mb", 0)
         cells += [_mb(ours), _mb(theirs), f"{ours / theirs:.2f}", _mb(ready["ready_mb"]),
                   f"{_mb(kept)} ({kept / row['weights_mb']:.2f}×)",
                   _error((timed_row or row).get("grad_error"))]

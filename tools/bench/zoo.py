@@ -12,8 +12,9 @@ norms in both.
 
 Memory: each system runs in a fresh process of its own (this file run as a script, so that
 neither imports the other's libraries), which reads VmRSS and VmHWM from /proc/self/status: the
-bare interpreter's RSS first, then when the system is ready to run (gcompile: compiled; PyTorch:
-the model built from the saved weights) and the peak after the steps. Figures are above the
+bare interpreter's RSS first, then once its libraries are imported and started (warm_up), when the
+system is ready to run (gcompile: compiled; PyTorch: the model built from the saved weights) and
+the peak after the steps. Figures are above the
 bare interpreter. Times: both systems in this process, alternating in blocks (harness.alternate),
 quiet and beside a busy neighbour. Gradients: gcompile's and PyTorch's float32 ones, each against
 PyTorch in float64, as the norm of the difference over the norm of the float64 gradient, over all
@@ -219,6 +220,22 @@ def torch_module(folder: str):
 
 
 # -- a memory process ---------------------------------------------------------------------------------------
+def warm_up(system: str) -> None:
+    """Each system's start-up, once per process and whatever the model, done on a tiny gradient so
+    that the figure read after it ("imported") counts it with the libraries: gcompile's compiler
+    modules load lazily, and ONNX Runtime's environment (kernel registries, thread pools: about 25
+    MB) is made with its first session. What compiling a model keeps is then that model's alone."""
+    import numpy as np
+    if system == "torch":
+        import torch
+        w = torch.ones(3, requires_grad=True)
+        torch.autograd.grad((w * w).sum(), [w])
+        return
+    import gcompile as gc
+    import gcompile.functions as F
+    gc.compile(gc.grad(lambda w: F.sum(w * w)), np.ones(3, np.float32))(np.ones(3, np.float32))
+
+
 def memory_run(system: str, folder: str, options: dict) -> dict:
     """One system's memory in this (fresh) process: the figures of the module's docstring."""
     bare = status_mb("VmRSS")
@@ -226,9 +243,7 @@ def memory_run(system: str, folder: str, options: dict) -> dict:
         import torch
         with open(os.path.join(folder, "meta.json")) as f:
             zoo_entry(json.load(f)["name"]).build(True)   # imports torchvision or transformers
-    else:
-        import gcompile
-        gcompile.compile   # noqa: B018 (the package loads lazily: this imports the compiler and ONNX Runtime)
+    warm_up(system)
     imported = status_mb("VmRSS")
     t0 = time.perf_counter()
     if system == "torch":
@@ -255,6 +270,10 @@ def memory_run(system: str, folder: str, options: dict) -> dict:
                "step_s": times}
     if system != "torch":
         figures["onnx_nodes"] = len(cf.model.graph.node)
+        # the caller's batch and labels (args' first arrays, before the parameters)
+        with open(os.path.join(folder, "meta.json")) as f:
+            count = len(json.load(f)["inputs"]) + 1
+        figures["inputs_mb"] = sum(a.nbytes for a in args[:count]) / 2**20
     return figures
 
 
