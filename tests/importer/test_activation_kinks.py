@@ -43,7 +43,7 @@ KINKS = {
     # F.hardsigmoid: none at the bounds (alpha and beta are float32 attributes: these hit the bounds exactly)
     "hardsigmoid at its bounds": ("HardSigmoid", {"alpha": 0.25, "beta": 0.5}, [a(-2.0, 2, 0)],
                                   a(0, 1, 0.5), a(0, 0, 0.25)),
-    "hardswish at ±3": ("HardSwish", {}, [a(-3.0, 3)], a(-0.0, 3), a(0, 1)),               # F.hardswish: -0 (-3·0), 3; 0 and 1
+    "hardswish at ±3": ("HardSwish", {}, [a(-3.0, 3)], a(-0.0, 3), a(0, 1)),               # F.hardswish: -3·0, 3; 0, 1
     "hardshrink at ±lambda": ("Shrink", {"lambd": 0.5}, [a(-0.5, 0.5)], a(0, 0), a(0, 0)),  # F.hardshrink
     "softshrink at ±lambda": ("Shrink", {"lambd": 0.5, "bias": 0.5}, [a(-0.5, 0.5)], a(0, 0), a(0, 0)),  # F.softshrink
     "abs at 0": ("Abs", {}, [a(0.0)], a(0), a(0)),                                         # torch.abs: sign(0)
