@@ -14,11 +14,11 @@ Memory: each system runs in a fresh process of its own (this file run as a scrip
 neither imports the other's libraries), which reads VmRSS and VmHWM from /proc/self/status: the
 bare interpreter's RSS first, then once its libraries are imported and started (warm_up), when the
 system is ready to run (gcompile: compiled; PyTorch: the model built from the saved weights) and
-the peak after the steps. Figures are above the
-bare interpreter. Times: both systems in this process, alternating in blocks (harness.alternate),
-quiet and beside a busy neighbour. Gradients: gcompile's and PyTorch's float32 ones, each against
-PyTorch in float64, as the norm of the difference over the norm of the float64 gradient, over all
-parameters together and for the worst parameter.
+the peak after the steps. Figures are above the bare interpreter. Times: both systems in this
+process, alternating in blocks (harness.alternate), quiet and beside a busy neighbour. Gradients:
+gcompile's and PyTorch's float32 ones, each against PyTorch in float64, as the norm of the
+difference over the norm of the float64 gradient, over all parameters together and for the worst
+parameter.
 """
 from __future__ import annotations
 
@@ -223,14 +223,16 @@ def torch_module(folder: str):
 def warm_up(system: str) -> None:
     """Each system's start-up, once per process and whatever the model, done on a tiny gradient so
     that the figure read after it ("imported") counts it with the libraries: gcompile's compiler
-    modules load lazily, and ONNX Runtime's environment (kernel registries, thread pools: about 25
-    MB) is made with its first session. What compiling a model keeps is then that model's alone."""
-    import numpy as np
+    modules load lazily, and ONNX Runtime makes its environment (kernel registries, thread pools)
+    with its first session. What compiling a model keeps is then that model's alone
+    (docs/performance.md, "What compiling keeps")."""
     if system == "torch":
         import torch
         w = torch.ones(3, requires_grad=True)
         torch.autograd.grad((w * w).sum(), [w])
         return
+    import numpy as np
+
     import gcompile as gc
     import gcompile.functions as F
     gc.compile(gc.grad(lambda w: F.sum(w * w)), np.ones(3, np.float32))(np.ones(3, np.float32))
