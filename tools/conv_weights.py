@@ -14,9 +14,12 @@ this tool's figures; it times nothing of gcompile's own.
 from __future__ import annotations
 
 import argparse
-import time
+import os
+import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # (batch, channels, size, kernel, groups): ConvNeXt-T's depthwise 7x7 convolutions at its first
 # and third stages, ResNet-50's 3x3 convolutions at its first and third stages.
@@ -44,34 +47,30 @@ def conv_model(shape, stored: bool) -> bytes:
     return model.SerializeToString()
 
 
-def median_ms(session, feeds: dict, runs: int) -> float:
-    session.run(None, feeds)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)) * 1e3
-
-
 def main() -> None:
     import onnxruntime as ort
+
+    from tools.bench.harness import median_ms
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=9)
     args = parser.parse_args()
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
-    print(f"onnxruntime {ort.__version__}, {args.threads} thread(s), median of {args.runs} calls")
+    print(f"onnxruntime {ort.__version__}, {args.threads} thread(s), median of {args.runs} calls of each, "
+          "the two alternating in blocks")
     print("batch x channels x size², kernel, groups | weights stored | weights an input | ratio")
     for shape in SHAPES:
         batch, channels, size, kernel, groups = shape
         x = np.random.default_rng(1).standard_normal((batch, channels, size, size)).astype(np.float32)
         w = conv_weights(shape)
-        stored = median_ms(ort.InferenceSession(conv_model(shape, True), options, providers=["CPUExecutionProvider"]),
-                           {"x": x}, args.runs)
-        given = median_ms(ort.InferenceSession(conv_model(shape, False), options, providers=["CPUExecutionProvider"]),
-                          {"x": x, "w": w}, args.runs)
+        calls = {}
+        for kind, feeds in (("stored", {"x": x}), ("given", {"x": x, "w": w})):
+            session = ort.InferenceSession(conv_model(shape, kind == "stored"), options,
+                                           providers=["CPUExecutionProvider"])
+            calls[kind] = lambda session=session, feeds=feeds: session.run(None, feeds)
+        ms = median_ms(calls, args.runs)
+        stored, given = ms["stored"], ms["given"]
         print(f"{batch} x {channels} x {size}², {kernel}x{kernel}, {groups} | {stored:.2f} ms | {given:.2f} ms | "
               f"{given / stored:.1f}")
 

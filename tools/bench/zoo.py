@@ -241,10 +241,11 @@ def warm_up(system: str) -> None:
 def memory_run(system: str, folder: str, options: dict) -> dict:
     """One system's memory in this (fresh) process: the figures of the module's docstring."""
     bare = status_mb("VmRSS")
+    with open(os.path.join(folder, "meta.json")) as f:
+        meta = json.load(f)
     if system == "torch":
         import torch
-        with open(os.path.join(folder, "meta.json")) as f:
-            zoo_entry(json.load(f)["name"]).build(True)   # imports torchvision or transformers
+        zoo_entry(meta["name"]).build(True)   # imports torchvision or transformers
     warm_up(system)
     imported = status_mb("VmRSS")
     t0 = time.perf_counter()
@@ -252,9 +253,8 @@ def memory_run(system: str, folder: str, options: dict) -> dict:
         torch.set_num_threads(os.cpu_count() or 1)
         inputs, labels = load_inputs(folder)
         module = torch_module(folder)
-        with open(os.path.join(folder, "meta.json")) as f:
-            names = json.load(f)["inputs"]
-        run = torch_step(module, {k: torch.from_numpy(v) for k, v in zip(names, inputs)}, torch.from_numpy(labels))
+        run = torch_step(module, {k: torch.from_numpy(v) for k, v in zip(meta["inputs"], inputs)},
+                         torch.from_numpy(labels))
     else:
         cf, args = gcompile_step(folder, **options)
 
@@ -273,9 +273,7 @@ def memory_run(system: str, folder: str, options: dict) -> dict:
     if system != "torch":
         figures["onnx_nodes"] = len(cf.model.graph.node)
         # the caller's batch and labels (args' first arrays, before the parameters)
-        with open(os.path.join(folder, "meta.json")) as f:
-            count = len(json.load(f)["inputs"]) + 1
-        figures["inputs_mb"] = sum(a.nbytes for a in args[:count]) / 2**20
+        figures["inputs_mb"] = sum(a.nbytes for a in args[:len(meta["inputs"]) + 1]) / 2**20
     return figures
 
 
