@@ -1388,6 +1388,22 @@ def gen_conv_geometry(g: Gen, x: Value):
                  [y])
 
 
+def gen_long_product(g: Gen, x: Value):
+    """A linear layer of a new input whose weight gradient (inputᵀ·cotangent, a gemm with trans_a)
+    has just below or at least EXPLICIT_TRANSPOSE_MIN_WORK multiply-adds, the threshold of ONNX
+    Runtime's CPU form of such products (lowering/targets/ort_cpu/linalg.py): far larger than
+    MAX_NUMEL allows, it is averaged at once, and no other step reads its operands or product."""
+    from gcompile.lowering.targets.ort_cpu.linalg import EXPLICIT_TRANSPOSE_MIN_WORK as work
+    m, n = g.d.choice(((512, 256), (256, 256), (512, 512)))
+    rows = -(-work // (m * n)) if g.d.bool() else work // (m * n) - 1
+    inp = g.new_input((rows, m))
+    w = g.new_input((m, n), scale=1 / math.sqrt(m))
+    y = g.add("matmul", f"{inp.name} @ {w.name}", f"{inp.name} @ {w.name}", (rows, n), inp.mag * 3 + 1, [inp, w])
+    large = {inp.name, w.name, y.name}
+    g.values = [v for v in g.values if v.name not in large]
+    return g.add("reduce_mean", f"F.mean({y.name})", f"np.mean({y.name})", (), y.mag, [y])
+
+
 def _phase_shapes(g: Gen, x: Value, step: int) -> list[int]:
     return [a for a in g.static_axes(x.shape, step) if x.shape[a] % step == 0]
 
@@ -1703,7 +1719,7 @@ GENERATORS = [gen_unary, gen_binary, gen_reduce, gen_reshape, gen_dims, gen_geti
               gen_where, gen_matmul, gen_einsum, gen_take, gen_join, gen_pad_tile, gen_nn, gen_conv, gen_image,
               gen_const, gen_fill, gen_recurrent, gen_int, gen_rearrange, gen_spatial, gen_linalg_loss, gen_order,
               gen_scan, gen_matrix, gen_while, gen_conv_geometry, gen_phases, gen_checkpoint, gen_vmap,
-              gen_slice_update,
+              gen_slice_update, gen_long_product,
               gen_unary, gen_unary, gen_unary, gen_binary]    # the unary table is long: drawn more often
 # Differentiable control flow. tools/fuzz.py draws it among the rest; the tests run it on its own
 # (test_loop_programs, test_cond_programs): in the 200 random programs it made the run twice as long.

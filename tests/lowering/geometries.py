@@ -518,6 +518,34 @@ def scan(rng, near: Near | None) -> Draw:
                 + (", steps symbolic" if specs else ""), fn, [h0, xs], specs)
 
 
+# -- matrix products --------------------------------------------------------------------------------------------
+def gemm(rng, near: Near | None) -> Draw:
+    """A 2-D product with flags (the gemm pass's op): aᵀ·b mostly, a or b transposed or not, a
+    bias row or matrix sometimes, float32 or float64; its multiply-adds around the explicit
+    transpose's threshold (K·M·N), or any; as the edge "empty_contraction", K = 0 (the product is
+    zeros, or the bias)."""
+    name, side, t = near or (None, None, 0)
+    trans_a, trans_b = bool(rng.random() < 0.8), bool(rng.random() < 0.3)
+    m, n = int(rng.choice([1, 3, 64, 512])), int(rng.choice([1, 5, 64, 512]))
+    k = int(rng.choice([1, 2, 7, 300]))
+    if name == "EXPLICIT_TRANSPOSE_MIN_WORK":
+        trans_a = True
+        m, n = int(rng.choice([64, 256, 512])), int(rng.choice([64, 256, 512]))
+        k = -(-_value(rng, side, t, m * n) // (m * n)) if side == "at" else _value(rng, side, t, m * n) // (m * n)
+    elif name == "empty_contraction":
+        k = 0
+    elif name is not None:
+        raise Unplaceable(name)
+    dtype = np.float64 if name is None and rng.random() < 0.15 else np.float32
+    a = _uniform(rng, (k, m) if trans_a else (m, k), dtype)
+    b = _uniform(rng, (n, k) if trans_b else (k, n), dtype)
+    bias = [] if rng.random() < 0.6 else [_uniform(rng, (n,) if rng.random() < 0.5 else (m, n), dtype)]
+    return Draw(f"gemm of a{a.shape} b{b.shape}{f' c{bias[0].shape}' if bias else ''} {np.dtype(dtype).name}, "
+                f"trans_a={trans_a} trans_b={trans_b}",
+                lambda a, b, *c: apply("gemm", [a, b, *c], trans_a=trans_a, trans_b=trans_b), [a, b, *bias],
+                sides=_sides(near))
+
+
 # -- sums and means ----------------------------------------------------------------------------------------------
 def _reduction(fn: Callable, label: str):
     def sample(rng, near: Near | None) -> Draw:
@@ -553,7 +581,7 @@ SAMPLERS: dict[str, Callable[..., Draw]] = {
     "conv": conv, "conv_transpose": conv_transpose, "conv_weight_grad": conv_weight_grad,
     "pool_scatter": pool_scatter, "softmax": softmax, "log_softmax": log_softmax,
     "softmax_cross_entropy": softmax_cross_entropy, "scatter_add": scatter_add, "scan": scan,
-    "reduce_sum": reduce_sum, "reduce_mean": reduce_mean,
+    "reduce_sum": reduce_sum, "reduce_mean": reduce_mean, "gemm": gemm,
 }
 # The edges each op's sampler draws (near = (edge, "edge", None)), each drawn for every strategy of the op.
 EDGES: dict[str, tuple[str, ...]] = {
@@ -565,4 +593,5 @@ EDGES: dict[str, tuple[str, ...]] = {
     "scatter_add": ("negative_indices", "no_updates", "non_finite"),
     "scan": ("zero_steps",),
     "reduce_sum": ("empty_axis", "empty_batch"), "reduce_mean": ("empty_axis", "empty_batch"),
+    "gemm": ("empty_contraction",),
 }

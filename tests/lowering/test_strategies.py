@@ -74,6 +74,18 @@ def rnn_grad(steps, width=4, reverse=False, layers=1):
     return (lambda h0, xs: gc.grad(loss(h0, xs), [h0, xs])), [rand(2, width, seed=9), rand(steps, 2, width, seed=10)]
 
 
+def transposed_product(k, m, n, trans_b=False, bias=False, dtype=np.float32):
+    """aᵀ·b (a weight gradient's form: a Gemm with transA) of a (k, m) and b (k, n), or (n, k)
+    with `trans_b`, plus a bias row with `bias`."""
+    b = rand(n, k, seed=13, dtype=dtype) if trans_b else rand(k, n, seed=13, dtype=dtype)
+    c = [rand(n, seed=14, dtype=dtype)] if bias else []
+
+    def fn(a, b, *c):
+        y = F.transpose(a) @ (F.transpose(b) if trans_b else b)
+        return y + c[0] if c else y
+    return fn, [rand(k, m, seed=12, dtype=dtype), b, *c]
+
+
 # (op, strategy): [(what the case shows, threshold crossed or None, side, taken, (fn, inputs))]
 CASES = {
     ("conv", "halves"): [
@@ -150,6 +162,14 @@ CASES = {
         ("rows of 47", "FLAT_MOVE_MAX_ROW", "below", True, weight_grad((1, 2, 2, 47), 2, (3, 3), pad=1)),
         ("rows of 48", "FLAT_MOVE_MAX_ROW", "at", True, weight_grad((1, 2, 2, 48), 2, (3, 3), pad=1)),
         ("a symbolic-size-free grouped case", None, "", True, weight_grad((2, 4, 5, 5), 6, (3, 3), pad=2, groups=2)),
+    ],
+    ("gemm", "explicit_transpose"): [
+        ("2**25 multiply-adds, a moved", "EXPLICIT_TRANSPOSE_MIN_WORK", "at", True, transposed_product(128, 512, 512)),
+        ("2**25 - 2**18", "EXPLICIT_TRANSPOSE_MIN_WORK", "below", False, transposed_product(127, 512, 512)),
+        ("b and the product moved, a bias", None, "", True, transposed_product(512, 1024, 64, bias=True)),
+        ("a bias, a moved", None, "", True, transposed_product(512, 64, 1024, bias=True)),
+        ("bᵀ given: the product moved", None, "", True, transposed_product(512, 256, 256, trans_b=True)),
+        ("float64", None, "", False, transposed_product(128, 512, 512, dtype=np.float64)),
     ],
     ("pool_scatter", "unpool"): [
         ("disjoint windows", None, "", True, pool_grad((2, 3, 6, 6), 2, 2)),

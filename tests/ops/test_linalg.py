@@ -6,6 +6,7 @@ import gcompile as gc
 import gcompile.functions as F
 from gcompile.frontend.trace import trace
 from gcompile.ir.evaluate import evaluate
+from gcompile.lowering.lower import recorded_lowerings
 
 from ..opcheck import check_forward, check_grads
 
@@ -172,6 +173,21 @@ def test_gemm_forward_and_gradients(trans_a, trans_b, bias_shape):
     expected = (a.T if trans_a else a) @ (b.T if trans_b else b) + (extra[0] if extra else 0)
     check_forward(fn, [a, b, *extra], expected, rtol=1e-5)
     check_grads(fn, [a, b, *extra])
+
+
+@pytest.mark.parametrize("k, m, n, trans_b", [(128, 512, 512, False), (1024, 512, 64, False), (128, 512, 512, True)],
+                         ids=["a-moved", "b-moved", "b-given"])
+def test_gemm_with_a_long_transposed_left_operand(k, m, n, trans_b):
+    """A weight gradient's product (aᵀ·b of 2**25 multiply-adds), which ONNX Runtime's CPU target
+    computes with an operand, or the product, transposed first (lowering/targets/ort_cpu/linalg.py)."""
+    from gcompile.frontend.tensor import apply
+    a = rand(k, m, seed=1) * 0.1
+    b = rand(*((n, k) if trans_b else (k, n)), seed=2) * 0.1
+    fn = lambda a, b: apply("gemm", [a, b], trans_a=True, trans_b=trans_b)    # noqa: E731
+    with recorded_lowerings() as seen:
+        check_forward(fn, [a, b], a.T @ (b.T if trans_b else b), rtol=1e-5, atol=1e-6)
+    assert ("gemm", "explicit_transpose") in seen
+    check_grads(fn, [a, b])
 
 
 # -- edge cases ----------------------------------------------------------------------------------------
