@@ -3,8 +3,9 @@
 A weight gradient is a product aᵀ·g of two tall matrices (positions × channels), summed over their
 rows: Gemm with transA. MLAS packs Gemm's right operand once, but reads its left one in place, so
 a transposed left operand is transposed again in small blocks for every panel of the right one;
-on two threads such products ran well below the rate of the same product with its left operand
-laid out row by row. One Transpose of the narrower operand (and of the product, which is small
+in a training step that operand is an activation written long before, read from memory with
+strides, and such products ran well below the rate of the same product with its left operand laid
+out row by row. Transposing an operand once (or the other operand and the product, which is small
 when the contraction is long) costs less (docs/strategies.md). The session must not fold the
 Transpose back into the Gemm (runtime/providers.py disables ONNX Runtime's fusion of the two).
 """
