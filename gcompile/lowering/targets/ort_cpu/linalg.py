@@ -21,13 +21,19 @@ from ..base import strategy
 EXPLICIT_TRANSPOSE_MIN_WORK = 1 << 25
 
 
+def _sizes(ctx, node) -> tuple:
+    """(K, M, N) of the product aᵀ·b, or aᵀ·bᵀ, of a (K, M)."""
+    (k, m), b = ctx.graph.type_of(node.inputs[0]).shape, ctx.graph.type_of(node.inputs[1]).shape
+    return k, m, b[0] if node.attrs["trans_b"] else b[1]
+
+
 def _explicit_guard(ctx, node) -> bool:
     if not node.attrs["trans_a"]:
         return False
     a, b = (ctx.graph.type_of(r) for r in node.inputs[:2])
     if np.dtype(a.dtype) != np.float32 or not (dims.is_static(a.shape) and dims.is_static(b.shape)):
         return False
-    (k, m), n = a.shape, b.shape[0] if node.attrs["trans_b"] else b.shape[1]
+    k, m, n = _sizes(ctx, node)
     return m * n * k >= EXPLICIT_TRANSPOSE_MIN_WORK
 
 
@@ -37,10 +43,10 @@ def _explicit_transpose(ctx, names, node):
     product (N, M) is transposed back, whichever moves fewer elements (K·M, or K·N + M·N); with
     bᵀ given, as (b·a)ᵀ, no operand moved."""
     a, b, *c = names
-    (k, m), shape_b = ctx.graph.type_of(node.inputs[0]).shape, ctx.graph.type_of(node.inputs[1]).shape
+    k, m, n = _sizes(ctx, node)
     if node.attrs["trans_b"]:
         product = ctx.emit("Transpose", [ctx.emit("Gemm", [b, a])], perm=[1, 0])
-    elif k * m <= (k + m) * shape_b[1]:
+    elif k * m <= (k + m) * n:
         return ctx.emit("Gemm", [ctx.emit("Transpose", [a], perm=[1, 0]), b, *c])
     else:
         product = ctx.emit("Transpose", [ctx.emit("Gemm", [ctx.emit("Transpose", [b], perm=[1, 0]), a])],
