@@ -23,6 +23,11 @@ TARGET_KEY = "gcompile.target"   # the model metadata naming the target it was l
 # graphs of large planned peaks); runtime/providers.py then runs them in that order.
 ORDER_KEY = "gcompile.order"
 
+
+def in_file_order(model) -> bool:
+    """Whether an onnx ModelProto's metadata says its nodes are to run in their file order."""
+    return any(p.key == ORDER_KEY and p.value == "file" for p in model.metadata_props)
+
 _recorders: list[Counter] = []
 
 

@@ -17,7 +17,7 @@ from ..ir import dtypes
 from ..ir.dims import astype_hint, bind, dtype_name, format_shape
 from ..ir.graph import Graph
 from ..lowering import to_onnx
-from ..lowering.lower import ORDER_KEY, TARGET_KEY
+from ..lowering.lower import ORDER_KEY, TARGET_KEY, in_file_order
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, serialize
 from ..lowering.targets import DEFAULT_TARGET, target_for_provider
 from . import modelfile
@@ -97,9 +97,9 @@ class CompiledFunction:
                                 "traces and exports (gc.export), but cannot run here; cast to float32 before it")
         self._host_types = needs_host_types(model)
         runnable = with_host_types(model) if self._host_types else model
-        in_order = {p.key: p.value for p in model.metadata_props}.get(ORDER_KEY) == "file"
         self._session = load_session(serialize(runnable, "model.onnx", EXTERNAL_DATA_THRESHOLD, seal=False), provider,
-                                     nodes=len(runnable.graph.node), order=runnable.graph.node if in_order else None)
+                                     nodes=len(runnable.graph.node),
+                                     order=runnable.graph.node if in_file_order(model) else None)
         self._output_names = list(traced.graph.output_names)
 
     @property

@@ -27,6 +27,7 @@ from ..errors import GcompileError, InputError, UnsupportedError, name_mismatch
 from ..ir.dims import astype_hint, bind, format_type
 from ..ir.dtypes import is_float
 from ..lowering import seal
+from ..lowering.lower import in_file_order
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, external_data_versions, serialize
 from .files import folder_lock, write_files
 from .providers import PROVIDERS, external_data_from_memory, make_session
@@ -288,11 +289,12 @@ def session(f: ModelFile, provider: str, fixed_threads: bool = False):
     """An onnxruntime session for an opened model file: from its verified bytes, with its external
     data handed over from the verified mappings. (An onnxruntime older than 1.29 cannot take those:
     it reads the model and its data again from beside the model's path.) fixed_threads: see
-    providers.make_session."""
+    providers.make_session. A model lowered to run in its file order (lowering/order.py) runs so."""
     if f.external and not external_data_from_memory():
         return make_session(os.path.abspath(f.path), provider, nodes=len(f.model.graph.node),
                             fixed_threads=fixed_threads)
-    return make_session(f.data, provider, f.external, nodes=len(f.model.graph.node), fixed_threads=fixed_threads)
+    return make_session(f.data, provider, f.external, nodes=len(f.model.graph.node), fixed_threads=fixed_threads,
+                        order=f.model.graph.node if in_file_order(f.model) else None)
 
 
 def verify(path, data, model, external: Mapping[str, Any] | None = None) -> None:

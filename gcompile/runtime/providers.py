@@ -281,8 +281,19 @@ def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] 
     size = len(model) + sum(len(v) for v in (external or {}).values()) if isinstance(model, bytes) else None
     if threads is None and provider == "cpu" and cores > 1 and nodes is not None and nodes <= ADAPT_MAX_NODES \
             and size is not None and size <= ADAPT_MAX_BYTES:
-        return AdaptiveSession(make, cores, thread_counts=not fixed_threads)
-    return make(threads)
+        session: Any = AdaptiveSession(make, cores, thread_counts=not fixed_threads)
+    else:
+        session = make(threads)
+    session._gcompile_ordered = model if in_order else None
+    return session
+
+
+def run_order(session) -> list | None:
+    """The onnx NodeProtos a session of make_session runs, in the order it runs them (a model
+    run in its own order: ordered_model); None where ONNX Runtime chooses the order."""
+    import onnx
+    ordered = getattr(session, "_gcompile_ordered", None)
+    return None if ordered is None else list(onnx.load_from_string(ordered).graph.node)
 
 
 def configured_threads() -> int | None:

@@ -91,10 +91,17 @@ class Optimizer:
         new_params: dict[str, Tensor] = {}
         new_state: dict[str, Tensor] = {}
         for name, p in params.items():
-            slots = {slot: state[state_name(name, slot)] for slot, _ in self.slots}
-            new_params[name], updated = self.rule(p, grads[name], slots, step, scalars)
-            new_state.update({state_name(name, slot): v for slot, v in updated.items()})
+            new_params[name], updated = self.update_one(name, p, grads[name], state, step, scalars)
+            new_state.update(updated)
         return new_params, new_state
+
+    def update_one(self, name: str, p: Tensor, g: Tensor, state: dict[str, Tensor], step: Tensor,
+                   scalars: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        """(new p, {state entry: new value}) for the parameter `name` alone; `state` may hold every
+        parameter's entries, `scalars` are self.scalars(step)."""
+        slots = {slot: state[state_name(name, slot)] for slot, _ in self.slots}
+        new_p, updated = self.rule(p, g, slots, step, scalars)
+        return new_p, {state_name(name, slot): v for slot, v in updated.items()}
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())

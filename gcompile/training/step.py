@@ -143,8 +143,10 @@ class Params:
 
 
 def check_params(params: Any, optimizer: Any) -> Params:
-    """`params` as fresh numpy arrays by name, after checking names, dtypes, values (finite) and the
-    optimizer."""
+    """`params` as numpy arrays by name, after checking names, dtypes, values (finite) and the
+    optimizer. The caller's arrays themselves, not copies, as PyTorch's optimizers hold the module's
+    parameters: a copy here would be a third copy of the weights beside the caller's and a Trainer's
+    own (which copies them when it starts); nothing in gcompile writes them."""
     if not isinstance(optimizer, Optimizer):
         raise GcompileError(f"optimizer must be a gc.optim optimizer (SGD, Adam, AdamW), got {optimizer!r}")
     leaves, tree = pytree.flatten(params)
@@ -157,7 +159,7 @@ def check_params(params: Any, optimizer: Any) -> Params:
     names = pytree.paths(tree)
     values, buffers = {}, []
     for name, leaf, is_buffer in zip(names, leaves, pytree.buffer_mask(tree)):
-        arr = np.array(leaf)   # a copy: the initial values stay as exported
+        arr = np.asarray(leaf)
         if is_buffer:
             buffers.append(name)
         elif not is_float(arr.dtype):
@@ -232,16 +234,27 @@ def trace_step(loss_fn: Callable, params: Params, optimizer: Optimizer, batch_sp
         opt = _optimizer_with(optimizer, {h: hyper[h] for h in for_optimizer})
         # The update is computed from the gradients: tagged with their order, it is not counted as forward.
         with recording_order(max(g.graph.nodes[g.ref.node].order for g in grads)):
-            new_params, new_state = opt.update(dict(zip(layout.params, trained)), dict(zip(layout.params, grads)),
-                                               state, t)
-            new = {**new_params, **{n: F.cast(after[n], params.values[n].dtype) for n in layout.buffers},
-                   **new_state, "step": t}
-            guard = {}
+            guard: dict[str, Tensor] = {}
+            old = {**leaves_by_name, **state, "step": count}
+
+            def kept(name: str, value: Tensor) -> Tensor:
+                return value
             if options.skip_nonfinite:   # the step's own inputs pass through where it is skipped
                 skipped = nonfinite(loss, unclipped)
-                old = {**leaves_by_name, **state, "step": count}
-                new = {n: F.where(skipped, old[n], v) for n, v in new.items()}
                 guard = {SKIPPED: skipped}
+
+                def kept(name: str, value: Tensor) -> Tensor:
+                    return F.where(skipped, old[name], value)
+            # One parameter after another, each new value finished (and in a step run in trace order,
+            # written over the old one: runtime/inplace.py) before the next parameter's update starts,
+            # so that a single parameter's intermediate values are alive at a time, not every one's.
+            scalars = opt.scalars(t)
+            new = {}
+            for name, p, g in zip(layout.params, trained, grads):
+                new_p, new_slots = opt.update_one(name, p, g, state, t, scalars)
+                new.update({n: kept(n, v) for n, v in {name: new_p, **new_slots}.items()})
+            new.update({n: kept(n, F.cast(after[n], params.values[n].dtype)) for n in layout.buffers})
+            new["step"] = kept("step", t)
         aux_leaves, aux_tree = pytree.flatten(aux)
         aux_names.extend(_aux_names(aux_tree) if options.has_aux else [])
         return {"loss": loss, **dict(zip(aux_names, aux_leaves)), **guard,

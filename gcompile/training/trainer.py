@@ -3,11 +3,14 @@
 A training-step model (gc.export_train_step, @gc.export_train; its names are a StepLayout)
 maps (params, optimizer state, step counter, batch) to (loss, new params, new state, new
 step counter). The Trainer keeps everything the step carries over in onnxruntime OrtValues
-on the session's device, in two buffer sets bound through IO binding: each step reads one
-set and writes the other, then they swap. Only the batch goes in and the loss comes out;
-parameters are copied to numpy only when `.params` is read. That swap, and every read of the
-live set, happens under one lock: a Trainer may be shared by threads, whose steps then run one
-at a time (in some serial order), and a save or a read never sees half a step.
+on the session's device, bound through IO binding. Where the session runs the step's nodes in
+a known order, each new value is written into the buffer of the value it replaces wherever
+runtime/inplace.py finds that safe (on a step in trace order: all of them), as PyTorch's
+optimizers update in place; the rest have a spare buffer: each step reads the live one and
+writes the spare, then they swap. Only the batch goes in and the loss comes out;
+parameters are copied to numpy only when `.params` is read. A step, and every read of the
+live values, happens under one lock: a Trainer may be shared by threads, whose steps then run
+one at a time (in some serial order), and a save or a read never sees half a step.
 
 Parameters go in and come back in one structure: whatever pytree export_train_step was given
 (a flat or nested dict, a gc.nn Module) or Trainer(path, params=...) is given, whose leaves are
@@ -30,10 +33,11 @@ from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError, name_mismatch
 from ..frontend import pytree
-from ..lowering.lower import ORDER_KEY
+from ..lowering.lower import in_file_order
 from ..runtime import modelfile, npz
+from ..runtime.inplace import in_place_outputs
 from ..runtime.modelfile import check_value, signature
-from ..runtime.providers import PROVIDERS, make_session, resolve_provider
+from ..runtime.providers import PROVIDERS, make_session, resolve_provider, run_order
 from ..runtime.subnormals import flushed
 from .layout import SKIPPED, StepLayout, check_finite
 
@@ -61,9 +65,9 @@ def _opened(step: Any) -> Iterator[tuple[onnx.ModelProto, Any, str | None, Calla
         raise GcompileError(f"Trainer takes a compiled training step (gc.export_train_step), an onnx.ModelProto "
                             f"or the path of a saved training-step model, got {type(step).__name__}")
     nodes = len(model.graph.node)
-    in_order = {p.key: p.value for p in model.metadata_props}.get(ORDER_KEY) == "file"
+    order = model.graph.node if in_file_order(model) else None
     yield model, params, provider, functools.partial(make_session, model.SerializeToString(), nodes=nodes,
-                                                     fixed_threads=True, order=model.graph.node if in_order else None)
+                                                     fixed_threads=True, order=order)
 
 
 class Trainer:
@@ -103,6 +107,10 @@ class Trainer:
         leaves, self._tree = pytree.flatten(params)
         self._tree_names = pytree.paths(self._tree)
         self._device = "cuda" if self._session.get_providers()[0] == PROVIDERS["cuda"] else "cpu"
+        order = run_order(self._session) if self._device == "cpu" else None
+        # the carried values whose new value the step writes over them (the others swap buffers)
+        self._in_place = frozenset(in_place_outputs(order, {n: self.layout.new(n) for n in self.layout.carried})
+                                   if order else ())
         self._types = {e["name"]: (np.dtype(e["dtype"]), tuple(e["shape"]))
                        for e in signature(list(model.graph.input) + list(model.graph.output))}
         self._loss = ort.OrtValue.ortvalue_from_shape_and_type([], self._types["loss"][0], "cpu", 0)
@@ -118,23 +126,27 @@ class Trainer:
                                 + ("" if self._tree.is_leaf else " whose paths name a leaf twice"))
         check_names("parameters", given, self.layout.params + self.layout.buffers)
         state, step_count = self.layout.initial_state(given)
-        self._set({**given, **state, "step": step_count})
+        self._set({**given, **state, "step": step_count}, owned=frozenset(state) | {"step"})
 
     # -- carried values ------------------------------------------------------------------------------
-    def _set(self, values: dict, source: str = "") -> None:
-        """Place copies of the carried values on the device (checked against the model, and finite)
-        beside a spare set. On CPU an OrtValue shares its numpy array's memory, hence the copies
-        here and in `_numpy`: the caller's arrays never become buffers the steps overwrite.
-        `source` prefixes errors (the checkpoint read)."""
+    def _set(self, values: dict, source: str = "", owned: frozenset = frozenset()) -> None:
+        """Place copies of the carried values on the device (checked against the model, and finite),
+        with a spare buffer for each value not updated in place. On CPU an OrtValue shares its numpy
+        array's memory, hence the copies here and in `_numpy`: the caller's arrays never become
+        buffers the steps overwrite; the arrays of `owned` names are this Trainer's own (the initial
+        optimizer state) and are not copied again. `source` prefixes errors (the checkpoint read)."""
         import onnxruntime as ort
         live, spare = {}, {}
         for name in self.layout.carried:
             dtype, shape = self._types[name]
             label = source + self.layout.label(name)
-            arr = np.array(check_value(label, values[name], dtype, shape, {}))
+            arr = check_value(label, values[name], dtype, shape, {})
+            if name not in owned or arr is not values[name]:
+                arr = np.array(arr)
             check_finite(label, arr, buffer=name in self.layout.buffers)
             live[name] = ort.OrtValue.ortvalue_from_numpy(arr, self._device, 0)
-            spare[name] = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, self._device, 0)
+            if name not in self._in_place:
+                spare[name] = ort.OrtValue.ortvalue_from_shape_and_type(list(shape), dtype, self._device, 0)
         with self._lock:
             self._live, self._spare = live, spare
 
@@ -147,6 +159,12 @@ class Trainer:
         """The current parameters, copied to numpy, in the structure they were given in (a dict by
         name, a nested dict, a gc.nn Module, which holds its current buffers too)."""
         return pytree.unflatten(self._tree, self._numpy(tuple(self._tree_names)).values())
+
+    @property
+    def in_place(self) -> frozenset[str]:
+        """The carried values (parameters, buffers, optimizer state, "step") each step overwrites in
+        their own buffer; the others have a spare one (module docstring)."""
+        return self._in_place
 
     @property
     def buffers(self) -> dict[str, np.ndarray]:
@@ -195,7 +213,7 @@ class Trainer:
             binding = self._session.io_binding()
             for name in self.layout.carried:
                 binding.bind_ortvalue_input(name, self._live[name])
-                binding.bind_ortvalue_output(self.layout.new(name), self._spare[name])
+                binding.bind_ortvalue_output(self.layout.new(name), self._spare.get(name, self._live[name]))
             for name, arr in feeds.items():
                 binding.bind_cpu_input(name, arr)
             binding.bind_ortvalue_output("loss", self._loss)
@@ -205,7 +223,8 @@ class Trainer:
                 binding.bind_output(name, "cpu")
             with flushed():
                 self._session.run_with_iobinding(binding)
-            self._live, self._spare = self._spare, self._live
+            for name, written in self._spare.items():
+                self._spare[name], self._live[name] = self._live[name], written
             loss = float(self._loss.numpy())
             if self.layout.skip_nonfinite and bool(self._skipped_now.numpy()):
                 self._skip()
