@@ -7,12 +7,12 @@ from onnx import helper
 
 import gcompile as gc
 import gcompile.functions as F
-from gcompile import nn
 from gcompile.runtime import inplace
 from gcompile.runtime.inplace import in_place_outputs
 from gcompile.runtime.providers import run_order
 
 from .mlp import loss_fn, problem
+from .test_step_features import Net
 
 
 def node(op, inputs, output):
@@ -92,15 +92,6 @@ def test_in_place_steps_are_the_functional_steps(monkeypatch, only):
 
 
 def test_in_place_checkpoints_and_buffers(tmp_path):
-    class Net(nn.Module):
-        def __init__(self):
-            self.fc = nn.Linear(3, 4, rng=1)
-            self.bn = nn.BatchNorm1d(4, momentum=0.2)
-            self.out = nn.Linear(4, 2, rng=2)
-
-        def forward(self, x):
-            return self.out(F.relu(self.bn(self.fc(x))))
-
     step = gc.export_train_step(lambda m, x, y: F.mean((m(x) - y) ** 2), Net(), gc.optim.AdamW(0.01),
                                 gc.spec(("batch", 3)), gc.spec(("batch", 2)), provider="cpu")
     data = [problem(np.float32, seed=s)[1:] for s in range(4)]
