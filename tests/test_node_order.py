@@ -309,7 +309,6 @@ def test_the_ordered_model_keeps_onnx_runtimes_fused_nodes_in_the_files_order(mo
     # ONNX Runtime fuses the weight gradients' hᵀ·g into FusedMatMuls, nodes it numbers after all
     # others (its priority order would run them last, holding h until the end of the step); in
     # the session's graph every node keeps the place of the file's node that made its output
-    import onnx
 
     import gcompile.passes
     from gcompile.frontend.trace import trace
@@ -322,7 +321,7 @@ def test_the_ordered_model_keeps_onnx_runtimes_fused_nodes_in_the_files_order(mo
     # larger than the gradient it makes: the gradient stays where it is made)
     optimize(traced.graph)
     model, _ = lower.to_onnx(traced.graph, traced.input_names, target="ort-cpu")
-    ordered = onnx.load_from_string(providers.ordered_model(model.SerializeToString(), list(model.graph.node)))
+    ordered = providers.ordered_model(model.SerializeToString(), list(model.graph.node))
     assert [n.op_type for n in ordered.graph.node].count("FusedMatMul") >= len(ws)
     made_at = {out: i for i, n in enumerate(model.graph.node) for out in n.output}
     outputs = {o.name for o in ordered.graph.output}     # (their writers' places: below)

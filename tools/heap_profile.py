@@ -170,7 +170,7 @@ def main(argv=None) -> None:
         raise SystemExit(f"{args.target}: ONNX Runtime cannot write this model's optimized graph back")
     with tempfile.TemporaryDirectory(prefix="gcompile-heap-") as folder:
         with open(os.path.join(folder, "model.onnx"), "wb") as f:
-            f.write(ordered)
+            f.write(ordered.SerializeToString())
         np.savez(os.path.join(folder, "feeds.npz"), **feeds)
         env = dict(os.environ, LD_PRELOAD=build_counter(folder))
         subprocess.run([sys.executable, os.path.abspath(__file__), args.target, "--child", folder,

@@ -189,11 +189,12 @@ def shared_arena() -> None:
             _arena_registered[0] = True
 
 
-def ordered_model(model: bytes, order: Sequence, nodes: int | None = None) -> bytes | None:
+def ordered_model(model: bytes, order: Sequence, nodes: int | None = None):
     """`model` as ONNX Runtime's CPU provider optimizes it (its fusions, folding and layouts), the
     nodes in the order of `order`, the NodeProtos of `model` in the order they should run
     (lowering/order.py, follow_order); None where ONNX Runtime cannot write or read that model
-    back (then the caller runs `model` itself). The optimizing session is made and dropped."""
+    back (then the caller runs `model` itself). An onnx ModelProto; the optimizing session is made
+    and dropped."""
     import onnx
 
     from ..lowering.order import follow_order
@@ -214,7 +215,7 @@ def ordered_model(model: bytes, order: Sequence, nodes: int | None = None) -> by
     nodes_in_order = follow_order(list(optimized.graph.node), list(order), value_sizes(model))
     del optimized.graph.node[:]
     optimized.graph.node.extend(nodes_in_order)
-    return optimized.SerializeToString()
+    return optimized
 
 
 def value_sizes(model: bytes) -> dict[str, int] | None:
@@ -261,11 +262,13 @@ def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] 
     them in that order, through ordered_model."""
     ort = onnxruntime()
     threads = threads or configured_threads()
-    in_order = False
+    in_order, ran = False, None
     if order is not None and provider == "cpu" and isinstance(model, bytes) and not external:
         optimized = ordered_model(model, order, nodes)
         if optimized is not None:
-            model, in_order = optimized, True
+            import onnx
+            ran = onnx.GraphProto(node=optimized.graph.node)    # the nodes alone, for run_order
+            model, in_order = optimized.SerializeToString(), True
 
     def make(threads: int | None = None, spin: bool = False):
         options = session_options(nodes, threads, spin, in_order)
@@ -284,16 +287,15 @@ def make_session(model: bytes | str, provider: str, external: Mapping[str, Any] 
         session: Any = AdaptiveSession(make, cores, thread_counts=not fixed_threads)
     else:
         session = make(threads)
-    session._gcompile_ordered = model if in_order else None
+    session._gcompile_run = ran
     return session
 
 
 def run_order(session) -> list | None:
     """The onnx NodeProtos a session of make_session runs, in the order it runs them (a model
     run in its own order: ordered_model); None where ONNX Runtime chooses the order."""
-    import onnx
-    ordered = getattr(session, "_gcompile_ordered", None)
-    return None if ordered is None else list(onnx.load_from_string(ordered).graph.node)
+    ran = getattr(session, "_gcompile_run", None)
+    return None if ran is None else list(ran.node)
 
 
 def configured_threads() -> int | None:
