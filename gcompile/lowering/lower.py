@@ -24,9 +24,10 @@ TARGET_KEY = "gcompile.target"   # the model metadata naming the target it was l
 ORDER_KEY = "gcompile.order"
 
 
-def in_file_order(model) -> bool:
-    """Whether an onnx ModelProto's metadata says its nodes are to run in their file order."""
-    return any(p.key == ORDER_KEY and p.value == "file" for p in model.metadata_props)
+def file_order(model):
+    """An onnx ModelProto's nodes where its metadata says they are to run in their file order (the
+    `order` of runtime/providers.make_session), else None."""
+    return model.graph.node if any(p.key == ORDER_KEY and p.value == "file" for p in model.metadata_props) else None
 
 _recorders: list[Counter] = []
 

@@ -17,7 +17,7 @@ from ..ir import dtypes
 from ..ir.dims import astype_hint, bind, dtype_name, format_shape
 from ..ir.graph import Graph
 from ..lowering import to_onnx
-from ..lowering.lower import ORDER_KEY, TARGET_KEY, in_file_order
+from ..lowering.lower import ORDER_KEY, TARGET_KEY, file_order
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, Serialized, serialize
 from ..lowering.targets import DEFAULT_TARGET, target_for_provider
 from . import modelfile
@@ -98,8 +98,7 @@ class CompiledFunction:
         self._host_types = needs_host_types(model)
         runnable = with_host_types(model) if self._host_types else model
         self._session = load_session(serialize(runnable, "model.onnx", EXTERNAL_DATA_THRESHOLD, seal=False), provider,
-                                     nodes=len(runnable.graph.node),
-                                     order=runnable.graph.node if in_file_order(model) else None)
+                                     nodes=len(runnable.graph.node), order=file_order(runnable))
         self._output_names = list(traced.graph.output_names)
 
     @property

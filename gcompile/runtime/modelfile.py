@@ -27,7 +27,7 @@ from ..errors import GcompileError, InputError, UnsupportedError, name_mismatch
 from ..ir.dims import astype_hint, bind, format_type
 from ..ir.dtypes import is_float
 from ..lowering import seal
-from ..lowering.lower import in_file_order
+from ..lowering.lower import file_order
 from ..lowering.serialize import EXTERNAL_DATA_THRESHOLD, external_data_versions, serialize
 from .files import folder_lock, write_files
 from .providers import PROVIDERS, external_data_from_memory, make_session
@@ -294,7 +294,7 @@ def session(f: ModelFile, provider: str, fixed_threads: bool = False):
         return make_session(os.path.abspath(f.path), provider, nodes=len(f.model.graph.node),
                             fixed_threads=fixed_threads)
     return make_session(f.data, provider, f.external, nodes=len(f.model.graph.node), fixed_threads=fixed_threads,
-                        order=f.model.graph.node if in_file_order(f.model) else None)
+                        order=file_order(f.model))
 
 
 def verify(path, data, model, external: Mapping[str, Any] | None = None) -> None:

@@ -234,17 +234,13 @@ def trace_step(loss_fn: Callable, params: Params, optimizer: Optimizer, batch_sp
         opt = _optimizer_with(optimizer, {h: hyper[h] for h in for_optimizer})
         # The update is computed from the gradients: tagged with their order, it is not counted as forward.
         with recording_order(max(g.graph.nodes[g.ref.node].order for g in grads)):
-            guard: dict[str, Tensor] = {}
+            # the step's own inputs pass through where it is skipped
+            skipped = nonfinite(loss, unclipped) if options.skip_nonfinite else None
+            guard = {} if skipped is None else {SKIPPED: skipped}
             old = {**leaves_by_name, **state, "step": count}
 
             def kept(name: str, value: Tensor) -> Tensor:
-                return value
-            if options.skip_nonfinite:   # the step's own inputs pass through where it is skipped
-                skipped = nonfinite(loss, unclipped)
-                guard = {SKIPPED: skipped}
-
-                def kept(name: str, value: Tensor) -> Tensor:
-                    return F.where(skipped, old[name], value)
+                return value if skipped is None else F.where(skipped, old[name], value)
             # One parameter after another, each new value finished (and in a step run in trace order,
             # written over the old one: runtime/inplace.py) before the next parameter's update starts,
             # so that a single parameter's intermediate values are alive at a time, not every one's.

@@ -33,7 +33,7 @@ from numpy.typing import ArrayLike
 
 from ..errors import GcompileError, InputError, name_mismatch
 from ..frontend import pytree
-from ..lowering.lower import in_file_order
+from ..lowering.lower import file_order
 from ..runtime import modelfile, npz
 from ..runtime.inplace import in_place_outputs
 from ..runtime.modelfile import check_value, signature
@@ -65,9 +65,8 @@ def _opened(step: Any) -> Iterator[tuple[onnx.ModelProto, Any, str | None, Calla
         raise GcompileError(f"Trainer takes a compiled training step (gc.export_train_step), an onnx.ModelProto "
                             f"or the path of a saved training-step model, got {type(step).__name__}")
     nodes = len(model.graph.node)
-    order = model.graph.node if in_file_order(model) else None
     yield model, params, provider, functools.partial(make_session, model.SerializeToString(), nodes=nodes,
-                                                     fixed_threads=True, order=order)
+                                                     fixed_threads=True, order=file_order(model))
 
 
 class Trainer:
